@@ -1,0 +1,217 @@
+//! Builder settings, their defaults, and the retention policy.
+
+use crate::clock::{Clock, SystemClock};
+use crate::error::{Error, Result};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Connections in the pool. Defaults to 4: one writer at a time plus readers.
+pub const DEFAULT_POOL_SIZE: u32 = 4;
+/// How long a write waits for another process's write lock. Defaults to 5 seconds.
+pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Largest payload accepted. Defaults to 1 MiB.
+pub const DEFAULT_MAX_PAYLOAD: usize = 1 << 20;
+/// Attempts per job unless `NewJob::max_attempts` says otherwise. Defaults to 5.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
+/// Longest queue name and worker id, in bytes.
+pub const MAX_NAME_LEN: usize = 128;
+/// Longest idempotency key, in bytes.
+pub const MAX_KEY_LEN: usize = 512;
+/// Longest lease a claim or renewal may ask for.
+pub const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
+/// Largest attempt budget.
+pub const MAX_ATTEMPTS_LIMIT: u32 = 10_000;
+/// How long terminal rows are kept before pruning. Defaults to 7 days.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Rows deleted per prune transaction, so that a large prune never holds the write lock long.
+pub const DEFAULT_PRUNE_BATCH: u32 = 1_000;
+
+/// SQLite's `synchronous` setting: what survives a power loss.
+///
+/// In WAL mode both settings survive an application crash (a killed process) with every
+/// committed change. `Normal` may lose the most recent commits on a power loss or OS crash
+/// (the file stays consistent); `Full` syncs the WAL at every commit so they survive, at
+/// the price of one fsync per write transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synchronous {
+    /// `synchronous=NORMAL` (the default).
+    #[default]
+    Normal,
+    /// `synchronous=FULL`.
+    Full,
+}
+
+impl Synchronous {
+    pub(crate) fn pragma(self) -> &'static str {
+        match self {
+            Synchronous::Normal => "NORMAL",
+            Synchronous::Full => "FULL",
+        }
+    }
+}
+
+/// Where the queue lives.
+#[derive(Debug, Clone)]
+pub(crate) enum Location {
+    File(PathBuf),
+    Memory,
+}
+
+/// Builder for a [`Queue`](crate::Queue).
+///
+/// ## Defaults
+///
+/// - pool size: [`DEFAULT_POOL_SIZE`]
+/// - synchronous: [`Synchronous::Normal`]
+/// - busy timeout: [`DEFAULT_BUSY_TIMEOUT`]
+/// - clock: [`SystemClock`]
+/// - payload limit: [`DEFAULT_MAX_PAYLOAD`]
+/// - attempts per job: [`DEFAULT_MAX_ATTEMPTS`]
+///
+/// ```
+/// # let dir = tempfile::tempdir().unwrap();
+/// use fenceq::{Queue, Synchronous};
+/// let queue = Queue::builder()
+///     .path(dir.path().join("bot.db"))
+///     .pool_size(8)
+///     .synchronous(Synchronous::Full)
+///     .open()?;
+/// # Ok::<(), fenceq::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct QueueBuilder {
+    pub(crate) location: Location,
+    pub(crate) pool_size: u32,
+    pub(crate) synchronous: Synchronous,
+    pub(crate) busy_timeout: Duration,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) max_payload: usize,
+    pub(crate) max_attempts: u32,
+    pub(crate) max_page_count: Option<u64>,
+}
+
+impl Default for QueueBuilder {
+    fn default() -> Self {
+        QueueBuilder {
+            location: Location::Memory,
+            pool_size: DEFAULT_POOL_SIZE,
+            synchronous: Synchronous::Normal,
+            busy_timeout: DEFAULT_BUSY_TIMEOUT,
+            clock: Arc::new(SystemClock),
+            max_payload: DEFAULT_MAX_PAYLOAD,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            max_page_count: None,
+        }
+    }
+}
+
+impl QueueBuilder {
+    /// The database file (created with its directory if missing). Without a path the queue
+    /// is in memory. A `file:` URI is accepted too (for example `file:bot.db?mode=ro`).
+    pub fn path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.location = Location::File(path.into());
+        self
+    }
+
+    /// Connections in the pool (at least 1).
+    pub fn pool_size(mut self, size: u32) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// The durability setting; see [`Synchronous`].
+    pub fn synchronous(mut self, synchronous: Synchronous) -> Self {
+        self.synchronous = synchronous;
+        self
+    }
+
+    /// How long a write waits for another process's lock before failing with `Busy`.
+    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = timeout;
+        self
+    }
+
+    /// The clock every lease and deadline reads (a [`ManualClock`](crate::ManualClock) in tests).
+    pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// The largest payload `enqueue` accepts, in bytes.
+    pub fn max_payload(mut self, bytes: usize) -> Self {
+        self.max_payload = bytes;
+        self
+    }
+
+    /// Attempts per job when `NewJob::max_attempts` is not set.
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = attempts;
+        self
+    }
+
+    /// Caps the database at this many pages on every pooled connection (`PRAGMA
+    /// max_page_count`), so a runaway producer gets `StorageFull` before the disk does.
+    pub fn max_page_count(mut self, pages: u64) -> Self {
+        self.max_page_count = Some(pages);
+        self
+    }
+
+    /// Opens the queue, applying pending schema upgrades.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for bad settings, `NotADatabase`, `SchemaTooNew`, `ReadOnly`, `Busy`.
+    pub fn open(self) -> Result<crate::Queue> {
+        self.validate()?;
+        crate::Queue::from_builder(self)
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.pool_size == 0 || self.pool_size > 64 {
+            return Err(Error::invalid("pool size", format!("{} is not in 1..=64", self.pool_size)));
+        }
+        if self.max_payload == 0 || self.max_payload > 512 << 20 {
+            return Err(Error::invalid("payload limit", format!("{} is not in 1..=512 MiB", self.max_payload)));
+        }
+        check_attempts(self.max_attempts)?;
+        if self.busy_timeout > Duration::from_secs(3600) {
+            return Err(Error::invalid("busy timeout", "longer than an hour"));
+        }
+        Ok(())
+    }
+}
+
+pub(crate) fn check_attempts(attempts: u32) -> Result<()> {
+    if attempts == 0 || attempts > MAX_ATTEMPTS_LIMIT {
+        return Err(Error::invalid("max attempts", format!("{attempts} is not in 1..={MAX_ATTEMPTS_LIMIT}")));
+    }
+    Ok(())
+}
+
+/// What `prune` deletes: completed and cancelled jobs settled, and acknowledged exhaustions
+/// acknowledged, longer than `older_than` ago. Unknown, pending, running, waiting and
+/// unacknowledged exhausted jobs are never pruned.
+///
+/// Pruning also ends a key's deduplication: once its row is gone, the same key may be
+/// enqueued again as a new job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// Age after settling (or acknowledging) at which a row may be deleted. Defaults to 7 days.
+    pub older_than: Duration,
+    /// Rows per delete transaction. Defaults to 1,000.
+    pub batch_size: u32,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention { older_than: DEFAULT_RETENTION, batch_size: DEFAULT_PRUNE_BATCH }
+    }
+}
+
+impl Retention {
+    /// Deletes rows older than `older_than`, in default batches.
+    pub fn older_than(older_than: Duration) -> Self {
+        Retention { older_than, ..Retention::default() }
+    }
+}

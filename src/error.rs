@@ -1,0 +1,233 @@
+//! The one public error enum and the mapping of SQLite result codes onto it.
+
+use crate::job::{ClaimToken, JobId, JobState};
+use rusqlite::ErrorCode;
+
+/// Result type of every fallible fenceq call.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why a token no longer owns its job (carried by [`Error::OwnershipLost`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// The lease ran out at the clock's now; the job may be reclaimed at any moment.
+    LeaseExpired,
+    /// Another claim (or a replay) replaced this one: the attempt or claim id differs.
+    Superseded,
+    /// The job left `running` (settled, cancelled, reaped); the state it is in now.
+    NotRunning(JobState),
+    /// The row no longer exists (it was pruned).
+    Missing,
+}
+
+impl std::fmt::Display for LostReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LostReason::LeaseExpired => f.write_str("its lease expired"),
+            LostReason::Superseded => f.write_str("another claim replaced it"),
+            LostReason::NotRunning(s) => write!(f, "the job is {s}"),
+            LostReason::Missing => f.write_str("the job no longer exists"),
+        }
+    }
+}
+
+/// Everything that can go wrong in fenceq. Every variant says when it happens; a call that
+/// returns an error has changed nothing, unless the variant says otherwise.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The token no longer owns its job: the lease ran out, another claim replaced it, or
+    /// the job left `running`. Nothing was written; stop working on the job.
+    #[error("job {} attempt {} is no longer owned by claim {}: {reason}", token.id, token.attempt, token.claim_id)]
+    OwnershipLost {
+        /// The token that was presented.
+        token: ClaimToken,
+        /// Why it lost ownership.
+        reason: LostReason,
+    },
+    /// A token presented for a non-running record (acknowledge, resume, resolve) does not
+    /// match the record's current identity. Nothing was written.
+    #[error("job {} attempt {} claim {} is not the job's current identity", token.id, token.attempt, token.claim_id)]
+    StaleIdentity {
+        /// The token that was presented.
+        token: ClaimToken,
+    },
+    /// No job has this id (it never existed or was pruned).
+    #[error("job {0} not found")]
+    NotFound(JobId),
+    /// The job is in a state that does not allow the operation. Nothing was written.
+    #[error("job {id} is {state}; {operation} needs {expected}")]
+    InvalidState {
+        /// The job.
+        id: JobId,
+        /// Its current state.
+        state: JobState,
+        /// The operation that was refused.
+        operation: &'static str,
+        /// The state(s) the operation needs.
+        expected: &'static str,
+    },
+    /// An argument is out of range: empty or oversized names, keys, payloads, zero or absurd
+    /// leases, bad configuration. Nothing was written.
+    #[error("invalid {what}: {reason}")]
+    InvalidInput {
+        /// Which argument.
+        what: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The database was written by a newer fenceq; it was left untouched. Upgrade fenceq.
+    #[error("database schema version {found} is newer than this fenceq supports ({supported}); upgrade fenceq")]
+    SchemaTooNew {
+        /// The schema version found in the file.
+        found: i64,
+        /// The newest version this build knows.
+        supported: i64,
+    },
+    /// The file is not an SQLite database (or is encrypted); it was left untouched.
+    #[error("{path} is not an sqlite database")]
+    NotADatabase {
+        /// The file that was opened.
+        path: String,
+    },
+    /// The disk (or the configured page limit) is full. The transaction was rolled back as a
+    /// whole; free space and call again.
+    #[error("storage full in {statement}: free disk space (or raise the page limit) and retry")]
+    StorageFull {
+        /// The statement that failed.
+        statement: &'static str,
+    },
+    /// The database stayed locked by another process for longer than the busy timeout.
+    /// Nothing was written; the call may be retried.
+    #[error("database busy in {statement} after waiting the busy timeout; retry later")]
+    Busy {
+        /// The statement that failed.
+        statement: &'static str,
+    },
+    /// The database file (or its directory) cannot be written.
+    #[error("database is read-only in {statement}: check file and directory permissions")]
+    ReadOnly {
+        /// The statement that failed.
+        statement: &'static str,
+    },
+    /// SQLite ran out of memory (or hit its heap limit). Nothing was written.
+    #[error("sqlite out of memory in {statement}")]
+    OutOfMemory {
+        /// The statement that failed.
+        statement: &'static str,
+    },
+    /// A value exceeded one of SQLite's size limits. Nothing was written.
+    #[error("value too big for sqlite in {statement}")]
+    TooBig {
+        /// The statement that failed.
+        statement: &'static str,
+    },
+    /// The database file is corrupt. Restore it from a backup.
+    #[error("database corrupt in {statement}: restore from a backup")]
+    Corrupt {
+        /// The statement that failed.
+        statement: &'static str,
+    },
+    /// A queue write was started from inside a closure that already holds the queue's write
+    /// transaction (`with_ownership`, `complete_with`, `enqueue_tx` callers): use the
+    /// transaction handed to the closure instead, or the call would wait for itself.
+    #[error("nested queue write from inside a transaction closure: use the closure's transaction")]
+    NestedWrite,
+    /// An error returned by a caller's closure (a domain write); the transaction was rolled back.
+    #[error("caller's closure failed")]
+    Domain(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// Any other SQLite error; `statement` names the SQL constant that failed.
+    #[error("sqlite error in {statement}")]
+    Sqlite {
+        /// The statement that failed.
+        statement: &'static str,
+        /// SQLite's error.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// The connection pool could not hand out a connection in time.
+    #[error("connection pool")]
+    Pool(#[from] r2d2::Error),
+    /// An I/O error outside SQLite (creating the database directory, a worker thread).
+    #[error("i/o error")]
+    Io(#[from] std::io::Error),
+}
+
+impl Error {
+    /// Wraps an error of a caller's closure, so it can be returned from `with_ownership`
+    /// and `complete_with` closures with `?` or `map_err(Error::domain)`.
+    pub fn domain(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Error::Domain(e.into())
+    }
+
+    /// True for errors that a later retry of the same call may not see (busy, locked).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Busy { .. })
+    }
+
+    pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
+        Error::InvalidInput { what, reason: reason.into() }
+    }
+
+    /// Classifies a rusqlite error raised by `statement` into its typed variant.
+    pub(crate) fn sqlite(statement: &'static str, source: rusqlite::Error) -> Self {
+        let code = match &source {
+            rusqlite::Error::SqliteFailure(e, _) => Some(e.code),
+            _ => None,
+        };
+        match code {
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => Error::Busy { statement },
+            Some(ErrorCode::DiskFull) => Error::StorageFull { statement },
+            Some(ErrorCode::ReadOnly) => Error::ReadOnly { statement },
+            Some(ErrorCode::OutOfMemory) => Error::OutOfMemory { statement },
+            Some(ErrorCode::TooBig) => Error::TooBig { statement },
+            Some(ErrorCode::DatabaseCorrupt) => Error::Corrupt { statement },
+            Some(ErrorCode::NotADatabase) => Error::NotADatabase { path: String::new() },
+            _ => Error::Sqlite { statement, source },
+        }
+    }
+}
+
+/// Errors raised by SQL a caller runs in a closure's transaction.
+impl From<rusqlite::Error> for Error {
+    fn from(e: rusqlite::Error) -> Self {
+        Error::sqlite("caller transaction", e)
+    }
+}
+
+/// Adds the statement name to a rusqlite result (`.sql("JOB_CLAIM")?`).
+pub(crate) trait SqlContext<T> {
+    fn sql(self, statement: &'static str) -> Result<T>;
+}
+
+impl<T> SqlContext<T> for rusqlite::Result<T> {
+    fn sql(self, statement: &'static str) -> Result<T> {
+        self.map_err(|e| Error::sqlite(statement, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rusqlite::ffi;
+
+    fn failure(code: i32) -> rusqlite::Error {
+        rusqlite::Error::SqliteFailure(ffi::Error::new(code), None)
+    }
+
+    #[test]
+    fn sqlite_codes_are_classified() {
+        assert!(matches!(Error::sqlite("s", failure(ffi::SQLITE_BUSY)), Error::Busy { .. }));
+        assert!(matches!(Error::sqlite("s", failure(517)), Error::Busy { .. })); // BUSY_SNAPSHOT
+        assert!(matches!(Error::sqlite("s", failure(ffi::SQLITE_LOCKED)), Error::Busy { .. }));
+        assert!(matches!(Error::sqlite("s", failure(ffi::SQLITE_FULL)), Error::StorageFull { .. }));
+        assert!(matches!(Error::sqlite("s", failure(ffi::SQLITE_NOMEM)), Error::OutOfMemory { .. }));
+        assert!(matches!(Error::sqlite("s", failure(ffi::SQLITE_TOOBIG)), Error::TooBig { .. }));
+        assert!(matches!(Error::sqlite("s", failure(ffi::SQLITE_CORRUPT)), Error::Corrupt { .. }));
+        assert!(matches!(Error::sqlite("s", failure(ffi::SQLITE_NOTADB)), Error::NotADatabase { .. }));
+        assert!(matches!(Error::sqlite("s", failure(ffi::SQLITE_READONLY)), Error::ReadOnly { .. }));
+        assert!(matches!(Error::sqlite("s", failure(ffi::SQLITE_IOERR)), Error::Sqlite { .. }));
+        assert!(Error::sqlite("s", failure(ffi::SQLITE_BUSY)).is_retryable());
+        assert!(!Error::sqlite("s", failure(ffi::SQLITE_FULL)).is_retryable());
+    }
+}

@@ -1,0 +1,425 @@
+//! The values that cross the API: ids, tokens, states, new jobs, claimed jobs, records.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+use uuid::Uuid;
+
+/// A job's id: assigned at intake, never reused (also after pruning).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct JobId(pub i64);
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// The unique id of one claim: generated for every successful claim and stored on the row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ClaimId(pub Uuid);
+
+impl ClaimId {
+    pub(crate) fn generate() -> Self {
+        ClaimId(Uuid::new_v4())
+    }
+
+    pub(crate) fn from_blob(bytes: &[u8]) -> Self {
+        ClaimId(Uuid::from_slice(bytes).unwrap_or_else(|_| Uuid::nil()))
+    }
+}
+
+impl fmt::Display for ClaimId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// The full identity of one claim, `{id, attempt, claim_id}`: the capability to write for a
+/// job. Every authority check compares all three fields, so neither a later attempt nor a
+/// pruned and re-enqueued key can adopt an old token. It is a plain `Copy` value that can be
+/// persisted and presented later (to resume a parked job, to acknowledge an exhaustion).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ClaimToken {
+    /// The job.
+    pub id: JobId,
+    /// Which claim of the job this is (1 for the first).
+    pub attempt: u32,
+    /// The claim's unique id.
+    pub claim_id: ClaimId,
+}
+
+/// A job's state. The strings of [`JobState::as_str`] are exactly the schema's CHECK list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum JobState {
+    /// Waiting to be claimed once `run_at` is due. Entered by enqueue, retry, resume,
+    /// replay, reap of an expired lease, and a `Retry` resolution.
+    Pending,
+    /// Claimed under a lease. Left by settle, park, cancel, reap, or a reclaim after expiry.
+    Running,
+    /// Parked by its owner until resumed or until its deadline (then exhausted by the reaper).
+    /// Never reclaimed as stale.
+    Waiting,
+    /// Done. Terminal: no later write of any token changes it. Pruned after retention.
+    Completed,
+    /// Out of attempts (or exhausted on purpose): a durable terminal record that keeps its
+    /// token and must be acknowledged before it can be pruned; `replay` sends it back to pending.
+    Exhausted,
+    /// The outcome is ambiguous (the side effect may have happened). Never retried or pruned
+    /// automatically; a reconciler or operator resolves it.
+    Unknown,
+    /// Cancelled by an operator. Terminal; pruned after retention.
+    Cancelled,
+}
+
+impl JobState {
+    /// Every state, in lifecycle order.
+    pub const ALL: [JobState; 7] = [
+        JobState::Pending,
+        JobState::Running,
+        JobState::Waiting,
+        JobState::Completed,
+        JobState::Exhausted,
+        JobState::Unknown,
+        JobState::Cancelled,
+    ];
+
+    /// The state's name as stored in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Pending => "pending",
+            JobState::Running => "running",
+            JobState::Waiting => "waiting",
+            JobState::Completed => "completed",
+            JobState::Exhausted => "exhausted",
+            JobState::Unknown => "unknown",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for JobState {
+    type Err = crate::Error;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        JobState::ALL
+            .into_iter()
+            .find(|state| state.as_str() == s)
+            .ok_or_else(|| crate::Error::invalid("state", format!("unknown job state {s:?}")))
+    }
+}
+
+/// A job to enqueue.
+///
+/// ```
+/// use fenceq::NewJob;
+/// use std::time::Duration;
+/// let job = NewJob::new("telegram", b"{\"update_id\":4711}".to_vec())
+///     .key("update:4711")
+///     .priority(5)
+///     .delay(Duration::from_secs(10))
+///     .max_attempts(3);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewJob {
+    pub(crate) queue: String,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) key: Option<String>,
+    pub(crate) priority: i32,
+    pub(crate) delay: Duration,
+    pub(crate) max_attempts: Option<u32>,
+}
+
+impl NewJob {
+    /// A job for `queue` carrying `payload`, with no key, priority 0, due now, and the
+    /// queue's default attempt budget.
+    pub fn new(queue: impl Into<String>, payload: impl Into<Vec<u8>>) -> Self {
+        NewJob {
+            queue: queue.into(),
+            payload: payload.into(),
+            key: None,
+            priority: 0,
+            delay: Duration::ZERO,
+            max_attempts: None,
+        }
+    }
+
+    /// The idempotency key (for example the provider's event id): a second enqueue with the
+    /// same queue and key returns the existing job while its row exists.
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Higher priorities are claimed first. Defaults to 0.
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Not claimable before `delay` from now. Defaults to zero.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// How many claims the job may have before it is exhausted. Defaults to the queue's
+    /// builder setting (5).
+    pub fn max_attempts(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = Some(max_attempts);
+        self
+    }
+}
+
+/// The result of an enqueue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Enqueued {
+    /// A new row was created.
+    New(JobId),
+    /// A row with the same queue and key exists; nothing was changed.
+    Duplicate(JobId),
+}
+
+impl Enqueued {
+    /// The job's id, new or existing.
+    pub fn id(self) -> JobId {
+        match self {
+            Enqueued::New(id) | Enqueued::Duplicate(id) => id,
+        }
+    }
+
+    /// True when the enqueue found an existing job.
+    pub fn is_duplicate(self) -> bool {
+        matches!(self, Enqueued::Duplicate(_))
+    }
+}
+
+/// A job handed out by `claim`: its data and the token that fences every write for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    /// The claim's identity.
+    pub token: ClaimToken,
+    /// The queue.
+    pub queue: String,
+    /// The idempotency key, if any.
+    pub key: Option<String>,
+    /// The payload.
+    pub payload: Vec<u8>,
+    /// The job's priority.
+    pub priority: i32,
+    /// The job's attempt budget.
+    pub max_attempts: u32,
+    /// When the lease runs out (ms since the epoch) unless renewed.
+    pub lease_until: i64,
+    /// The error recorded by the previous attempt, if any.
+    pub last_error: Option<String>,
+}
+
+impl Claimed {
+    /// The claim's token (`Copy`): present it to renew and settle.
+    pub fn token(&self) -> ClaimToken {
+        self.token
+    }
+
+    /// The job's id.
+    pub fn id(&self) -> JobId {
+        self.token.id
+    }
+}
+
+/// The result of `retry`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retried {
+    /// Back to pending, claimable from this time (ms since the epoch).
+    Scheduled(i64),
+    /// No attempts were left: the job is now an unacknowledged exhaustion.
+    Exhausted,
+}
+
+/// A reconciler's or operator's decision about an `unknown` job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolution {
+    /// The side effect happened: the job is completed.
+    Completed,
+    /// The side effect did not happen: run it again (pending, due now). Grants one more
+    /// attempt when none are left.
+    Retry,
+    /// Give up: the job becomes an unacknowledged exhaustion.
+    Exhaust,
+}
+
+/// Delay before a retried job runs again: an exponential policy or a fixed delay.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Backoff {
+    /// Exponential backoff with jitter, by attempt number.
+    Policy(RetryPolicy),
+    /// Exactly this delay.
+    After(Duration),
+}
+
+impl From<Duration> for Backoff {
+    fn from(d: Duration) -> Self {
+        Backoff::After(d)
+    }
+}
+
+impl From<RetryPolicy> for Backoff {
+    fn from(p: RetryPolicy) -> Self {
+        Backoff::Policy(p)
+    }
+}
+
+/// Exponential backoff: `base * 2^(attempt-1)`, capped at `max`, then spread by up to
+/// `jitter` (a fraction, 0.0–1.0) in either direction so that retries of many jobs that failed
+/// together do not arrive together.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetryPolicy {
+    /// Delay after the first attempt. Defaults to 1 second.
+    pub base: Duration,
+    /// Longest delay. Defaults to 1 hour.
+    pub max: Duration,
+    /// Relative spread. Defaults to 0.2 (±20%).
+    pub jitter: f64,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy { base: Duration::from_secs(1), max: Duration::from_secs(3600), jitter: 0.2 }
+    }
+}
+
+impl RetryPolicy {
+    /// The delay after attempt number `attempt` (1-based), with `unit` in `[0, 1)` choosing
+    /// the point in the jitter range (0.5 is the middle, no jitter).
+    pub fn delay(&self, attempt: u32, unit: f64) -> Duration {
+        let doublings = attempt.saturating_sub(1).min(62);
+        let raw = self.base.saturating_mul(1u32 << doublings.min(31));
+        let raw = if doublings > 31 { self.max } else { raw.min(self.max) };
+        let jitter = self.jitter.clamp(0.0, 1.0);
+        let factor = 1.0 + jitter * (2.0 * unit.clamp(0.0, 1.0) - 1.0);
+        raw.mul_f64(factor.max(0.0)).min(self.max)
+    }
+
+    /// The delay after `attempt` with fresh random jitter.
+    pub fn next_delay(&self, attempt: u32) -> Duration {
+        // uuid's v4 generator is already a dependency; its random bits serve as jitter.
+        let bits = (Uuid::new_v4().as_u128() >> 75) as u64; // 53 random bits
+        self.delay(attempt, bits as f64 / (1u64 << 53) as f64)
+    }
+}
+
+/// One job's whole record, as `Queue::job` returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    /// The job's id.
+    pub id: JobId,
+    /// The queue.
+    pub queue: String,
+    /// The idempotency key.
+    pub key: Option<String>,
+    /// The payload.
+    pub payload: Vec<u8>,
+    /// The state.
+    pub state: JobState,
+    /// The priority.
+    pub priority: i32,
+    /// When the job is (or was) due, ms since the epoch.
+    pub run_at: i64,
+    /// Claims so far.
+    pub attempt: u32,
+    /// Attempt budget.
+    pub max_attempts: u32,
+    /// The latest claim's id (kept after settling, so exact acknowledgement is possible).
+    pub claim_id: Option<ClaimId>,
+    /// The latest claim's worker.
+    pub worker: Option<String>,
+    /// The lease's end while running.
+    pub lease_until: Option<i64>,
+    /// The last renewal or claim while running.
+    pub heartbeat_at: Option<i64>,
+    /// The deadline while waiting.
+    pub wait_until: Option<i64>,
+    /// The last error, exhaustion reason or unknown-outcome evidence.
+    pub last_error: Option<String>,
+    /// When the job was enqueued.
+    pub created_at: i64,
+    /// When the job last reached completed, cancelled, exhausted or unknown.
+    pub settled_at: Option<i64>,
+    /// When the job was exhausted.
+    pub exhausted_at: Option<i64>,
+    /// When its exhaustion was acknowledged.
+    pub acknowledged_at: Option<i64>,
+}
+
+impl Job {
+    /// The latest claim's token, when the job has been claimed.
+    pub fn token(&self) -> Option<ClaimToken> {
+        self.claim_id.map(|claim_id| ClaimToken { id: self.id, attempt: self.attempt, claim_id })
+    }
+}
+
+/// A cursor into an ordered listing (exhaustions, unknowns): the last id returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Cursor(pub i64);
+
+/// One page of an ordered listing; `next` is `None` after the last page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page<T> {
+    /// The items, in ascending id order.
+    pub items: Vec<T>,
+    /// Where the next page starts, if there may be one.
+    pub next: Option<Cursor>,
+}
+
+/// An unacknowledged exhaustion (or an unknown outcome): the durable terminal record and the
+/// exact token that acknowledges (or resolves) it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exhaustion {
+    /// The identity to acknowledge with.
+    pub token: ClaimToken,
+    /// The queue.
+    pub queue: String,
+    /// The idempotency key.
+    pub key: Option<String>,
+    /// The payload.
+    pub payload: Vec<u8>,
+    /// Why it was exhausted (or the unknown outcome's evidence).
+    pub reason: Option<String>,
+    /// When (ms since the epoch).
+    pub at: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_state_round_trips() {
+        for state in JobState::ALL {
+            assert_eq!(state.as_str().parse::<JobState>().unwrap(), state);
+        }
+        assert!("done".parse::<JobState>().is_err());
+    }
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let p = RetryPolicy { base: Duration::from_secs(1), max: Duration::from_secs(60), jitter: 0.2 };
+        assert_eq!(p.delay(1, 0.5), Duration::from_secs(1));
+        assert_eq!(p.delay(2, 0.5), Duration::from_secs(2));
+        assert_eq!(p.delay(4, 0.5), Duration::from_secs(8));
+        assert_eq!(p.delay(40, 0.5), Duration::from_secs(60));
+        assert_eq!(p.delay(u32::MAX, 0.0), Duration::from_secs(48));
+        assert_eq!(p.delay(3, 0.0), Duration::from_millis(3200));
+        assert_eq!(p.delay(3, 1.0), Duration::from_millis(4800));
+        for attempt in 1..20 {
+            let d = p.next_delay(attempt);
+            assert!(d <= Duration::from_secs(60));
+            assert!(d >= p.delay(attempt, 0.0));
+        }
+    }
+}

@@ -1,0 +1,26 @@
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
+
+mod clock;
+mod config;
+mod error;
+mod job;
+mod queue;
+mod report;
+mod store;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use config::{
+    QueueBuilder, Retention, Synchronous, DEFAULT_BUSY_TIMEOUT, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD,
+    DEFAULT_POOL_SIZE, DEFAULT_PRUNE_BATCH, DEFAULT_RETENTION, MAX_KEY_LEN, MAX_LEASE, MAX_NAME_LEN,
+};
+pub use error::{Error, LostReason, Result};
+pub use job::{
+    Backoff, ClaimId, ClaimToken, Claimed, Cursor, Enqueued, Exhaustion, Job, JobId, JobState, NewJob, Page,
+    Resolution, Retried, RetryPolicy,
+};
+pub use queue::{owns_in, Queue, MAX_BATCH, MAX_ERROR_LEN};
+pub use report::{PruneReport, QueueStats, ReapReport, Stats};
+pub use store::migrate::SCHEMA_VERSION;
+/// The rusqlite version fenceq is built with, for closures that receive its `Transaction`.
+pub use rusqlite;

@@ -1,0 +1,488 @@
+//! The `Queue` handle: open, intake, claims, settles, exhaustions, maintenance passes.
+
+use crate::clock::duration_ms;
+use crate::config::{self, QueueBuilder, Retention, MAX_KEY_LEN, MAX_LEASE, MAX_NAME_LEN};
+use crate::error::{Error, Result};
+use crate::job::{
+    Backoff, ClaimToken, Claimed, Cursor, Enqueued, Exhaustion, Job, JobId, JobState, NewJob, Page, Resolution,
+    Retried,
+};
+use crate::report::{PruneReport, ReapReport, Stats};
+use crate::store::jobs::{self, *};
+use crate::store::Store;
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::Mutex;
+use rusqlite::{Connection, Transaction};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Longest error, reason or evidence text stored; longer texts are cut (at a char boundary).
+pub const MAX_ERROR_LEN: usize = 4096;
+/// Most jobs one `claim_batch` or page may return.
+pub const MAX_BATCH: u32 = 10_000;
+/// Rows changed per reaper transaction.
+const REAP_BATCH: u32 = 1_000;
+
+/// A handle to one queue database: cheap to clone, `Send + Sync`, shared by threads.
+///
+/// ```
+/// use fenceq::{NewJob, Queue};
+/// use std::time::Duration;
+/// let queue = Queue::open_in_memory()?;
+/// queue.enqueue(NewJob::new("telegram", b"hello".to_vec()).key("update:1"))?;
+/// let job = queue.claim("telegram", "worker-1", Duration::from_secs(30))?.expect("a due job");
+/// queue.complete(&job.token())?;
+/// # Ok::<(), fenceq::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Queue {
+    store: Arc<Store>,
+    wakers: Arc<Mutex<Vec<(String, Sender<()>)>>>,
+}
+
+const _: fn() = || {
+    fn check<T: Clone + Send + Sync>() {}
+    check::<Queue>();
+};
+
+impl Queue {
+    /// Opens (creating if needed) the queue database at `path` with default settings.
+    ///
+    /// # Errors
+    ///
+    /// `NotADatabase`, `SchemaTooNew` (the file is left untouched), `ReadOnly`, `Busy`.
+    pub fn open(path: impl AsRef<Path>) -> Result<Queue> {
+        Queue::builder().path(path.as_ref()).open()
+    }
+
+    /// An in-memory queue (one shared connection), for tests and throwaway work.
+    pub fn open_in_memory() -> Result<Queue> {
+        Queue::builder().open()
+    }
+
+    /// A builder for every setting; see [`QueueBuilder`].
+    pub fn builder() -> QueueBuilder {
+        QueueBuilder::default()
+    }
+
+    pub(crate) fn from_builder(builder: QueueBuilder) -> Result<Queue> {
+        Ok(Queue { store: Arc::new(Store::open(&builder)?), wakers: Arc::default() })
+    }
+
+    /// The clock's now, in ms since the epoch.
+    pub fn now_ms(&self) -> i64 {
+        self.store.now()
+    }
+
+    // ---------------------------------------------------------------- intake
+
+    /// Adds a job, or finds the existing job with the same queue and key.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for an empty or oversized queue name, key or payload.
+    pub fn enqueue(&self, job: NewJob) -> Result<Enqueued> {
+        self.check_job(&job)?;
+        let enqueued = self.store.write(|tx| self.insert(tx, &job))?;
+        self.wake(&job.queue);
+        Ok(enqueued)
+    }
+
+    /// Adds many jobs in one transaction: all of them or, on any error, none.
+    pub fn enqueue_batch(&self, jobs: impl IntoIterator<Item = NewJob>) -> Result<Vec<Enqueued>> {
+        let jobs: Vec<NewJob> = jobs.into_iter().collect();
+        for job in &jobs {
+            self.check_job(job)?;
+        }
+        let results = self.store.write(|tx| jobs.iter().map(|job| self.insert(tx, job)).collect())?;
+        let mut queues: Vec<&str> = jobs.iter().map(|j| j.queue.as_str()).collect();
+        queues.sort_unstable();
+        queues.dedup();
+        queues.into_iter().for_each(|q| self.wake(q));
+        Ok(results)
+    }
+
+    /// Adds a job inside the caller's own transaction (the outbox pattern): the job exists
+    /// exactly when the caller's commit does. Open it with `TransactionBehavior::Immediate`
+    /// on a connection to the same file. Workers of this process notice the job at their
+    /// next poll.
+    pub fn enqueue_tx(&self, tx: &Transaction<'_>, job: NewJob) -> Result<Enqueued> {
+        self.check_job(&job)?;
+        self.insert(tx, &job)
+    }
+
+    fn insert(&self, conn: &Connection, job: &NewJob) -> Result<Enqueued> {
+        let now = self.store.now();
+        let run_at = now.saturating_add(duration_ms(job.delay));
+        let max_attempts = job.max_attempts.unwrap_or(self.store.settings.max_attempts);
+        let key = job.key.as_deref();
+        match job_insert(conn, &job.queue, key, &job.payload, job.priority, run_at, max_attempts, now)? {
+            Some(id) => Ok(Enqueued::New(id)),
+            None => {
+                let key = key.expect("only keyed inserts can conflict");
+                job_id_by_key(conn, &job.queue, key)?
+                    .map(Enqueued::Duplicate)
+                    .ok_or_else(|| Error::invalid("key", "conflicting row vanished inside the transaction"))
+            }
+        }
+    }
+
+    fn check_job(&self, job: &NewJob) -> Result<()> {
+        check_name("queue name", &job.queue)?;
+        if let Some(key) = &job.key {
+            if key.is_empty() || key.len() > MAX_KEY_LEN {
+                return Err(Error::invalid("key", format!("{} bytes is not in 1..={MAX_KEY_LEN}", key.len())));
+            }
+        }
+        let limit = self.store.settings.max_payload;
+        if job.payload.is_empty() || job.payload.len() > limit {
+            return Err(Error::invalid(
+                "payload",
+                format!("{} bytes is not in 1..={limit} (the queue's payload limit)", job.payload.len()),
+            ));
+        }
+        if let Some(attempts) = job.max_attempts {
+            config::check_attempts(attempts)?;
+        }
+        if job.delay > Duration::from_secs(100 * 365 * 24 * 3600) {
+            return Err(Error::invalid("delay", "longer than a hundred years"));
+        }
+        Ok(())
+    }
+
+    /// Registers a wake-up channel for `queue` (the worker pool's dispatcher).
+    pub(crate) fn subscribe(&self, queue: &str) -> Receiver<()> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.wakers.lock().push((queue.to_string(), tx));
+        rx
+    }
+
+    fn wake(&self, queue: &str) {
+        let mut wakers = self.wakers.lock();
+        wakers.retain(|(q, tx)| q != queue || !matches!(tx.try_send(()), Err(crossbeam_channel::TrySendError::Disconnected(_))));
+    }
+
+    // ---------------------------------------------------------------- claims
+
+    /// Claims the next due job of `queue` for `worker` under a lease: by priority, then
+    /// run_at, then id. A running job whose lease has expired is claimable at once; a live
+    /// lease is never handed out again, not even to the same worker id.
+    pub fn claim(&self, queue: &str, worker: &str, lease: Duration) -> Result<Option<Claimed>> {
+        Ok(self.claim_batch(queue, worker, lease, 1)?.pop())
+    }
+
+    /// Claims up to `limit` jobs at once, each with its own claim id, in claim order.
+    pub fn claim_batch(&self, queue: &str, worker: &str, lease: Duration, limit: u32) -> Result<Vec<Claimed>> {
+        check_name("queue name", queue)?;
+        check_name("worker id", worker)?;
+        let lease_ms = check_lease(lease)?;
+        check_limit(limit)?;
+        self.store.write(|tx| job_claim(tx, queue, worker, lease_ms, limit, self.store.now()))
+    }
+
+    /// Extends the lease to `lease` from now; returns the new end (ms since the epoch).
+    ///
+    /// # Errors
+    ///
+    /// `OwnershipLost` unless `token` is the exact claim of a running job with a live lease.
+    pub fn renew(&self, token: &ClaimToken, lease: Duration) -> Result<i64> {
+        let lease_ms = check_lease(lease)?;
+        self.store.write(|tx| {
+            let now = self.store.now();
+            job_write_owned(tx, JOB_RENEW, "renew", token, now, &[(":lease_ms", &lease_ms)])?;
+            Ok(now + lease_ms)
+        })
+    }
+
+    /// True when `token` owns its job at the clock's now. Advisory: the answer can change
+    /// right after; use [`Queue::with_ownership`] for writes that depend on it.
+    pub fn owns(&self, token: &ClaimToken) -> Result<bool> {
+        self.store.read(|conn| job_owns(conn, token, self.store.now()))
+    }
+
+    /// Runs `write` in an IMMEDIATE transaction only while `token` owns its job, and commits
+    /// both together: a stale token gets `OwnershipLost` and `write` does not run. Inside
+    /// the closure use the transaction, not the queue (a nested queue write is `NestedWrite`).
+    ///
+    /// ```
+    /// # use fenceq::{NewJob, Queue};
+    /// # use std::time::Duration;
+    /// # let queue = Queue::open_in_memory()?;
+    /// # queue.enqueue(NewJob::new("q", b"x".to_vec()))?;
+    /// # let job = queue.claim("q", "w", Duration::from_secs(30))?.unwrap();
+    /// queue.with_ownership(&job.token(), |tx| {
+    ///     tx.execute_batch("CREATE TABLE IF NOT EXISTS replies (text TEXT)")?;
+    ///     tx.execute("INSERT INTO replies (text) VALUES ('hi')", [])?;
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), fenceq::Error>(())
+    /// ```
+    pub fn with_ownership<T>(&self, token: &ClaimToken, write: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
+        self.store.write(|tx| {
+            let now = self.store.now();
+            if !job_owns(tx, token, now)? {
+                return Err(Error::OwnershipLost { token: *token, reason: jobs::lost_reason(tx, token, now)? });
+            }
+            write(tx)
+        })
+    }
+
+    // ---------------------------------------------------------------- settles
+
+    /// Completes the job. Terminal: no later write of any token changes it.
+    pub fn complete(&self, token: &ClaimToken) -> Result<()> {
+        self.complete_with(token, |_| Ok(()))
+    }
+
+    /// Completes the job and runs `write` in the same transaction: both commit or neither.
+    pub fn complete_with<T>(&self, token: &ClaimToken, write: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
+        self.store.write(|tx| {
+            job_write_owned(tx, JOB_COMPLETE, "complete", token, self.store.now(), &[])?;
+            write(tx)
+        })
+    }
+
+    /// Sends the job back to pending after a delay (exponential with jitter for a
+    /// [`RetryPolicy`](crate::RetryPolicy), or a fixed `Duration`), or exhausts it when no
+    /// attempts are left.
+    pub fn retry(&self, token: &ClaimToken, backoff: impl Into<Backoff>, error: &str) -> Result<Retried> {
+        let delay = match backoff.into() {
+            Backoff::After(d) => d,
+            Backoff::Policy(p) => p.next_delay(token.attempt),
+        };
+        let error = clip(error);
+        self.store.write(|tx| {
+            let now = self.store.now();
+            let run_at = now.saturating_add(duration_ms(delay));
+            let retry = [(":run_at", &run_at as &dyn rusqlite::ToSql), (":error", &error)];
+            match job_write_owned(tx, JOB_RETRY, "retry", token, now, &retry) {
+                Ok(()) => Ok(Retried::Scheduled(run_at)),
+                // Either no attempts are left or the token is stale; exhaust tells them apart.
+                Err(Error::OwnershipLost { .. }) => {
+                    job_write_owned(tx, JOB_EXHAUST, "retry", token, now, &[(":error", &error)])?;
+                    Ok(Retried::Exhausted)
+                }
+                Err(e) => Err(e),
+            }
+        })
+    }
+
+    /// Turns the exact live claim into an unacknowledged, durable exhaustion that keeps its
+    /// token (see [`Queue::exhaustions`] and [`Queue::acknowledge`]).
+    pub fn exhaust(&self, token: &ClaimToken, error: &str) -> Result<()> {
+        let error = clip(error);
+        self.store.write(|tx| job_write_owned(tx, JOB_EXHAUST, "exhaust", token, self.store.now(), &[(":error", &error)]))
+    }
+
+    /// Records an ambiguous outcome (the side effect may have happened): never retried or
+    /// pruned automatically; see [`Queue::unknowns`] and [`Queue::resolve`].
+    pub fn mark_unknown(&self, token: &ClaimToken, evidence: &str) -> Result<()> {
+        let evidence = clip(evidence);
+        self.store.write(|tx| {
+            job_write_owned(tx, JOB_MARK_UNKNOWN, "mark_unknown", token, self.store.now(), &[(":error", &evidence)])
+        })
+    }
+
+    /// Parks the job (for example awaiting an approval) for at most `timeout`: the lease is
+    /// released and the job is never reaped as stale; [`Queue::resume`] with the same token
+    /// sends it back to pending, and past the deadline the reaper exhausts it.
+    pub fn park(&self, token: &ClaimToken, timeout: Duration, reason: &str) -> Result<()> {
+        if timeout.is_zero() || timeout > Duration::from_secs(365 * 24 * 3600) {
+            return Err(Error::invalid("park timeout", "must be between 1 ms and a year"));
+        }
+        let reason = clip(reason);
+        self.store.write(|tx| {
+            let now = self.store.now();
+            let wait_until = now.saturating_add(duration_ms(timeout));
+            let park = [(":wait_until", &wait_until as &dyn rusqlite::ToSql), (":error", &reason)];
+            job_write_owned(tx, JOB_PARK, "park", token, now, &park)
+        })
+    }
+
+    /// Sends a parked job back to pending with one extra attempt.
+    ///
+    /// # Errors
+    ///
+    /// `StaleIdentity` for another token, `InvalidState` when the job is not waiting.
+    pub fn resume(&self, token: &ClaimToken) -> Result<()> {
+        self.write_identified(JOB_RESUME, "resume", token, JobState::Waiting)
+    }
+
+    /// Cancels a pending, waiting or running job; a running owner finds out at its next
+    /// renew or settle (`OwnershipLost`).
+    pub fn cancel(&self, id: JobId) -> Result<()> {
+        self.store.write(|tx| job_cancel(tx, id, self.store.now()))
+    }
+
+    fn write_identified(&self, statement: &'static str, name: &'static str, token: &ClaimToken, state: JobState) -> Result<()> {
+        self.store.write(|tx| job_write_identified(tx, statement, name, token, state, self.store.now()))
+    }
+
+    // ---------------------------------------------------------------- exhaustions and unknowns
+
+    /// One page of unacknowledged exhaustions in id order, starting after `cursor` (`None`
+    /// for the first page). A full pass returns every job that was unacknowledged-exhausted
+    /// when it began exactly once, even while others are acknowledged or added.
+    ///
+    /// ```
+    /// # let queue = fenceq::Queue::open_in_memory()?;
+    /// let mut cursor = None;
+    /// loop {
+    ///     let page = queue.exhaustions(cursor, 100)?;
+    ///     for exhaustion in &page.items {
+    ///         // alert someone, then:
+    ///         queue.acknowledge(&exhaustion.token)?;
+    ///     }
+    ///     match page.next { Some(next) => cursor = Some(next), None => break }
+    /// }
+    /// # Ok::<(), fenceq::Error>(())
+    /// ```
+    pub fn exhaustions(&self, cursor: Option<Cursor>, limit: u32) -> Result<Page<Exhaustion>> {
+        self.page(JOB_EXHAUSTIONS_PAGE, "JOB_EXHAUSTIONS_PAGE", cursor, limit)
+    }
+
+    /// One page of unknown outcomes in id order (`at` is when the outcome was recorded).
+    pub fn unknowns(&self, cursor: Option<Cursor>, limit: u32) -> Result<Page<Exhaustion>> {
+        self.page(JOB_UNKNOWNS_PAGE, "JOB_UNKNOWNS_PAGE", cursor, limit)
+    }
+
+    fn page(&self, statement: &'static str, name: &'static str, cursor: Option<Cursor>, limit: u32) -> Result<Page<Exhaustion>> {
+        check_limit(limit)?;
+        let after = cursor.map_or(0, |c| c.0);
+        let items = self.store.read(|conn| job_page(conn, statement, name, after, limit))?;
+        let next = (items.len() == limit as usize).then(|| Cursor(items.last().map_or(after, |i| i.token.id.0)));
+        Ok(Page { items, next })
+    }
+
+    /// Acknowledges an exhaustion with its exact token, making it prunable. Idempotent for
+    /// the same token.
+    ///
+    /// # Errors
+    ///
+    /// `StaleIdentity` for any other token, `InvalidState` when the job is not exhausted.
+    pub fn acknowledge(&self, token: &ClaimToken) -> Result<()> {
+        self.write_identified(JOB_ACKNOWLEDGE, "acknowledge", token, JobState::Exhausted)
+    }
+
+    /// Dead-letter redrive: an exhausted job goes back to pending, due now, with a fresh
+    /// attempt budget. Old tokens stay dead (the next claim has a new claim id).
+    pub fn replay(&self, id: JobId) -> Result<()> {
+        self.store.write(|tx| job_replay(tx, id, self.store.now()))
+    }
+
+    /// Settles an unknown outcome with its exact token.
+    pub fn resolve(&self, token: &ClaimToken, resolution: Resolution) -> Result<()> {
+        let (statement, name) = match resolution {
+            Resolution::Completed => (JOB_RESOLVE_COMPLETED, "resolve completed"),
+            Resolution::Retry => (JOB_RESOLVE_RETRY, "resolve retry"),
+            Resolution::Exhaust => (JOB_RESOLVE_EXHAUST, "resolve exhaust"),
+        };
+        self.write_identified(statement, name, token, JobState::Unknown)
+    }
+
+    // ---------------------------------------------------------------- maintenance
+
+    /// Expired leases go back to pending (or are exhausted when no attempts are left) and
+    /// parked jobs past their deadline are exhausted, in batches of 1,000 per transaction.
+    /// Claims reclaim expired leases by themselves; the reaper keeps `running` honest and
+    /// turns abandoned last attempts into exhaustions.
+    pub fn reap(&self) -> Result<ReapReport> {
+        let mut report = ReapReport::default();
+        loop {
+            let (requeued, exhausted) = self.store.write(|tx| job_reap_expired(tx, self.store.now(), REAP_BATCH))?;
+            report.requeued += requeued;
+            report.exhausted += exhausted;
+            if requeued + exhausted < u64::from(REAP_BATCH) {
+                break;
+            }
+        }
+        loop {
+            let expired = self.store.write(|tx| job_reap_waiting(tx, self.store.now(), REAP_BATCH))?;
+            report.waits_expired += expired;
+            if expired < u64::from(REAP_BATCH) {
+                break;
+            }
+        }
+        Ok(report)
+    }
+
+    /// Deletes completed and cancelled rows settled, and acknowledged exhaustions
+    /// acknowledged, longer than `retention.older_than` ago, in batches. Never deletes
+    /// pending, running, waiting, unknown or unacknowledged exhausted rows. A pruned key may
+    /// be enqueued again as a new job (with a new, never reused id).
+    pub fn prune(&self, retention: &Retention) -> Result<PruneReport> {
+        if retention.batch_size == 0 || retention.batch_size > 100_000 {
+            return Err(Error::invalid("prune batch size", format!("{} is not in 1..=100000", retention.batch_size)));
+        }
+        let mut report = PruneReport::default();
+        let horizon = self.store.now().saturating_sub(duration_ms(retention.older_than));
+        for (statement, name) in [(JOB_PRUNE_SETTLED, "JOB_PRUNE_SETTLED"), (JOB_PRUNE_ACKNOWLEDGED, "JOB_PRUNE_ACKNOWLEDGED")] {
+            loop {
+                let deleted = self.store.write(|tx| job_prune(tx, statement, name, horizon, retention.batch_size))?;
+                report.batches += 1;
+                if statement == JOB_PRUNE_SETTLED {
+                    report.settled += deleted;
+                } else {
+                    report.acknowledged += deleted;
+                }
+                if deleted < u64::from(retention.batch_size) {
+                    break;
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    // ---------------------------------------------------------------- inspection
+
+    /// Counts per queue and state.
+    pub fn stats(&self) -> Result<Stats> {
+        Ok(Stats { queues: self.store.read(|conn| job_stats(conn, self.store.now()))? })
+    }
+
+    /// One job's whole record, or `None` when no row has this id.
+    pub fn job(&self, id: JobId) -> Result<Option<Job>> {
+        self.store.read(|conn| job_get(conn, id))
+    }
+}
+
+/// True when `token` owns its job at `at`, checked inside a transaction the caller opened
+/// (ideally `BEGIN IMMEDIATE`, so that no reclaim can commit between this check and the
+/// caller's commit).
+pub fn owns_in(conn: &Connection, token: &ClaimToken, at: i64) -> Result<bool> {
+    job_owns(conn, token, at)
+}
+
+fn check_name(what: &'static str, name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > MAX_NAME_LEN {
+        return Err(Error::invalid(what, format!("{} bytes is not in 1..={MAX_NAME_LEN}", name.len())));
+    }
+    Ok(())
+}
+
+fn check_lease(lease: Duration) -> Result<i64> {
+    if lease < Duration::from_millis(1) || lease > MAX_LEASE {
+        return Err(Error::invalid("lease", format!("{lease:?} is not between 1 ms and {MAX_LEASE:?}")));
+    }
+    Ok(duration_ms(lease))
+}
+
+fn check_limit(limit: u32) -> Result<()> {
+    if limit == 0 || limit > MAX_BATCH {
+        return Err(Error::invalid("limit", format!("{limit} is not in 1..={MAX_BATCH}")));
+    }
+    Ok(())
+}
+
+/// Cuts a stored text to `MAX_ERROR_LEN` bytes at a char boundary.
+fn clip(text: &str) -> &str {
+    if text.len() <= MAX_ERROR_LEN {
+        return text;
+    }
+    let mut end = MAX_ERROR_LEN;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}

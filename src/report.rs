@@ -1,0 +1,96 @@
+//! What maintenance passes and `stats` report.
+
+/// What one `reap` pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReapReport {
+    /// Expired leases returned to pending (attempts left).
+    pub requeued: u64,
+    /// Expired leases exhausted (no attempts left).
+    pub exhausted: u64,
+    /// Parked jobs exhausted because their deadline passed.
+    pub waits_expired: u64,
+}
+
+impl ReapReport {
+    /// Jobs changed in all.
+    pub fn total(&self) -> u64 {
+        self.requeued + self.exhausted + self.waits_expired
+    }
+}
+
+/// What one `prune` pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PruneReport {
+    /// Completed and cancelled rows deleted.
+    pub settled: u64,
+    /// Acknowledged exhaustions deleted.
+    pub acknowledged: u64,
+    /// Delete transactions used.
+    pub batches: u64,
+}
+
+impl PruneReport {
+    /// Rows deleted in all.
+    pub fn deleted(&self) -> u64 {
+        self.settled + self.acknowledged
+    }
+}
+
+/// Counts for one queue.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// The queue's name.
+    pub queue: String,
+    /// Jobs waiting to be claimed (due or scheduled).
+    pub pending: u64,
+    /// Jobs under a lease (live or expired).
+    pub running: u64,
+    /// Running jobs whose lease has expired at the clock's now.
+    pub expired_leases: u64,
+    /// Parked jobs.
+    pub waiting: u64,
+    /// Completed jobs not yet pruned.
+    pub completed: u64,
+    /// Exhaustions awaiting acknowledgement.
+    pub exhausted_unacknowledged: u64,
+    /// Acknowledged exhaustions not yet pruned.
+    pub exhausted_acknowledged: u64,
+    /// Ambiguous outcomes awaiting resolution.
+    pub unknown: u64,
+    /// Cancelled jobs not yet pruned.
+    pub cancelled: u64,
+    /// The earliest `run_at` among pending jobs (ms since the epoch).
+    pub oldest_pending_run_at: Option<i64>,
+}
+
+impl QueueStats {
+    /// Rows of this queue in all.
+    pub fn total(&self) -> u64 {
+        self.pending
+            + self.running
+            + self.waiting
+            + self.completed
+            + self.exhausted_unacknowledged
+            + self.exhausted_acknowledged
+            + self.unknown
+            + self.cancelled
+    }
+}
+
+/// Counts per queue, as `Queue::stats` returns them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// One entry per queue that has rows, by name.
+    pub queues: Vec<QueueStats>,
+}
+
+impl Stats {
+    /// The counts of one queue (all zero when it has no rows).
+    pub fn queue(&self, name: &str) -> QueueStats {
+        self.queues
+            .iter()
+            .find(|q| q.queue == name)
+            .cloned()
+            .unwrap_or_else(|| QueueStats { queue: name.to_string(), ..QueueStats::default() })
+    }
+}

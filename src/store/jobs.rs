@@ -1,0 +1,595 @@
+//! The SQL of every job operation: one named statement per transition, and the functions
+//! that run them on a connection (a transaction the caller opened, usually `Store::write`).
+//!
+//! Every transition of a claimed row is guarded in its own statement by the full token and a
+//! live lease (`owned_by_token!`), and `changes() == 0` becomes a typed error after a read
+//! that says why; nothing is ever written on that path.
+
+use crate::error::{Error, LostReason, Result, SqlContext};
+use crate::job::{ClaimId, ClaimToken, Claimed, Exhaustion, Job, JobId, JobState};
+use crate::report::QueueStats;
+use rusqlite::{named_params, Connection, OptionalExtension, Row};
+
+/// The fence: the exact token of a running job whose lease is live at `:now`.
+macro_rules! owned_by_token {
+    () => {
+        "id = :id AND attempt = :attempt AND claim_id = :claim_id
+           AND state = 'running' AND lease_until > :now"
+    };
+}
+
+/// The exact token of a job in a given non-running state (`:state`).
+macro_rules! identified_by_token {
+    () => {
+        "id = :id AND attempt = :attempt AND claim_id = :claim_id AND state = :state"
+    };
+}
+
+/// Idempotent intake: a second row with the same (queue, key) is not inserted, and then no
+/// id is returned. `ON CONFLICT` (unlike `INSERT OR IGNORE`) skips only the uniqueness
+/// conflict, so a CHECK violation still fails loudly.
+pub(crate) const JOB_INSERT: &str = "
+    INSERT INTO fenceq_jobs (queue, key, payload, priority, run_at, max_attempts, created_at)
+    VALUES (:queue, :key, :payload, :priority, :run_at, :max_attempts, :now)
+    ON CONFLICT (queue, key) WHERE key IS NOT NULL DO NOTHING
+    RETURNING id";
+
+pub(crate) const JOB_ID_BY_KEY: &str = "
+    SELECT id FROM fenceq_jobs WHERE queue = :queue AND key = :key";
+
+/// Up to `:limit` claimable jobs of a queue, by priority, then run_at, then id: due pending
+/// jobs (partial index `fenceq_jobs_claim`) and running jobs whose lease expired with attempts
+/// left (partial index `fenceq_jobs_lease`). Two indexed branches instead of one `OR`, so the
+/// claim never scans the table however many jobs wait.
+pub(crate) const JOB_SELECT_CLAIMABLE: &str = "
+    SELECT id, priority, run_at FROM (
+        SELECT id, priority, run_at
+        FROM   fenceq_jobs
+        WHERE  queue = :queue AND state = 'pending' AND run_at <= :now
+        ORDER  BY priority DESC, run_at, id
+        LIMIT  :limit)
+    UNION ALL
+    SELECT id, priority, run_at FROM (
+        SELECT id, priority, run_at
+        FROM   fenceq_jobs
+        WHERE  queue = :queue AND state = 'running' AND lease_until <= :now
+          AND  attempt < max_attempts
+        ORDER  BY lease_until
+        LIMIT  :limit)
+    ORDER BY priority DESC, run_at, id
+    LIMIT :limit";
+
+/// Claims one selected job with a fresh claim id. Runs in the same IMMEDIATE transaction as
+/// `JOB_SELECT_CLAIMABLE`, so the selection cannot have changed in between.
+pub(crate) const JOB_CLAIM: &str = "
+    UPDATE fenceq_jobs
+    SET    state = 'running', attempt = attempt + 1, claim_id = :claim_id, worker = :worker,
+           lease_until = :now + :lease_ms, heartbeat_at = :now, wait_until = NULL
+    WHERE  id = :id
+    RETURNING queue, key, payload, priority, attempt, max_attempts, lease_until, last_error";
+
+pub(crate) const JOB_RENEW: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    lease_until = :now + :lease_ms, heartbeat_at = :now
+    WHERE  ",
+    owned_by_token!()
+);
+
+pub(crate) const JOB_OWNS: &str = concat!(
+    "SELECT count(*) FROM fenceq_jobs
+    WHERE  ",
+    owned_by_token!()
+);
+
+pub(crate) const JOB_COMPLETE: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    state = 'completed', lease_until = NULL, settled_at = :now
+    WHERE  ",
+    owned_by_token!()
+);
+
+/// Back to pending while attempts are left (the caller checked and the CHECK constraint
+/// `pending_has_attempts_left` enforces it).
+pub(crate) const JOB_RETRY: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    state = 'pending', lease_until = NULL, run_at = :run_at, last_error = :error
+    WHERE  attempt < max_attempts AND ",
+    owned_by_token!()
+);
+
+/// A durable, unacknowledged terminal record that keeps the token.
+pub(crate) const JOB_EXHAUST: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    state = 'exhausted', lease_until = NULL, last_error = :error,
+           settled_at = :now, exhausted_at = :now, acknowledged_at = NULL
+    WHERE  ",
+    owned_by_token!()
+);
+
+pub(crate) const JOB_MARK_UNKNOWN: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    state = 'unknown', lease_until = NULL, last_error = :error, settled_at = :now
+    WHERE  ",
+    owned_by_token!()
+);
+
+pub(crate) const JOB_PARK: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    state = 'waiting', lease_until = NULL, wait_until = :wait_until, last_error = :error
+    WHERE  ",
+    owned_by_token!()
+);
+
+/// A resumed job gets one more attempt: the claim that parked it should not count against
+/// the budget of the work that continues.
+pub(crate) const JOB_RESUME: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    state = 'pending', wait_until = NULL, run_at = :now, max_attempts = max_attempts + 1
+    WHERE  ",
+    identified_by_token!()
+);
+
+pub(crate) const JOB_ACKNOWLEDGE: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    acknowledged_at = coalesce(acknowledged_at, :now)
+    WHERE  ",
+    identified_by_token!()
+);
+
+pub(crate) const JOB_RESOLVE_COMPLETED: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    state = 'completed', settled_at = :now
+    WHERE  ",
+    identified_by_token!()
+);
+
+/// An operator's retry grants one attempt when none are left.
+pub(crate) const JOB_RESOLVE_RETRY: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    state = 'pending', run_at = :now, settled_at = NULL,
+           max_attempts = max(max_attempts, attempt + 1)
+    WHERE  ",
+    identified_by_token!()
+);
+
+pub(crate) const JOB_RESOLVE_EXHAUST: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    state = 'exhausted', settled_at = :now, exhausted_at = :now, acknowledged_at = NULL
+    WHERE  ",
+    identified_by_token!()
+);
+
+pub(crate) const JOB_CANCEL: &str = "
+    UPDATE fenceq_jobs
+    SET    state = 'cancelled', lease_until = NULL, wait_until = NULL, settled_at = :now
+    WHERE  id = :id AND state IN ('pending', 'waiting', 'running')";
+
+/// Dead-letter redrive: a fresh attempt budget, due now. The attempt counter restarts, and
+/// the claim id is what keeps the old tokens dead.
+pub(crate) const JOB_REPLAY: &str = "
+    UPDATE fenceq_jobs
+    SET    state = 'pending', attempt = 0, run_at = :now, settled_at = NULL,
+           exhausted_at = NULL, acknowledged_at = NULL
+    WHERE  id = :id AND state = 'exhausted'";
+
+/// Expired leases: back to pending with attempts left, else exhausted. Guarded by state and
+/// lease in the same statement, so a completion that committed first is never overwritten.
+pub(crate) const JOB_REAP_EXPIRED: &str = "
+    UPDATE fenceq_jobs
+    SET    state        = CASE WHEN attempt < max_attempts THEN 'pending' ELSE 'exhausted' END,
+           run_at       = CASE WHEN attempt < max_attempts THEN :now ELSE run_at END,
+           exhausted_at = CASE WHEN attempt < max_attempts THEN NULL ELSE :now END,
+           settled_at   = CASE WHEN attempt < max_attempts THEN NULL ELSE :now END,
+           last_error   = 'lease expired (worker ' || worker || ')',
+           lease_until  = NULL
+    WHERE  id IN (SELECT id FROM fenceq_jobs
+                  WHERE  state = 'running' AND lease_until <= :now
+                  ORDER  BY id LIMIT :limit)
+      AND  state = 'running' AND lease_until <= :now
+    RETURNING state";
+
+/// Parked jobs whose deadline passed are exhausted (never reclaimed).
+pub(crate) const JOB_REAP_WAITING: &str = "
+    UPDATE fenceq_jobs
+    SET    state = 'exhausted', wait_until = NULL, settled_at = :now, exhausted_at = :now,
+           acknowledged_at = NULL,
+           last_error = 'wait expired: ' || coalesce(last_error, 'no reason given')
+    WHERE  id IN (SELECT id FROM fenceq_jobs
+                  WHERE  state = 'waiting' AND wait_until <= :now
+                  ORDER  BY id LIMIT :limit)
+      AND  state = 'waiting' AND wait_until <= :now";
+
+pub(crate) const JOB_PRUNE_SETTLED: &str = "
+    DELETE FROM fenceq_jobs
+    WHERE  id IN (SELECT id FROM fenceq_jobs
+                  WHERE  state IN ('completed', 'cancelled') AND settled_at <= :horizon
+                  LIMIT  :limit)";
+
+pub(crate) const JOB_PRUNE_ACKNOWLEDGED: &str = "
+    DELETE FROM fenceq_jobs
+    WHERE  id IN (SELECT id FROM fenceq_jobs
+                  WHERE  state = 'exhausted' AND acknowledged_at IS NOT NULL
+                    AND  acknowledged_at <= :horizon
+                  LIMIT  :limit)";
+
+pub(crate) const JOB_EXHAUSTIONS_PAGE: &str = "
+    SELECT id, attempt, claim_id, queue, key, payload, last_error, exhausted_at
+    FROM   fenceq_jobs
+    WHERE  state = 'exhausted' AND acknowledged_at IS NULL AND id > :after
+    ORDER  BY id
+    LIMIT  :limit";
+
+pub(crate) const JOB_UNKNOWNS_PAGE: &str = "
+    SELECT id, attempt, claim_id, queue, key, payload, last_error, settled_at
+    FROM   fenceq_jobs
+    WHERE  state = 'unknown' AND id > :after
+    ORDER  BY id
+    LIMIT  :limit";
+
+pub(crate) const JOB_GET: &str = "
+    SELECT id, queue, key, payload, state, priority, run_at, attempt, max_attempts, claim_id,
+           worker, lease_until, heartbeat_at, wait_until, last_error, created_at, settled_at,
+           exhausted_at, acknowledged_at
+    FROM   fenceq_jobs
+    WHERE  id = :id";
+
+/// Why a guarded write changed nothing: the row's current identity and state.
+pub(crate) const JOB_IDENTITY: &str = "
+    SELECT state, attempt, claim_id, lease_until FROM fenceq_jobs WHERE id = :id";
+
+pub(crate) const JOB_STATS: &str = "
+    SELECT queue, state, acknowledged_at IS NOT NULL, count(*), min(run_at),
+           sum(state = 'running' AND lease_until <= :now)
+    FROM   fenceq_jobs
+    GROUP  BY queue, state, acknowledged_at IS NOT NULL
+    ORDER  BY queue";
+
+/// Inserts a job unless its (queue, key) exists; `Ok(None)` for a duplicate.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn job_insert(
+    conn: &Connection,
+    queue: &str,
+    key: Option<&str>,
+    payload: &[u8],
+    priority: i32,
+    run_at: i64,
+    max_attempts: u32,
+    now: i64,
+) -> Result<Option<JobId>> {
+    conn.prepare_cached(JOB_INSERT)
+        .sql("JOB_INSERT")?
+        .query_row(
+            named_params! {
+                ":queue": queue, ":key": key, ":payload": payload, ":priority": priority,
+                ":run_at": run_at, ":max_attempts": max_attempts, ":now": now,
+            },
+            |row| row.get(0).map(JobId),
+        )
+        .optional()
+        .sql("JOB_INSERT")
+}
+
+pub(crate) fn job_id_by_key(conn: &Connection, queue: &str, key: &str) -> Result<Option<JobId>> {
+    conn.prepare_cached(JOB_ID_BY_KEY)
+        .sql("JOB_ID_BY_KEY")?
+        .query_row(named_params! { ":queue": queue, ":key": key }, |row| row.get(0).map(JobId))
+        .optional()
+        .sql("JOB_ID_BY_KEY")
+}
+
+/// Claims up to `limit` jobs of `queue`, each with its own fresh claim id.
+pub(crate) fn job_claim(
+    conn: &Connection,
+    queue: &str,
+    worker: &str,
+    lease_ms: i64,
+    limit: u32,
+    now: i64,
+) -> Result<Vec<Claimed>> {
+    let ids: Vec<i64> = conn
+        .prepare_cached(JOB_SELECT_CLAIMABLE)
+        .sql("JOB_SELECT_CLAIMABLE")?
+        .query_map(named_params! { ":queue": queue, ":now": now, ":limit": limit }, |row| row.get(0))
+        .sql("JOB_SELECT_CLAIMABLE")?
+        .collect::<rusqlite::Result<_>>()
+        .sql("JOB_SELECT_CLAIMABLE")?;
+    let mut claim = conn.prepare_cached(JOB_CLAIM).sql("JOB_CLAIM")?;
+    let mut claimed = Vec::with_capacity(ids.len());
+    for id in ids {
+        let claim_id = ClaimId::generate();
+        let job = claim
+            .query_row(
+                named_params! {
+                    ":id": id, ":claim_id": claim_id.0.as_bytes().as_slice(), ":worker": worker,
+                    ":now": now, ":lease_ms": lease_ms,
+                },
+                |row| {
+                    Ok(Claimed {
+                        token: ClaimToken { id: JobId(id), attempt: row.get(4)?, claim_id },
+                        queue: row.get(0)?,
+                        key: row.get(1)?,
+                        payload: row.get(2)?,
+                        priority: row.get(3)?,
+                        max_attempts: row.get(5)?,
+                        lease_until: row.get(6)?,
+                        last_error: row.get(7)?,
+                    })
+                },
+            )
+            .sql("JOB_CLAIM")?;
+        claimed.push(job);
+    }
+    Ok(claimed)
+}
+
+/// Runs a statement guarded by `owned_by_token!`; no row changed is `OwnershipLost`.
+pub(crate) fn job_write_owned(
+    conn: &Connection,
+    statement: &'static str,
+    name: &'static str,
+    token: &ClaimToken,
+    now: i64,
+    extra: &[(&str, &dyn rusqlite::ToSql)],
+) -> Result<()> {
+    let mut stmt = conn.prepare_cached(statement).sql(name)?;
+    let claim_id = token.claim_id.0.as_bytes().as_slice();
+    let mut params: Vec<(&str, &dyn rusqlite::ToSql)> =
+        vec![(":id", &token.id.0), (":attempt", &token.attempt), (":claim_id", &claim_id), (":now", &now)];
+    params.extend_from_slice(extra);
+    if stmt.execute(params.as_slice()).sql(name)? == 1 {
+        return Ok(());
+    }
+    Err(Error::OwnershipLost { token: *token, reason: lost_reason(conn, token, now)? })
+}
+
+/// Runs a statement guarded by `identified_by_token!` for a job in `state`; no row changed
+/// is `NotFound`, `StaleIdentity` or `InvalidState`.
+pub(crate) fn job_write_identified(
+    conn: &Connection,
+    statement: &'static str,
+    name: &'static str,
+    token: &ClaimToken,
+    state: JobState,
+    now: i64,
+) -> Result<()> {
+    let claim_id = token.claim_id.0.as_bytes().as_slice();
+    let changed = conn
+        .prepare_cached(statement)
+        .sql(name)?
+        .execute(named_params! {
+            ":id": token.id.0, ":attempt": token.attempt, ":claim_id": claim_id,
+            ":state": state.as_str(), ":now": now,
+        })
+        .sql(name)?;
+    if changed == 1 {
+        return Ok(());
+    }
+    Err(match job_identity(conn, token.id)? {
+        None => Error::NotFound(token.id),
+        Some(current) if !current.matches(token) => Error::StaleIdentity { token: *token },
+        Some(current) => Error::InvalidState {
+            id: token.id,
+            state: current.state,
+            operation: name,
+            expected: state.as_str(),
+        },
+    })
+}
+
+/// A row's current identity, to explain a guarded write that changed nothing.
+pub(crate) struct Identity {
+    pub state: JobState,
+    pub attempt: u32,
+    pub claim_id: Option<ClaimId>,
+    pub lease_until: Option<i64>,
+}
+
+impl Identity {
+    fn matches(&self, token: &ClaimToken) -> bool {
+        self.attempt == token.attempt && self.claim_id == Some(token.claim_id)
+    }
+}
+
+pub(crate) fn job_identity(conn: &Connection, id: JobId) -> Result<Option<Identity>> {
+    conn.prepare_cached(JOB_IDENTITY)
+        .sql("JOB_IDENTITY")?
+        .query_row(named_params! { ":id": id.0 }, |row| {
+            Ok(Identity {
+                state: parse_state(row, 0)?,
+                attempt: row.get(1)?,
+                claim_id: row.get::<_, Option<Vec<u8>>>(2)?.map(|b| ClaimId::from_blob(&b)),
+                lease_until: row.get(3)?,
+            })
+        })
+        .optional()
+        .sql("JOB_IDENTITY")
+}
+
+pub(crate) fn lost_reason(conn: &Connection, token: &ClaimToken, now: i64) -> Result<LostReason> {
+    Ok(match job_identity(conn, token.id)? {
+        None => LostReason::Missing,
+        Some(current) if !current.matches(token) => LostReason::Superseded,
+        Some(current) if current.state != JobState::Running => LostReason::NotRunning(current.state),
+        Some(current) if current.lease_until.is_some_and(|l| l <= now) => LostReason::LeaseExpired,
+        Some(_) => LostReason::Superseded,
+    })
+}
+
+/// True when `token` is the exact claim of a running job whose lease is live at `at`.
+pub(crate) fn job_owns(conn: &Connection, token: &ClaimToken, at: i64) -> Result<bool> {
+    let claim_id = token.claim_id.0.as_bytes().as_slice();
+    conn.prepare_cached(JOB_OWNS)
+        .sql("JOB_OWNS")?
+        .query_row(
+            named_params! { ":id": token.id.0, ":attempt": token.attempt, ":claim_id": claim_id, ":now": at },
+            |row| row.get::<_, i64>(0),
+        )
+        .map(|n| n == 1)
+        .sql("JOB_OWNS")
+}
+
+pub(crate) fn job_cancel(conn: &Connection, id: JobId, now: i64) -> Result<()> {
+    let changed = conn
+        .prepare_cached(JOB_CANCEL)
+        .sql("JOB_CANCEL")?
+        .execute(named_params! { ":id": id.0, ":now": now })
+        .sql("JOB_CANCEL")?;
+    expect_one(conn, changed, id, "cancel", "pending, waiting or running")
+}
+
+pub(crate) fn job_replay(conn: &Connection, id: JobId, now: i64) -> Result<()> {
+    let changed = conn
+        .prepare_cached(JOB_REPLAY)
+        .sql("JOB_REPLAY")?
+        .execute(named_params! { ":id": id.0, ":now": now })
+        .sql("JOB_REPLAY")?;
+    expect_one(conn, changed, id, "replay", "exhausted")
+}
+
+fn expect_one(conn: &Connection, changed: usize, id: JobId, operation: &'static str, expected: &'static str) -> Result<()> {
+    if changed == 1 {
+        return Ok(());
+    }
+    match job_identity(conn, id)? {
+        None => Err(Error::NotFound(id)),
+        Some(current) => Err(Error::InvalidState { id, state: current.state, operation, expected }),
+    }
+}
+
+/// One reaper batch of expired leases: (requeued, exhausted).
+pub(crate) fn job_reap_expired(conn: &Connection, now: i64, limit: u32) -> Result<(u64, u64)> {
+    let mut stmt = conn.prepare_cached(JOB_REAP_EXPIRED).sql("JOB_REAP_EXPIRED")?;
+    let states = stmt
+        .query_map(named_params! { ":now": now, ":limit": limit }, |row| row.get::<_, String>(0))
+        .sql("JOB_REAP_EXPIRED")?;
+    let (mut requeued, mut exhausted) = (0, 0);
+    for state in states {
+        if state.sql("JOB_REAP_EXPIRED")? == "pending" {
+            requeued += 1;
+        } else {
+            exhausted += 1;
+        }
+    }
+    Ok((requeued, exhausted))
+}
+
+pub(crate) fn job_reap_waiting(conn: &Connection, now: i64, limit: u32) -> Result<u64> {
+    let changed = conn
+        .prepare_cached(JOB_REAP_WAITING)
+        .sql("JOB_REAP_WAITING")?
+        .execute(named_params! { ":now": now, ":limit": limit })
+        .sql("JOB_REAP_WAITING")?;
+    Ok(changed as u64)
+}
+
+pub(crate) fn job_prune(conn: &Connection, statement: &'static str, name: &'static str, horizon: i64, limit: u32) -> Result<u64> {
+    let changed = conn
+        .prepare_cached(statement)
+        .sql(name)?
+        .execute(named_params! { ":horizon": horizon, ":limit": limit })
+        .sql(name)?;
+    Ok(changed as u64)
+}
+
+/// One page of exhaustions or unknowns (`statement` is one of the two page queries).
+pub(crate) fn job_page(
+    conn: &Connection,
+    statement: &'static str,
+    name: &'static str,
+    after: i64,
+    limit: u32,
+) -> Result<Vec<Exhaustion>> {
+    conn.prepare_cached(statement)
+        .sql(name)?
+        .query_map(named_params! { ":after": after, ":limit": limit }, |row| {
+            let claim_id: Vec<u8> = row.get(2)?;
+            Ok(Exhaustion {
+                token: ClaimToken { id: JobId(row.get(0)?), attempt: row.get(1)?, claim_id: ClaimId::from_blob(&claim_id) },
+                queue: row.get(3)?,
+                key: row.get(4)?,
+                payload: row.get(5)?,
+                reason: row.get(6)?,
+                at: row.get::<_, Option<i64>>(7)?.unwrap_or_default(),
+            })
+        })
+        .sql(name)?
+        .collect::<rusqlite::Result<_>>()
+        .sql(name)
+}
+
+pub(crate) fn job_get(conn: &Connection, id: JobId) -> Result<Option<Job>> {
+    conn.prepare_cached(JOB_GET).sql("JOB_GET")?.query_row(named_params! { ":id": id.0 }, job_from_row).optional().sql("JOB_GET")
+}
+
+fn job_from_row(row: &Row<'_>) -> rusqlite::Result<Job> {
+    Ok(Job {
+        id: JobId(row.get(0)?),
+        queue: row.get(1)?,
+        key: row.get(2)?,
+        payload: row.get(3)?,
+        state: parse_state(row, 4)?,
+        priority: row.get(5)?,
+        run_at: row.get(6)?,
+        attempt: row.get(7)?,
+        max_attempts: row.get(8)?,
+        claim_id: row.get::<_, Option<Vec<u8>>>(9)?.map(|b| ClaimId::from_blob(&b)),
+        worker: row.get(10)?,
+        lease_until: row.get(11)?,
+        heartbeat_at: row.get(12)?,
+        wait_until: row.get(13)?,
+        last_error: row.get(14)?,
+        created_at: row.get(15)?,
+        settled_at: row.get(16)?,
+        exhausted_at: row.get(17)?,
+        acknowledged_at: row.get(18)?,
+    })
+}
+
+fn parse_state(row: &Row<'_>, index: usize) -> rusqlite::Result<JobState> {
+    let text: String = row.get(index)?;
+    text.parse().map_err(|_| {
+        rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Text, format!("unknown state {text:?}").into())
+    })
+}
+
+/// Counts per queue and state.
+pub(crate) fn job_stats(conn: &Connection, now: i64) -> Result<Vec<QueueStats>> {
+    let mut stmt = conn.prepare_cached(JOB_STATS).sql("JOB_STATS")?;
+    let rows = stmt
+        .query_map(named_params! { ":now": now }, |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                parse_state(row, 1)?,
+                row.get::<_, bool>(2)?,
+                row.get::<_, i64>(3)? as u64,
+                row.get::<_, Option<i64>>(4)?,
+                row.get::<_, Option<i64>>(5)?.unwrap_or(0) as u64,
+            ))
+        })
+        .sql("JOB_STATS")?;
+    let mut out: Vec<QueueStats> = Vec::new();
+    for row in rows {
+        let (queue, state, acknowledged, count, min_run_at, expired) = row.sql("JOB_STATS")?;
+        if out.last().is_none_or(|q| q.queue != queue) {
+            out.push(QueueStats { queue: queue.clone(), ..QueueStats::default() });
+        }
+        let q = out.last_mut().expect("pushed above");
+        match state {
+            JobState::Pending => {
+                q.pending += count;
+                q.oldest_pending_run_at = min_run_at;
+            }
+            JobState::Running => {
+                q.running += count;
+                q.expired_leases += expired;
+            }
+            JobState::Waiting => q.waiting += count,
+            JobState::Completed => q.completed += count,
+            JobState::Exhausted if acknowledged => q.exhausted_acknowledged += count,
+            JobState::Exhausted => q.exhausted_unacknowledged += count,
+            JobState::Unknown => q.unknown += count,
+            JobState::Cancelled => q.cancelled += count,
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,211 @@
+//! The storage layer: the connection pool with per-connection PRAGMAs, the write-transaction
+//! helper that serializes writers in-process, and the open sequence (validate, WAL, migrate).
+
+pub(crate) mod jobs;
+pub(crate) mod migrate;
+
+use crate::clock::Clock;
+use crate::config::{Location, QueueBuilder};
+use crate::error::{Error, Result, SqlContext};
+use parking_lot::Mutex;
+use r2d2_sqlite::SqliteConnectionManager;
+use rusqlite::{limits::Limit, Connection, OpenFlags, Transaction, TransactionBehavior};
+use std::cell::Cell;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Prepared statements kept per connection (every named statement of the engine fits).
+const STATEMENT_CACHE: usize = 64;
+/// The WAL is truncated back to this size after a checkpoint, so it cannot stay large.
+const JOURNAL_SIZE_LIMIT: i64 = 64 << 20;
+
+/// Wraps r2d2_sqlite's manager so that a connection returned in the middle of a
+/// transaction is discarded instead of reused (r2d2_sqlite's own `has_broken` is always false).
+#[derive(Debug)]
+pub(crate) struct Manager(SqliteConnectionManager);
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = Connection;
+    type Error = rusqlite::Error;
+
+    fn connect(&self) -> rusqlite::Result<Connection> {
+        self.0.connect()
+    }
+
+    fn is_valid(&self, conn: &mut Connection) -> rusqlite::Result<()> {
+        conn.execute_batch("")
+    }
+
+    fn has_broken(&self, conn: &mut Connection) -> bool {
+        !conn.is_autocommit()
+    }
+}
+
+thread_local! {
+    /// Set while this thread runs a write transaction of some queue, to turn a nested write
+    /// (which would wait for itself) into `Error::NestedWrite`.
+    static IN_WRITE: Cell<bool> = const { Cell::new(false) };
+}
+
+struct WriteFlag;
+
+impl WriteFlag {
+    fn set() -> Result<WriteFlag> {
+        if IN_WRITE.with(|f| f.replace(true)) {
+            return Err(Error::NestedWrite);
+        }
+        Ok(WriteFlag)
+    }
+}
+
+impl Drop for WriteFlag {
+    fn drop(&mut self) {
+        IN_WRITE.with(|f| f.set(false));
+    }
+}
+
+/// The shared state behind every `Queue` clone.
+pub(crate) struct Store {
+    pool: r2d2::Pool<Manager>,
+    /// Serializes this process's writers, so they queue on a mutex instead of sleeping in
+    /// SQLite's busy handler (which polls and would add latency for every contended write).
+    write_lock: Mutex<()>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) settings: Settings,
+    in_memory: bool,
+}
+
+/// Limits the operations check before they touch the database.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub max_payload: usize,
+    pub max_attempts: u32,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("settings", &self.settings).field("in_memory", &self.in_memory).finish()
+    }
+}
+
+impl Store {
+    /// Opens (and creates, validates, upgrades) the database the builder names.
+    pub(crate) fn open(builder: &QueueBuilder) -> Result<Store> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let init = connection_init(builder);
+        let (manager, pool_size, in_memory) = match &builder.location {
+            Location::File(path) => {
+                create_parent(path)?;
+                prepare_file(path, flags, builder.busy_timeout)?;
+                (SqliteConnectionManager::file(path).with_flags(flags), builder.pool_size, false)
+            }
+            // Every connection of `memory()` is its own database, so an in-memory queue has
+            // exactly one connection, shared by all threads through the pool.
+            Location::Memory => (SqliteConnectionManager::memory(), 1, true),
+        };
+        let pool = r2d2::Pool::builder()
+            .max_size(pool_size)
+            .min_idle(Some(1))
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .connection_timeout(builder.busy_timeout + Duration::from_secs(25))
+            .build(Manager(manager.with_init(init)))?;
+        let store = Store {
+            pool,
+            write_lock: Mutex::new(()),
+            clock: builder.clock.clone(),
+            settings: Settings { max_payload: builder.max_payload, max_attempts: builder.max_attempts },
+            in_memory,
+        };
+        if in_memory {
+            let mut conn = store.pool.get()?;
+            migrate::migrate(&mut conn, migrate::SCHEMA_VERSION)?;
+        }
+        Ok(store)
+    }
+
+    pub(crate) fn now(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    /// A connection for reads (autocommit statements; never a deferred write).
+    pub(crate) fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        if self.in_memory && IN_WRITE.with(Cell::get) {
+            // The only connection is held by this thread's write: waiting would deadlock.
+            return Err(Error::NestedWrite);
+        }
+        let conn = self.pool.get()?;
+        f(&conn)
+    }
+
+    /// Runs `f` in a `BEGIN IMMEDIATE` transaction and commits when it returns `Ok`.
+    ///
+    /// Writers of this process queue on a mutex first. When `f` fails, the transaction is
+    /// rolled back (or was already rolled back by SQLite, which `Transaction` notices through
+    /// `is_autocommit`); `f` itself returns at the first error, so no statement ever runs
+    /// outside the transaction it belongs to.
+    pub(crate) fn write<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
+        let _flag = WriteFlag::set()?;
+        let _serialized = self.write_lock.lock();
+        let mut conn = self.pool.get()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).sql("BEGIN IMMEDIATE")?;
+        let value = f(&tx)?;
+        tx.commit().sql("COMMIT")?;
+        Ok(value)
+    }
+}
+
+/// PRAGMAs and limits for every pooled connection (they are per connection, never in a
+/// migration): busy timeout, synchronous, foreign keys, WAL size limit, page limit.
+fn connection_init(builder: &QueueBuilder) -> impl Fn(&mut Connection) -> rusqlite::Result<()> + Send + Sync + 'static {
+    let busy = builder.busy_timeout;
+    let synchronous = builder.synchronous.pragma();
+    let max_page_count = builder.max_page_count;
+    let max_length = (builder.max_payload.saturating_mul(2)).max(64 << 20).min(i32::MAX as usize) as i32;
+    move |conn: &mut Connection| {
+        conn.busy_timeout(busy)?;
+        conn.execute_batch(&format!(
+            "PRAGMA synchronous = {synchronous};
+             PRAGMA foreign_keys = ON;
+             PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT};"
+        ))?;
+        if let Some(pages) = max_page_count {
+            conn.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |_| Ok(()))?;
+        }
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        conn.set_limit(Limit::SQLITE_LIMIT_LENGTH, max_length)?;
+        Ok(())
+    }
+}
+
+fn create_parent(path: &Path) -> Result<()> {
+    if path.to_string_lossy().starts_with("file:") {
+        return Ok(());
+    }
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() && !dir.exists() => Ok(std::fs::create_dir_all(dir)?),
+        _ => Ok(()),
+    }
+}
+
+/// Validates a database file and brings it to the current schema with one connection,
+/// before any pooled connection exists: a file that is not a database, or is newer than
+/// this build, is refused before anything is written to it.
+fn prepare_file(path: &Path, flags: OpenFlags, busy_timeout: Duration) -> Result<()> {
+    let label = path.display().to_string();
+    let with_path = |e: Error| match e {
+        Error::NotADatabase { .. } => Error::NotADatabase { path: label.clone() },
+        other => other,
+    };
+    let mut conn = Connection::open_with_flags(path, flags).sql("open").map_err(with_path)?;
+    conn.busy_timeout(busy_timeout).sql("busy_timeout")?;
+    // The first read of the file: garbage fails here with NotADatabase.
+    migrate::check_not_newer(&conn).map_err(with_path)?;
+    migrate::enable_wal(&conn, busy_timeout).map_err(with_path)?;
+    migrate::migrate(&mut conn, migrate::SCHEMA_VERSION).map_err(with_path)?;
+    Ok(())
+}
