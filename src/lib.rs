@@ -19,7 +19,7 @@ pub use job::{
     Backoff, ClaimId, ClaimToken, Claimed, Cursor, Enqueued, Exhaustion, Job, JobId, JobState, NewJob, Page,
     Resolution, Retried, RetryPolicy,
 };
-pub use queue::{owns_in, Queue, MAX_BATCH, MAX_ERROR_LEN};
+pub use queue::{owns_in, schema_version_of, ListFilter, Queue, MAX_BATCH, MAX_ERROR_LEN};
 pub use report::{PruneReport, QueueStats, ReapReport, Stats};
 pub use store::migrate::SCHEMA_VERSION;
 /// The rusqlite version fenceq is built with, for closures that receive its `Transaction`.

@@ -441,10 +441,70 @@ impl Queue {
         Ok(Stats { queues: self.store.read(|conn| job_stats(conn, self.store.now()))? })
     }
 
+    /// Jobs in id order after `filter.after`, optionally of one queue and one state.
+    pub fn list(&self, filter: &ListFilter) -> Result<Vec<Job>> {
+        check_limit(filter.limit)?;
+        let after = filter.after.map_or(0, |c| c.0);
+        self.store.read(|conn| job_list(conn, filter.queue.as_deref(), filter.state, after, filter.limit))
+    }
+
+    /// What [`Queue::reap`] would change at the clock's now, without changing anything.
+    pub fn reap_preview(&self) -> Result<ReapReport> {
+        let (requeued, exhausted, waits_expired) = self.store.read(|conn| job_count_reapable(conn, self.store.now()))?;
+        Ok(ReapReport { requeued, exhausted, waits_expired })
+    }
+
+    /// What [`Queue::prune`] would delete at the clock's now, without deleting anything.
+    pub fn prune_preview(&self, retention: &Retention) -> Result<PruneReport> {
+        let horizon = self.store.now().saturating_sub(duration_ms(retention.older_than));
+        let (settled, acknowledged) = self.store.read(|conn| job_count_prunable(conn, horizon))?;
+        Ok(PruneReport { settled, acknowledged, batches: 0 })
+    }
+
+    /// The schema version of the open database (equal to [`SCHEMA_VERSION`](crate::SCHEMA_VERSION)
+    /// once open has upgraded it).
+    pub fn schema_version(&self) -> Result<i64> {
+        self.store.read(crate::store::migrate::user_version)
+    }
+
     /// One job's whole record, or `None` when no row has this id.
     pub fn job(&self, id: JobId) -> Result<Option<Job>> {
         self.store.read(|conn| job_get(conn, id))
     }
+}
+
+/// A filter for [`Queue::list`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListFilter {
+    /// Only this queue.
+    pub queue: Option<String>,
+    /// Only this state.
+    pub state: Option<JobState>,
+    /// Start after this id (`None` for the first page).
+    pub after: Option<Cursor>,
+    /// At most this many jobs. Defaults to 100.
+    pub limit: u32,
+}
+
+impl Default for ListFilter {
+    fn default() -> Self {
+        ListFilter { queue: None, state: None, after: None, limit: 100 }
+    }
+}
+
+/// The schema version of the database file at `path` (0 for a new or empty file), read
+/// without changing anything: the file is opened read-only and not upgraded.
+pub fn schema_version_of(path: impl AsRef<Path>) -> Result<i64> {
+    let path = path.as_ref();
+    if !path.exists() {
+        return Ok(0);
+    }
+    let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .map_err(|e| Error::sqlite("open read-only", e))?;
+    crate::store::migrate::user_version(&conn).map_err(|e| match e {
+        Error::NotADatabase { .. } => Error::NotADatabase { path: path.display().to_string() },
+        other => other,
+    })
 }
 
 /// True when `token` owns its job at `at`, checked inside a transaction the caller opened

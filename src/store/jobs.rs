@@ -233,6 +233,33 @@ pub(crate) const JOB_GET: &str = "
     FROM   fenceq_jobs
     WHERE  id = :id";
 
+/// Jobs in id order after `:after`, optionally of one queue and one state.
+pub(crate) const JOB_LIST: &str = "
+    SELECT id, queue, key, payload, state, priority, run_at, attempt, max_attempts, claim_id,
+           worker, lease_until, heartbeat_at, wait_until, last_error, created_at, settled_at,
+           exhausted_at, acknowledged_at
+    FROM   fenceq_jobs
+    WHERE  id > :after
+      AND  (:queue IS NULL OR queue = :queue)
+      AND  (:state IS NULL OR state = :state)
+    ORDER  BY id
+    LIMIT  :limit";
+
+/// What a reap pass would change now (for dry runs).
+pub(crate) const JOB_COUNT_REAPABLE: &str = "
+    SELECT coalesce(sum(state = 'running' AND attempt < max_attempts), 0),
+           coalesce(sum(state = 'running' AND attempt >= max_attempts), 0),
+           (SELECT count(*) FROM fenceq_jobs WHERE state = 'waiting' AND wait_until <= :now)
+    FROM   fenceq_jobs
+    WHERE  state = 'running' AND lease_until <= :now";
+
+/// What a prune pass would delete now (for dry runs).
+pub(crate) const JOB_COUNT_PRUNABLE: &str = "
+    SELECT (SELECT count(*) FROM fenceq_jobs
+            WHERE state IN ('completed', 'cancelled') AND settled_at <= :horizon),
+           (SELECT count(*) FROM fenceq_jobs
+            WHERE state = 'exhausted' AND acknowledged_at IS NOT NULL AND acknowledged_at <= :horizon)";
+
 /// Why a guarded write changed nothing: the row's current identity and state.
 pub(crate) const JOB_IDENTITY: &str = "
     SELECT state, attempt, claim_id, lease_until FROM fenceq_jobs WHERE id = :id";
@@ -519,6 +546,42 @@ pub(crate) fn job_page(
 
 pub(crate) fn job_get(conn: &Connection, id: JobId) -> Result<Option<Job>> {
     conn.prepare_cached(JOB_GET).sql("JOB_GET")?.query_row(named_params! { ":id": id.0 }, job_from_row).optional().sql("JOB_GET")
+}
+
+pub(crate) fn job_list(
+    conn: &Connection,
+    queue: Option<&str>,
+    state: Option<JobState>,
+    after: i64,
+    limit: u32,
+) -> Result<Vec<Job>> {
+    conn.prepare_cached(JOB_LIST)
+        .sql("JOB_LIST")?
+        .query_map(
+            named_params! { ":queue": queue, ":state": state.map(JobState::as_str), ":after": after, ":limit": limit },
+            job_from_row,
+        )
+        .sql("JOB_LIST")?
+        .collect::<rusqlite::Result<_>>()
+        .sql("JOB_LIST")
+}
+
+pub(crate) fn job_count_reapable(conn: &Connection, now: i64) -> Result<(u64, u64, u64)> {
+    conn.prepare_cached(JOB_COUNT_REAPABLE)
+        .sql("JOB_COUNT_REAPABLE")?
+        .query_row(named_params! { ":now": now }, |row| {
+            Ok((row.get::<_, i64>(0)? as u64, row.get::<_, i64>(1)? as u64, row.get::<_, i64>(2)? as u64))
+        })
+        .sql("JOB_COUNT_REAPABLE")
+}
+
+pub(crate) fn job_count_prunable(conn: &Connection, horizon: i64) -> Result<(u64, u64)> {
+    conn.prepare_cached(JOB_COUNT_PRUNABLE)
+        .sql("JOB_COUNT_PRUNABLE")?
+        .query_row(named_params! { ":horizon": horizon }, |row| {
+            Ok((row.get::<_, i64>(0)? as u64, row.get::<_, i64>(1)? as u64))
+        })
+        .sql("JOB_COUNT_PRUNABLE")
 }
 
 fn job_from_row(row: &Row<'_>) -> rusqlite::Result<Job> {
