@@ -21,6 +21,6 @@ pub use job::{
 };
 pub use queue::{owns_in, schema_version_of, ListFilter, Queue, MAX_BATCH, MAX_ERROR_LEN};
 pub use report::{PruneReport, QueueStats, ReapReport, Stats};
-pub use store::migrate::SCHEMA_VERSION;
 /// The rusqlite version fenceq is built with, for closures that receive its `Transaction`.
 pub use rusqlite;
+pub use store::migrate::SCHEMA_VERSION;

@@ -4,8 +4,7 @@ use crate::clock::duration_ms;
 use crate::config::{self, QueueBuilder, Retention, MAX_KEY_LEN, MAX_LEASE, MAX_NAME_LEN};
 use crate::error::{Error, Result};
 use crate::job::{
-    Backoff, ClaimToken, Claimed, Cursor, Enqueued, Exhaustion, Job, JobId, JobState, NewJob, Page, Resolution,
-    Retried,
+    Backoff, ClaimToken, Claimed, Cursor, Enqueued, Exhaustion, Job, JobId, JobState, NewJob, Page, Resolution, Retried,
 };
 use crate::report::{PruneReport, ReapReport, Stats};
 use crate::store::jobs::{self, *};
@@ -38,8 +37,11 @@ const REAP_BATCH: u32 = 1_000;
 #[derive(Clone, Debug)]
 pub struct Queue {
     store: Arc<Store>,
-    wakers: Arc<Mutex<Vec<(String, Sender<()>)>>>,
+    wakers: Arc<Mutex<Vec<Waker>>>,
 }
+
+/// A worker pool's wake-up channel for one queue.
+type Waker = (String, Sender<()>);
 
 const _: fn() = || {
     fn check<T: Clone + Send + Sync>() {}
@@ -160,7 +162,9 @@ impl Queue {
 
     fn wake(&self, queue: &str) {
         let mut wakers = self.wakers.lock();
-        wakers.retain(|(q, tx)| q != queue || !matches!(tx.try_send(()), Err(crossbeam_channel::TrySendError::Disconnected(_))));
+        wakers.retain(|(q, tx)| {
+            q != queue || !matches!(tx.try_send(()), Err(crossbeam_channel::TrySendError::Disconnected(_)))
+        });
     }
 
     // ---------------------------------------------------------------- claims
@@ -218,7 +222,11 @@ impl Queue {
     /// })?;
     /// # Ok::<(), fenceq::Error>(())
     /// ```
-    pub fn with_ownership<T>(&self, token: &ClaimToken, write: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
+    pub fn with_ownership<T>(
+        &self,
+        token: &ClaimToken,
+        write: impl FnOnce(&Transaction<'_>) -> Result<T>,
+    ) -> Result<T> {
         self.store.write(|tx| {
             let now = self.store.now();
             if !job_owns(tx, token, now)? {
@@ -272,7 +280,8 @@ impl Queue {
     /// token (see [`Queue::exhaustions`] and [`Queue::acknowledge`]).
     pub fn exhaust(&self, token: &ClaimToken, error: &str) -> Result<()> {
         let error = clip(error);
-        self.store.write(|tx| job_write_owned(tx, JOB_EXHAUST, "exhaust", token, self.store.now(), &[(":error", &error)]))
+        self.store
+            .write(|tx| job_write_owned(tx, JOB_EXHAUST, "exhaust", token, self.store.now(), &[(":error", &error)]))
     }
 
     /// Records an ambiguous outcome (the side effect may have happened): never retried or
@@ -315,7 +324,13 @@ impl Queue {
         self.store.write(|tx| job_cancel(tx, id, self.store.now()))
     }
 
-    fn write_identified(&self, statement: &'static str, name: &'static str, token: &ClaimToken, state: JobState) -> Result<()> {
+    fn write_identified(
+        &self,
+        statement: &'static str,
+        name: &'static str,
+        token: &ClaimToken,
+        state: JobState,
+    ) -> Result<()> {
         self.store.write(|tx| job_write_identified(tx, statement, name, token, state, self.store.now()))
     }
 
@@ -347,7 +362,13 @@ impl Queue {
         self.page(JOB_UNKNOWNS_PAGE, "JOB_UNKNOWNS_PAGE", cursor, limit)
     }
 
-    fn page(&self, statement: &'static str, name: &'static str, cursor: Option<Cursor>, limit: u32) -> Result<Page<Exhaustion>> {
+    fn page(
+        &self,
+        statement: &'static str,
+        name: &'static str,
+        cursor: Option<Cursor>,
+        limit: u32,
+    ) -> Result<Page<Exhaustion>> {
         check_limit(limit)?;
         let after = cursor.map_or(0, |c| c.0);
         let items = self.store.read(|conn| job_page(conn, statement, name, after, limit))?;
@@ -417,7 +438,9 @@ impl Queue {
         }
         let mut report = PruneReport::default();
         let horizon = self.store.now().saturating_sub(duration_ms(retention.older_than));
-        for (statement, name) in [(JOB_PRUNE_SETTLED, "JOB_PRUNE_SETTLED"), (JOB_PRUNE_ACKNOWLEDGED, "JOB_PRUNE_ACKNOWLEDGED")] {
+        for (statement, name) in
+            [(JOB_PRUNE_SETTLED, "JOB_PRUNE_SETTLED"), (JOB_PRUNE_ACKNOWLEDGED, "JOB_PRUNE_ACKNOWLEDGED")]
+        {
             loop {
                 let deleted = self.store.write(|tx| job_prune(tx, statement, name, horizon, retention.batch_size))?;
                 report.batches += 1;
@@ -450,7 +473,8 @@ impl Queue {
 
     /// What [`Queue::reap`] would change at the clock's now, without changing anything.
     pub fn reap_preview(&self) -> Result<ReapReport> {
-        let (requeued, exhausted, waits_expired) = self.store.read(|conn| job_count_reapable(conn, self.store.now()))?;
+        let (requeued, exhausted, waits_expired) =
+            self.store.read(|conn| job_count_reapable(conn, self.store.now()))?;
         Ok(ReapReport { requeued, exhausted, waits_expired })
     }
 

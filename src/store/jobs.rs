@@ -394,12 +394,9 @@ pub(crate) fn job_write_identified(
     Err(match job_identity(conn, token.id)? {
         None => Error::NotFound(token.id),
         Some(current) if !current.matches(token) => Error::StaleIdentity { token: *token },
-        Some(current) => Error::InvalidState {
-            id: token.id,
-            state: current.state,
-            operation: name,
-            expected: state.as_str(),
-        },
+        Some(current) => {
+            Error::InvalidState { id: token.id, state: current.state, operation: name, expected: state.as_str() }
+        }
     })
 }
 
@@ -473,7 +470,13 @@ pub(crate) fn job_replay(conn: &Connection, id: JobId, now: i64) -> Result<()> {
     expect_one(conn, changed, id, "replay", "exhausted")
 }
 
-fn expect_one(conn: &Connection, changed: usize, id: JobId, operation: &'static str, expected: &'static str) -> Result<()> {
+fn expect_one(
+    conn: &Connection,
+    changed: usize,
+    id: JobId,
+    operation: &'static str,
+    expected: &'static str,
+) -> Result<()> {
     if changed == 1 {
         return Ok(());
     }
@@ -509,7 +512,13 @@ pub(crate) fn job_reap_waiting(conn: &Connection, now: i64, limit: u32) -> Resul
     Ok(changed as u64)
 }
 
-pub(crate) fn job_prune(conn: &Connection, statement: &'static str, name: &'static str, horizon: i64, limit: u32) -> Result<u64> {
+pub(crate) fn job_prune(
+    conn: &Connection,
+    statement: &'static str,
+    name: &'static str,
+    horizon: i64,
+    limit: u32,
+) -> Result<u64> {
     let changed = conn
         .prepare_cached(statement)
         .sql(name)?
@@ -531,7 +540,11 @@ pub(crate) fn job_page(
         .query_map(named_params! { ":after": after, ":limit": limit }, |row| {
             let claim_id: Vec<u8> = row.get(2)?;
             Ok(Exhaustion {
-                token: ClaimToken { id: JobId(row.get(0)?), attempt: row.get(1)?, claim_id: ClaimId::from_blob(&claim_id) },
+                token: ClaimToken {
+                    id: JobId(row.get(0)?),
+                    attempt: row.get(1)?,
+                    claim_id: ClaimId::from_blob(&claim_id),
+                },
                 queue: row.get(3)?,
                 key: row.get(4)?,
                 payload: row.get(5)?,
@@ -545,7 +558,11 @@ pub(crate) fn job_page(
 }
 
 pub(crate) fn job_get(conn: &Connection, id: JobId) -> Result<Option<Job>> {
-    conn.prepare_cached(JOB_GET).sql("JOB_GET")?.query_row(named_params! { ":id": id.0 }, job_from_row).optional().sql("JOB_GET")
+    conn.prepare_cached(JOB_GET)
+        .sql("JOB_GET")?
+        .query_row(named_params! { ":id": id.0 }, job_from_row)
+        .optional()
+        .sql("JOB_GET")
 }
 
 pub(crate) fn job_list(
@@ -611,7 +628,11 @@ fn job_from_row(row: &Row<'_>) -> rusqlite::Result<Job> {
 fn parse_state(row: &Row<'_>, index: usize) -> rusqlite::Result<JobState> {
     let text: String = row.get(index)?;
     text.parse().map_err(|_| {
-        rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Text, format!("unknown state {text:?}").into())
+        rusqlite::Error::FromSqlConversionFailure(
+            index,
+            rusqlite::types::Type::Text,
+            format!("unknown state {text:?}").into(),
+        )
     })
 }
 

@@ -19,11 +19,7 @@ pub(crate) struct Migration {
 pub(crate) const MIGRATIONS: &[Migration] = &[
     Migration { version: 1, name: "create_jobs", sql: include_str!("../../schema/0001_create_jobs.sql") },
     Migration { version: 2, name: "add_claim_id", sql: include_str!("../../schema/0002_add_claim_id.sql") },
-    Migration {
-        version: 3,
-        name: "durable_exhaustion",
-        sql: include_str!("../../schema/0003_durable_exhaustion.sql"),
-    },
+    Migration { version: 3, name: "durable_exhaustion", sql: include_str!("../../schema/0003_durable_exhaustion.sql") },
 ];
 
 /// The schema version this build writes and understands.
@@ -66,7 +62,9 @@ pub(crate) fn enable_wal(conn: &Connection, patience: Duration) -> Result<()> {
 /// this call applied (another process may have applied the rest).
 pub(crate) fn migrate(conn: &mut Connection, target: i64) -> Result<Vec<i64>> {
     let mut applied = Vec::new();
-    for migration in MIGRATIONS.iter().filter(|m| m.version <= target) {
+    // A file that is already current needs no write lock (and may be opened read-only).
+    let current = check_not_newer(conn)?;
+    for migration in MIGRATIONS.iter().filter(|m| m.version > current && m.version <= target) {
         let mut restarts = 0;
         loop {
             match apply(conn, migration) {
@@ -98,7 +96,7 @@ enum Failure {
 fn apply(conn: &mut Connection, migration: &Migration) -> std::result::Result<bool, Failure> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(|e| Failure::Restart(Error::sqlite("BEGIN IMMEDIATE (migration)", e)))?;
+        .map_err(|e| restart_if_busy(Error::sqlite("BEGIN IMMEDIATE (migration)", e)))?;
     // Re-read under the write lock: a racing process may have applied it a moment ago.
     let version = check_not_newer(&tx).map_err(fatal)?;
     if version >= migration.version {
@@ -126,8 +124,16 @@ fn apply(conn: &mut Connection, migration: &Migration) -> std::result::Result<bo
     }
     tx.pragma_update(None, "user_version", migration.version)
         .map_err(|e| fatal(Error::sqlite("PRAGMA user_version (migration)", e)))?;
-    tx.commit().map_err(|e| Failure::Restart(Error::sqlite("COMMIT (migration)", e)))?;
+    tx.commit().map_err(|e| restart_if_busy(Error::sqlite("COMMIT (migration)", e)))?;
     Ok(true)
+}
+
+fn restart_if_busy(e: Error) -> Failure {
+    if e.is_retryable() {
+        Failure::Restart(e)
+    } else {
+        Failure::Fatal(e)
+    }
 }
 
 fn fatal(e: Error) -> Failure {
@@ -144,22 +150,17 @@ fn is_duplicate_column(e: &rusqlite::Error) -> bool {
 }
 
 fn has_column(conn: &Connection, column: &str) -> Result<bool> {
-    conn.query_row(
-        "SELECT count(*) FROM pragma_table_info('fenceq_jobs') WHERE name = ?1",
-        [column],
-        |row| row.get::<_, i64>(0),
-    )
+    conn.query_row("SELECT count(*) FROM pragma_table_info('fenceq_jobs') WHERE name = ?1", [column], |row| {
+        row.get::<_, i64>(0)
+    })
     .map(|n| n > 0)
     .sql("pragma_table_info")
 }
 
 /// The column an `ALTER TABLE … ADD COLUMN name …` statement adds.
 fn added_column(statement: &str) -> Option<&str> {
-    let words: Vec<&str> = statement
-        .lines()
-        .filter(|l| !l.trim_start().starts_with("--"))
-        .flat_map(str::split_whitespace)
-        .collect();
+    let words: Vec<&str> =
+        statement.lines().filter(|l| !l.trim_start().starts_with("--")).flat_map(str::split_whitespace).collect();
     let is_alter = words.first()?.eq_ignore_ascii_case("ALTER");
     let at = words.iter().position(|w| w.eq_ignore_ascii_case("COLUMN"))?;
     is_alter.then(|| words.get(at + 1).copied()).flatten()
@@ -202,8 +203,7 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         files.sort();
-        let listed: Vec<String> =
-            MIGRATIONS.iter().map(|m| format!("{:04}_{}.sql", m.version, m.name)).collect();
+        let listed: Vec<String> = MIGRATIONS.iter().map(|m| format!("{:04}_{}.sql", m.version, m.name)).collect();
         assert_eq!(files, listed);
         for (i, m) in MIGRATIONS.iter().enumerate() {
             assert_eq!(m.version, i as i64 + 1, "versions run 1..=n without gaps");

@@ -1,0 +1,178 @@
+//! Capability level 2, fenced identity: every token-taking call compares {id, attempt,
+//! claim_id}, so a stale or forged token never writes, whatever it shares with the current one.
+
+mod common;
+
+use common::*;
+use fenceq::{ClaimId, ClaimToken, Error, JobState, LostReason, NewJob, Resolution, Retention};
+use std::time::Duration;
+
+#[test]
+fn a_token_with_the_right_id_and_attempt_but_another_claim_id_is_rejected() {
+    let q = temp_queue();
+    q.add("x");
+    let job = q.take("w");
+    let mut other = job.token();
+    other.claim_id = forged_claim_id();
+    let before = snapshot(&q.path());
+    assert!(!q.owns(&other).unwrap());
+    for result in [
+        q.renew(&other, LEASE).map(|_| ()),
+        q.complete(&other),
+        q.exhaust(&other, "e"),
+        q.mark_unknown(&other, "e"),
+        q.park(&other, LEASE, "e"),
+        q.retry(&other, Duration::ZERO, "e").map(|_| ()),
+        q.with_ownership(&other, |_| Ok(())),
+    ] {
+        assert!(matches!(result, Err(Error::OwnershipLost { reason: LostReason::Superseded, .. })), "{result:?}");
+    }
+    assert_eq!(snapshot(&q.path()), before, "rejected calls changed nothing");
+    assert!(q.owns(&job.token()).unwrap(), "the real owner is untouched");
+}
+
+fn forged_claim_id() -> ClaimId {
+    // A claim id that no claim ever returned (claim ids are random v4 UUIDs).
+    ClaimId("00000000-0000-4000-8000-000000000000".parse().unwrap())
+}
+
+#[test]
+fn every_claim_gets_a_claim_id_never_seen_before() {
+    let q = temp_queue();
+    q.enqueue(NewJob::new("q", b"x".to_vec()).max_attempts(50)).unwrap();
+    let mut seen = std::collections::HashSet::new();
+    for attempt in 1..=50 {
+        let job = q.take("w");
+        assert_eq!(job.token.attempt, attempt);
+        assert!(seen.insert(job.token.claim_id), "claim id reused");
+        if attempt < 50 {
+            q.retry(&job.token(), Duration::ZERO, "again").unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_settle_after_reclaim_is_rejected_and_the_new_owner_settles() {
+    let q = temp_queue();
+    let id = q.add("x");
+    let old = q.take("w1");
+    q.advance(LEASE);
+    q.reap().unwrap();
+    let new = q.take("w2");
+    let before = snapshot(&q.path());
+    assert!(matches!(q.complete(&old.token()), Err(Error::OwnershipLost { .. })));
+    assert!(matches!(q.renew(&old.token(), LEASE), Err(Error::OwnershipLost { .. })));
+    assert_eq!(snapshot(&q.path()), before);
+    q.complete(&new.token()).unwrap();
+    assert_eq!(q.job(id).unwrap().unwrap().state, JobState::Completed);
+}
+
+#[test]
+fn completed_stays_completed_after_every_kind_of_late_write() {
+    let q = temp_queue();
+    let id = q.enqueue(NewJob::new("q", b"x".to_vec()).key("k")).unwrap().id();
+    let job = q.take("w");
+    q.complete(&job.token()).unwrap();
+    let before = snapshot(&q.path());
+    let t = job.token();
+    let results = [
+        q.complete(&t),
+        q.retry(&t, Duration::ZERO, "late").map(|_| ()),
+        q.exhaust(&t, "late"),
+        q.mark_unknown(&t, "late"),
+        q.park(&t, LEASE, "late"),
+        q.renew(&t, LEASE).map(|_| ()),
+        q.with_ownership(&t, |_| Ok(())),
+        q.complete_with(&t, |_| Ok(())),
+        q.resume(&t),
+        q.acknowledge(&t),
+        q.resolve(&t, Resolution::Retry),
+        q.cancel(id),
+        q.replay(id),
+    ];
+    for result in results {
+        assert!(result.is_err(), "a late write succeeded: {result:?}");
+    }
+    q.advance(LEASE * 10);
+    assert_eq!(q.reap().unwrap().total(), 0);
+    assert!(q.claim("q", "w", LEASE).unwrap().is_none());
+    assert_eq!(q.enqueue(NewJob::new("q", b"again".to_vec()).key("k")).unwrap(), fenceq::Enqueued::Duplicate(id));
+    assert_eq!(snapshot(&q.path()), before);
+    assert_eq!(q.job(id).unwrap().unwrap().state, JobState::Completed);
+}
+
+#[test]
+fn a_replay_resets_the_attempt_counter_but_the_old_token_stays_dead() {
+    let q = temp_queue();
+    let id = q.enqueue(NewJob::new("q", b"x".to_vec()).max_attempts(1)).unwrap().id();
+    let first = q.take("w");
+    q.exhaust(&first.token(), "gave up").unwrap();
+    q.replay(id).unwrap();
+    let second = q.take("w");
+    assert_eq!(second.token.attempt, first.token.attempt, "same (id, attempt) pair again");
+    assert_ne!(second.token.claim_id, first.token.claim_id);
+    let before = snapshot(&q.path());
+    assert!(matches!(q.complete(&first.token()), Err(Error::OwnershipLost { reason: LostReason::Superseded, .. })));
+    assert!(matches!(q.acknowledge(&first.token()), Err(Error::StaleIdentity { .. })));
+    assert_eq!(snapshot(&q.path()), before);
+    q.complete(&second.token()).unwrap();
+}
+
+#[test]
+fn pruning_then_re_enqueueing_the_same_key_makes_a_new_job_that_old_tokens_cannot_touch() {
+    let q = temp_queue();
+    let old_id = q.enqueue(NewJob::new("q", b"v1".to_vec()).key("update:1")).unwrap().id();
+    let old = q.take("w");
+    q.complete(&old.token()).unwrap();
+    q.advance(Duration::from_secs(8 * 24 * 3600));
+    assert_eq!(q.prune(&Retention::default()).unwrap().settled, 1);
+    let again = q.enqueue(NewJob::new("q", b"v2".to_vec()).key("update:1")).unwrap();
+    assert!(!again.is_duplicate(), "the dedup horizon ends with the row");
+    assert!(again.id() > old_id, "ids are never reused after pruning");
+    let new = q.take("w");
+    assert_eq!(new.token.attempt, 1);
+    // The old token, or one rebuilt from the new id and the old attempt number, is rejected.
+    for stale in [old.token(), ClaimToken { id: new.id(), ..old.token() }] {
+        assert!(matches!(q.complete(&stale), Err(Error::OwnershipLost { .. })));
+        assert!(!q.owns(&stale).unwrap());
+    }
+    q.complete(&new.token()).unwrap();
+}
+
+#[test]
+fn the_max_id_is_not_reused_after_it_is_pruned() {
+    let q = temp_queue();
+    q.add("a");
+    let max = q.add("b");
+    q.cancel(max).unwrap();
+    q.advance(Duration::from_secs(8 * 24 * 3600));
+    q.prune(&Retention::default()).unwrap();
+    assert!(q.job(max).unwrap().is_none());
+    assert!(q.add("c") > max);
+}
+
+#[test]
+fn tokens_of_pruned_rows_are_lost_with_reason_missing() {
+    let q = temp_queue();
+    q.add("x");
+    let job = q.take("w");
+    q.complete(&job.token()).unwrap();
+    q.advance(Duration::from_secs(8 * 24 * 3600));
+    q.prune(&Retention::default()).unwrap();
+    assert!(matches!(q.complete(&job.token()), Err(Error::OwnershipLost { reason: LostReason::Missing, .. })));
+    assert!(matches!(q.acknowledge(&job.token()), Err(Error::NotFound(_))));
+}
+
+#[test]
+fn owns_in_checks_inside_the_callers_transaction() {
+    let q = temp_queue();
+    q.add("x");
+    let job = q.take("w");
+    let mut conn = fenceq::rusqlite::Connection::open(q.path()).unwrap();
+    let tx = conn.transaction_with_behavior(fenceq::rusqlite::TransactionBehavior::Immediate).unwrap();
+    assert!(fenceq::owns_in(&tx, &job.token(), T0).unwrap());
+    assert!(!fenceq::owns_in(&tx, &job.token(), T0 + 30_000).unwrap(), "expired at the lease's end");
+    let mut other = job.token();
+    other.attempt += 1;
+    assert!(!fenceq::owns_in(&tx, &other, T0).unwrap());
+}
