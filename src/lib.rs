@@ -5,9 +5,11 @@ mod clock;
 mod config;
 mod error;
 mod job;
+mod maintenance;
 mod queue;
 mod report;
 mod store;
+mod worker;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{
@@ -19,8 +21,13 @@ pub use job::{
     Backoff, ClaimId, ClaimToken, Claimed, Cursor, Enqueued, Exhaustion, Job, JobId, JobState, NewJob, Page,
     Resolution, Retried, RetryPolicy,
 };
+pub use maintenance::{Maintenance, MaintenanceConfig, MaintenanceReport, DEFAULT_PRUNE_EVERY, DEFAULT_REAP_EVERY};
 pub use queue::{owns_in, schema_version_of, ListFilter, Queue, MAX_BATCH, MAX_ERROR_LEN};
 pub use report::{PruneReport, QueueStats, ReapReport, Stats};
 /// The rusqlite version fenceq is built with, for closures that receive its `Transaction`.
 pub use rusqlite;
 pub use store::migrate::SCHEMA_VERSION;
+pub use worker::{
+    Attempt, Outcome, PoolCounters, ShutdownReport, WorkerPool, WorkerPoolBuilder, DEFAULT_POLL_INTERVAL,
+    DEFAULT_POOL_LEASE, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WORKERS,
+};

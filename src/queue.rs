@@ -72,6 +72,10 @@ impl Queue {
         Ok(Queue { store: Arc::new(Store::open(&builder)?), wakers: Arc::default() })
     }
 
+    pub(crate) fn clock(&self) -> Arc<dyn crate::clock::Clock> {
+        self.store.clock.clone()
+    }
+
     /// The clock's now, in ms since the epoch.
     pub fn now_ms(&self) -> i64 {
         self.store.now()
@@ -196,6 +200,26 @@ impl Queue {
             let now = self.store.now();
             job_write_owned(tx, JOB_RENEW, "renew", token, now, &[(":lease_ms", &lease_ms)])?;
             Ok(now + lease_ms)
+        })
+    }
+
+    /// Renews many leases in one transaction (a worker pool's heartbeat round): one result
+    /// per token, in order. A token that lost its job gets `OwnershipLost` without failing
+    /// the others.
+    pub fn renew_all(&self, tokens: &[ClaimToken], lease: Duration) -> Result<Vec<Result<i64>>> {
+        let lease_ms = check_lease(lease)?;
+        self.store.write(|tx| {
+            let now = self.store.now();
+            let mut results = Vec::with_capacity(tokens.len());
+            for token in tokens {
+                match job_write_owned(tx, JOB_RENEW, "renew", token, now, &[(":lease_ms", &lease_ms)]) {
+                    Ok(()) => results.push(Ok(now + lease_ms)),
+                    // Only a guarded miss is per-token; anything else aborts the round.
+                    Err(e @ Error::OwnershipLost { .. }) => results.push(Err(e)),
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(results)
         })
     }
 

@@ -1,0 +1,115 @@
+//! What a handler sees (`Attempt`) and what it returns (`Outcome`).
+
+use crate::clock::Clock;
+use crate::error::Result;
+use crate::job::{ClaimToken, Claimed};
+use crate::queue::Queue;
+use rusqlite::Transaction;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What a handler decided about its attempt. The pool settles it with the attempt's exact
+/// token; a settle rejected as stale is counted and logged, never retried blindly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Done: the job is completed.
+    Complete,
+    /// Try again later: after `after`, or after the pool's retry policy when `None`. When no
+    /// attempts are left the job is exhausted instead.
+    Retry {
+        /// The delay, or `None` for the pool's exponential backoff with jitter.
+        after: Option<Duration>,
+        /// What went wrong (stored as the job's last error).
+        error: String,
+    },
+    /// Give up now: a durable exhaustion that must be acknowledged.
+    Exhaust(String),
+    /// The side effect may or may not have happened (a timeout after sending): the job
+    /// becomes `unknown` and is never retried automatically. The text is the evidence.
+    Unknown(String),
+    /// Wait (for an approval, say) for at most `until`; resume with the attempt's token.
+    Park {
+        /// The longest wait before the reaper exhausts the job.
+        until: Duration,
+        /// Why it waits.
+        reason: String,
+    },
+}
+
+impl Outcome {
+    /// A retry under the pool's backoff policy.
+    pub fn retry(error: impl Into<String>) -> Self {
+        Outcome::Retry { after: None, error: error.into() }
+    }
+
+    /// A retry after exactly `after`.
+    pub fn retry_after(after: Duration, error: impl Into<String>) -> Self {
+        Outcome::Retry { after: Some(after), error: error.into() }
+    }
+}
+
+/// Ownership state shared between an attempt and the pool's heartbeat.
+#[derive(Debug)]
+pub(crate) struct Lease {
+    /// The end of the last lease the database confirmed (claim or renewal).
+    pub until: AtomicI64,
+    /// Set when a renewal was rejected.
+    pub lost: AtomicBool,
+}
+
+/// One claimed attempt, as a handler sees it.
+///
+/// `owner_lost()` is advisory: it turns true when a renewal failed or when the last lease
+/// the database confirmed has run out. The authority is the database check inside
+/// [`Attempt::with_ownership`] (and the settle itself).
+#[derive(Debug)]
+pub struct Attempt {
+    pub(crate) claimed: Claimed,
+    pub(crate) lease: Arc<Lease>,
+    pub(crate) queue: Queue,
+    pub(crate) clock: Arc<dyn Clock>,
+}
+
+impl Attempt {
+    /// The job's payload.
+    pub fn payload(&self) -> &[u8] {
+        &self.claimed.payload
+    }
+
+    /// The job's idempotency key.
+    pub fn key(&self) -> Option<&str> {
+        self.claimed.key.as_deref()
+    }
+
+    /// The attempt's token (persist it to resume a parked job later).
+    pub fn token(&self) -> ClaimToken {
+        self.claimed.token
+    }
+
+    /// Which attempt this is (1 for the first).
+    pub fn attempt(&self) -> u32 {
+        self.claimed.token.attempt
+    }
+
+    /// The whole claimed job (queue, priority, budget, previous error).
+    pub fn job(&self) -> &Claimed {
+        &self.claimed
+    }
+
+    /// True once a renewal failed or the last confirmed lease ran out: stop working and
+    /// return. Advisory only; see [`Attempt::with_ownership`].
+    pub fn owner_lost(&self) -> bool {
+        self.lease.lost.load(Ordering::SeqCst) || self.clock.now_ms() >= self.lease.until.load(Ordering::SeqCst)
+    }
+
+    /// Runs a domain write that commits only while this attempt still owns the job (see
+    /// [`Queue::with_ownership`]). On `OwnershipLost`, `owner_lost()` turns true as well.
+    pub fn with_ownership<T>(&self, write: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
+        let result = self.queue.with_ownership(&self.claimed.token, write);
+        if matches!(result, Err(crate::Error::OwnershipLost { .. })) {
+            self.lease.lost.store(true, Ordering::SeqCst);
+        }
+        result
+    }
+}

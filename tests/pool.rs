@@ -1,0 +1,310 @@
+//! The worker pool: every job settled exactly once, the fence rejects a stalled handler's late
+//! write, panics are retried, the heartbeat keeps leases alive, shutdown loses nothing.
+//! Waits are on channels with generous bounds (hang guards), never on sleeps.
+
+mod common;
+
+use common::*;
+use crossbeam_channel::{bounded, unbounded, Receiver};
+use fenceq::{JobState, NewJob, Outcome, RetryPolicy, WorkerPool};
+use std::collections::HashSet;
+use std::time::Duration;
+
+const HANG_GUARD: Duration = Duration::from_secs(60);
+
+fn recv<T>(rx: &Receiver<T>, what: &str) -> T {
+    rx.recv_timeout(HANG_GUARD).unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+}
+
+/// Polls `condition` between bounded waits on `tick` (the pool's own signals), at most ~60 s.
+fn eventually(mut condition: impl FnMut() -> bool, what: &str) {
+    for _ in 0..6000 {
+        if condition() {
+            return;
+        }
+        std::thread::yield_now();
+        let _ = crossbeam_channel::after(Duration::from_millis(10)).recv();
+    }
+    panic!("never happened: {what}");
+}
+
+const NO_RETRY_DELAY: RetryPolicy = RetryPolicy { base: Duration::ZERO, max: Duration::ZERO, jitter: 0.0 };
+
+#[test]
+fn every_job_is_settled_exactly_once_with_many_workers() {
+    const JOBS: usize = 2000;
+    let q = temp_queue_with(|b| b.pool_size(8));
+    q.enqueue_batch((0..JOBS).map(|i| NewJob::new("q", format!("{i}").into_bytes()))).unwrap();
+    let (tx, rx) = unbounded();
+    let pool = WorkerPool::builder(q.queue.clone(), "q")
+        .workers(8)
+        .handler(move |a| {
+            tx.send(a.token().id).unwrap();
+            Outcome::Complete
+        })
+        .start()
+        .unwrap();
+    let mut seen = HashSet::new();
+    for _ in 0..JOBS {
+        assert!(seen.insert(recv(&rx, "a handler call")), "a job was handed out twice");
+    }
+    let report = pool.shutdown(HANG_GUARD).unwrap();
+    assert!(report.still_running.is_empty());
+    assert_eq!(report.counters.claimed, JOBS as u64);
+    assert_eq!(report.counters.completed, JOBS as u64);
+    assert_eq!(report.counters.stale_settles_rejected, 0);
+    assert_eq!(raw_count(&q.path(), "completed"), JOBS as i64);
+    assert!(rx.try_recv().is_err(), "no job ran twice");
+}
+
+#[test]
+fn a_handler_that_outlives_its_lease_is_fenced_off_while_the_reclaiming_attempt_commits() {
+    let q = temp_queue();
+    fenceq::rusqlite::Connection::open(q.path())
+        .unwrap()
+        .execute_batch("CREATE TABLE replies (attempt INTEGER)")
+        .unwrap();
+    let id = q.add("slow");
+    let (started_tx, started) = bounded(1);
+    let (release, released) = bounded::<()>(1);
+    let (result_tx, result) = bounded(1);
+    let pool = WorkerPool::builder(q.queue.clone(), "q")
+        .workers(1)
+        .lease(Duration::from_secs(7200))
+        .renew_every(Duration::from_secs(3600)) // no heartbeat during the test: the lease runs out
+        .handler(move |a| {
+            started_tx.send(a.owner_lost()).unwrap();
+            released.recv().unwrap(); // a stall: GC pause, swap, a slow API
+            let attempt = a.attempt();
+            let write = a.with_ownership(|tx| {
+                tx.execute("INSERT INTO replies VALUES (?1)", [attempt])?;
+                Ok(())
+            });
+            result_tx.send((a.owner_lost(), write.map_err(|e| e.to_string()))).unwrap();
+            Outcome::Complete
+        })
+        .start()
+        .unwrap();
+    assert!(!recv(&started, "the handler to start"), "a fresh claim owns its job");
+    q.advance(Duration::from_secs(7200));
+    let reclaim = q.claim("q", "rescuer", LEASE).unwrap().expect("the expired lease is reclaimable");
+    q.complete_with(&reclaim.token(), |tx| {
+        tx.execute("INSERT INTO replies VALUES (?1)", [reclaim.token.attempt])?;
+        Ok(())
+    })
+    .unwrap();
+    release.send(()).unwrap();
+    let (lost, write) = recv(&result, "the stalled handler's write");
+    assert!(lost, "owner_lost() turned true");
+    assert!(write.unwrap_err().contains("no longer owned"));
+    let report = pool.shutdown(HANG_GUARD).unwrap();
+    assert_eq!(report.counters.stale_settles_rejected, 1, "the late settle was rejected");
+    assert_eq!(report.counters.completed, 0);
+    let conn = fenceq::rusqlite::Connection::open(q.path()).unwrap();
+    let attempts: Vec<i64> = conn
+        .prepare("SELECT attempt FROM replies")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(attempts, vec![2], "only the reclaiming attempt wrote");
+    assert_eq!(q.job(id).unwrap().unwrap().state, JobState::Completed);
+}
+
+#[test]
+fn the_heartbeat_keeps_a_long_attempt_owned() {
+    let q = temp_queue();
+    let id = q.add("long");
+    let (started_tx, started) = bounded(1);
+    let (release, released) = bounded::<()>(1);
+    let (lost_tx, lost) = bounded(1);
+    let pool = WorkerPool::builder(q.queue.clone(), "q")
+        .workers(1)
+        .lease(Duration::from_secs(30))
+        .renew_every(Duration::from_millis(5))
+        .handler(move |a| {
+            started_tx.send(()).unwrap();
+            released.recv().unwrap();
+            lost_tx.send(a.owner_lost()).unwrap();
+            Outcome::Complete
+        })
+        .start()
+        .unwrap();
+    recv(&started, "the handler to start");
+    for step in 1..=3 {
+        q.advance(Duration::from_secs(20));
+        let now = q.now_ms();
+        // A heartbeat round at this (manual) instant sets the lease to exactly now + 30 s.
+        eventually(|| q.job(id).unwrap().unwrap().lease_until == Some(now + 30_000), "a renewal after the clock moved");
+        assert!(q.claim("q", "thief", LEASE).unwrap().is_none(), "step {step}: the renewed lease is live");
+    }
+    release.send(()).unwrap();
+    assert!(!recv(&lost, "the handler's check"), "60 s into a 30 s lease, still the owner");
+    let report = pool.shutdown(HANG_GUARD).unwrap();
+    assert_eq!((report.counters.completed, report.counters.renewals_failed), (1, 0));
+}
+
+#[test]
+fn a_panicking_handler_is_retried_with_the_panic_message() {
+    let q = temp_queue();
+    let id = q.add("x");
+    let (done_tx, done) = bounded(1);
+    let pool = WorkerPool::builder(q.queue.clone(), "q")
+        .retry_policy(NO_RETRY_DELAY)
+        .handler(move |a| {
+            if a.attempt() == 1 {
+                panic!("boom at attempt one");
+            }
+            done_tx.send(a.job().last_error.clone()).unwrap();
+            Outcome::Complete
+        })
+        .start()
+        .unwrap();
+    let last_error = recv(&done, "the second attempt");
+    assert_eq!(last_error.as_deref(), Some("handler panicked: boom at attempt one"));
+    let report = pool.shutdown(HANG_GUARD).unwrap();
+    assert_eq!((report.counters.panicked, report.counters.completed), (1, 1));
+    assert_eq!(q.job(id).unwrap().unwrap().state, JobState::Completed);
+}
+
+#[test]
+fn outcomes_settle_as_the_handler_says() {
+    let q = temp_queue();
+    for payload in ["complete", "exhaust", "unknown", "park", "retry"] {
+        q.enqueue(NewJob::new("q", payload.as_bytes().to_vec()).key(payload).max_attempts(1)).unwrap();
+    }
+    let (tx, rx) = unbounded();
+    let pool = WorkerPool::builder(q.queue.clone(), "q")
+        .handler(move |a| {
+            tx.send(()).unwrap();
+            match a.payload() {
+                b"complete" => Outcome::Complete,
+                b"exhaust" => Outcome::Exhaust("bad request".into()),
+                b"unknown" => Outcome::Unknown("timeout after send".into()),
+                b"park" => Outcome::Park { until: Duration::from_secs(60), reason: "approval".into() },
+                _ => Outcome::retry_after(Duration::from_secs(1), "flaky"),
+            }
+        })
+        .start()
+        .unwrap();
+    for _ in 0..5 {
+        recv(&rx, "a handler call");
+    }
+    let c = pool.shutdown(HANG_GUARD).unwrap().counters;
+    assert_eq!((c.completed, c.exhausted, c.unknown, c.parked, c.retried), (1, 2, 1, 1, 0));
+    let stats = q.stats().unwrap().queue("q");
+    assert_eq!((stats.completed, stats.exhausted_unacknowledged, stats.unknown, stats.waiting), (1, 2, 1, 1));
+}
+
+#[test]
+fn an_enqueue_through_the_same_queue_wakes_an_idle_pool_at_once() {
+    let q = temp_queue();
+    let (tx, rx) = bounded(1);
+    let pool = WorkerPool::builder(q.queue.clone(), "q")
+        .poll_interval(Duration::from_secs(3600)) // polling alone would not find it in time
+        .handler(move |a| {
+            tx.send(a.payload().to_vec()).unwrap();
+            Outcome::Complete
+        })
+        .start()
+        .unwrap();
+    // Let the dispatcher make its first (empty) claim and go idle.
+    eventually(|| q.stats().is_ok(), "the queue answers");
+    q.add("wake up");
+    assert_eq!(recv(&rx, "the woken pool"), b"wake up");
+    pool.shutdown(HANG_GUARD).unwrap();
+}
+
+#[test]
+fn shutdown_with_an_attempt_in_flight_loses_nothing() {
+    let q = temp_queue();
+    let id = q.add("stuck");
+    let (started_tx, started) = bounded(1);
+    let (release, released) = bounded::<()>(1);
+    let pool = WorkerPool::builder(q.queue.clone(), "q")
+        .workers(2)
+        .lease(Duration::from_secs(7200))
+        .renew_every(Duration::from_secs(3600))
+        .handler(move |_| {
+            started_tx.send(()).unwrap();
+            let _ = released.recv();
+            Outcome::Complete
+        })
+        .start()
+        .unwrap();
+    recv(&started, "the handler to start");
+    let report = pool.shutdown(Duration::from_millis(50)).unwrap();
+    assert_eq!(report.still_running, vec![id], "reported as left running");
+    assert_eq!(q.job(id).unwrap().unwrap().state, JobState::Running);
+    // Its lease is no longer renewed: once it runs out the job is reclaimable.
+    q.advance(Duration::from_secs(7200));
+    let again = q.take("next-process");
+    assert_eq!(again.id(), id);
+    release.send(()).unwrap();
+    q.complete(&again.token()).unwrap();
+}
+
+#[test]
+fn shutdown_waits_for_in_flight_attempts_to_finish() {
+    let q = temp_queue();
+    let id = q.add("finishing");
+    let (started_tx, started) = bounded(1);
+    let (release, released) = bounded::<()>(1);
+    let pool = WorkerPool::builder(q.queue.clone(), "q")
+        .handler(move |_| {
+            started_tx.send(()).unwrap();
+            released.recv().unwrap();
+            Outcome::Complete
+        })
+        .start()
+        .unwrap();
+    recv(&started, "the handler to start");
+    let shutdown = std::thread::spawn(move || pool.shutdown(HANG_GUARD).unwrap());
+    release.send(()).unwrap();
+    let report = shutdown.join().unwrap();
+    assert!(report.still_running.is_empty());
+    assert_eq!(report.counters.completed, 1);
+    assert_eq!(q.job(id).unwrap().unwrap().state, JobState::Completed);
+}
+
+#[test]
+fn several_pools_share_one_queue_handle() {
+    let q = temp_queue();
+    q.enqueue(NewJob::new("mail", b"m".to_vec())).unwrap();
+    q.enqueue(NewJob::new("sms", b"s".to_vec())).unwrap();
+    let (tx, rx) = unbounded();
+    let pools: Vec<WorkerPool> = ["mail", "sms"]
+        .into_iter()
+        .map(|name| {
+            let tx = tx.clone();
+            WorkerPool::builder(q.queue.clone(), name)
+                .handler(move |a| {
+                    tx.send((a.job().queue.clone(), a.payload().to_vec())).unwrap();
+                    Outcome::Complete
+                })
+                .start()
+                .unwrap()
+        })
+        .collect();
+    let mut got = vec![recv(&rx, "one job"), recv(&rx, "the other")];
+    got.sort();
+    assert_eq!(got, vec![("mail".to_string(), b"m".to_vec()), ("sms".to_string(), b"s".to_vec())]);
+    drop(pools); // dropping shuts them down
+    assert_eq!(raw_count(&q.path(), "completed"), 2);
+}
+
+#[test]
+fn a_pool_without_a_handler_or_with_bad_settings_does_not_start() {
+    let q = temp_queue();
+    assert!(WorkerPool::builder(q.queue.clone(), "q").start().is_err());
+    let handler = |_: &mut fenceq::Attempt| Outcome::Complete;
+    assert!(WorkerPool::builder(q.queue.clone(), "q").workers(0).handler(handler).start().is_err());
+    assert!(WorkerPool::builder(q.queue.clone(), "q")
+        .lease(Duration::from_secs(10))
+        .renew_every(Duration::from_secs(10))
+        .handler(handler)
+        .start()
+        .is_err());
+    assert!(WorkerPool::builder(q.queue.clone(), "").handler(handler).start().is_err());
+}
