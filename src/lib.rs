@@ -3,6 +3,9 @@
 
 mod clock;
 mod config;
+#[cfg(feature = "cli")]
+#[doc(hidden)]
+pub mod demo;
 mod error;
 mod job;
 mod maintenance;

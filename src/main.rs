@@ -1,1 +1,28 @@
-fn main(){}
+//! `fenceq`: the operator command line of the fenceq work queue.
+//!
+//! It inspects a queue database (`stats`, `list`, `show`, `exhausted`, `unknown`), adds jobs
+//! (`enqueue`), handles dead letters and ambiguous outcomes (`ack`, `replay`, `resolve`),
+//! cancels jobs, and runs maintenance (`reap`, `prune`, `migrate`). Run `fenceq --help` for
+//! the commands and `fenceq COMMAND --help` for their options.
+//!
+//! Exit codes: 0 success, 1 error (one line on stderr: `error: ` and the error's chain of
+//! causes joined by ": "), 2 usage error (from clap).
+
+mod cli;
+
+use clap::Parser;
+use std::io::Write;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args = cli::Cli::parse();
+    match cli::run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`fenceq list | head`): nothing left to tell anyone.
+        Err(error) if cli::is_broken_pipe(error.as_ref()) => ExitCode::SUCCESS,
+        Err(error) => {
+            let _ = writeln!(std::io::stderr(), "error: {}", cli::error_line(error.as_ref()));
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -515,6 +515,13 @@ impl Queue {
         self.store.read(crate::store::migrate::user_version)
     }
 
+    /// Runs `f` on one of the queue's pooled connections: for the application's own reads
+    /// and schema (domain tables beside the queue). Writes made here do not take the
+    /// queue's in-process write lock; prefer [`Queue::with_ownership`] for domain writes.
+    pub fn with_connection<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        self.store.read(f)
+    }
+
     /// One job's whole record, or `None` when no row has this id.
     pub fn job(&self, id: JobId) -> Result<Option<Job>> {
         self.store.read(|conn| job_get(conn, id))

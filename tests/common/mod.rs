@@ -66,9 +66,12 @@ pub fn raw_count(path: &std::path::Path, state: &str) -> i64 {
     conn.query_row("SELECT count(*) FROM fenceq_jobs WHERE state = ?1", [state], |r| r.get(0)).unwrap()
 }
 
+/// One row's (id, state, attempt, claim_id, lease_until, last_error).
+pub type RowSnapshot = (i64, String, i64, Option<Vec<u8>>, Option<i64>, Option<String>);
+
 /// A snapshot of every row (id, state, attempt, claim_id, lease_until, last_error), to assert
 /// that a rejected call changed nothing.
-pub fn snapshot(path: &std::path::Path) -> Vec<(i64, String, i64, Option<Vec<u8>>, Option<i64>, Option<String>)> {
+pub fn snapshot(path: &std::path::Path) -> Vec<RowSnapshot> {
     let conn = fenceq::rusqlite::Connection::open(path).unwrap();
     let mut stmt = conn
         .prepare("SELECT id, state, attempt, claim_id, lease_until, last_error FROM fenceq_jobs ORDER BY id")

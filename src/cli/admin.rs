@@ -1,0 +1,438 @@
+//! Commands that change single jobs or a queue's dead letters: `enqueue`, `ack`, `replay`,
+//! `resolve`, `cancel`. Each takes `--dry-run` and `--expect N` (see [`ChangeOpts`]).
+
+use super::inspect::collect_pages;
+use super::{fail, load_job, plural, ChangeOpts, CliResult, Context, Failure, ResultExt};
+use clap::builder::PossibleValuesParser;
+use clap::{Args, ValueEnum};
+use fenceq::rusqlite::{Connection, TransactionBehavior};
+use fenceq::{Enqueued, Error, JobId, JobState, NewJob, Queue, Resolution};
+use serde_json::json;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+// ------------------------------------------------------------------------------- enqueue
+
+/// Where `enqueue` takes the payload from: exactly one of these.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub struct PayloadSource {
+    /// The payload, as text.
+    #[arg(long, value_name = "TEXT")]
+    pub payload: Option<String>,
+
+    /// Read the payload (any bytes) from this file; `-` reads standard input.
+    #[arg(long, value_name = "FILE")]
+    pub payload_file: Option<PathBuf>,
+
+    /// `-` reads the payload (any bytes) from standard input.
+    #[arg(value_name = "-", value_parser = PossibleValuesParser::new(["-"]), hide_possible_values = true)]
+    pub stdin: Option<String>,
+}
+
+impl PayloadSource {
+    fn read(&self) -> CliResult<Vec<u8>> {
+        match (&self.payload, &self.payload_file) {
+            (Some(text), _) => Ok(text.clone().into_bytes()),
+            (None, Some(path)) if path != Path::new("-") => {
+                std::fs::read(path).context(|| format!("cannot read payload file {}", path.display()))
+            }
+            _ => {
+                let mut bytes = Vec::new();
+                std::io::stdin()
+                    .lock()
+                    .read_to_end(&mut bytes)
+                    .context(|| "cannot read the payload from stdin".into())?;
+                Ok(bytes)
+            }
+        }
+    }
+}
+
+/// Arguments of `enqueue`.
+#[derive(Debug, Args)]
+pub struct EnqueueArgs {
+    /// The queue to add the job to.
+    #[arg(long, value_name = "QUEUE")]
+    pub queue: String,
+
+    /// The idempotency key: when the queue already has a job with this key, that job's id is
+    /// printed as a duplicate and nothing changes.
+    #[arg(long, value_name = "KEY")]
+    pub key: Option<String>,
+
+    #[command(flatten)]
+    pub payload: PayloadSource,
+
+    /// Higher priorities are claimed first.
+    #[arg(long, value_name = "N", default_value_t = 0, allow_negative_numbers = true)]
+    pub priority: i32,
+
+    /// Not claimable before this many seconds from now.
+    #[arg(long, value_name = "SECS", default_value_t = 0)]
+    pub delay_secs: u64,
+
+    /// Claims allowed before the job is exhausted (default: 5).
+    #[arg(long, value_name = "N")]
+    pub max_attempts: Option<u32>,
+
+    #[command(flatten)]
+    pub change: ChangeOpts,
+}
+
+impl EnqueueArgs {
+    /// Adds the job, or reports the existing one with the same key.
+    pub fn run(self, ctx: &mut Context) -> CliResult<()> {
+        let mut job = NewJob::new(self.queue.clone(), self.payload.read()?)
+            .priority(self.priority)
+            .delay(Duration::from_secs(self.delay_secs));
+        if let Some(key) = &self.key {
+            job = job.key(key.clone());
+        }
+        if let Some(attempts) = self.max_attempts {
+            job = job.max_attempts(attempts);
+        }
+        ctx.check_not_dir()?;
+        let fresh = !ctx.db.exists() || fenceq::schema_version_of(&ctx.db)? == 0;
+        if fresh && (self.change.dry_run || self.change.expect.is_some_and(|n| n != 1)) {
+            // No queue yet, so the job would be new. Validate it against a throwaway queue
+            // with the same limits instead of creating the file for a preview.
+            Queue::open_in_memory()?.enqueue(job)?;
+            self.change.check(1)?;
+            return self.report(ctx, None);
+        }
+        let queue = ctx.open_or_create()?;
+        // The enqueue runs in a transaction of our own, so that a dry run or an --expect
+        // mismatch can roll it back after learning whether the job would be new.
+        let mut conn = Connection::open(&ctx.db).context(|| format!("cannot open {}", ctx.db.display()))?;
+        conn.busy_timeout(fenceq::DEFAULT_BUSY_TIMEOUT)?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let enqueued = queue.enqueue_tx(&tx, job)?;
+        self.change.check(u64::from(!enqueued.is_duplicate()))?;
+        if self.change.dry_run {
+            tx.rollback()?;
+        } else {
+            tx.commit()?;
+        }
+        self.report(ctx, Some(enqueued))
+    }
+
+    fn report(&self, ctx: &mut Context, enqueued: Option<Enqueued>) -> CliResult<()> {
+        let dry = self.change.dry_run;
+        let duplicate = enqueued.is_some_and(Enqueued::is_duplicate);
+        let would_change = u64::from(!duplicate);
+        // A dry run's new id was rolled back; it would not necessarily be the id given later.
+        let id = enqueued.filter(|e| !dry || e.is_duplicate()).map(|e| e.id().0);
+        if ctx.json() {
+            return Ok(ctx.out.document(&json!({
+                "command": "enqueue",
+                "dry_run": dry,
+                "queue": self.queue,
+                "key": self.key,
+                "id": id,
+                "duplicate": duplicate,
+                "would_change": would_change,
+                "changed": if dry { 0 } else { would_change },
+            }))?);
+        }
+        let key = self.key.as_deref().unwrap_or_default();
+        let line = match (dry, enqueued) {
+            (_, Some(Enqueued::Duplicate(id))) => {
+                let prefix = if dry { "dry run: " } else { "" };
+                format!("{prefix}duplicate: job {id} in queue {} already has key {key:?}; nothing changed", self.queue)
+            }
+            (false, Some(Enqueued::New(id))) => format!("new: enqueued job {id} in queue {}", self.queue),
+            _ => format!("dry run: would enqueue a new job in queue {}; nothing was changed", self.queue),
+        };
+        Ok(ctx.out.line(line)?)
+    }
+}
+
+// ------------------------------------------------------------------------------- ack
+
+/// Arguments of `ack`.
+#[derive(Debug, Args)]
+pub struct AckArgs {
+    /// The exhausted job to acknowledge.
+    #[arg(
+        value_name = "ID",
+        required_unless_present = "all",
+        conflicts_with = "all",
+        value_parser = clap::value_parser!(i64).range(1..)
+    )]
+    pub id: Option<i64>,
+
+    /// Acknowledge every unacknowledged exhaustion of --queue.
+    ///
+    /// Each is acknowledged with the exact token of its entry in the exhaustion pages; one
+    /// that changed since it was listed (replayed, re-exhausted) is skipped and reported.
+    #[arg(long, requires = "queue")]
+    pub all: bool,
+
+    /// The queue whose exhaustions --all acknowledges.
+    #[arg(long, value_name = "QUEUE", requires = "all")]
+    pub queue: Option<String>,
+
+    #[command(flatten)]
+    pub change: ChangeOpts,
+}
+
+impl AckArgs {
+    /// Acknowledges one exhaustion or a queue's exhaustions.
+    pub fn run(self, ctx: &mut Context) -> CliResult<()> {
+        let queue = ctx.open_existing()?;
+        match (self.id, &self.queue) {
+            (Some(id), _) => self.ack_one(ctx, &queue, id),
+            (None, Some(name)) => self.ack_all(ctx, &queue, name),
+            (None, None) => Err(fail("give a job id, or --all --queue QUEUE")),
+        }
+    }
+
+    fn ack_one(&self, ctx: &mut Context, queue: &Queue, id: i64) -> CliResult<()> {
+        let job = load_job(queue, id)?;
+        if job.state != JobState::Exhausted {
+            return Err(fail(format!("job {id} is {}; ack needs an exhausted job", job.state)));
+        }
+        let token = job.token().ok_or_else(|| fail(format!("job {id} has no claim to acknowledge")))?;
+        let would_change = u64::from(job.acknowledged_at.is_none());
+        self.change.check(would_change)?;
+        let dry = self.change.dry_run;
+        if !dry && would_change == 1 {
+            queue.acknowledge(&token)?;
+        }
+        if ctx.json() {
+            return Ok(ctx.out.document(&json!({
+                "command": "ack",
+                "dry_run": dry,
+                "ids": [id],
+                "skipped": [],
+                "would_change": would_change,
+                "changed": if dry { 0 } else { would_change },
+            }))?);
+        }
+        let line = match (would_change, dry) {
+            (0, _) => format!("job {id} was already acknowledged; nothing to do"),
+            (_, true) => format!("dry run: would acknowledge job {id} (queue {}); nothing was changed", job.queue),
+            (_, false) => format!("acknowledged job {id} (queue {})", job.queue),
+        };
+        Ok(ctx.out.line(line)?)
+    }
+
+    fn ack_all(&self, ctx: &mut Context, queue: &Queue, name: &str) -> CliResult<()> {
+        let (items, _) = collect_pages(|cursor, limit| queue.exhaustions(cursor, limit), Some(name), None, u64::MAX)?;
+        let would_change = items.len() as u64;
+        self.change.check(would_change)?;
+        let dry = self.change.dry_run;
+        let mut acknowledged = Vec::new();
+        let mut skipped = Vec::new();
+        if !dry {
+            let bar = ctx.out.progress(would_change, "acknowledging");
+            for item in &items {
+                match queue.acknowledge(&item.token) {
+                    Ok(()) => acknowledged.push(item.token.id.0),
+                    // Replayed, re-exhausted or pruned since the page was read: its token is
+                    // no longer the job's identity, so it is not ours to acknowledge.
+                    Err(Error::StaleIdentity { .. } | Error::InvalidState { .. } | Error::NotFound(_)) => {
+                        skipped.push(item.token.id.0)
+                    }
+                    Err(e) => {
+                        bar.abandon();
+                        let message = format!(
+                            "acknowledged {} of {would_change} exhaustions of queue {name}, then failed at job {}",
+                            acknowledged.len(),
+                            item.token.id
+                        );
+                        return Err(Box::new(Failure { message, source: Some(Box::new(e)) }));
+                    }
+                }
+                bar.inc(1);
+            }
+            bar.finish_and_clear();
+        }
+        let ids: Vec<i64> = if dry { items.iter().map(|item| item.token.id.0).collect() } else { acknowledged };
+        if ctx.json() {
+            return Ok(ctx.out.document(&json!({
+                "command": "ack",
+                "dry_run": dry,
+                "queue": name,
+                "ids": ids,
+                "skipped": skipped,
+                "would_change": would_change,
+                "changed": if dry { 0 } else { ids.len() },
+            }))?);
+        }
+        let n = ids.len() as u64;
+        let noun = plural(n, "exhaustion", "exhaustions");
+        let list = id_list(&ids);
+        let mut line = if dry {
+            format!("dry run: would acknowledge {n} {noun} of queue {name}{list}; nothing was changed")
+        } else {
+            format!("acknowledged {n} {noun} of queue {name}{list}")
+        };
+        if !skipped.is_empty() {
+            line.push_str(&format!(
+                "; skipped {} that changed since they were listed{}",
+                skipped.len(),
+                id_list(&skipped)
+            ));
+        }
+        Ok(ctx.out.line(line)?)
+    }
+}
+
+/// ` (ids 1, 2, 3)`, at most 20 of them, or nothing for no ids.
+fn id_list(ids: &[i64]) -> String {
+    if ids.is_empty() {
+        return String::new();
+    }
+    let shown: Vec<String> = ids.iter().take(20).map(i64::to_string).collect();
+    let more = if ids.len() > 20 { format!(" and {} more", ids.len() - 20) } else { String::new() };
+    format!(" (ids {}{more})", shown.join(", "))
+}
+
+// ------------------------------------------------------------------------------- replay, resolve, cancel
+
+/// Prints the result of a command that changes one job.
+fn report_one(ctx: &mut Context, change: &ChangeOpts, command: &str, id: i64, what: String) -> CliResult<()> {
+    let dry = change.dry_run;
+    if ctx.json() {
+        return Ok(ctx.out.document(&json!({
+            "command": command,
+            "dry_run": dry,
+            "id": id,
+            "would_change": 1,
+            "changed": if dry { 0 } else { 1 },
+        }))?);
+    }
+    let line = if dry { format!("dry run: would {what}; nothing was changed") } else { what };
+    Ok(ctx.out.line(line)?)
+}
+
+/// Arguments of `replay`.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The exhausted job to send back to pending.
+    #[arg(value_name = "ID", value_parser = clap::value_parser!(i64).range(1..))]
+    pub id: i64,
+
+    #[command(flatten)]
+    pub change: ChangeOpts,
+}
+
+impl ReplayArgs {
+    /// Replays the job.
+    pub fn run(self, ctx: &mut Context) -> CliResult<()> {
+        let queue = ctx.open_existing()?;
+        let job = load_job(&queue, self.id)?;
+        if job.state != JobState::Exhausted {
+            return Err(fail(format!("job {} is {}; replay needs an exhausted job", self.id, job.state)));
+        }
+        self.change.check(1)?;
+        if !self.change.dry_run {
+            queue.replay(JobId(self.id))?;
+        }
+        let verb = if self.change.dry_run { "replay" } else { "replayed" };
+        let what = format!(
+            "{verb} job {} (queue {}): pending, due now, with a fresh budget of {} attempts",
+            self.id, job.queue, job.max_attempts
+        );
+        report_one(ctx, &self.change, "replay", self.id, what)
+    }
+}
+
+/// How an operator resolves an unknown outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Outcome {
+    /// The side effect happened: the job is completed.
+    Completed,
+    /// The side effect did not happen: pending again, due now.
+    Retry,
+    /// Give up: the job becomes an unacknowledged exhaustion.
+    Exhausted,
+}
+
+impl Outcome {
+    fn resolution(self) -> Resolution {
+        match self {
+            Outcome::Completed => Resolution::Completed,
+            Outcome::Retry => Resolution::Retry,
+            Outcome::Exhausted => Resolution::Exhaust,
+        }
+    }
+
+    fn effect(self) -> &'static str {
+        match self {
+            Outcome::Completed => "completed",
+            Outcome::Retry => "pending again, due now",
+            Outcome::Exhausted => "an unacknowledged exhaustion",
+        }
+    }
+}
+
+/// Arguments of `resolve`.
+#[derive(Debug, Args)]
+pub struct ResolveArgs {
+    /// The job with the unknown outcome.
+    #[arg(value_name = "ID", value_parser = clap::value_parser!(i64).range(1..))]
+    pub id: i64,
+
+    /// The decision.
+    #[arg(long = "as", value_enum, value_name = "OUTCOME")]
+    pub outcome: Outcome,
+
+    #[command(flatten)]
+    pub change: ChangeOpts,
+}
+
+impl ResolveArgs {
+    /// Resolves the job with its current token.
+    pub fn run(self, ctx: &mut Context) -> CliResult<()> {
+        let queue = ctx.open_existing()?;
+        let job = load_job(&queue, self.id)?;
+        if job.state != JobState::Unknown {
+            return Err(fail(format!("job {} is {}; resolve needs a job in state unknown", self.id, job.state)));
+        }
+        let token = job.token().ok_or_else(|| fail(format!("job {} has no claim to resolve", self.id)))?;
+        self.change.check(1)?;
+        if !self.change.dry_run {
+            queue.resolve(&token, self.outcome.resolution())?;
+        }
+        let verb = if self.change.dry_run { "resolve" } else { "resolved" };
+        let name = self.outcome.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default();
+        let what = format!("{verb} job {} (queue {}) as {name}: {}", self.id, job.queue, self.outcome.effect());
+        report_one(ctx, &self.change, "resolve", self.id, what)
+    }
+}
+
+/// Arguments of `cancel`.
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    /// The pending, waiting or running job to cancel.
+    #[arg(value_name = "ID", value_parser = clap::value_parser!(i64).range(1..))]
+    pub id: i64,
+
+    #[command(flatten)]
+    pub change: ChangeOpts,
+}
+
+impl CancelArgs {
+    /// Cancels the job.
+    pub fn run(self, ctx: &mut Context) -> CliResult<()> {
+        let queue = ctx.open_existing()?;
+        let job = load_job(&queue, self.id)?;
+        if !matches!(job.state, JobState::Pending | JobState::Waiting | JobState::Running) {
+            return Err(fail(format!(
+                "job {} is {}; cancel needs a pending, waiting or running job",
+                self.id, job.state
+            )));
+        }
+        self.change.check(1)?;
+        if !self.change.dry_run {
+            queue.cancel(JobId(self.id))?;
+        }
+        let verb = if self.change.dry_run { "cancel" } else { "cancelled" };
+        let what = format!("{verb} job {} (queue {}, was {})", self.id, job.queue, job.state);
+        report_one(ctx, &self.change, "cancel", self.id, what)
+    }
+}

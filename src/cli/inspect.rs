@@ -1,0 +1,427 @@
+//! Reading commands: `stats`, `list`, `show`, `exhausted`, `unknown`. None of them changes a
+//! row, and none creates a missing database.
+
+use super::output::{self, cell, payload_preview, relative, table, when, PayloadView, PAYLOAD_LIMIT};
+use super::{load_job, plural, CliResult, Context, StateArg};
+use clap::Args;
+use fenceq::{Cursor, Exhaustion, Job, JobState, ListFilter, Page, QueueStats, MAX_BATCH};
+use serde_json::{json, Value};
+
+/// Arguments of `stats`.
+#[derive(Debug, Args)]
+pub struct StatsArgs {}
+
+impl StatsArgs {
+    /// Prints the counts per queue and state.
+    pub fn run(self, ctx: &mut Context) -> CliResult<()> {
+        let queue = ctx.open_existing()?;
+        let stats = queue.stats()?;
+        let now = queue.now_ms();
+        let mut totals = QueueStats { queue: "TOTAL".to_string(), ..QueueStats::default() };
+        for q in &stats.queues {
+            totals.pending += q.pending;
+            totals.running += q.running;
+            totals.expired_leases += q.expired_leases;
+            totals.waiting += q.waiting;
+            totals.completed += q.completed;
+            totals.exhausted_unacknowledged += q.exhausted_unacknowledged;
+            totals.exhausted_acknowledged += q.exhausted_acknowledged;
+            totals.unknown += q.unknown;
+            totals.cancelled += q.cancelled;
+            totals.oldest_pending_run_at = match (totals.oldest_pending_run_at, q.oldest_pending_run_at) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        if ctx.json() {
+            let queues: Vec<Value> = stats.queues.iter().map(|q| stats_json(q, now)).collect();
+            let mut totals = stats_json(&totals, now);
+            if let Some(object) = totals.as_object_mut() {
+                object.remove("queue");
+            }
+            return Ok(ctx.out.document(&json!({ "now": now, "queues": queues, "totals": totals }))?);
+        }
+        if stats.queues.is_empty() {
+            return Ok(ctx.out.line(format!("no jobs in {}", ctx.db.display()))?);
+        }
+        let mut t = table(&[
+            "QUEUE",
+            "PENDING",
+            "OLDEST PENDING",
+            "RUNNING",
+            "EXPIRED LEASES",
+            "WAITING",
+            "COMPLETED",
+            "EXHAUSTED UNACKED",
+            "EXHAUSTED ACKED",
+            "UNKNOWN",
+            "CANCELLED",
+            "TOTAL",
+        ]);
+        let rows = stats.queues.iter().chain((stats.queues.len() > 1).then_some(&totals));
+        for q in rows {
+            t.add_row(vec![
+                q.queue.clone(),
+                q.pending.to_string(),
+                q.oldest_pending_run_at.map_or_else(|| "-".to_string(), |at| relative(at, now)),
+                q.running.to_string(),
+                q.expired_leases.to_string(),
+                q.waiting.to_string(),
+                q.completed.to_string(),
+                q.exhausted_unacknowledged.to_string(),
+                q.exhausted_acknowledged.to_string(),
+                q.unknown.to_string(),
+                q.cancelled.to_string(),
+                q.total().to_string(),
+            ]);
+        }
+        ctx.out.table(&t)?;
+        let mut attention = Vec::new();
+        if totals.exhausted_unacknowledged > 0 {
+            let n = totals.exhausted_unacknowledged;
+            attention.push(format!(
+                "{n} {} awaiting acknowledgement (fenceq exhausted)",
+                plural(n, "exhaustion", "exhaustions")
+            ));
+        }
+        if totals.unknown > 0 {
+            let n = totals.unknown;
+            attention
+                .push(format!("{n} unknown {} awaiting resolution (fenceq unknown)", plural(n, "outcome", "outcomes")));
+        }
+        if totals.expired_leases > 0 {
+            let n = totals.expired_leases;
+            attention.push(format!("{n} running {} with an expired lease (fenceq reap)", plural(n, "job", "jobs")));
+        }
+        if !attention.is_empty() {
+            ctx.out.line(format!("attention: {}", attention.join("; ")))?;
+        }
+        Ok(())
+    }
+}
+
+fn stats_json(q: &QueueStats, now: i64) -> Value {
+    json!({
+        "queue": q.queue,
+        "pending": q.pending,
+        "running": q.running,
+        "expired_leases": q.expired_leases,
+        "waiting": q.waiting,
+        "completed": q.completed,
+        "exhausted_unacknowledged": q.exhausted_unacknowledged,
+        "exhausted_acknowledged": q.exhausted_acknowledged,
+        "unknown": q.unknown,
+        "cancelled": q.cancelled,
+        "total": q.total(),
+        "oldest_pending_run_at": q.oldest_pending_run_at,
+        "oldest_pending_age_ms": q.oldest_pending_run_at.map(|at| now.saturating_sub(at)),
+    })
+}
+
+/// Arguments of `list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only jobs of this queue.
+    #[arg(long, value_name = "QUEUE")]
+    pub queue: Option<String>,
+
+    /// Only jobs in this state.
+    #[arg(long, value_enum, value_name = "STATE")]
+    pub state: Option<StateArg>,
+
+    /// At most this many jobs (1 to 10000).
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_BATCH)))]
+    pub limit: u32,
+
+    /// Start after this job id (to page on from the last id shown).
+    #[arg(long, value_name = "ID", value_parser = clap::value_parser!(i64).range(0..))]
+    pub after: Option<i64>,
+}
+
+impl ListArgs {
+    /// Prints the jobs.
+    pub fn run(self, ctx: &mut Context) -> CliResult<()> {
+        let queue = ctx.open_existing()?;
+        let filter = ListFilter {
+            queue: self.queue.clone(),
+            state: self.state.map(JobState::from),
+            after: self.after.map(Cursor),
+            limit: self.limit,
+        };
+        let jobs = queue.list(&filter)?;
+        let now = queue.now_ms();
+        if ctx.json() {
+            for job in &jobs {
+                ctx.out.record(&job_json(job, Some(PAYLOAD_LIMIT)))?;
+            }
+            return Ok(());
+        }
+        if jobs.is_empty() {
+            return Ok(ctx.out.line("no jobs match")?);
+        }
+        let mut t = table(&["ID", "QUEUE", "KEY", "STATE", "ATTEMPT", "PRIORITY", "RUN AT", "LAST ERROR", "PAYLOAD"]);
+        for job in &jobs {
+            t.add_row(vec![
+                job.id.to_string(),
+                job.queue.clone(),
+                cell(job.key.as_deref(), 24),
+                state_label(job),
+                format!("{}/{}", job.attempt, job.max_attempts),
+                job.priority.to_string(),
+                relative(job.run_at, now),
+                cell(job.last_error.as_deref(), 32),
+                payload_preview(&job.payload, 32),
+            ]);
+        }
+        ctx.out.table(&t)?;
+        let n = jobs.len() as u64;
+        let mut summary = format!("{n} {}", plural(n, "job", "jobs"));
+        if jobs.len() == self.limit as usize {
+            let last = jobs.last().map_or(0, |job| job.id.0);
+            summary.push_str(&format!("; more may follow: --after {last}"));
+        }
+        Ok(ctx.out.line(summary)?)
+    }
+}
+
+/// The state with its acknowledgement, for people.
+fn state_label(job: &Job) -> String {
+    match (job.state, job.acknowledged_at) {
+        (JobState::Exhausted, Some(_)) => "exhausted (acked)".to_string(),
+        (state, _) => state.to_string(),
+    }
+}
+
+/// A job as JSON: every field of the row, times in ms, the payload cut to `limit` bytes.
+pub fn job_json(job: &Job, limit: Option<usize>) -> Value {
+    json!({
+        "id": job.id.0,
+        "queue": job.queue,
+        "key": job.key,
+        "state": job.state.as_str(),
+        "priority": job.priority,
+        "run_at": job.run_at,
+        "attempt": job.attempt,
+        "max_attempts": job.max_attempts,
+        "claim_id": job.claim_id.map(|c| c.to_string()),
+        "worker": job.worker,
+        "lease_until": job.lease_until,
+        "heartbeat_at": job.heartbeat_at,
+        "wait_until": job.wait_until,
+        "last_error": job.last_error,
+        "created_at": job.created_at,
+        "settled_at": job.settled_at,
+        "exhausted_at": job.exhausted_at,
+        "acknowledged_at": job.acknowledged_at,
+        "payload": PayloadView::new(&job.payload, limit).json(),
+    })
+}
+
+/// Arguments of `show`.
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// The job's id.
+    #[arg(value_name = "ID", value_parser = clap::value_parser!(i64).range(1..))]
+    pub id: i64,
+
+    /// Print the whole payload instead of its first 4 KiB.
+    #[arg(long)]
+    pub full: bool,
+}
+
+impl ShowArgs {
+    /// Prints one job's record.
+    pub fn run(self, ctx: &mut Context) -> CliResult<()> {
+        let queue = ctx.open_existing()?;
+        let job = load_job(&queue, self.id)?;
+        let limit = (!self.full).then_some(PAYLOAD_LIMIT);
+        if ctx.json() {
+            return Ok(ctx.out.document(&job_json(&job, limit))?);
+        }
+        let now = queue.now_ms();
+        let lease = job.lease_until.map(|until| {
+            let state = if until <= now { "expired" } else { "live" };
+            format!("{} ({state}, {})", output::timestamp(until), relative(until, now))
+        });
+        let mut t = table(&["FIELD", "VALUE"]);
+        let rows: Vec<(&str, String)> = vec![
+            ("id", job.id.to_string()),
+            ("queue", job.queue.clone()),
+            ("key", cell(job.key.as_deref(), 512)),
+            ("state", state_label(&job)),
+            ("priority", job.priority.to_string()),
+            ("run at", when(Some(job.run_at), now)),
+            ("attempt", format!("{} of {}", job.attempt, job.max_attempts)),
+            ("claim id", job.claim_id.map_or_else(|| "-".to_string(), |c| c.to_string())),
+            ("worker", cell(job.worker.as_deref(), 128)),
+            ("lease until", lease.unwrap_or_else(|| "-".to_string())),
+            ("heartbeat at", when(job.heartbeat_at, now)),
+            ("wait until", when(job.wait_until, now)),
+            ("last error", job.last_error.as_deref().map_or_else(|| "-".to_string(), output::sanitize)),
+            ("created at", when(Some(job.created_at), now)),
+            ("settled at", when(job.settled_at, now)),
+            ("exhausted at", when(job.exhausted_at, now)),
+            ("acknowledged at", when(job.acknowledged_at, now)),
+        ];
+        for (field, value) in rows {
+            t.add_row(vec![field.to_string(), value]);
+        }
+        ctx.out.table(&t)?;
+        let view = PayloadView::new(&job.payload, limit);
+        ctx.out.line(format!("payload ({}, {} bytes):", view.encoding, view.total))?;
+        ctx.out.line(view.for_terminal())?;
+        if let Some(note) = view.note() {
+            ctx.out.line(note)?;
+        }
+        Ok(())
+    }
+}
+
+/// Arguments of `exhausted`.
+#[derive(Debug, Args)]
+pub struct ExhaustedArgs {
+    /// Only exhaustions of this queue.
+    #[arg(long, value_name = "QUEUE")]
+    pub queue: Option<String>,
+
+    /// At most this many exhaustions.
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    pub limit: u64,
+
+    /// Start after this job id (to page on from the last id shown).
+    #[arg(long, value_name = "ID", value_parser = clap::value_parser!(i64).range(0..))]
+    pub after: Option<i64>,
+}
+
+impl ExhaustedArgs {
+    /// Prints the unacknowledged exhaustions.
+    pub fn run(self, ctx: &mut Context) -> CliResult<()> {
+        let queue = ctx.open_existing()?;
+        let (items, more) = collect_pages(
+            |cursor, limit| queue.exhaustions(cursor, limit),
+            self.queue.as_deref(),
+            self.after,
+            self.limit,
+        )?;
+        let hint = "acknowledge with `fenceq ack ID` or `fenceq ack --all --queue Q`; redrive with `fenceq replay ID`";
+        print_records(ctx, &items, more, queue.now_ms(), "EXHAUSTED", "REASON", "unacknowledged exhaustions", hint)
+    }
+}
+
+/// Arguments of `unknown`.
+#[derive(Debug, Args)]
+pub struct UnknownArgs {
+    /// Only unknown outcomes of this queue.
+    #[arg(long, value_name = "QUEUE")]
+    pub queue: Option<String>,
+
+    /// At most this many unknown outcomes.
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    pub limit: u64,
+
+    /// Start after this job id (to page on from the last id shown).
+    #[arg(long, value_name = "ID", value_parser = clap::value_parser!(i64).range(0..))]
+    pub after: Option<i64>,
+}
+
+impl UnknownArgs {
+    /// Prints the unknown outcomes.
+    pub fn run(self, ctx: &mut Context) -> CliResult<()> {
+        let queue = ctx.open_existing()?;
+        let (items, more) = collect_pages(
+            |cursor, limit| queue.unknowns(cursor, limit),
+            self.queue.as_deref(),
+            self.after,
+            self.limit,
+        )?;
+        let hint = "resolve with `fenceq resolve ID --as completed|retry|exhausted`";
+        print_records(ctx, &items, more, queue.now_ms(), "RECORDED", "EVIDENCE", "unknown outcomes", hint)
+    }
+}
+
+/// Page size for walking exhaustion and unknown pages.
+const PAGE: u32 = 500;
+
+/// Walks the pages of `fetch` from after `after`, keeping the items of `queue` (all when
+/// `None`), until `limit` items are kept or the pages end. Returns the items and whether
+/// more may follow.
+pub fn collect_pages(
+    fetch: impl Fn(Option<Cursor>, u32) -> fenceq::Result<Page<Exhaustion>>,
+    queue: Option<&str>,
+    after: Option<i64>,
+    limit: u64,
+) -> CliResult<(Vec<Exhaustion>, bool)> {
+    let mut cursor = after.map(Cursor);
+    let mut items = Vec::new();
+    loop {
+        let page = fetch(cursor, PAGE)?;
+        for item in page.items {
+            if queue.is_none_or(|q| item.queue == q) {
+                if items.len() as u64 == limit {
+                    return Ok((items, true));
+                }
+                items.push(item);
+            }
+        }
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => return Ok((items, false)),
+        }
+    }
+}
+
+/// An exhaustion or unknown outcome as JSON (`at`: when it was exhausted or recorded).
+pub fn exhaustion_json(item: &Exhaustion) -> Value {
+    json!({
+        "id": item.token.id.0,
+        "queue": item.queue,
+        "key": item.key,
+        "attempt": item.token.attempt,
+        "claim_id": item.token.claim_id.to_string(),
+        "reason": item.reason,
+        "at": item.at,
+        "payload": PayloadView::new(&item.payload, Some(PAYLOAD_LIMIT)).json(),
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn print_records(
+    ctx: &mut Context,
+    items: &[Exhaustion],
+    more: bool,
+    now: i64,
+    at_header: &str,
+    reason_header: &str,
+    what: &str,
+    hint: &str,
+) -> CliResult<()> {
+    if ctx.json() {
+        for item in items {
+            ctx.out.record(&exhaustion_json(item))?;
+        }
+        return Ok(());
+    }
+    if items.is_empty() {
+        return Ok(ctx.out.line(format!("no {what}"))?);
+    }
+    let mut t = table(&["ID", "QUEUE", "KEY", "ATTEMPT", at_header, reason_header, "PAYLOAD"]);
+    for item in items {
+        t.add_row(vec![
+            item.token.id.to_string(),
+            item.queue.clone(),
+            cell(item.key.as_deref(), 24),
+            item.token.attempt.to_string(),
+            relative(item.at, now),
+            cell(item.reason.as_deref(), 40),
+            payload_preview(&item.payload, 32),
+        ]);
+    }
+    ctx.out.table(&t)?;
+    let mut summary = format!("{} {what}", items.len());
+    if more {
+        let last = items.last().map_or(0, |item| item.token.id.0);
+        summary.push_str(&format!("; more may follow: --after {last}"));
+    }
+    ctx.out.line(summary)?;
+    Ok(ctx.out.line(hint)?)
+}

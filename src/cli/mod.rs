@@ -1,0 +1,399 @@
+//! The operator CLI: the clap definitions, the dispatch of one subcommand, opening the
+//! database, the error type with its one-line rendering, and the `--dry-run` / `--expect`
+//! rule shared by every command that changes rows.
+//!
+//! Adding a subcommand is one variant of [`Command`] (with its doc comment as help text),
+//! one arm in [`Command::run`], and one module in `src/cli/` whose `Args` struct has a
+//! `run(self, &mut Context)` method.
+
+pub mod admin;
+pub mod demo;
+pub mod inspect;
+pub mod maintenance;
+pub mod output;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use fenceq::{Job, JobId, JobState, Queue};
+use output::Output;
+use std::error::Error as StdError;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Operator tool for a fenceq queue database (an embedded durable work queue in SQLite).
+///
+/// Exit codes: 0 success, 1 error (one line on stderr starting with `error:`), 2 usage error.
+/// Every command that changes rows takes `--dry-run` (print what would change, change nothing)
+/// and `--expect N` (abort with exit 1, changing nothing, unless exactly N jobs would change).
+#[derive(Debug, Parser)]
+#[command(name = "fenceq", version, propagate_version = true, max_term_width = 100)]
+pub struct Cli {
+    /// The queue database file.
+    ///
+    /// Defaults to `fenceq.db` (for `demo`: a temporary file, deleted afterwards). Only
+    /// `enqueue`, `migrate` and `demo` create it when it is missing; every other command
+    /// fails with "no database at PATH".
+    #[arg(long, global = true, value_name = "PATH")]
+    pub db: Option<PathBuf>,
+
+    /// Print JSON for scripts: JSON Lines for listings, else one document.
+    ///
+    /// Listings (`list`, `exhausted`, `unknown`) print one compact JSON object per line (JSON
+    /// Lines; nothing for an empty listing); every other command prints exactly one JSON
+    /// document. Commands that change rows report `dry_run`, `would_change` and `changed`.
+    /// Times are integer milliseconds since the Unix epoch. Progress bars are off with --json.
+    /// Errors still go to stderr as one `error:` line.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// The main job: records a few thousand bot updates (with redeliveries), works them
+    /// with a worker pool (transient failures, exhaustions, one ambiguous outcome, one
+    /// worker stalled past its lease whose late write the fence rejects) and explains it.
+    Demo(demo::DemoArgs),
+    /// Counts per queue and state: pending (and the oldest pending age), running (and how
+    /// many have expired leases), waiting, completed, exhaustions awaiting acknowledgement,
+    /// acknowledged exhaustions, unknown outcomes, cancelled.
+    Stats(inspect::StatsArgs),
+    /// Jobs in id order, optionally of one queue and one state.
+    List(inspect::ListArgs),
+    /// One job's whole record, with its payload (as text when it is UTF-8, else as hex; the
+    /// first 4 KiB unless --full).
+    Show(inspect::ShowArgs),
+    /// Exhaustions awaiting acknowledgement (the dead letters), in id order.
+    Exhausted(inspect::ExhaustedArgs),
+    /// Unknown outcomes awaiting resolution (the side effect may or may not have happened).
+    Unknown(inspect::UnknownArgs),
+    /// Adds a job (creating the database if it is missing) and prints its id and whether it
+    /// was new or a duplicate of an existing job with the same queue and key.
+    Enqueue(admin::EnqueueArgs),
+    /// Acknowledges one exhaustion by job id, or every unacknowledged exhaustion of a queue
+    /// with --all --queue Q, so that retention may prune them.
+    Ack(admin::AckArgs),
+    /// Sends an exhausted job back to pending, due now, with a fresh attempt budget.
+    Replay(admin::ReplayArgs),
+    /// Settles an unknown outcome: completed (it happened), retry (run it again) or
+    /// exhausted (give up, as an unacknowledged exhaustion).
+    Resolve(admin::ResolveArgs),
+    /// Cancels a pending, waiting or running job (a running owner finds out at its next
+    /// renew or settle).
+    Cancel(admin::CancelArgs),
+    /// Returns running jobs with expired leases to pending (exhausted when no attempts are
+    /// left) and exhausts waiting jobs past their deadline.
+    Reap(maintenance::ReapArgs),
+    /// Deletes completed and cancelled jobs, and acknowledged exhaustions, older than the
+    /// retention. Never deletes pending, running, waiting, unknown or unacknowledged rows.
+    Prune(maintenance::PruneArgs),
+    /// Creates the database or upgrades its schema to this build's version, printing the
+    /// version before and after. (Every other command upgrades an older schema on open too.)
+    Migrate(maintenance::MigrateArgs),
+}
+
+impl Command {
+    /// Runs the subcommand.
+    pub fn run(self, ctx: &mut Context) -> CliResult<()> {
+        match self {
+            Command::Demo(args) => args.run(ctx),
+            Command::Stats(args) => args.run(ctx),
+            Command::List(args) => args.run(ctx),
+            Command::Show(args) => args.run(ctx),
+            Command::Exhausted(args) => args.run(ctx),
+            Command::Unknown(args) => args.run(ctx),
+            Command::Enqueue(args) => args.run(ctx),
+            Command::Ack(args) => args.run(ctx),
+            Command::Replay(args) => args.run(ctx),
+            Command::Resolve(args) => args.run(ctx),
+            Command::Cancel(args) => args.run(ctx),
+            Command::Reap(args) => args.run(ctx),
+            Command::Prune(args) => args.run(ctx),
+            Command::Migrate(args) => args.run(ctx),
+        }
+    }
+}
+
+/// Parses nothing more: runs the parsed command line and flushes the output.
+pub fn run(cli: Cli) -> CliResult<()> {
+    let db_given = cli.db.is_some();
+    let db = cli.db.unwrap_or_else(|| PathBuf::from("fenceq.db"));
+    let mut ctx = Context { db, db_given, out: Output::new(cli.json) };
+    cli.command.run(&mut ctx)?;
+    ctx.out.flush()?;
+    Ok(())
+}
+
+// ------------------------------------------------------------------------------- context
+
+/// What every command gets: the database path and the output.
+pub struct Context {
+    /// The `--db` path (`fenceq.db` when not given).
+    pub db: PathBuf,
+    /// True when `--db` was given.
+    pub db_given: bool,
+    /// Standard output, in the mode `--json` chose.
+    pub out: Output,
+}
+
+impl Context {
+    /// True with `--json`.
+    pub fn json(&self) -> bool {
+        self.out.is_json()
+    }
+
+    /// Opens a database that must already exist and hold a fenceq schema: a missing file is
+    /// an error instead of a new empty database. An older schema is upgraded on open.
+    pub fn open_existing(&self) -> CliResult<Queue> {
+        let path = &self.db;
+        check_existing(path)?;
+        let version = fenceq::schema_version_of(path)?;
+        if version == 0 {
+            return Err(fail(format!(
+                "{} holds no fenceq queue (schema version 0); `fenceq migrate` creates one",
+                path.display()
+            )));
+        }
+        Ok(Queue::open(path)?)
+    }
+
+    /// Opens the database, creating it (and its directory) when it is missing.
+    pub fn open_or_create(&self) -> CliResult<Queue> {
+        self.check_not_dir()?;
+        Ok(Queue::open(&self.db)?)
+    }
+
+    /// Fails when the database path names a directory.
+    pub fn check_not_dir(&self) -> CliResult<()> {
+        if self.db.is_dir() {
+            return Err(fail(format!("{} is a directory, not a database file", self.db.display())));
+        }
+        Ok(())
+    }
+}
+
+/// Fails unless `path` is an existing file.
+pub fn check_existing(path: &Path) -> CliResult<()> {
+    if !path.exists() {
+        return Err(fail(format!("no database at {}", path.display())));
+    }
+    if path.is_dir() {
+        return Err(fail(format!("{} is a directory, not a database file", path.display())));
+    }
+    Ok(())
+}
+
+/// The job with this id, or a "not found" error.
+pub fn load_job(queue: &Queue, id: i64) -> CliResult<Job> {
+    queue.job(JobId(id))?.ok_or_else(|| fail(format!("job {id} not found")))
+}
+
+// ------------------------------------------------------------------------------- shared arguments
+
+/// `--dry-run` and `--expect N`, flattened into every command that changes rows.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct ChangeOpts {
+    /// Print what would change and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// Abort with exit code 1, changing nothing, unless exactly N jobs would change.
+    ///
+    /// The count is taken just before the change. With --dry-run the expectation is checked
+    /// too (a mismatch still exits 1).
+    #[arg(long, value_name = "N")]
+    pub expect: Option<u64>,
+}
+
+impl ChangeOpts {
+    /// Compares the count that would change with `--expect`.
+    pub fn check(&self, would_change: u64) -> CliResult<()> {
+        match self.expect {
+            Some(expected) if expected != would_change => Err(fail(format!(
+                "--expect {expected} but {would_change} {} would change; nothing was changed",
+                plural(would_change, "job", "jobs")
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A job state, as the command line spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StateArg {
+    /// Waiting to be claimed (due or scheduled).
+    Pending,
+    /// Claimed under a lease.
+    Running,
+    /// Parked until resumed or until its deadline.
+    Waiting,
+    /// Done.
+    Completed,
+    /// Out of attempts or exhausted on purpose (acknowledged or not).
+    Exhausted,
+    /// Ambiguous outcome awaiting resolution.
+    Unknown,
+    /// Cancelled by an operator.
+    Cancelled,
+}
+
+impl From<StateArg> for JobState {
+    fn from(state: StateArg) -> JobState {
+        match state {
+            StateArg::Pending => JobState::Pending,
+            StateArg::Running => JobState::Running,
+            StateArg::Waiting => JobState::Waiting,
+            StateArg::Completed => JobState::Completed,
+            StateArg::Exhausted => JobState::Exhausted,
+            StateArg::Unknown => JobState::Unknown,
+            StateArg::Cancelled => JobState::Cancelled,
+        }
+    }
+}
+
+/// Parses a duration with a unit: `500ms`, `30s`, `15m`, `12h`, `7d`, `2w`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    if number.is_empty() {
+        return Err(format!("{text:?} does not start with a number; use e.g. 30s, 15m, 12h or 7d"));
+    }
+    let value: u64 = number.parse().map_err(|_| format!("{number} is too large"))?;
+    let unit_ms: u64 = match unit.trim() {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        "w" => 7 * 86_400_000,
+        "" => return Err(format!("{text:?} has no unit; use s, m, h or d (e.g. 7d)")),
+        other => return Err(format!("unknown unit {other:?}; use ms, s, m, h, d or w (e.g. 7d)")),
+    };
+    value.checked_mul(unit_ms).map(Duration::from_millis).ok_or_else(|| format!("{text} is too long"))
+}
+
+/// `n` followed by the singular or plural word.
+pub fn plural(n: u64, one: &'static str, many: &'static str) -> &'static str {
+    if n == 1 {
+        one
+    } else {
+        many
+    }
+}
+
+// ------------------------------------------------------------------------------- errors
+
+/// Any error a command returns; rendered as one line by [`error_line`].
+pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+
+/// The result of every command.
+pub type CliResult<T> = Result<T, BoxError>;
+
+/// An error of the CLI itself: a message and an optional cause.
+#[derive(Debug)]
+pub struct Failure {
+    message: String,
+    source: Option<BoxError>,
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl StdError for Failure {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.source.as_deref().map(|e| e as &(dyn StdError + 'static))
+    }
+}
+
+/// An error with just a message.
+pub fn fail(message: impl Into<String>) -> BoxError {
+    Box::new(Failure { message: message.into(), source: None })
+}
+
+/// Adds a message in front of an error (`read(path).context(|| format!("reading {path}"))`).
+pub trait ResultExt<T> {
+    /// Wraps the error with `message()` as its outer text.
+    fn context(self, message: impl FnOnce() -> String) -> CliResult<T>;
+}
+
+impl<T, E: Into<BoxError>> ResultExt<T> for Result<T, E> {
+    fn context(self, message: impl FnOnce() -> String) -> CliResult<T> {
+        self.map_err(|e| Box::new(Failure { message: message(), source: Some(e.into()) }) as BoxError)
+    }
+}
+
+/// The error and its source chain joined by ": " on one line (a source whose text the line
+/// already contains is skipped, as some errors repeat their cause in their own message).
+pub fn error_line(error: &(dyn StdError + 'static)) -> String {
+    let mut line = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !text.is_empty() && !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = cause.source();
+    }
+    line.replace(['\n', '\r'], " ")
+}
+
+/// True when the error (or a cause) is a closed stdout, as in `fenceq list | head -1`.
+pub fn is_broken_pipe(error: &(dyn StdError + 'static)) -> bool {
+    let mut current = Some(error);
+    while let Some(e) = current {
+        if e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) {
+            return true;
+        }
+        current = e.source();
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("15m"), Ok(Duration::from_secs(900)));
+        assert_eq!(parse_duration("12h"), Ok(Duration::from_secs(43_200)));
+        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(604_800)));
+        assert_eq!(parse_duration("2w"), Ok(Duration::from_secs(1_209_600)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        assert!(parse_duration("7").is_err());
+        assert!(parse_duration("d").is_err());
+        assert!(parse_duration("7y").is_err());
+        assert!(parse_duration("-1d").is_err());
+        assert!(parse_duration("99999999999999999999d").is_err());
+        assert!(parse_duration("9999999999999999d").is_err());
+    }
+
+    #[test]
+    fn error_chain_is_one_line() {
+        let inner = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let outer: CliResult<()> = Err(inner).context(|| "reading payload file x".to_string());
+        let error = outer.unwrap_err();
+        assert_eq!(error_line(error.as_ref()), "reading payload file x: no such file");
+        let pipe: CliResult<()> = Err(std::io::Error::from(std::io::ErrorKind::BrokenPipe)).context(String::new);
+        assert!(is_broken_pipe(pipe.unwrap_err().as_ref()));
+    }
+
+    #[test]
+    fn expect_compares() {
+        let opts = ChangeOpts { dry_run: false, expect: Some(2) };
+        assert!(opts.check(2).is_ok());
+        assert!(opts.check(1).is_err());
+        assert!(ChangeOpts { dry_run: false, expect: None }.check(7).is_ok());
+    }
+}
