@@ -198,6 +198,7 @@ fn run_at(path: &std::path::Path, options: &DemoOptions) -> Result<DemoSummary> 
         reap_every: Duration::from_millis(250),
         prune_every: Duration::from_secs(3600),
         retention: Retention::default(),
+        ..MaintenanceConfig::default()
     })?;
     let stalled_thread = {
         let queue = queue.clone();

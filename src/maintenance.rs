@@ -1,5 +1,6 @@
 //! The maintenance thread: reaps stale leases and expired waits every minute, prunes old
-//! terminal rows every hour, and stops promptly when told (it never sleeps through a stop).
+//! terminal rows every hour, checkpoints the WAL every few seconds, and stops promptly when
+//! told (it never sleeps through a stop).
 
 use crate::config::Retention;
 use crate::error::Result;
@@ -11,6 +12,8 @@ use std::time::Duration;
 
 /// How often the reaper runs. Defaults to 1 minute.
 pub const DEFAULT_REAP_EVERY: Duration = Duration::from_secs(60);
+/// How often the WAL is checkpointed and truncated. Defaults to 5 seconds.
+pub const DEFAULT_CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
 /// How often retention runs. Defaults to 1 hour.
 pub const DEFAULT_PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
@@ -23,6 +26,9 @@ pub struct MaintenanceConfig {
     pub prune_every: Duration,
     /// What pruning deletes. Defaults to 7 days' retention.
     pub retention: Retention,
+    /// WAL checkpoint interval (see [`Queue::checkpoint`]). Defaults to
+    /// [`DEFAULT_CHECKPOINT_EVERY`].
+    pub checkpoint_every: Duration,
 }
 
 impl Default for MaintenanceConfig {
@@ -31,6 +37,7 @@ impl Default for MaintenanceConfig {
             reap_every: DEFAULT_REAP_EVERY,
             prune_every: DEFAULT_PRUNE_EVERY,
             retention: Retention::default(),
+            checkpoint_every: DEFAULT_CHECKPOINT_EVERY,
         }
     }
 }
@@ -42,6 +49,8 @@ pub struct MaintenanceReport {
     pub reaped: ReapReport,
     /// The prune.
     pub pruned: PruneReport,
+    /// The checkpoint.
+    pub checkpoint: crate::report::CheckpointReport,
 }
 
 /// A running maintenance thread; stops on drop or [`Maintenance::stop`].
@@ -67,7 +76,7 @@ impl Queue {
     ///
     /// `InvalidInput` for a zero interval or retention batch.
     pub fn start_maintenance(&self, config: MaintenanceConfig) -> Result<Maintenance> {
-        if config.reap_every.is_zero() || config.prune_every.is_zero() {
+        if config.reap_every.is_zero() || config.prune_every.is_zero() || config.checkpoint_every.is_zero() {
             return Err(crate::Error::invalid("maintenance interval", "must not be zero"));
         }
         if config.retention.batch_size == 0 {
@@ -78,11 +87,13 @@ impl Queue {
         let thread = std::thread::Builder::new().name("fenceq-maintenance".into()).spawn(move || {
             let reap = tick(config.reap_every);
             let prune = tick(config.prune_every);
+            let checkpoint = tick(config.checkpoint_every);
             loop {
                 select! {
                     recv(stopped) -> _ => return,
                     recv(reap) -> _ => log_reap(queue.reap()),
                     recv(prune) -> _ => log_prune(queue.prune(&config.retention)),
+                    recv(checkpoint) -> _ => log_checkpoint(queue.checkpoint()),
                 }
             }
         })?;
@@ -95,7 +106,8 @@ impl Maintenance {
     pub fn run_once(&self) -> Result<MaintenanceReport> {
         let reaped = self.queue.reap()?;
         let pruned = self.queue.prune(&self.config.retention)?;
-        Ok(MaintenanceReport { reaped, pruned })
+        let checkpoint = self.queue.checkpoint()?;
+        Ok(MaintenanceReport { reaped, pruned, checkpoint })
     }
 
     /// Stops the thread and waits for it (at most the length of one pass in progress).
@@ -127,6 +139,16 @@ fn log_reap(result: Result<ReapReport>) {
         ),
         Ok(_) => tracing::debug!("reap: nothing stale"),
         Err(e) => tracing::error!(error = %e, "reap failed"),
+    }
+}
+
+fn log_checkpoint(result: Result<crate::report::CheckpointReport>) {
+    match result {
+        Ok(r) if r.completed => {
+            tracing::debug!(wal_pages = r.wal_pages, checkpointed = r.checkpointed_pages, "checkpoint")
+        }
+        Ok(r) => tracing::info!(wal_pages = r.wal_pages, "checkpoint could not finish (readers); retrying next round"),
+        Err(e) => tracing::error!(error = %e, "checkpoint failed"),
     }
 }
 

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::job::{
     Backoff, ClaimToken, Claimed, Cursor, Enqueued, Exhaustion, Job, JobId, JobState, NewJob, Page, Resolution, Retried,
 };
-use crate::report::{PruneReport, ReapReport, Stats};
+use crate::report::{CheckpointReport, PruneReport, ReapReport, Stats};
 use crate::store::jobs::{self, *};
 use crate::store::Store;
 use crossbeam_channel::{Receiver, Sender};
@@ -479,6 +479,14 @@ impl Queue {
             }
         }
         Ok(report)
+    }
+
+    /// Copies the WAL back into the database and truncates it, waiting at most 100 ms for
+    /// readers and writers (never stalling this process's writers for longer). Readers whose
+    /// transactions overlap without a break starve SQLite's automatic checkpoints and let the
+    /// WAL grow without bound; the maintenance thread runs this every few seconds.
+    pub fn checkpoint(&self) -> Result<CheckpointReport> {
+        self.store.checkpoint(Duration::from_millis(100))
     }
 
     // ---------------------------------------------------------------- inspection

@@ -94,3 +94,15 @@ impl Stats {
             .unwrap_or_else(|| QueueStats { queue: name.to_string(), ..QueueStats::default() })
     }
 }
+
+/// What one WAL checkpoint did (`PRAGMA wal_checkpoint(TRUNCATE)`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CheckpointReport {
+    /// False when readers or a writer kept the checkpoint from finishing within its short
+    /// wait; the WAL then keeps growing until a later checkpoint completes.
+    pub completed: bool,
+    /// Pages in the WAL when the checkpoint ran (-1 when the database is not in WAL mode).
+    pub wal_pages: i64,
+    /// Pages copied back into the database.
+    pub checkpointed_pages: i64,
+}

@@ -83,6 +83,7 @@ fn the_maintenance_thread_stops_promptly() {
             reap_every: Duration::from_secs(3600),
             prune_every: Duration::from_secs(3600),
             retention: Retention::default(),
+            ..MaintenanceConfig::default()
         })
         .unwrap();
     let (tx, rx) = crossbeam_channel::bounded(1);
@@ -105,6 +106,7 @@ fn the_maintenance_thread_reaps_on_its_own() {
             reap_every: Duration::from_millis(5),
             prune_every: Duration::from_secs(3600),
             retention: Retention::default(),
+            ..MaintenanceConfig::default()
         })
         .unwrap();
     for _ in 0..6000 {

@@ -74,6 +74,7 @@ pub(crate) struct Store {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) settings: Settings,
     in_memory: bool,
+    busy_timeout: Duration,
 }
 
 /// Limits the operations check before they touch the database.
@@ -120,6 +121,7 @@ impl Store {
             clock: builder.clock.clone(),
             settings: Settings { max_payload: builder.max_payload, max_attempts: builder.max_attempts },
             in_memory,
+            busy_timeout: builder.busy_timeout,
         };
         if in_memory {
             let mut conn = store.pool.get()?;
@@ -156,6 +158,24 @@ impl Store {
         let value = f(&tx)?;
         tx.commit().sql("COMMIT")?;
         Ok(value)
+    }
+}
+
+impl Store {
+    /// `PRAGMA wal_checkpoint(TRUNCATE)` on a pooled connection whose busy handler waits at
+    /// most `patience`. The in-process write lock is held meanwhile, so this process's
+    /// writers queue behind it instead of failing.
+    pub(crate) fn checkpoint(&self, patience: Duration) -> Result<crate::report::CheckpointReport> {
+        let _flag = WriteFlag::set()?;
+        let _serialized = self.write_lock.lock();
+        let conn = self.pool.get()?;
+        conn.busy_timeout(patience).sql("busy_timeout")?;
+        let result = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
+            Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?, row.get::<_, i64>(2)?))
+        });
+        conn.busy_timeout(self.busy_timeout).sql("busy_timeout")?;
+        let (busy, wal_pages, checkpointed_pages) = result.sql("PRAGMA wal_checkpoint(TRUNCATE)")?;
+        Ok(crate::report::CheckpointReport { completed: busy == 0, wal_pages, checkpointed_pages })
     }
 }
 
