@@ -43,7 +43,8 @@ pub enum Synchronous {
 }
 
 impl Synchronous {
-    pub(crate) fn pragma(self) -> &'static str {
+    /// The PRAGMA value (`NORMAL` or `FULL`).
+    pub fn pragma(self) -> &'static str {
         match self {
             Synchronous::Normal => "NORMAL",
             Synchronous::Full => "FULL",

@@ -1,6 +1,9 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
+#[cfg(feature = "cli")]
+#[doc(hidden)]
+pub mod bench;
 mod clock;
 mod config;
 #[cfg(feature = "cli")]

@@ -267,6 +267,23 @@ impl Queue {
         self.complete_with(token, |_| Ok(()))
     }
 
+    /// Completes many jobs in one transaction (for batch consumers): one result per token,
+    /// in order. A token that lost its job gets `OwnershipLost` without failing the others.
+    pub fn complete_all(&self, tokens: &[ClaimToken]) -> Result<Vec<Result<()>>> {
+        self.store.write(|tx| {
+            let now = self.store.now();
+            let mut results = Vec::with_capacity(tokens.len());
+            for token in tokens {
+                match job_write_owned(tx, JOB_COMPLETE, "complete", token, now, &[]) {
+                    Ok(()) => results.push(Ok(())),
+                    Err(e @ Error::OwnershipLost { .. }) => results.push(Err(e)),
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(results)
+        })
+    }
+
     /// Completes the job and runs `write` in the same transaction: both commit or neither.
     pub fn complete_with<T>(&self, token: &ClaimToken, write: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
         self.store.write(|tx| {

@@ -7,6 +7,7 @@
 //! `run(self, &mut Context)` method.
 
 pub mod admin;
+pub mod bench;
 pub mod demo;
 pub mod inspect;
 pub mod maintenance;
@@ -58,6 +59,9 @@ pub enum Command {
     /// with a worker pool (transient failures, exhaustions, one ambiguous outcome, one
     /// worker stalled past its lease whose late write the fence rejects) and explains it.
     Demo(demo::DemoArgs),
+    /// Measures throughput and claim latency beside a raw rusqlite baseline in the same run
+    /// (scratch databases in a temporary directory, or in the --db directory if given).
+    Bench(bench::BenchArgs),
     /// Counts per queue and state: pending (and the oldest pending age), running (and how
     /// many have expired leases), waiting, completed, exhaustions awaiting acknowledgement,
     /// acknowledged exhaustions, unknown outcomes, cancelled.
@@ -101,6 +105,7 @@ impl Command {
     pub fn run(self, ctx: &mut Context) -> CliResult<()> {
         match self {
             Command::Demo(args) => args.run(ctx),
+            Command::Bench(args) => args.run(ctx),
             Command::Stats(args) => args.run(ctx),
             Command::List(args) => args.run(ctx),
             Command::Show(args) => args.run(ctx),
