@@ -39,8 +39,10 @@ pub struct Figure {
 
 /// ~100-byte payload, as in the issue's baseline.
 fn payload(i: u64) -> Vec<u8> {
-    format!("{{\"update_id\":{i:>12},\"message\":{{\"chat\":4711,\"text\":\"hello from the benchmark, job {i:>10}\"}}}}")
-        .into_bytes()
+    format!(
+        "{{\"update_id\":{i:>12},\"message\":{{\"chat\":4711,\"text\":\"hello from the benchmark, job {i:>10}\"}}}}"
+    )
+    .into_bytes()
 }
 
 const RAW_SCHEMA: &str = "
@@ -53,11 +55,8 @@ const RAW_SCHEMA: &str = "
 
 fn raw_connection(path: &Path, sync: Synchronous) -> Result<Connection> {
     let conn = Connection::open(path).map_err(|e| Error::sqlite("bench open", e))?;
-    conn.execute_batch(&format!(
-        "PRAGMA journal_mode = WAL; PRAGMA synchronous = {}; {RAW_SCHEMA}",
-        sync.pragma()
-    ))
-    .map_err(|e| Error::sqlite("bench schema", e))?;
+    conn.execute_batch(&format!("PRAGMA journal_mode = WAL; PRAGMA synchronous = {}; {RAW_SCHEMA}", sync.pragma()))
+        .map_err(|e| Error::sqlite("bench schema", e))?;
     Ok(conn)
 }
 
@@ -91,8 +90,10 @@ pub fn raw_baseline(path: &Path, jobs: u64, per_tx: u64, sync: Synchronous) -> R
     let mut settle = ids.into_iter();
     in_transactions(&mut conn, jobs, per_tx, |tx| {
         let id = settle.next().unwrap_or_default();
-        tx.prepare_cached("UPDATE jobs SET state = 'completed', lease_until = NULL WHERE id = ?1 AND state = 'running'")?
-            .execute([id])?;
+        tx.prepare_cached(
+            "UPDATE jobs SET state = 'completed', lease_until = NULL WHERE id = ?1 AND state = 'running'",
+        )?
+        .execute([id])?;
         Ok(())
     })?;
     Ok(jobs as f64 / started.elapsed().as_secs_f64())
@@ -175,6 +176,9 @@ pub fn end_to_end(path: &Path, jobs: u64, producers: u64, workers: usize, sync: 
     done_rx.recv_timeout(Duration::from_secs(600)).map_err(|_| Error::invalid("bench", "jobs did not finish"))?;
     // Every handler returned; the last settles commit before shutdown returns.
     let counters = pool.shutdown(Duration::from_secs(60))?.counters;
+    if std::env::var_os("FENCEQ_BENCH_DEBUG").is_some() {
+        eprintln!("end_to_end: {:?}", queue.commit_stats());
+    }
     let elapsed = started.elapsed();
     if counters.completed != jobs {
         return Err(Error::invalid("bench", format!("{} of {jobs} completed", counters.completed)));
@@ -202,7 +206,11 @@ pub fn concurrent_enqueue(path: &Path, jobs: u64, callers: u64, sync: Synchronou
             .collect();
         handles.into_iter().try_for_each(|h| h.join().expect("caller panicked"))
     })?;
-    Ok(jobs as f64 / started.elapsed().as_secs_f64())
+    let rate = jobs as f64 / started.elapsed().as_secs_f64();
+    if std::env::var_os("FENCEQ_BENCH_DEBUG").is_some() {
+        eprintln!("concurrent_enqueue: {:?}", queue.commit_stats());
+    }
+    Ok(rate)
 }
 
 /// `enqueue_batch` in batches of 1,000. Returns jobs/s.
@@ -256,7 +264,8 @@ pub fn claim_latency(path: &Path, pending: u64, samples: usize) -> Result<(f64, 
     let mut micros = Vec::with_capacity(samples);
     for _ in 0..samples {
         let started = Instant::now();
-        let job = queue.claim("bench", "w", Duration::from_secs(30))?.ok_or_else(|| Error::invalid("bench", "empty"))?;
+        let job =
+            queue.claim("bench", "w", Duration::from_secs(30))?.ok_or_else(|| Error::invalid("bench", "empty"))?;
         micros.push(started.elapsed().as_secs_f64() * 1e6);
         queue.complete(&job.token())?;
         queue.enqueue(NewJob::new("bench", payload(0)))?; // keep the queue at `pending` rows

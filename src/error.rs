@@ -165,6 +165,29 @@ impl Error {
         matches!(self, Error::Busy { .. })
     }
 
+    /// A copy of this error for every other member of a group transaction that it ended
+    /// (errors are not `Clone`: a rusqlite failure is rebuilt from its code and message).
+    pub(crate) fn replicate(&self) -> Error {
+        match self {
+            Error::Busy { statement } => Error::Busy { statement },
+            Error::StorageFull { statement } => Error::StorageFull { statement },
+            Error::ReadOnly { statement } => Error::ReadOnly { statement },
+            Error::OutOfMemory { statement } => Error::OutOfMemory { statement },
+            Error::TooBig { statement } => Error::TooBig { statement },
+            Error::Corrupt { statement } => Error::Corrupt { statement },
+            Error::Sqlite { statement, source: rusqlite::Error::SqliteFailure(code, message) } => {
+                Error::Sqlite { statement, source: rusqlite::Error::SqliteFailure(*code, message.clone()) }
+            }
+            other => Error::Sqlite {
+                statement: "group transaction",
+                source: rusqlite::Error::SqliteFailure(
+                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
+                    Some(format!("the transaction carrying this write was lost: {other}")),
+                ),
+            },
+        }
+    }
+
     pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
         Error::InvalidInput { what, reason: reason.into() }
     }

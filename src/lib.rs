@@ -29,7 +29,7 @@ pub use job::{
 };
 pub use maintenance::{Maintenance, MaintenanceConfig, MaintenanceReport, DEFAULT_PRUNE_EVERY, DEFAULT_REAP_EVERY};
 pub use queue::{owns_in, schema_version_of, ListFilter, Queue, MAX_BATCH, MAX_ERROR_LEN};
-pub use report::{CheckpointReport, PruneReport, QueueStats, ReapReport, Stats};
+pub use report::{CheckpointReport, CommitStats, PruneReport, QueueStats, ReapReport, Stats};
 /// The rusqlite version fenceq is built with, for closures that receive its `Transaction`.
 pub use rusqlite;
 pub use store::migrate::SCHEMA_VERSION;

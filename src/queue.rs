@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::job::{
     Backoff, ClaimToken, Claimed, Cursor, Enqueued, Exhaustion, Job, JobId, JobState, NewJob, Page, Resolution, Retried,
 };
-use crate::report::{CheckpointReport, PruneReport, ReapReport, Stats};
+use crate::report::{CheckpointReport, CommitStats, PruneReport, ReapReport, Stats};
 use crate::store::jobs::{self, *};
 use crate::store::Store;
 use crossbeam_channel::{Receiver, Sender};
@@ -246,11 +246,7 @@ impl Queue {
     /// })?;
     /// # Ok::<(), fenceq::Error>(())
     /// ```
-    pub fn with_ownership<T>(
-        &self,
-        token: &ClaimToken,
-        write: impl FnOnce(&Transaction<'_>) -> Result<T>,
-    ) -> Result<T> {
+    pub fn with_ownership<T>(&self, token: &ClaimToken, write: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         self.store.write(|tx| {
             let now = self.store.now();
             if !job_owns(tx, token, now)? {
@@ -285,7 +281,7 @@ impl Queue {
     }
 
     /// Completes the job and runs `write` in the same transaction: both commit or neither.
-    pub fn complete_with<T>(&self, token: &ClaimToken, write: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
+    pub fn complete_with<T>(&self, token: &ClaimToken, write: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         self.store.write(|tx| {
             job_write_owned(tx, JOB_COMPLETE, "complete", token, self.store.now(), &[])?;
             write(tx)
@@ -504,6 +500,13 @@ impl Queue {
     /// WAL grow without bound; the maintenance thread runs this every few seconds.
     pub fn checkpoint(&self) -> Result<CheckpointReport> {
         self.store.checkpoint(Duration::from_millis(100))
+    }
+
+    /// How this handle's writes were grouped into transactions so far (group commit combines
+    /// concurrent writers of one process into one `BEGIN IMMEDIATE` transaction).
+    pub fn commit_stats(&self) -> CommitStats {
+        let (transactions, requests) = self.store.commit_stats();
+        CommitStats { transactions, requests }
     }
 
     // ---------------------------------------------------------------- inspection

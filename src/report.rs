@@ -106,3 +106,24 @@ pub struct CheckpointReport {
     /// Pages copied back into the database.
     pub checkpointed_pages: i64,
 }
+
+/// How this handle's writes were grouped into transactions (see [`Queue::commit_stats`](crate::Queue::commit_stats)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CommitStats {
+    /// Write transactions committed since the queue was opened.
+    pub transactions: u64,
+    /// Write requests (enqueue, claim, settle, ...) those transactions carried.
+    pub requests: u64,
+}
+
+impl CommitStats {
+    /// Requests per transaction: 1.0 without concurrency, more when group commit combines
+    /// concurrent writers.
+    pub fn requests_per_transaction(&self) -> f64 {
+        if self.transactions == 0 {
+            0.0
+        } else {
+            self.requests as f64 / self.transactions as f64
+        }
+    }
+}

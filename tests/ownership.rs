@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use fenceq::rusqlite::Transaction;
+use fenceq::rusqlite::Connection;
 use fenceq::{Error, JobState, LostReason};
 
 fn replies(q: &TestQueue) -> i64 {
@@ -17,7 +17,7 @@ fn setup(q: &TestQueue) {
     conn.execute_batch("CREATE TABLE replies (job INTEGER, text TEXT)").unwrap();
 }
 
-fn reply(tx: &Transaction<'_>, job: i64) -> fenceq::Result<()> {
+fn reply(tx: &Connection, job: i64) -> fenceq::Result<()> {
     tx.execute("INSERT INTO replies (job, text) VALUES (?1, 'hi')", [job])?;
     Ok(())
 }

@@ -3,13 +3,13 @@
 
 pub(crate) mod jobs;
 pub(crate) mod migrate;
+mod writer;
 
 use crate::clock::Clock;
 use crate::config::{Location, QueueBuilder};
 use crate::error::{Error, Result, SqlContext};
-use parking_lot::Mutex;
 use r2d2_sqlite::SqliteConnectionManager;
-use rusqlite::{limits::Limit, Connection, OpenFlags, Transaction, TransactionBehavior};
+use rusqlite::{limits::Limit, Connection, OpenFlags};
 use std::cell::Cell;
 use std::path::Path;
 use std::sync::Arc;
@@ -67,10 +67,11 @@ impl Drop for WriteFlag {
 
 /// The shared state behind every `Queue` clone.
 pub(crate) struct Store {
-    pool: r2d2::Pool<Manager>,
-    /// Serializes this process's writers, so they queue on a mutex instead of sleeping in
-    /// SQLite's busy handler (which polls and would add latency for every contended write).
-    write_lock: Mutex<()>,
+    /// Readers' connections (file databases only; the in-memory queue reads through the
+    /// writer's connection, its only one).
+    readers: Option<r2d2::Pool<Manager>>,
+    /// The one writer connection, with group commit (see `writer.rs`).
+    writer: writer::Writer,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) settings: Settings,
     in_memory: bool,
@@ -97,37 +98,38 @@ impl Store {
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_URI
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let init = connection_init(builder);
-        let (manager, pool_size, in_memory) = match &builder.location {
+        let settings = Settings { max_payload: builder.max_payload, max_attempts: builder.max_attempts };
+        let (readers, writer, in_memory) = match &builder.location {
             Location::File(path) => {
                 create_parent(path)?;
                 prepare_file(path, flags, builder.busy_timeout)?;
-                (SqliteConnectionManager::file(path).with_flags(flags), builder.pool_size, false)
+                let manager =
+                    || SqliteConnectionManager::file(path).with_flags(flags).with_init(connection_init(builder));
+                let readers = r2d2::Pool::builder()
+                    .max_size(builder.pool_size)
+                    .min_idle(Some(1))
+                    .idle_timeout(None)
+                    .max_lifetime(None)
+                    .connection_timeout(builder.busy_timeout + Duration::from_secs(25))
+                    .build(Manager(manager()))?;
+                let writer = r2d2::ManageConnection::connect(&Manager(manager())).sql("open writer")?;
+                (Some(readers), writer::Writer::new(writer, true), false)
             }
-            // Every connection of `memory()` is its own database, so an in-memory queue has
-            // exactly one connection, shared by all threads through the pool.
-            Location::Memory => (SqliteConnectionManager::memory(), 1, true),
+            Location::Memory => {
+                let mut conn = Connection::open_in_memory().sql("open in memory")?;
+                connection_init(builder)(&mut conn).sql("connection init")?;
+                migrate::migrate(&mut conn, migrate::SCHEMA_VERSION)?;
+                (None, writer::Writer::new(conn, false), true)
+            }
         };
-        let pool = r2d2::Pool::builder()
-            .max_size(pool_size)
-            .min_idle(Some(1))
-            .idle_timeout(None)
-            .max_lifetime(None)
-            .connection_timeout(builder.busy_timeout + Duration::from_secs(25))
-            .build(Manager(manager.with_init(init)))?;
-        let store = Store {
-            pool,
-            write_lock: Mutex::new(()),
+        Ok(Store {
+            readers,
+            writer,
             clock: builder.clock.clone(),
-            settings: Settings { max_payload: builder.max_payload, max_attempts: builder.max_attempts },
+            settings,
             in_memory,
             busy_timeout: builder.busy_timeout,
-        };
-        if in_memory {
-            let mut conn = store.pool.get()?;
-            migrate::migrate(&mut conn, migrate::SCHEMA_VERSION)?;
-        }
-        Ok(store)
+        })
     }
 
     pub(crate) fn now(&self) -> i64 {
@@ -136,45 +138,33 @@ impl Store {
 
     /// A connection for reads (autocommit statements; never a deferred write).
     pub(crate) fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        if self.in_memory && IN_WRITE.with(Cell::get) {
+        match &self.readers {
+            Some(pool) => f(&*pool.get()?),
             // The only connection is held by this thread's write: waiting would deadlock.
-            return Err(Error::NestedWrite);
+            None if IN_WRITE.with(Cell::get) => Err(Error::NestedWrite),
+            None => self.writer.exclusive(f),
         }
-        let conn = self.pool.get()?;
-        f(&conn)
     }
 
-    /// Runs `f` in a `BEGIN IMMEDIATE` transaction and commits when it returns `Ok`.
+    /// Runs `f` in a `BEGIN IMMEDIATE` transaction and returns once that transaction has
+    /// committed (grouped with concurrent writers of this process; see `writer.rs`).
     ///
-    /// Writers of this process queue on a mutex first. When `f` fails, the transaction is
-    /// rolled back (or was already rolled back by SQLite, which `Transaction` notices through
-    /// `is_autocommit`); `f` itself returns at the first error, so no statement ever runs
-    /// outside the transaction it belongs to.
-    pub(crate) fn write<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
+    /// `f` returns at its first error, so no statement ever runs outside the transaction it
+    /// belongs to; the writer checks `is_autocommit` after an error, because SQLite may have
+    /// rolled the whole transaction back by itself.
+    pub(crate) fn write<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         let _flag = WriteFlag::set()?;
-        let _serialized = self.write_lock.lock();
-        let mut conn = self.pool.get()?;
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).sql("BEGIN IMMEDIATE")?;
-        let value = f(&tx)?;
-        tx.commit().sql("COMMIT")?;
-        Ok(value)
+        self.writer.write(f)
     }
-}
 
-impl Store {
-    /// `PRAGMA wal_checkpoint(TRUNCATE)` on a pooled connection whose busy handler waits at
-    /// most `patience`. The in-process write lock is held meanwhile, so this process's
-    /// writers queue behind it instead of failing.
+    pub(crate) fn commit_stats(&self) -> (u64, u64) {
+        self.writer.commit_stats()
+    }
+
+    /// `PRAGMA wal_checkpoint(TRUNCATE)`, waiting at most `patience` for readers.
     pub(crate) fn checkpoint(&self, patience: Duration) -> Result<crate::report::CheckpointReport> {
         let _flag = WriteFlag::set()?;
-        let _serialized = self.write_lock.lock();
-        let conn = self.pool.get()?;
-        conn.busy_timeout(patience).sql("busy_timeout")?;
-        let result = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
-            Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?, row.get::<_, i64>(2)?))
-        });
-        conn.busy_timeout(self.busy_timeout).sql("busy_timeout")?;
-        let (busy, wal_pages, checkpointed_pages) = result.sql("PRAGMA wal_checkpoint(TRUNCATE)")?;
+        let (busy, wal_pages, checkpointed_pages) = self.writer.checkpoint(patience, self.busy_timeout)?;
         Ok(crate::report::CheckpointReport { completed: busy == 0, wal_pages, checkpointed_pages })
     }
 }

@@ -4,7 +4,6 @@ use crate::clock::Clock;
 use crate::error::Result;
 use crate::job::{ClaimToken, Claimed};
 use crate::queue::Queue;
-use rusqlite::Transaction;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -105,7 +104,7 @@ impl Attempt {
 
     /// Runs a domain write that commits only while this attempt still owns the job (see
     /// [`Queue::with_ownership`]). On `OwnershipLost`, `owner_lost()` turns true as well.
-    pub fn with_ownership<T>(&self, write: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
+    pub fn with_ownership<T>(&self, write: impl FnOnce(&rusqlite::Connection) -> Result<T>) -> Result<T> {
         let result = self.queue.with_ownership(&self.claimed.token, write);
         if matches!(result, Err(crate::Error::OwnershipLost { .. })) {
             self.lease.lost.store(true, Ordering::SeqCst);
