@@ -234,3 +234,51 @@ fn b_a_real_full_disk_gives_typed_errors_and_intake_resumes_when_space_returns()
     q.complete(&claimed[2].token()).unwrap();
     drop(q);
 }
+
+/// Writers of one process share a group transaction: when one of them meets the page
+/// limit, every caller must still get exactly its own truth. `Ok` means the row is there,
+/// `StorageFull` means it is not, for every thread, however the requests were grouped.
+#[test]
+fn a_concurrent_writers_at_the_page_limit_each_get_their_own_truth() {
+    let q = temp_queue_with(|b| b.max_page_count(96));
+    let results: Vec<(String, bool)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|t| {
+                let q = q.queue.clone();
+                s.spawn(move || {
+                    let mut out = Vec::new();
+                    let mut full = 0;
+                    for n in 0..5_000 {
+                        let key = format!("t{t}-{n}");
+                        // Mixed sizes, so that small rows still fit after big ones failed.
+                        let size = if n % 3 == 0 { 50 } else { 900 };
+                        match q.enqueue(job(&key, size)) {
+                            Ok(Enqueued::New(_)) => out.push((key, true)),
+                            Ok(other) => panic!("{key}: {other:?}"),
+                            Err(Error::StorageFull { .. }) => {
+                                out.push((key, false));
+                                full += 1;
+                                if full == 30 {
+                                    break;
+                                }
+                            }
+                            Err(e) => panic!("{key}: {e:?}"),
+                        }
+                    }
+                    out
+                })
+            })
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    let present: std::collections::HashSet<String> = keys_present(&q.path(), "t").into_iter().collect();
+    let ok = results.iter().filter(|(_, ok)| *ok).count();
+    assert!(ok > 0 && ok < results.len(), "some intakes succeeded and some hit the limit");
+    for (key, ok) in &results {
+        assert_eq!(present.contains(key), *ok, "{key}: the caller was told {ok}");
+    }
+    assert_eq!(present.len(), ok, "no row that nobody was told about");
+    integrity(&q.path());
+    let stats = q.commit_stats();
+    println!("{} intakes ({ok} ok) in {} group transactions: {stats:?}", results.len(), stats.transactions);
+}
