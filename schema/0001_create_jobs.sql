@@ -19,8 +19,11 @@ CREATE TABLE fenceq_jobs (
     last_error   TEXT,
     created_at   INTEGER NOT NULL,
     settled_at   INTEGER,
-    CONSTRAINT state_valid CHECK (state IN ('pending', 'running', 'waiting', 'completed',
-                                            'exhausted', 'unknown', 'cancelled')),
+    -- OR chains, not IN lists: SQLite evaluates an IN list of more than two constants
+    -- through an ephemeral table built at every execution of every INSERT and UPDATE.
+    CONSTRAINT state_valid CHECK (state = 'pending' OR state = 'running' OR state = 'waiting'
+                                  OR state = 'completed' OR state = 'exhausted' OR state = 'unknown'
+                                  OR state = 'cancelled'),
     CONSTRAINT lease_iff_running CHECK ((state = 'running') = (lease_until IS NOT NULL AND worker IS NOT NULL)),
     CONSTRAINT deadline_iff_waiting CHECK ((state = 'waiting') = (wait_until IS NOT NULL)),
     CONSTRAINT attempts_bounded CHECK (max_attempts >= 1 AND attempt >= 0 AND attempt <= max_attempts),

@@ -10,17 +10,20 @@ SET    claim_id = randomblob(16)
 WHERE  state IN ('running', 'waiting', 'exhausted', 'unknown');
 
 -- A CHECK cannot be added to an existing table, so triggers hold the rule that a claimed
--- (or claim-keeping) row always carries its claim id.
+-- (or claim-keeping) row always carries its claim id. (OR chains rather than IN lists, as in
+-- 0001: an IN list of constants costs an ephemeral table per statement execution.)
 CREATE TRIGGER fenceq_jobs_claim_id_insert
 BEFORE INSERT ON fenceq_jobs
-WHEN NEW.state IN ('running', 'waiting', 'exhausted', 'unknown') AND NEW.claim_id IS NULL
+WHEN NEW.claim_id IS NULL
+ AND (NEW.state = 'running' OR NEW.state = 'waiting' OR NEW.state = 'exhausted' OR NEW.state = 'unknown')
 BEGIN
     SELECT RAISE(ABORT, 'fenceq: a claimed row must carry its claim_id');
 END;
 
 CREATE TRIGGER fenceq_jobs_claim_id_update
 BEFORE UPDATE OF state, claim_id ON fenceq_jobs
-WHEN NEW.state IN ('running', 'waiting', 'exhausted', 'unknown') AND NEW.claim_id IS NULL
+WHEN NEW.claim_id IS NULL
+ AND (NEW.state = 'running' OR NEW.state = 'waiting' OR NEW.state = 'exhausted' OR NEW.state = 'unknown')
 BEGIN
     SELECT RAISE(ABORT, 'fenceq: a claimed row must carry its claim_id');
 END;

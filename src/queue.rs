@@ -260,30 +260,20 @@ impl Queue {
 
     /// Completes the job. Terminal: no later write of any token changes it.
     pub fn complete(&self, token: &ClaimToken) -> Result<()> {
-        self.complete_with(token, |_| Ok(()))
+        self.settle(token, &Settle::Complete).map(drop)
     }
 
     /// Completes many jobs in one transaction (for batch consumers): one result per token,
     /// in order. A token that lost its job gets `OwnershipLost` without failing the others.
     pub fn complete_all(&self, tokens: &[ClaimToken]) -> Result<Vec<Result<()>>> {
-        self.store.write(|tx| {
-            let now = self.store.now();
-            let mut results = Vec::with_capacity(tokens.len());
-            for token in tokens {
-                match job_write_owned(tx, JOB_COMPLETE, "complete", token, now, &[]) {
-                    Ok(()) => results.push(Ok(())),
-                    Err(e @ Error::OwnershipLost { .. }) => results.push(Err(e)),
-                    Err(e) => return Err(e),
-                }
-            }
-            Ok(results)
-        })
+        let items: Vec<(ClaimToken, Settle<'_>)> = tokens.iter().map(|t| (*t, Settle::Complete)).collect();
+        Ok(self.settle_many(&items)?.into_iter().map(|r| r.map(drop)).collect())
     }
 
     /// Completes the job and runs `write` in the same transaction: both commit or neither.
     pub fn complete_with<T>(&self, token: &ClaimToken, write: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         self.store.write(|tx| {
-            job_write_owned(tx, JOB_COMPLETE, "complete", token, self.store.now(), &[])?;
+            settle_in(tx, token, &Settle::Complete, self.store.now())?;
             write(tx)
         })
     }
@@ -296,53 +286,52 @@ impl Queue {
             Backoff::After(d) => d,
             Backoff::Policy(p) => p.next_delay(token.attempt),
         };
-        let error = clip(error);
-        self.store.write(|tx| {
-            let now = self.store.now();
-            let run_at = now.saturating_add(duration_ms(delay));
-            let retry = [(":run_at", &run_at as &dyn rusqlite::ToSql), (":error", &error)];
-            match job_write_owned(tx, JOB_RETRY, "retry", token, now, &retry) {
-                Ok(()) => Ok(Retried::Scheduled(run_at)),
-                // Either no attempts are left or the token is stale; exhaust tells them apart.
-                Err(Error::OwnershipLost { .. }) => {
-                    job_write_owned(tx, JOB_EXHAUST, "retry", token, now, &[(":error", &error)])?;
-                    Ok(Retried::Exhausted)
-                }
-                Err(e) => Err(e),
-            }
-        })
+        match self.settle(token, &Settle::Retry { delay, error })? {
+            Settled::Retried(at) => Ok(Retried::Scheduled(at)),
+            _ => Ok(Retried::Exhausted),
+        }
     }
 
     /// Turns the exact live claim into an unacknowledged, durable exhaustion that keeps its
     /// token (see [`Queue::exhaustions`] and [`Queue::acknowledge`]).
     pub fn exhaust(&self, token: &ClaimToken, error: &str) -> Result<()> {
-        let error = clip(error);
-        self.store
-            .write(|tx| job_write_owned(tx, JOB_EXHAUST, "exhaust", token, self.store.now(), &[(":error", &error)]))
+        self.settle(token, &Settle::Exhaust(error)).map(drop)
     }
 
     /// Records an ambiguous outcome (the side effect may have happened): never retried or
     /// pruned automatically; see [`Queue::unknowns`] and [`Queue::resolve`].
     pub fn mark_unknown(&self, token: &ClaimToken, evidence: &str) -> Result<()> {
-        let evidence = clip(evidence);
-        self.store.write(|tx| {
-            job_write_owned(tx, JOB_MARK_UNKNOWN, "mark_unknown", token, self.store.now(), &[(":error", &evidence)])
-        })
+        self.settle(token, &Settle::Unknown(evidence)).map(drop)
     }
 
     /// Parks the job (for example awaiting an approval) for at most `timeout`: the lease is
     /// released and the job is never reaped as stale; [`Queue::resume`] with the same token
     /// sends it back to pending, and past the deadline the reaper exhausts it.
     pub fn park(&self, token: &ClaimToken, timeout: Duration, reason: &str) -> Result<()> {
-        if timeout.is_zero() || timeout > Duration::from_secs(365 * 24 * 3600) {
-            return Err(Error::invalid("park timeout", "must be between 1 ms and a year"));
-        }
-        let reason = clip(reason);
+        self.settle(token, &Settle::Park { timeout, reason }).map(drop)
+    }
+
+    fn settle(&self, token: &ClaimToken, settle: &Settle<'_>) -> Result<Settled> {
+        settle.check()?;
+        self.store.write(|tx| settle_in(tx, token, settle, self.store.now()))
+    }
+
+    /// Settles many claims in one transaction (the worker pool's settler): one result per
+    /// item; a stale token gets `OwnershipLost` without failing the others.
+    pub(crate) fn settle_many(&self, items: &[(ClaimToken, Settle<'_>)]) -> Result<Vec<Result<Settled>>> {
+        let checked: Vec<Result<()>> = items.iter().map(|(_, s)| s.check()).collect();
         self.store.write(|tx| {
             let now = self.store.now();
-            let wait_until = now.saturating_add(duration_ms(timeout));
-            let park = [(":wait_until", &wait_until as &dyn rusqlite::ToSql), (":error", &reason)];
-            job_write_owned(tx, JOB_PARK, "park", token, now, &park)
+            let mut results = Vec::with_capacity(items.len());
+            for ((token, settle), check) in items.iter().zip(checked) {
+                match check.and_then(|()| settle_in(tx, token, settle, now)) {
+                    Ok(settled) => results.push(Ok(settled)),
+                    // A guarded miss or bad input changed nothing: per item.
+                    Err(e @ (Error::OwnershipLost { .. } | Error::InvalidInput { .. })) => results.push(Err(e)),
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(results)
         })
     }
 
@@ -553,6 +542,73 @@ impl Queue {
     /// One job's whole record, or `None` when no row has this id.
     pub fn job(&self, id: JobId) -> Result<Option<Job>> {
         self.store.read(|conn| job_get(conn, id))
+    }
+}
+
+/// How a claim is settled (the engine's side of a handler's `Outcome`).
+#[derive(Debug, Clone)]
+pub(crate) enum Settle<'a> {
+    Complete,
+    Retry { delay: Duration, error: &'a str },
+    Exhaust(&'a str),
+    Unknown(&'a str),
+    Park { timeout: Duration, reason: &'a str },
+}
+
+/// What a settle did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Settled {
+    Completed,
+    Retried(i64),
+    Exhausted,
+    Unknown,
+    Parked,
+}
+
+impl Settle<'_> {
+    fn check(&self) -> Result<()> {
+        match self {
+            Settle::Park { timeout, .. } if timeout.is_zero() || *timeout > Duration::from_secs(365 * 24 * 3600) => {
+                Err(Error::invalid("park timeout", "must be between 1 ms and a year"))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// One guarded settle statement (two for a retry out of attempts) for the exact token.
+fn settle_in(conn: &Connection, token: &ClaimToken, settle: &Settle<'_>, now: i64) -> Result<Settled> {
+    match settle {
+        Settle::Complete => {
+            job_write_owned(conn, JOB_COMPLETE, "complete", token, now, &[]).map(|()| Settled::Completed)
+        }
+        Settle::Retry { delay, error } => {
+            let error = clip(error);
+            let run_at = now.saturating_add(duration_ms(*delay));
+            let retry = [(":run_at", &run_at as &dyn rusqlite::ToSql), (":error", &error)];
+            match job_write_owned(conn, JOB_RETRY, "retry", token, now, &retry) {
+                Ok(()) => Ok(Settled::Retried(run_at)),
+                // Either no attempts are left or the token is stale; exhaust tells them apart.
+                Err(Error::OwnershipLost { .. }) => {
+                    job_write_owned(conn, JOB_EXHAUST, "retry", token, now, &[(":error", &error)])?;
+                    Ok(Settled::Exhausted)
+                }
+                Err(e) => Err(e),
+            }
+        }
+        Settle::Exhaust(error) => {
+            job_write_owned(conn, JOB_EXHAUST, "exhaust", token, now, &[(":error", &clip(error))])
+                .map(|()| Settled::Exhausted)
+        }
+        Settle::Unknown(evidence) => {
+            job_write_owned(conn, JOB_MARK_UNKNOWN, "mark_unknown", token, now, &[(":error", &clip(evidence))])
+                .map(|()| Settled::Unknown)
+        }
+        Settle::Park { timeout, reason } => {
+            let wait_until = now.saturating_add(duration_ms(*timeout));
+            let park = [(":wait_until", &wait_until as &dyn rusqlite::ToSql), (":error", &clip(reason))];
+            job_write_owned(conn, JOB_PARK, "park", token, now, &park).map(|()| Settled::Parked)
+        }
     }
 }
 

@@ -36,7 +36,11 @@ pub struct BenchArgs {
 impl BenchArgs {
     /// Runs every scenario; JSON lines with --json, else a table at the end.
     pub fn run(self, ctx: &mut Context) -> CliResult<()> {
-        let dir = if ctx.db_given { ctx.db.clone() } else { std::env::temp_dir().join(format!("fenceq-bench-{}", std::process::id())) };
+        let dir = if ctx.db_given {
+            ctx.db.clone()
+        } else {
+            std::env::temp_dir().join(format!("fenceq-bench-{}", std::process::id()))
+        };
         let options = BenchOptions {
             jobs: self.jobs,
             workers: self.workers as usize,

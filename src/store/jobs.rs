@@ -25,14 +25,14 @@ macro_rules! identified_by_token {
     };
 }
 
-/// Idempotent intake: a second row with the same (queue, key) is not inserted, and then no
-/// id is returned. `ON CONFLICT` (unlike `INSERT OR IGNORE`) skips only the uniqueness
-/// conflict, so a CHECK violation still fails loudly.
+/// Idempotent intake: a second row with the same (queue, key) is not inserted (`changes()`
+/// is then 0). `ON CONFLICT` (unlike `INSERT OR IGNORE`) skips only the uniqueness conflict,
+/// so a CHECK violation still fails loudly. No `RETURNING`: SQLite would open an ephemeral
+/// table for every insert; `last_insert_rowid()` is free.
 pub(crate) const JOB_INSERT: &str = "
     INSERT INTO fenceq_jobs (queue, key, payload, priority, run_at, max_attempts, created_at)
-    VALUES (:queue, :key, :payload, :priority, :run_at, :max_attempts, :now)
-    ON CONFLICT (queue, key) WHERE key IS NOT NULL DO NOTHING
-    RETURNING id";
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+    ON CONFLICT (queue, key) WHERE key IS NOT NULL DO NOTHING";
 
 pub(crate) const JOB_ID_BY_KEY: &str = "
     SELECT id FROM fenceq_jobs WHERE queue = :queue AND key = :key";
@@ -40,7 +40,8 @@ pub(crate) const JOB_ID_BY_KEY: &str = "
 /// Up to `:limit` claimable jobs of a queue, by priority, then run_at, then id: due pending
 /// jobs (partial index `fenceq_jobs_claim`) and running jobs whose lease expired with attempts
 /// left (partial index `fenceq_jobs_lease`). Two indexed branches instead of one `OR`, so the
-/// claim never scans the table however many jobs wait.
+/// claim never scans the table however many jobs wait. The chosen rows' data is read by id
+/// afterwards (`JOB_CLAIMED_ROW`), keeping payloads out of the sort.
 pub(crate) const JOB_SELECT_CLAIMABLE: &str = "
     SELECT id, priority, run_at FROM (
         SELECT id, priority, run_at
@@ -60,13 +61,19 @@ pub(crate) const JOB_SELECT_CLAIMABLE: &str = "
     LIMIT :limit";
 
 /// Claims one selected job with a fresh claim id. Runs in the same IMMEDIATE transaction as
-/// `JOB_SELECT_CLAIMABLE`, so the selection cannot have changed in between.
+/// `JOB_SELECT_CLAIMABLE`, so the selection cannot have changed in between. (No `RETURNING`:
+/// it costs an ephemeral table per row; `JOB_CLAIMED_ROW` reads the row instead.)
 pub(crate) const JOB_CLAIM: &str = "
     UPDATE fenceq_jobs
-    SET    state = 'running', attempt = attempt + 1, claim_id = :claim_id, worker = :worker,
-           lease_until = :now + :lease_ms, heartbeat_at = :now, wait_until = NULL
-    WHERE  id = :id
-    RETURNING queue, key, payload, priority, attempt, max_attempts, lease_until, last_error";
+    SET    state = 'running', attempt = attempt + 1, claim_id = ?2, worker = ?3,
+           lease_until = ?4 + ?5, heartbeat_at = ?4, wait_until = NULL
+    WHERE  id = ?1";
+
+/// The data a claim hands out, read right after `JOB_CLAIM` in the same transaction.
+pub(crate) const JOB_CLAIMED_ROW: &str = "
+    SELECT queue, key, payload, priority, attempt, max_attempts, lease_until, last_error
+    FROM   fenceq_jobs
+    WHERE  id = ?1";
 
 pub(crate) const JOB_RENEW: &str = concat!(
     "UPDATE fenceq_jobs
@@ -283,17 +290,12 @@ pub(crate) fn job_insert(
     max_attempts: u32,
     now: i64,
 ) -> Result<Option<JobId>> {
-    conn.prepare_cached(JOB_INSERT)
+    let inserted = conn
+        .prepare_cached(JOB_INSERT)
         .sql("JOB_INSERT")?
-        .query_row(
-            named_params! {
-                ":queue": queue, ":key": key, ":payload": payload, ":priority": priority,
-                ":run_at": run_at, ":max_attempts": max_attempts, ":now": now,
-            },
-            |row| row.get(0).map(JobId),
-        )
-        .optional()
-        .sql("JOB_INSERT")
+        .execute(rusqlite::params![queue, key, payload, priority, run_at, max_attempts, now])
+        .sql("JOB_INSERT")?;
+    Ok((inserted == 1).then(|| JobId(conn.last_insert_rowid())))
 }
 
 pub(crate) fn job_id_by_key(conn: &Connection, queue: &str, key: &str) -> Result<Option<JobId>> {
@@ -321,29 +323,27 @@ pub(crate) fn job_claim(
         .collect::<rusqlite::Result<_>>()
         .sql("JOB_SELECT_CLAIMABLE")?;
     let mut claim = conn.prepare_cached(JOB_CLAIM).sql("JOB_CLAIM")?;
+    let mut read = conn.prepare_cached(JOB_CLAIMED_ROW).sql("JOB_CLAIMED_ROW")?;
     let mut claimed = Vec::with_capacity(ids.len());
     for id in ids {
         let claim_id = ClaimId::generate();
-        let job = claim
-            .query_row(
-                named_params! {
-                    ":id": id, ":claim_id": claim_id.0.as_bytes().as_slice(), ":worker": worker,
-                    ":now": now, ":lease_ms": lease_ms,
-                },
-                |row| {
-                    Ok(Claimed {
-                        token: ClaimToken { id: JobId(id), attempt: row.get(4)?, claim_id },
-                        queue: row.get(0)?,
-                        key: row.get(1)?,
-                        payload: row.get(2)?,
-                        priority: row.get(3)?,
-                        max_attempts: row.get(5)?,
-                        lease_until: row.get(6)?,
-                        last_error: row.get(7)?,
-                    })
-                },
-            )
+        claim
+            .execute(rusqlite::params![id, claim_id.0.as_bytes().as_slice(), worker, now, lease_ms])
             .sql("JOB_CLAIM")?;
+        let job = read
+            .query_row([id], |row| {
+                Ok(Claimed {
+                    token: ClaimToken { id: JobId(id), attempt: row.get(4)?, claim_id },
+                    queue: row.get(0)?,
+                    key: row.get(1)?,
+                    payload: row.get(2)?,
+                    priority: row.get(3)?,
+                    max_attempts: row.get(5)?,
+                    lease_until: row.get(6)?,
+                    last_error: row.get(7)?,
+                })
+            })
+            .sql("JOB_CLAIMED_ROW")?;
         claimed.push(job);
     }
     Ok(claimed)

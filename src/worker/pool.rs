@@ -1,12 +1,13 @@
 //! The worker pool: one dispatcher thread that claims in batches sized to free slots, worker
-//! threads that run the handler and settle, and a heartbeat thread that renews every
-//! in-flight lease in one transaction per round.
+//! threads that run the handler, a settler thread that settles the outcomes of many workers
+//! in one transaction, and a heartbeat thread that renews every in-flight lease in one
+//! transaction per round.
 
 use super::attempt::{Attempt, Lease, Outcome};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::job::{ClaimToken, Claimed, JobId, RetryPolicy};
-use crate::queue::Queue;
+use crate::queue::{Queue, Settle, Settled};
 use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -280,6 +281,7 @@ impl WorkerPool {
         let (stop_dispatch, stop_dispatch_rx) = bounded::<()>(0);
         let (stop_heartbeat, stop_heartbeat_rx) = bounded::<()>(0);
         let (exited_tx, exited) = unbounded::<()>();
+        let (settle_tx, settle_rx) = unbounded::<(ClaimToken, Outcome)>();
         let wake = builder.queue.subscribe(&builder.queue_name);
         let mut threads = Vec::with_capacity(workers + 2);
 
@@ -288,15 +290,27 @@ impl WorkerPool {
             let jobs = job_rx.clone();
             let done = done_tx.clone();
             let exited = exited_tx.clone();
+            let settle = settle_tx.clone();
             threads.push(spawn(&format!("fenceq-worker-{n}"), move || {
                 for claimed in jobs.iter() {
-                    work(&shared, claimed);
+                    let token = claimed.token;
+                    let outcome = work(&shared, claimed);
+                    let _ = settle.send((token, outcome));
                     let _ = done.send(());
                 }
                 let _ = exited.send(());
             })?);
         }
         drop(job_rx);
+        drop(settle_tx);
+        {
+            let shared = shared.clone();
+            let exited = exited_tx.clone();
+            threads.push(spawn("fenceq-settler", move || {
+                settler(&shared, settle_rx);
+                let _ = exited.send(());
+            })?);
+        }
         {
             let shared = shared.clone();
             let worker = format!("{}-{}", builder.worker_prefix, 0);
@@ -349,8 +363,10 @@ impl WorkerPool {
         // Closing the channel stops the dispatcher; it drops the job sender, so workers end
         // once the attempts they hold are settled.
         drop(self.stop_dispatch.take());
+        // Workers end once the attempts they hold are done; the settler ends after settling
+        // the last of them.
         let mut exited = 0;
-        while exited < self.workers {
+        while exited < self.workers + 1 {
             match self.exited.recv_deadline(deadline) {
                 Ok(()) => exited += 1,
                 Err(_) => break,
@@ -358,7 +374,7 @@ impl WorkerPool {
         }
         let still_running = self.in_flight();
         drop(self.stop_heartbeat.take());
-        if exited == self.workers {
+        if exited == self.workers + 1 {
             for thread in self.threads.drain(..) {
                 let _ = thread.join();
             }
@@ -433,13 +449,15 @@ fn dispatch(
     }
 }
 
-/// Works one attempt: runs the handler (catching panics), settles with the exact token.
-fn work(shared: &Shared, claimed: Claimed) {
+/// Works one attempt: runs the handler, catching a panic as a retry.
+fn work(shared: &Shared, claimed: Claimed) -> Outcome {
     let id = claimed.token.id;
-    let Some(lease) = shared.in_flight.lock().get(&id).map(|(_, lease)| lease.clone()) else { return };
+    let Some(lease) = shared.in_flight.lock().get(&id).map(|(_, lease)| lease.clone()) else {
+        return Outcome::retry("internal: attempt not registered");
+    };
     let token = claimed.token;
     let mut attempt = Attempt { claimed, lease, queue: shared.queue.clone(), clock: shared.clock.clone() };
-    let outcome = match catch_unwind(AssertUnwindSafe(|| (shared.handler)(&mut attempt))) {
+    match catch_unwind(AssertUnwindSafe(|| (shared.handler)(&mut attempt))) {
         Ok(outcome) => outcome,
         Err(panic) => {
             bump(&shared.counters.panicked);
@@ -451,40 +469,74 @@ fn work(shared: &Shared, claimed: Claimed) {
             tracing::warn!(job = %id, attempt = token.attempt, %message, "handler panicked; retrying");
             Outcome::retry(format!("handler panicked: {message}"))
         }
-    };
-    settle(shared, &token, outcome);
-    shared.in_flight.lock().remove(&id);
+    }
 }
 
-fn settle(shared: &Shared, token: &ClaimToken, outcome: Outcome) {
-    let q = &shared.queue;
+/// Most outcomes settled in one transaction.
+const SETTLE_BATCH: usize = 512;
+
+/// Settles the outcomes of all workers, as many per transaction as have arrived, until every
+/// worker has gone.
+fn settler(shared: &Shared, outcomes: Receiver<(ClaimToken, Outcome)>) {
+    while let Ok(first) = outcomes.recv() {
+        let mut batch = vec![first];
+        while batch.len() < SETTLE_BATCH {
+            match outcomes.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        settle(shared, &batch);
+        let mut in_flight = shared.in_flight.lock();
+        for (token, _) in &batch {
+            in_flight.remove(&token.id);
+        }
+    }
+}
+
+fn settle(shared: &Shared, batch: &[(ClaimToken, Outcome)]) {
     let c = &shared.counters;
-    let result = match outcome {
-        Outcome::Complete => q.complete(token).map(|()| &c.completed),
-        Outcome::Retry { after, error } => {
-            let retried = match after {
-                Some(delay) => q.retry(token, delay, &error),
-                None => q.retry(token, shared.retry_policy, &error),
+    let items: Vec<(ClaimToken, Settle<'_>)> = batch
+        .iter()
+        .map(|(token, outcome)| {
+            let settle = match outcome {
+                Outcome::Complete => Settle::Complete,
+                Outcome::Retry { after, error } => Settle::Retry {
+                    delay: after.unwrap_or_else(|| shared.retry_policy.next_delay(token.attempt)),
+                    error,
+                },
+                Outcome::Exhaust(error) => Settle::Exhaust(error),
+                Outcome::Unknown(evidence) => Settle::Unknown(evidence),
+                Outcome::Park { until, reason } => Settle::Park { timeout: *until, reason },
             };
-            retried.map(|r| match r {
-                crate::job::Retried::Scheduled(_) => &c.retried,
-                crate::job::Retried::Exhausted => &c.exhausted,
-            })
-        }
-        Outcome::Exhaust(error) => q.exhaust(token, &error).map(|()| &c.exhausted),
-        Outcome::Unknown(evidence) => q.mark_unknown(token, &evidence).map(|()| &c.unknown),
-        Outcome::Park { until, reason } => q.park(token, until, &reason).map(|()| &c.parked),
-    };
-    match result {
-        Ok(counter) => bump(counter),
-        Err(Error::OwnershipLost { reason, .. }) => {
-            bump(&c.stale_settles_rejected);
-            tracing::warn!(job = %token.id, attempt = token.attempt, claim = %token.claim_id, %reason,
-                "settle rejected: the attempt no longer owns its job");
-        }
+            (*token, settle)
+        })
+        .collect();
+    let results = match shared.queue.settle_many(&items) {
+        Ok(results) => results,
         Err(e) => {
-            bump(&c.errors);
-            tracing::error!(job = %token.id, attempt = token.attempt, error = %e, "settle failed; the lease will expire and the job be reclaimed");
+            c.errors.fetch_add(batch.len() as u64, Ordering::SeqCst);
+            tracing::error!(queue = %shared.queue_name, jobs = batch.len(), error = %e,
+                "settle failed; the leases will expire and the jobs be reclaimed");
+            return;
+        }
+    };
+    for ((token, _), result) in batch.iter().zip(results) {
+        match result {
+            Ok(Settled::Completed) => bump(&c.completed),
+            Ok(Settled::Retried(_)) => bump(&c.retried),
+            Ok(Settled::Exhausted) => bump(&c.exhausted),
+            Ok(Settled::Unknown) => bump(&c.unknown),
+            Ok(Settled::Parked) => bump(&c.parked),
+            Err(Error::OwnershipLost { reason, .. }) => {
+                bump(&c.stale_settles_rejected);
+                tracing::warn!(job = %token.id, attempt = token.attempt, claim = %token.claim_id, %reason,
+                    "settle rejected: the attempt no longer owns its job");
+            }
+            Err(e) => {
+                bump(&c.errors);
+                tracing::error!(job = %token.id, attempt = token.attempt, error = %e, "settle failed");
+            }
         }
     }
 }
