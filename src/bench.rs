@@ -275,6 +275,15 @@ pub fn claim_latency(path: &Path, pending: u64, samples: usize) -> Result<(f64, 
     Ok((at(0.5), at(0.99)))
 }
 
+/// Fills `jobs` pending jobs in batches and works through all of them with
+/// `claim_batch(64)` + `complete_all`, returning jobs/s of the whole pass (for the RSS figure).
+pub fn work_through(path: &Path, jobs: u64) -> Result<f64> {
+    let started = Instant::now();
+    let rate = claim_batch_settle(path, jobs)?;
+    let _ = rate;
+    Ok(jobs as f64 / started.elapsed().as_secs_f64())
+}
+
 /// Peak resident set size of this process so far, in MiB (Linux; 0 elsewhere).
 pub fn peak_rss_mib() -> f64 {
     std::fs::read_to_string("/proc/self/status")
@@ -354,8 +363,15 @@ pub fn run(options: &BenchOptions, mut report: impl FnMut(&Figure)) -> Result<Ve
         },
         &mut figures,
     );
+    let through = work_through(&fresh("through"), options.latency_rows)?;
+    push(simple(&format!("fenceq/work_through_{}_jobs", options.latency_rows), through, vec![]), &mut figures);
     push(
-        Figure { scenario: "process/peak_rss".into(), value: peak_rss_mib(), unit: "MiB", details: vec![] },
+        Figure {
+            scenario: "process/peak_rss".into(),
+            value: peak_rss_mib(),
+            unit: "MiB",
+            details: vec![("jobs_worked_through".into(), options.latency_rows as f64)],
+        },
         &mut figures,
     );
     Ok(figures)

@@ -28,7 +28,8 @@ pub struct BenchArgs {
     /// Durability setting of the raw baselines and the end-to-end scenario.
     #[arg(long, value_enum, default_value_t = SyncArg::Normal)]
     pub sync: SyncArg,
-    /// Pending rows for the large claim-latency measurement (compared with 1,000).
+    /// Pending rows for the large claim-latency measurement (compared with 1,000), and jobs
+    /// worked through for the peak-RSS figure.
     #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1000..=10_000_000))]
     pub latency_rows: u64,
 }
@@ -51,7 +52,7 @@ impl BenchArgs {
             latency_rows: self.latency_rows,
             dir: dir.clone(),
         };
-        let progress = ctx.out.progress(9, "benchmarking");
+        let progress = ctx.out.progress(10, "benchmarking");
         let json = ctx.json();
         let mut lines = Vec::new();
         let result = bench::run(&options, |figure| {
