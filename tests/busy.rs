@@ -197,7 +197,7 @@ fn write_mix(q: &Queue, name: &str, duration: Duration, think: Duration, tally: 
             }
         }
         std::thread::sleep(think);
-        if n % 10 == 0 {
+        if n.is_multiple_of(10) {
             tally.count("reap", || q.reap());
             tally.count("prune", || q.prune(&Retention { older_than: Duration::from_millis(500), batch_size: 100 }));
             tally.count("checkpoint", || q.checkpoint());

@@ -451,7 +451,7 @@ fn kill_nine_at_random_points_loses_no_acknowledged_change() {
         let segment_end = (totals.kills + SEGMENT).min(kills);
         while totals.kills < segment_end {
             iteration += 1;
-            if iteration % 10 == 0 {
+            if iteration.is_multiple_of(10) {
                 upgrade_iteration(dir.path(), iteration, seed, &mut rng, &mut totals);
                 continue;
             }

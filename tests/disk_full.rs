@@ -248,10 +248,10 @@ fn a_concurrent_writers_at_the_page_limit_each_get_their_own_truth() {
                 s.spawn(move || {
                     let mut out = Vec::new();
                     let mut full = 0;
-                    for n in 0..5_000 {
+                    for n in 0..5_000u32 {
                         let key = format!("t{t}-{n}");
                         // Mixed sizes, so that small rows still fit after big ones failed.
-                        let size = if n % 3 == 0 { 50 } else { 900 };
+                        let size = if n.is_multiple_of(3) { 50 } else { 900 };
                         match q.enqueue(job(&key, size)) {
                             Ok(Enqueued::New(_)) => out.push((key, true)),
                             Ok(other) => panic!("{key}: {other:?}"),

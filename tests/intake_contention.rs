@@ -67,7 +67,7 @@ fn intake_child() {
     let (path, start, index) = (parts[0], parts[1].parse().unwrap(), parts[2].parse::<u64>().unwrap());
     let q = Queue::open(path).unwrap();
     let name = format!("process-{index}");
-    let results = submit_all(&q, &name, 1000 + index, index % 2 == 0, start);
+    let results = submit_all(&q, &name, 1000 + index, index.is_multiple_of(2), start);
     let mut out = String::from("\n");
     for (k, new, id) in results {
         out.push_str(&format!("R {k} {} {}\n", u8::from(new), id.0));

@@ -240,11 +240,11 @@ fn intake_and_settles_during_pruning_lose_nothing() {
                 let other = other.clone();
                 s.spawn(move || {
                     let mut acked = Vec::new();
-                    for i in 0..300 {
+                    for i in 0..300u32 {
                         let key = format!("new-{t}-{i}");
                         let id = other.enqueue(NewJob::new("fresh", vec![2]).key(key.clone())).unwrap().id();
                         acked.push((key, id));
-                        if i % 3 == 0 {
+                        if i.is_multiple_of(3) {
                             if let Some(job) = other.claim("fresh", &format!("p{t}"), LEASE).unwrap() {
                                 other.complete(&job.token()).unwrap();
                             }

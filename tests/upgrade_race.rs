@@ -130,7 +130,10 @@ fn schema_of(path: &Path) -> (i64, Vec<String>, Vec<String>) {
     (version, columns, objects)
 }
 
-fn rows(path: &Path) -> Vec<(String, String, Vec<u8>, Option<Vec<u8>>)> {
+/// (key, state, payload, claim id) of every row, in id order.
+type Row = (String, String, Vec<u8>, Option<Vec<u8>>);
+
+fn rows(path: &Path) -> Vec<Row> {
     let conn = Connection::open(path).unwrap();
     let mut stmt = conn.prepare("SELECT key, state, payload, claim_id FROM fenceq_jobs ORDER BY id").unwrap();
     stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))).unwrap().collect::<Result<_, _>>().unwrap()
