@@ -27,6 +27,17 @@ fn heap_limit(q: &Queue, bytes: i64) {
     .unwrap();
 }
 
+/// The rows as `common::snapshot` shows them, read on the queue's own reader connection.
+fn snapshot_via(q: &Queue) -> Vec<RowSnapshot> {
+    q.with_connection(|c| {
+        let mut stmt =
+            c.prepare("SELECT id, state, attempt, claim_id, lease_until, last_error FROM fenceq_jobs ORDER BY id")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    })
+    .unwrap()
+}
+
 /// Child side: every assertion runs here; the parent checks the exit status.
 #[test]
 fn oom_child() {
@@ -35,7 +46,20 @@ fn oom_child() {
     }
     let q = temp_queue_with(|b| b.max_payload(16 * MIB).pool_size(1));
     q.add("small-1");
-    let big = q.enqueue(NewJob::new("q", vec![7u8; 6 * MIB]).key("big").priority(10)).unwrap().id();
+    // The 6 MiB job comes from another connection (another program), so that the queue's own
+    // page caches do not already hold more than the heap limit set below: SQLite built
+    // without SQLITE_ENABLE_MEMORY_MANAGEMENT cannot give cached pages back when the limit is
+    // reached, and a limit below what the process already holds fails every call.
+    let big = {
+        let conn = Connection::open(q.path()).unwrap();
+        conn.execute(
+            "INSERT INTO fenceq_jobs (queue, key, payload, priority, run_at, max_attempts, created_at)
+             VALUES ('q', 'big', zeroblob(?1), 10, ?2, 5, ?2)",
+            fenceq::rusqlite::params![6 * MIB as i64, T0],
+        )
+        .unwrap();
+        fenceq::JobId(conn.last_insert_rowid())
+    };
     let before = snapshot(&q.path());
 
     heap_limit(&q, 4_000_000);
@@ -59,7 +83,8 @@ fn oom_child() {
     // The connection is usable while the limit stands: small reads and writes work.
     assert!(q.with_connection(|c| Ok(c.is_autocommit())).unwrap());
     assert_eq!(q.stats().unwrap().queue("q").pending, 2);
-    assert_eq!(snapshot(&q.path()), before, "no state change from any of the failed calls");
+    // Read through the queue's reader: a new connection would not fit under the limit.
+    assert_eq!(snapshot_via(&q), before, "no state change from any of the failed calls");
     q.enqueue(NewJob::new("q", b"small-2".to_vec())).expect("a small enqueue under the heap limit");
     assert_eq!(q.stats().unwrap().queue("q").pending, 3);
     // `PRAGMA hard_heap_limit` can only lower the limit, never lift it, so the big job stays
