@@ -300,9 +300,11 @@ impl RetryPolicy {
         let doublings = attempt.saturating_sub(1).min(62);
         let raw = self.base.saturating_mul(1u32 << doublings.min(31));
         let raw = if doublings > 31 { self.max } else { raw.min(self.max) };
-        let jitter = self.jitter.clamp(0.0, 1.0);
-        let factor = 1.0 + jitter * (2.0 * unit.clamp(0.0, 1.0) - 1.0);
-        raw.mul_f64(factor.max(0.0)).min(self.max)
+        let jitter = if self.jitter.is_nan() { 0.0 } else { self.jitter.clamp(0.0, 1.0) };
+        let unit = if unit.is_nan() { 0.5 } else { unit.clamp(0.0, 1.0) };
+        let factor = 1.0 + jitter * (2.0 * unit - 1.0);
+        // In f64 seconds, so that a delay near `Duration::MAX` saturates instead of panicking.
+        Duration::try_from_secs_f64(raw.as_secs_f64() * factor.max(0.0)).unwrap_or(self.max).min(self.max)
     }
 
     /// The delay after `attempt` with fresh random jitter.
@@ -416,6 +418,11 @@ mod tests {
         assert_eq!(p.delay(u32::MAX, 0.0), Duration::from_secs(48));
         assert_eq!(p.delay(3, 0.0), Duration::from_millis(3200));
         assert_eq!(p.delay(3, 1.0), Duration::from_millis(4800));
+        let uncapped = RetryPolicy { base: Duration::MAX, max: Duration::MAX, jitter: 0.2 };
+        for unit in [0.0, 0.5, 1.0, f64::NAN] {
+            assert!(uncapped.delay(1, unit) <= Duration::MAX);
+            assert_eq!(uncapped.delay(70, unit).max(Duration::from_secs(1)), uncapped.delay(70, unit));
+        }
         for attempt in 1..20 {
             let d = p.next_delay(attempt);
             assert!(d <= Duration::from_secs(60));

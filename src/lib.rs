@@ -28,7 +28,7 @@ pub use job::{
     Resolution, Retried, RetryPolicy,
 };
 pub use maintenance::{Maintenance, MaintenanceConfig, MaintenanceReport, DEFAULT_PRUNE_EVERY, DEFAULT_REAP_EVERY};
-pub use queue::{owns_in, schema_version_of, ListFilter, Queue, MAX_BATCH, MAX_ERROR_LEN};
+pub use queue::{owns_in, schema_version_of, ListFilter, Queue, DEFAULT_CHECKPOINT_PATIENCE, MAX_BATCH, MAX_ERROR_LEN};
 pub use report::{CheckpointReport, CommitStats, PruneReport, QueueStats, ReapReport, Stats};
 /// The rusqlite version fenceq is built with, for closures that receive its `Transaction`.
 pub use rusqlite;

@@ -20,6 +20,9 @@ use std::time::Duration;
 pub const MAX_ERROR_LEN: usize = 4096;
 /// Most jobs one `claim_batch` or page may return.
 pub const MAX_BATCH: u32 = 10_000;
+/// How long a checkpoint waits for readers to leave the old WAL. Defaults to 500 ms: longer
+/// than a typical read transaction, short enough that writers never stall long.
+pub const DEFAULT_CHECKPOINT_PATIENCE: Duration = Duration::from_millis(500);
 /// Rows changed per reaper transaction.
 const REAP_BATCH: u32 = 1_000;
 
@@ -125,12 +128,14 @@ impl Queue {
         let key = job.key.as_deref();
         match job_insert(conn, &job.queue, key, &job.payload, job.priority, run_at, max_attempts, now)? {
             Some(id) => Ok(Enqueued::New(id)),
-            None => {
-                let key = key.expect("only keyed inserts can conflict");
-                job_id_by_key(conn, &job.queue, key)?
-                    .map(Enqueued::Duplicate)
-                    .ok_or_else(|| Error::invalid("key", "conflicting row vanished inside the transaction"))
-            }
+            // Nothing inserted: a key conflict, or (in a shared database file) an application
+            // trigger that ignored the insert.
+            None => key
+                .map(|key| job_id_by_key(conn, &job.queue, key))
+                .transpose()?
+                .flatten()
+                .map(Enqueued::Duplicate)
+                .ok_or_else(|| Error::invalid("job", "the insert was ignored (is there a trigger on fenceq_jobs?)")),
         }
     }
 
@@ -483,12 +488,22 @@ impl Queue {
         Ok(report)
     }
 
-    /// Copies the WAL back into the database and truncates it, waiting at most 100 ms for
-    /// readers and writers (never stalling this process's writers for longer). Readers whose
-    /// transactions overlap without a break starve SQLite's automatic checkpoints and let the
-    /// WAL grow without bound; the maintenance thread runs this every few seconds.
+    /// Copies the WAL back into the database and truncates it, waiting at most
+    /// [`DEFAULT_CHECKPOINT_PATIENCE`] for readers to move off the old WAL (this process's
+    /// writers queue meanwhile). Readers whose transactions overlap without a break starve
+    /// SQLite's automatic checkpoints and let the WAL grow without bound; the maintenance
+    /// thread runs this every few seconds.
     pub fn checkpoint(&self) -> Result<CheckpointReport> {
-        self.store.checkpoint(Duration::from_millis(100))
+        self.checkpoint_with(DEFAULT_CHECKPOINT_PATIENCE)
+    }
+
+    /// [`Queue::checkpoint`] waiting at most `patience`: longer than the longest read
+    /// transaction, or the checkpoint cannot finish while readers overlap back to back.
+    pub fn checkpoint_with(&self, patience: Duration) -> Result<CheckpointReport> {
+        if patience > Duration::from_secs(60) {
+            return Err(Error::invalid("checkpoint patience", "longer than a minute"));
+        }
+        self.store.checkpoint(patience)
     }
 
     /// How this handle's writes were grouped into transactions so far (group commit combines

@@ -481,7 +481,6 @@ fn replies(path: &Path) -> i64 {
 /// A domain write whose closure panics must not commit, not even with the next write of
 /// the process.
 #[test]
-#[ignore = "engine defect: a panic inside a with_ownership/complete_with closure leaves the writer's transaction open and the next write commits the partial domain write"]
 fn a_panicking_closure_commits_nothing() {
     let (_dir, path, q) = domain_queue();
     q.enqueue(NewJob::new("q", b"x".to_vec())).unwrap();
@@ -502,7 +501,6 @@ fn a_panicking_closure_commits_nothing() {
 /// After a panicking closure the database must not stay write-locked: another process's
 /// writer gets the lock within its busy timeout.
 #[test]
-#[ignore = "engine defect: a panic inside a with_ownership/complete_with closure keeps BEGIN IMMEDIATE open, so other processes' writers get SQLITE_BUSY until this process writes again"]
 fn a_panicking_closure_does_not_keep_the_database_locked() {
     let (_dir, path, q) = domain_queue();
     q.enqueue(NewJob::new("q", b"x".to_vec())).unwrap();
@@ -518,7 +516,6 @@ fn a_panicking_closure_does_not_keep_the_database_locked() {
 /// A handler that panics inside `Attempt::with_ownership` in a pool: the pool retries the
 /// job, and the panicked write must not be committed with that retry.
 #[test]
-#[ignore = "engine defect: the pool's retry after a handler panic inside with_ownership commits the panicked domain write"]
 fn a_pool_handler_panicking_inside_with_ownership_commits_nothing() {
     let (_dir, path, q) = domain_queue();
     q.enqueue(NewJob::new("q", b"x".to_vec()).max_attempts(2)).unwrap();
@@ -549,7 +546,6 @@ fn a_pool_handler_panicking_inside_with_ownership_commits_nothing() {
 /// A writer waiting in an open group must be answered even when the request that follows it
 /// in the group panics.
 #[test]
-#[ignore = "engine defect: a group member waits for the group's commit forever when the next member's closure panics (until some later write commits the group)"]
 fn a_group_member_is_answered_when_the_next_member_panics() {
     let (_dir, path, q) = domain_queue();
     for i in 0..2 {

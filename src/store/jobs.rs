@@ -40,7 +40,8 @@ pub(crate) const JOB_ID_BY_KEY: &str = "
 /// Up to `:limit` claimable jobs of a queue, by priority, then run_at, then id: due pending
 /// jobs (partial index `fenceq_jobs_claim`) and running jobs whose lease expired with attempts
 /// left (partial index `fenceq_jobs_lease`). Two indexed branches instead of one `OR`, so the
-/// claim never scans the table however many jobs wait. The chosen rows' data is read by id
+/// claim never scans the table however many jobs wait. The expired branch sorts the expired
+/// leases (few, unlike pending rows) in claim order, so that priority also decides among them. The chosen rows' data is read by id
 /// afterwards (`JOB_CLAIMED_ROW`), keeping payloads out of the sort.
 pub(crate) const JOB_SELECT_CLAIMABLE: &str = "
     SELECT id, priority, run_at FROM (
@@ -55,7 +56,7 @@ pub(crate) const JOB_SELECT_CLAIMABLE: &str = "
         FROM   fenceq_jobs
         WHERE  queue = :queue AND state = 'running' AND lease_until <= :now
           AND  attempt < max_attempts
-        ORDER  BY lease_until
+        ORDER  BY priority DESC, run_at, id
         LIMIT  :limit)
     ORDER BY priority DESC, run_at, id
     LIMIT :limit";

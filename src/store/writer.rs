@@ -80,7 +80,29 @@ impl Writer {
 
     /// Runs `f` in a `BEGIN IMMEDIATE` transaction (its own savepoint inside a group) and
     /// returns once the transaction holding its work has committed.
+    ///
+    /// A request that panics is rolled back like a failed one (its savepoint, or the whole
+    /// transaction when it was alone), the group's other work still commits, and the panic
+    /// then continues on the caller's thread: a panicking closure never leaves a transaction
+    /// open for the next writer to commit by accident.
     pub(crate) fn write<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let mut panic = None;
+        let result = self.write_guarded(|conn: &Connection| {
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(conn))) {
+                Ok(result) => result,
+                Err(payload) => {
+                    panic = Some(payload);
+                    Err(Error::domain("the write request panicked"))
+                }
+            }
+        });
+        if let Some(payload) = panic {
+            std::panic::resume_unwind(payload);
+        }
+        result
+    }
+
+    fn write_guarded<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         self.waiting.fetch_add(1, Ordering::SeqCst);
         let mut st = self.state.lock();
         self.waiting.fetch_sub(1, Ordering::SeqCst);
