@@ -277,14 +277,14 @@ impl ShowArgs {
     }
 }
 
-/// Arguments of `exhausted`.
+/// Which records of a paged listing to show (`exhausted`, `unknown`).
 #[derive(Debug, Args)]
-pub struct ExhaustedArgs {
-    /// Only exhaustions of this queue.
+pub struct PagedArgs {
+    /// Only records of this queue.
     #[arg(long, value_name = "QUEUE")]
     pub queue: Option<String>,
 
-    /// At most this many exhaustions.
+    /// At most this many records.
     #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     pub limit: u64,
 
@@ -293,16 +293,18 @@ pub struct ExhaustedArgs {
     pub after: Option<i64>,
 }
 
+/// Arguments of `exhausted`.
+#[derive(Debug, Args)]
+pub struct ExhaustedArgs {
+    #[command(flatten)]
+    list: PagedArgs,
+}
+
 impl ExhaustedArgs {
     /// Prints the unacknowledged exhaustions.
     pub fn run(self, ctx: &mut Context) -> CliResult<()> {
         let queue = ctx.open_existing()?;
-        let (items, more) = collect_pages(
-            |cursor, limit| queue.exhaustions(cursor, limit),
-            self.queue.as_deref(),
-            self.after,
-            self.limit,
-        )?;
+        let (items, more) = self.list.collect(|cursor, limit| queue.exhaustions(cursor, limit))?;
         let hint = "acknowledge with `fenceq ack ID` or `fenceq ack --all --queue Q`; redrive with `fenceq replay ID`";
         print_records(ctx, &items, more, queue.now_ms(), "EXHAUSTED", "REASON", "unacknowledged exhaustions", hint)
     }
@@ -311,31 +313,26 @@ impl ExhaustedArgs {
 /// Arguments of `unknown`.
 #[derive(Debug, Args)]
 pub struct UnknownArgs {
-    /// Only unknown outcomes of this queue.
-    #[arg(long, value_name = "QUEUE")]
-    pub queue: Option<String>,
-
-    /// At most this many unknown outcomes.
-    #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
-    pub limit: u64,
-
-    /// Start after this job id (to page on from the last id shown).
-    #[arg(long, value_name = "ID", value_parser = clap::value_parser!(i64).range(0..))]
-    pub after: Option<i64>,
+    #[command(flatten)]
+    list: PagedArgs,
 }
 
 impl UnknownArgs {
     /// Prints the unknown outcomes.
     pub fn run(self, ctx: &mut Context) -> CliResult<()> {
         let queue = ctx.open_existing()?;
-        let (items, more) = collect_pages(
-            |cursor, limit| queue.unknowns(cursor, limit),
-            self.queue.as_deref(),
-            self.after,
-            self.limit,
-        )?;
+        let (items, more) = self.list.collect(|cursor, limit| queue.unknowns(cursor, limit))?;
         let hint = "resolve with `fenceq resolve ID --as completed|retry|exhausted`";
         print_records(ctx, &items, more, queue.now_ms(), "RECORDED", "EVIDENCE", "unknown outcomes", hint)
+    }
+}
+
+impl PagedArgs {
+    fn collect(
+        &self,
+        fetch: impl Fn(Option<Cursor>, u32) -> fenceq::Result<Page<Exhaustion>>,
+    ) -> CliResult<(Vec<Exhaustion>, bool)> {
+        collect_pages(fetch, self.queue.as_deref(), self.after, self.limit)
     }
 }
 

@@ -454,21 +454,29 @@ pub(crate) fn job_owns(conn: &Connection, token: &ClaimToken, at: i64) -> Result
 }
 
 pub(crate) fn job_cancel(conn: &Connection, id: JobId, now: i64) -> Result<()> {
-    let changed = conn
-        .prepare_cached(JOB_CANCEL)
-        .sql("JOB_CANCEL")?
-        .execute(named_params! { ":id": id.0, ":now": now })
-        .sql("JOB_CANCEL")?;
-    expect_one(conn, changed, id, "cancel", "pending, waiting or running")
+    job_write_by_id(conn, JOB_CANCEL, "cancel", id, now, "pending, waiting or running")
 }
 
 pub(crate) fn job_replay(conn: &Connection, id: JobId, now: i64) -> Result<()> {
+    job_write_by_id(conn, JOB_REPLAY, "replay", id, now, "exhausted")
+}
+
+/// Runs an operator's transition of one job by id, guarded by its state in the statement;
+/// no row changed is `NotFound` or `InvalidState`.
+fn job_write_by_id(
+    conn: &Connection,
+    statement: &'static str,
+    operation: &'static str,
+    id: JobId,
+    now: i64,
+    expected: &'static str,
+) -> Result<()> {
     let changed = conn
-        .prepare_cached(JOB_REPLAY)
-        .sql("JOB_REPLAY")?
+        .prepare_cached(statement)
+        .sql(operation)?
         .execute(named_params! { ":id": id.0, ":now": now })
-        .sql("JOB_REPLAY")?;
-    expect_one(conn, changed, id, "replay", "exhausted")
+        .sql(operation)?;
+    expect_one(conn, changed, id, operation, expected)
 }
 
 fn expect_one(
