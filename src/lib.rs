@@ -12,6 +12,9 @@ pub mod demo;
 mod error;
 mod job;
 mod maintenance;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod model;
 mod queue;
 mod report;
 mod store;
