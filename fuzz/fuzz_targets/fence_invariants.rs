@@ -1,0 +1,10 @@
+//! T2: op sequences decoded from the bytes (`arbitrary`) run against a real queue on a manual
+//! clock and against the reference model; any divergence or invariant violation panics. The
+//! body is `fenceq::model::run_bytes`, so `tests/fuzz_replay.rs` replays this corpus on stable.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    fenceq::model::run_bytes(data);
+});
