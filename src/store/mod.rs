@@ -48,6 +48,41 @@ thread_local! {
     static IN_WRITE: Cell<bool> = const { Cell::new(false) };
 }
 
+thread_local! {
+    /// How long (in ms, roughly one busy-handler call each) this thread's current statement
+    /// may wait for another process's lock; set from the queue's busy timeout before every
+    /// operation, and from the patience of a checkpoint.
+    static BUSY_PATIENCE_MS: Cell<u64> = const { Cell::new(5_000) };
+}
+
+/// The busy handler of every pooled and writer connection: poll for another process's lock
+/// every millisecond until the patience runs out. SQLite's own handler backs off to 100 ms
+/// between polls, and against a process that writes continuously such a sparse poll almost
+/// never finds the lock free, so the waiting process's writers starved past their timeout.
+fn poll_busy(calls: i32) -> bool {
+    if calls as u64 >= BUSY_PATIENCE_MS.with(Cell::get) {
+        return false;
+    }
+    std::thread::sleep(Duration::from_millis(1));
+    true
+}
+
+/// Sets this thread's busy patience for the duration of one operation.
+pub(crate) struct Patience(u64);
+
+impl Patience {
+    pub(crate) fn set(wait: Duration) -> Patience {
+        let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+        Patience(BUSY_PATIENCE_MS.with(|p| p.replace(ms)))
+    }
+}
+
+impl Drop for Patience {
+    fn drop(&mut self) {
+        BUSY_PATIENCE_MS.with(|p| p.set(self.0));
+    }
+}
+
 struct WriteFlag;
 
 impl WriteFlag {
@@ -138,6 +173,7 @@ impl Store {
 
     /// A connection for reads (autocommit statements; never a deferred write).
     pub(crate) fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let _patience = Patience::set(self.busy_timeout);
         match &self.readers {
             Some(pool) => f(&*pool.get()?),
             // The only connection is held by this thread's write: waiting would deadlock.
@@ -154,6 +190,7 @@ impl Store {
     /// rolled the whole transaction back by itself.
     pub(crate) fn write<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         let _flag = WriteFlag::set()?;
+        let _patience = Patience::set(self.busy_timeout);
         self.writer.write(f)
     }
 
@@ -164,7 +201,8 @@ impl Store {
     /// `PRAGMA wal_checkpoint(TRUNCATE)`, waiting at most `patience` for readers.
     pub(crate) fn checkpoint(&self, patience: Duration) -> Result<crate::report::CheckpointReport> {
         let _flag = WriteFlag::set()?;
-        let (busy, wal_pages, checkpointed_pages) = self.writer.checkpoint(patience, self.busy_timeout)?;
+        let _patience = Patience::set(patience);
+        let (busy, wal_pages, checkpointed_pages) = self.writer.checkpoint()?;
         Ok(crate::report::CheckpointReport { completed: busy == 0, wal_pages, checkpointed_pages })
     }
 }
@@ -172,12 +210,11 @@ impl Store {
 /// PRAGMAs and limits for every pooled connection (they are per connection, never in a
 /// migration): busy timeout, synchronous, foreign keys, WAL size limit, page limit.
 fn connection_init(builder: &QueueBuilder) -> impl Fn(&mut Connection) -> rusqlite::Result<()> + Send + Sync + 'static {
-    let busy = builder.busy_timeout;
     let synchronous = builder.synchronous.pragma();
     let max_page_count = builder.max_page_count;
     let max_length = (builder.max_payload.saturating_mul(2)).max(64 << 20).min(i32::MAX as usize) as i32;
     move |conn: &mut Connection| {
-        conn.busy_timeout(busy)?;
+        conn.busy_handler(Some(poll_busy))?;
         conn.execute_batch(&format!(
             "PRAGMA synchronous = {synchronous};
              PRAGMA foreign_keys = ON;

@@ -16,7 +16,6 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use rusqlite::Connection;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
 /// Most requests one group transaction carries before it commits regardless of who waits.
 const MAX_GROUP: usize = 256;
@@ -206,16 +205,15 @@ impl Writer {
         f(&st.conn)
     }
 
-    /// `PRAGMA wal_checkpoint(TRUNCATE)` on the writer connection, waiting at most
-    /// `patience` for readers; this process's writers queue behind it meanwhile.
-    pub(crate) fn checkpoint(&self, patience: Duration, busy_timeout: Duration) -> Result<(i64, i64, i64)> {
+    /// `PRAGMA wal_checkpoint(TRUNCATE)` on the writer connection, waiting (through the busy
+    /// handler) as long as the caller's patience for readers; this process's writers queue
+    /// behind it meanwhile.
+    pub(crate) fn checkpoint(&self) -> Result<(i64, i64, i64)> {
         self.exclusive(|conn| {
-            conn.busy_timeout(patience).sql("busy_timeout")?;
-            let result = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
+            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
                 Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?, row.get::<_, i64>(2)?))
-            });
-            conn.busy_timeout(busy_timeout).sql("busy_timeout")?;
-            result.sql("PRAGMA wal_checkpoint(TRUNCATE)")
+            })
+            .sql("PRAGMA wal_checkpoint(TRUNCATE)")
         })
     }
 }
