@@ -601,6 +601,8 @@ pub enum Step {
     Hour,
     /// Eight days (past the default retention).
     Week,
+    /// Ten years.
+    Decade,
     /// This many ms.
     Ms(u16),
 }
@@ -615,6 +617,7 @@ impl Step {
             Step::LeasePlusOne => LEASE_MS + 1,
             Step::Hour => HOUR_MS,
             Step::Week => WEEK_MS,
+            Step::Decade => 3652 * 24 * HOUR_MS,
             Step::Ms(ms) => i64::from(ms),
         }
     }
@@ -2139,6 +2142,13 @@ impl Runner<'_> {
                 }
             }
         }
+        for &id in &self.model.ever {
+            let job = self.q().job(id).map_err(|e| format!("job({id}): {e:?}"))?;
+            if job.as_ref() != self.model.jobs.get(&id) {
+                return Err(format!("job({id}) returned {job:?}, the model has {:?}", self.model.jobs.get(&id)));
+            }
+        }
+        self.q().checkpoint().map_err(|e| format!("checkpoint: {e:?}"))?;
         let stats = self.q().stats().map_err(|e| format!("stats: {e:?}"))?;
         let expected = self.model.stats(now);
         if stats != expected {

@@ -158,7 +158,7 @@ fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         4 => prop_oneof![Just(Step::Zero), Just(Step::OneMs), (0u16..5000).prop_map(Step::Ms)],
         2 => select(vec![Step::LeaseMinusOne, Step::Lease, Step::LeasePlusOne]),
-        1 => select(vec![Step::Hour, Step::Week]),
+        1 => select(vec![Step::Hour, Step::Week, Step::Decade]),
         1 => any::<u16>().prop_map(Step::Ms),
     ]
 }
@@ -277,6 +277,48 @@ fn the_generated_sequences_reach_every_operation() {
         assert!(err > 0, "no generated `{name}` call was refused in 64 cases: {:?}", total.calls);
     }
     assert!(total.file, "some cases reopen a database file");
+}
+
+// ------------------------------------------------------------------ documented behaviour
+
+/// DESIGN invariant 5 says a token stays dead "after expiry"; the engine (and invariant 3)
+/// decide liveness by `lease_until > now` at each call. With a clock that steps back (a wall
+/// clock can; `ManualClock::set` allows it), a lease that expired and was neither reclaimed nor
+/// reaped is live again, and its token is accepted. No second claim can exist meanwhile (a
+/// reclaim or a reap changes the row and kills the token for good), so invariant 1 holds; the
+/// model follows invariant 3. This pins the behaviour down so that a change is deliberate.
+#[test]
+fn an_expired_unreclaimed_lease_is_live_again_after_the_clock_steps_back() {
+    let spec = JobSpec {
+        queue: QueueSel::A,
+        key: None,
+        priority: PrioritySel::Normal,
+        delay: DelaySel::Now,
+        attempts: AttemptsSel::Default,
+    };
+    let revived = run(&[
+        QueueOp::Enqueue(spec),
+        QueueOp::Claim { queue: ClaimQueue::A, worker: WorkerSel::W1, lease: LeaseSel::Standard },
+        QueueOp::Advance(Step::Lease),
+        QueueOp::Owns(TokenRef::Latest),
+        QueueOp::ClockBack(BackSel::OneMs),
+        QueueOp::Renew { token: TokenRef::Latest, lease: LeaseSel::Standard },
+        QueueOp::Complete(TokenRef::Latest),
+    ]);
+    assert_eq!(revived.calls["owns"], (0, 1), "expired at T0 + lease");
+    assert_eq!(revived.calls["renew"], (1, 0), "live again at T0 + lease - 1 ms");
+    assert_eq!(revived.calls["complete"], (1, 0));
+    let stats = run(&[
+        QueueOp::Enqueue(spec),
+        QueueOp::Claim { queue: ClaimQueue::A, worker: WorkerSel::W1, lease: LeaseSel::Standard },
+        QueueOp::Advance(Step::Lease),
+        QueueOp::Claim { queue: ClaimQueue::A, worker: WorkerSel::W2, lease: LeaseSel::Standard },
+        QueueOp::ClockBack(BackSel::Hour),
+        // The first token was superseded by the reclaim: dead whatever the clock says.
+        QueueOp::Complete(TokenRef::Issued(0)),
+        QueueOp::Complete(TokenRef::Issued(1)),
+    ]);
+    assert_eq!(stats.calls["complete"], (1, 1), "only the reclaim's token completes");
 }
 
 // ------------------------------------------------------------------ fixed engine defects
