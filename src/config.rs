@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Connections in the pool. Defaults to 4: one writer at a time plus readers.
+/// Reader connections in the pool (the writer has one connection of its own). Defaults to 4.
 pub const DEFAULT_POOL_SIZE: u32 = 4;
 /// How long a write waits for another process's write lock. Defaults to 5 seconds.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -115,7 +115,8 @@ impl QueueBuilder {
         self
     }
 
-    /// Connections in the pool (at least 1).
+    /// Reader connections (at least 1; the writer has one of its own). An in-memory queue
+    /// has a single connection whatever this says.
     pub fn pool_size(mut self, size: u32) -> Self {
         self.pool_size = size;
         self

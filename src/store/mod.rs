@@ -1,5 +1,6 @@
-//! The storage layer: the connection pool with per-connection PRAGMAs, the write-transaction
-//! helper that serializes writers in-process, and the open sequence (validate, WAL, migrate).
+//! The storage layer: the readers' connection pool, the one writer connection with group
+//! commit (`writer.rs`), per-connection PRAGMAs and busy handling, and the open sequence
+//! (validate, WAL, migrate).
 
 pub(crate) mod jobs;
 pub(crate) mod migrate;
@@ -109,7 +110,6 @@ pub(crate) struct Store {
     writer: writer::Writer,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) settings: Settings,
-    in_memory: bool,
     busy_timeout: Duration,
 }
 
@@ -122,7 +122,7 @@ pub(crate) struct Settings {
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("settings", &self.settings).field("in_memory", &self.in_memory).finish()
+        f.debug_struct("Store").field("settings", &self.settings).field("in_memory", &self.readers.is_none()).finish()
     }
 }
 
@@ -134,7 +134,7 @@ impl Store {
             | OpenFlags::SQLITE_OPEN_URI
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let settings = Settings { max_payload: builder.max_payload, max_attempts: builder.max_attempts };
-        let (readers, writer, in_memory) = match &builder.location {
+        let (readers, writer) = match &builder.location {
             Location::File(path) => {
                 create_parent(path)?;
                 prepare_file(path, flags, builder.busy_timeout)?;
@@ -148,23 +148,16 @@ impl Store {
                     .connection_timeout(builder.busy_timeout + Duration::from_secs(25))
                     .build(Manager(manager()))?;
                 let writer = r2d2::ManageConnection::connect(&Manager(manager())).sql("open writer")?;
-                (Some(readers), writer::Writer::new(writer, true), false)
+                (Some(readers), writer::Writer::new(writer, true))
             }
             Location::Memory => {
                 let mut conn = Connection::open_in_memory().sql("open in memory")?;
                 connection_init(builder)(&mut conn).sql("connection init")?;
                 migrate::migrate(&mut conn, migrate::SCHEMA_VERSION)?;
-                (None, writer::Writer::new(conn, false), true)
+                (None, writer::Writer::new(conn, false))
             }
         };
-        Ok(Store {
-            readers,
-            writer,
-            clock: builder.clock.clone(),
-            settings,
-            in_memory,
-            busy_timeout: builder.busy_timeout,
-        })
+        Ok(Store { readers, writer, clock: builder.clock.clone(), settings, busy_timeout: builder.busy_timeout })
     }
 
     pub(crate) fn now(&self) -> i64 {
