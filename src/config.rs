@@ -90,6 +90,7 @@ pub struct QueueBuilder {
     pub(crate) max_payload: usize,
     pub(crate) max_attempts: u32,
     pub(crate) max_page_count: Option<u64>,
+    pub(crate) read_only: bool,
 }
 
 impl Default for QueueBuilder {
@@ -103,6 +104,7 @@ impl Default for QueueBuilder {
             max_payload: DEFAULT_MAX_PAYLOAD,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             max_page_count: None,
+            read_only: false,
         }
     }
 }
@@ -159,6 +161,14 @@ impl QueueBuilder {
         self
     }
 
+    /// Opens an existing database for reading only (inspection tools): nothing is created,
+    /// switched or upgraded, and every write fails with `ReadOnly`. A database at an older
+    /// schema version is refused with `SchemaTooOld` instead of being upgraded.
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
+    }
+
     /// Opens the queue, applying pending schema upgrades.
     ///
     /// # Errors
@@ -177,6 +187,9 @@ impl QueueBuilder {
             return Err(Error::invalid("payload limit", format!("{} is not in 1..=512 MiB", self.max_payload)));
         }
         check_attempts(self.max_attempts)?;
+        if self.read_only && matches!(self.location, Location::Memory) {
+            return Err(Error::invalid("read only", "an in-memory queue cannot be opened read-only"));
+        }
         if self.busy_timeout > Duration::from_secs(3600) {
             return Err(Error::invalid("busy timeout", "longer than an hour"));
         }

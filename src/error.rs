@@ -84,6 +84,15 @@ pub enum Error {
         /// The newest version this build knows.
         supported: i64,
     },
+    /// A read-only open found a database at an older schema version; it was left untouched.
+    /// Open it writable once (or run `fenceq migrate`) to upgrade it.
+    #[error("database schema version {found} is older than this fenceq's ({supported}); open it writable once or run `fenceq migrate`")]
+    SchemaTooOld {
+        /// The schema version found in the file (0: no fenceq schema at all).
+        found: i64,
+        /// The version this build writes.
+        supported: i64,
+    },
     /// The file is not an SQLite database (or is encrypted); it was left untouched.
     #[error("{path} is not an sqlite database")]
     NotADatabase {

@@ -128,3 +128,33 @@ fn a_file_without_write_permission_is_refused_for_writes() {
     let result = Queue::open(&path).and_then(|ro| ro.enqueue(NewJob::new("q", b"y".to_vec())));
     assert!(matches!(result, Err(Error::ReadOnly { .. })), "{result:?}");
 }
+
+#[test]
+fn a_read_only_open_reads_refuses_writes_and_never_upgrades() {
+    let q = temp_queue();
+    let id = q.add("x");
+    let before = snapshot(&q.path());
+    let ro = Queue::builder().path(q.path()).read_only(true).open().unwrap();
+    assert_eq!(ro.job(id).unwrap().unwrap().payload, b"x");
+    assert_eq!(ro.stats().unwrap().queue("q").pending, 1);
+    assert!(matches!(ro.enqueue(NewJob::new("q", b"y".to_vec())), Err(Error::ReadOnly { .. })));
+    assert!(matches!(ro.claim("q", "w", LEASE), Err(Error::ReadOnly { .. })));
+    assert_eq!(snapshot(&q.path()), before);
+
+    // An older schema is refused, not upgraded; a missing file is not created.
+    let dir = tempfile::tempdir().unwrap();
+    let old = dir.path().join("old.db");
+    {
+        let conn = fenceq::rusqlite::Connection::open(&old).unwrap();
+        conn.execute_batch(include_str!("../schema/0001_create_jobs.sql")).unwrap();
+        conn.pragma_update(None, "user_version", 1).unwrap();
+    }
+    let bytes = std::fs::read(&old).unwrap();
+    let err = Queue::builder().path(&old).read_only(true).open().unwrap_err();
+    assert!(matches!(err, Error::SchemaTooOld { found: 1, .. }), "{err:?}");
+    assert_eq!(std::fs::read(&old).unwrap(), bytes);
+    let missing = dir.path().join("missing.db");
+    assert!(Queue::builder().path(&missing).read_only(true).open().is_err());
+    assert!(!missing.exists());
+    assert_invalid(Queue::builder().read_only(true).open(), "read only");
+}

@@ -748,3 +748,22 @@ fn usage_errors_exit_2_and_help_exits_0() {
         assert!(sub.contains("--dry-run") && sub.contains("--expect"), "{command} --help lacks --dry-run/--expect");
     }
 }
+
+#[test]
+fn reading_commands_never_upgrade_an_old_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("old.db");
+    {
+        let conn = fenceq::rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch(include_str!("../schema/0001_create_jobs.sql")).unwrap();
+        conn.pragma_update(None, "user_version", 1).unwrap();
+    }
+    let bytes = std::fs::read(&db).unwrap();
+    for args in [&["stats"][..], &["list"], &["exhausted"], &["unknown"], &["show", "1"]] {
+        let out = run(&db, args);
+        let err = out.error();
+        assert!(err.contains("older") && err.contains("fenceq migrate"), "{args:?}: {err}");
+    }
+    assert_eq!(std::fs::read(&db).unwrap(), bytes, "the file is untouched");
+    assert_eq!(fenceq::schema_version_of(&db).unwrap(), 1);
+}

@@ -14,7 +14,7 @@ pub struct StatsArgs {}
 impl StatsArgs {
     /// Prints the counts per queue and state.
     pub fn run(self, ctx: &mut Context) -> CliResult<()> {
-        let queue = ctx.open_existing()?;
+        let queue = ctx.open_read_only()?;
         let stats = queue.stats()?;
         let now = queue.now_ms();
         let mut totals = QueueStats { queue: "TOTAL".to_string(), ..QueueStats::default() };
@@ -141,7 +141,7 @@ pub struct ListArgs {
 impl ListArgs {
     /// Prints the jobs.
     pub fn run(self, ctx: &mut Context) -> CliResult<()> {
-        let queue = ctx.open_existing()?;
+        let queue = ctx.open_read_only()?;
         let filter = ListFilter {
             queue: self.queue.clone(),
             state: self.state.map(JobState::from),
@@ -232,7 +232,7 @@ pub struct ShowArgs {
 impl ShowArgs {
     /// Prints one job's record.
     pub fn run(self, ctx: &mut Context) -> CliResult<()> {
-        let queue = ctx.open_existing()?;
+        let queue = ctx.open_read_only()?;
         let job = load_job(&queue, self.id)?;
         let limit = (!self.full).then_some(PAYLOAD_LIMIT);
         if ctx.json() {
@@ -303,7 +303,7 @@ pub struct ExhaustedArgs {
 impl ExhaustedArgs {
     /// Prints the unacknowledged exhaustions.
     pub fn run(self, ctx: &mut Context) -> CliResult<()> {
-        let queue = ctx.open_existing()?;
+        let queue = ctx.open_read_only()?;
         let (items, more) = self.list.collect(|cursor, limit| queue.exhaustions(cursor, limit))?;
         let hint = "acknowledge with `fenceq ack ID` or `fenceq ack --all --queue Q`; redrive with `fenceq replay ID`";
         print_records(ctx, &items, more, queue.now_ms(), "EXHAUSTED", "REASON", "unacknowledged exhaustions", hint)
@@ -320,7 +320,7 @@ pub struct UnknownArgs {
 impl UnknownArgs {
     /// Prints the unknown outcomes.
     pub fn run(self, ctx: &mut Context) -> CliResult<()> {
-        let queue = ctx.open_existing()?;
+        let queue = ctx.open_read_only()?;
         let (items, more) = self.list.collect(|cursor, limit| queue.unknowns(cursor, limit))?;
         let hint = "resolve with `fenceq resolve ID --as completed|retry|exhausted`";
         print_records(ctx, &items, more, queue.now_ms(), "RECORDED", "EVIDENCE", "unknown outcomes", hint)

@@ -154,16 +154,28 @@ impl Context {
     /// Opens a database that must already exist and hold a fenceq schema: a missing file is
     /// an error instead of a new empty database. An older schema is upgraded on open.
     pub fn open_existing(&self) -> CliResult<Queue> {
+        self.check_holds_queue()?;
+        Ok(Queue::open(&self.db)?)
+    }
+
+    /// Opens an existing database for reading only: never creates, switches or upgrades it
+    /// (an older schema is an error that says to run `fenceq migrate`).
+    pub fn open_read_only(&self) -> CliResult<Queue> {
+        self.check_holds_queue()?;
+        Ok(Queue::builder().path(&self.db).read_only(true).open()?)
+    }
+
+    /// Fails unless the database file exists and holds a fenceq schema.
+    fn check_holds_queue(&self) -> CliResult<()> {
         let path = &self.db;
         check_existing(path)?;
-        let version = fenceq::schema_version_of(path)?;
-        if version == 0 {
+        if fenceq::schema_version_of(path)? == 0 {
             return Err(fail(format!(
                 "{} holds no fenceq queue (schema version 0); `fenceq migrate` creates one",
                 path.display()
             )));
         }
-        Ok(Queue::open(path)?)
+        Ok(())
     }
 
     /// Opens the database, creating it (and its directory) when it is missing.

@@ -129,15 +129,21 @@ impl std::fmt::Debug for Store {
 impl Store {
     /// Opens (and creates, validates, upgrades) the database the builder names.
     pub(crate) fn open(builder: &QueueBuilder) -> Result<Store> {
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_URI
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let access = if builder.read_only {
+            OpenFlags::SQLITE_OPEN_READ_ONLY
+        } else {
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE
+        };
+        let flags = access | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let settings = Settings { max_payload: builder.max_payload, max_attempts: builder.max_attempts };
         let (readers, writer) = match &builder.location {
             Location::File(path) => {
-                create_parent(path)?;
-                prepare_file(path, flags, builder.busy_timeout)?;
+                if builder.read_only {
+                    check_current(path, flags)?;
+                } else {
+                    create_parent(path)?;
+                    prepare_file(path, flags, builder.busy_timeout)?;
+                }
                 let manager =
                     || SqliteConnectionManager::file(path).with_flags(flags).with_init(connection_init(builder));
                 let readers = r2d2::Pool::builder()
@@ -230,6 +236,20 @@ fn create_parent(path: &Path) -> Result<()> {
         Some(dir) if !dir.as_os_str().is_empty() && !dir.exists() => Ok(std::fs::create_dir_all(dir)?),
         _ => Ok(()),
     }
+}
+
+/// For a read-only open: the file must exist and be at exactly this build's schema.
+fn check_current(path: &Path, flags: OpenFlags) -> Result<()> {
+    let with_path = |e: Error| match e {
+        Error::NotADatabase { .. } => Error::NotADatabase { path: path.display().to_string() },
+        other => other,
+    };
+    let conn = Connection::open_with_flags(path, flags).sql("open read-only").map_err(with_path)?;
+    let found = migrate::check_not_newer(&conn).map_err(with_path)?;
+    if found < migrate::SCHEMA_VERSION {
+        return Err(Error::SchemaTooOld { found, supported: migrate::SCHEMA_VERSION });
+    }
+    Ok(())
 }
 
 /// Validates a database file and brings it to the current schema with one connection,
