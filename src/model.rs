@@ -2099,8 +2099,17 @@ impl Runner<'_> {
                 return Err(format!("row {} differs:\n    engine {r:?}\n    model  {m:?}", r.id));
             }
         }
-        // Invariant 1: at most one live claim per job (the row's current one), at now.
-        let _ = now;
+        // Invariant 1: a job under a live lease has exactly one live claim, its row's current
+        // token; every other token ever issued for it is refused.
+        for r in rows.iter().filter(|r| r.state == JobState::Running && r.lease_until.is_some_and(|l| l > now)) {
+            let current = r.token();
+            for t in self.model.issued.iter().filter(|t| t.id == r.id) {
+                let owns = self.q().owns(t).map_err(|e| format!("owns: {e:?}"))?;
+                if owns != (Some(*t) == current) {
+                    return Err(format!("invariant 1: owns({t:?}) is {owns} while the row's claim is {current:?}"));
+                }
+            }
+        }
         for r in rows {
             if matches!(r.state, JobState::Completed | JobState::Cancelled) {
                 self.model.terminal.entry(r.id).or_insert(r);
