@@ -50,14 +50,14 @@ const MAX_BATCH_JOBS: usize = 4;
 
 /// Open engine defects this module knows about. [`hostile`] steers around them;
 /// [`hostile_strict`] does not (the ignored regression tests use it).
-pub const KNOWN_DEFECTS: &[&str] =
-    &["nul-queue-name: a queue name that starts with a NUL byte passes the engine's name check but fails \
-     the schema's CHECK (length(queue) > 0; SQLite's length() stops at the NUL): enqueue returns \
-     Error::Sqlite (constraint) instead of InvalidInput"];
+pub const KNOWN_DEFECTS: &[&str] = &[];
 
 /// Engine defects this module found that are fixed now; the regression tests in
 /// `tests/model_proptest.rs` and `tests/fuzz_replay.rs` keep them fixed.
 pub const FIXED_DEFECTS: &[&str] = &[
+    "nul-queue-name (fixed): a queue name that starts with a NUL byte passed the engine's name check but \
+     failed the schema's CHECK (length(queue) > 0; SQLite's length() stops at the NUL): enqueue returned \
+     Error::Sqlite (constraint) instead of InvalidInput",
     "claim-order (fixed in ac0020d): among running jobs whose lease expired, claim_batch pre-selected \
      by lease_until (inner LIMIT), not by the documented priority, run_at, id order",
     "retry-policy-overflow (fixed in ac0020d): Queue::retry with a RetryPolicy whose max is near \

@@ -672,6 +672,10 @@ fn check_name(what: &'static str, name: &str) -> Result<()> {
     if name.is_empty() || name.len() > MAX_NAME_LEN {
         return Err(Error::invalid(what, format!("{} bytes is not in 1..={MAX_NAME_LEN}", name.len())));
     }
+    // SQLite's length() (in the schema's CHECK) and C strings stop at a NUL byte.
+    if name.contains('\0') {
+        return Err(Error::invalid(what, "contains a NUL byte"));
+    }
     Ok(())
 }
 

@@ -76,7 +76,6 @@ fn the_hostile_input_corpus_replays_cleanly() {
 /// `Error::Sqlite` (constraint violation) instead of `InvalidInput`. Nothing is written. Found
 /// by the hostile target: `EnqueueBatch([("\0", None, [7, 98])])` on a healthy queue.
 #[test]
-#[ignore = "engine defect: a queue name starting with NUL gets Error::Sqlite (CHECK failed), not InvalidInput"]
 fn a_queue_name_starting_with_nul_is_invalid_input() {
     let queue = fenceq::Queue::open_in_memory().unwrap();
     for name in ["\0", "\0queue"] {
@@ -88,7 +87,6 @@ fn a_queue_name_starting_with_nul_is_invalid_input() {
 /// The hostile corpus and artifacts through `hostile_strict`, which does not steer around the
 /// open defects of `fenceq::model::KNOWN_DEFECTS`: fails until they are fixed.
 #[test]
-#[ignore = "engine defect: the open defects of fenceq::model::KNOWN_DEFECTS (strict replay)"]
 fn the_hostile_corpus_replays_strictly() {
     replay("hostile_input", fenceq::model::hostile_strict);
 }
