@@ -15,9 +15,10 @@
 //!   engine panics or mishandles input: a failed call that changed rows, or a storage error
 //!   (not `InvalidInput`) for bad caller input on a healthy database.
 //!
-//! [`hostile`] has a strict twin, [`hostile_strict`], that also flags the open engine defects
-//! this module knows about ([`KNOWN_DEFECTS`]); the plain function steers around them so that
-//! fuzzing can go on looking for new ones. [`FIXED_DEFECTS`] lists those found and fixed.
+//! [`FIXED_DEFECTS`] lists the engine defects these runners found (all fixed since); the
+//! regression tests in `tests/model_proptest.rs` and `tests/fuzz_replay.rs` keep them fixed.
+//! Should a new one be found and left open, steer around it here (so that fuzzing can go on)
+//! and keep its failing case as an ignored test.
 
 use crate::{
     Backoff, ClaimId, ClaimToken, Claimed, Cursor, Enqueued, Error, Exhaustion, Job, JobId, JobState, ListFilter,
@@ -48,14 +49,10 @@ pub const DEFAULT_ATTEMPTS: u32 = 3;
 /// Most jobs in one `EnqueueBatch`.
 const MAX_BATCH_JOBS: usize = 4;
 
-/// Open engine defects this module knows about. [`hostile`] steers around them;
-/// [`hostile_strict`] does not (the ignored regression tests use it).
-pub const KNOWN_DEFECTS: &[&str] = &[];
-
 /// Engine defects this module found that are fixed now; the regression tests in
 /// `tests/model_proptest.rs` and `tests/fuzz_replay.rs` keep them fixed.
 pub const FIXED_DEFECTS: &[&str] = &[
-    "nul-queue-name (fixed): a queue name that starts with a NUL byte passed the engine's name check but \
+    "nul-queue-name (fixed in bd2755f): a queue name that starts with a NUL byte passed the engine's name check but \
      failed the schema's CHECK (length(queue) > 0; SQLite's length() stops at the NUL): enqueue returned \
      Error::Sqlite (constraint) instead of InvalidInput",
     "claim-order (fixed in ac0020d): among running jobs whose lease expired, claim_batch pre-selected \
@@ -2215,20 +2212,11 @@ pub fn check_row(r: &Job) -> Result<(), String> {
 /// Runs hostile bytes through the API: the first byte picks the mode (arbitrary calls on a
 /// healthy queue, raw bytes as a database file, a valid queue file with bytes flipped, a
 /// valid queue file tampered with by SQL), the rest is the input. Panics only when the engine
-/// panics or mishandles the input. Steers around [`KNOWN_DEFECTS`].
+/// panics or mishandles the input.
 pub fn hostile(bytes: &[u8]) {
-    hostile_inner(bytes, false);
-}
-
-/// [`hostile`] without steering around [`KNOWN_DEFECTS`].
-pub fn hostile_strict(bytes: &[u8]) {
-    hostile_inner(bytes, true);
-}
-
-fn hostile_inner(bytes: &[u8], strict: bool) {
     let Some((&mode, rest)) = bytes.split_first() else { return };
     match mode % 4 {
-        0 => hostile_calls(rest, strict),
+        0 => hostile_calls(rest),
         1 => hostile_raw_file(rest),
         2 => hostile_flipped_file(rest),
         _ => hostile_tampered_file(rest),
@@ -2415,7 +2403,17 @@ fn rows_of(q: &Queue) -> Vec<Job> {
     q.list(&ListFilter { limit: crate::MAX_BATCH, ..ListFilter::default() }).expect("listing a healthy in-memory queue")
 }
 
-fn hostile_calls(data: &[u8], strict: bool) {
+/// A name `check_name` must refuse: empty, too long, or with a NUL byte.
+fn bad_name(name: &str) -> bool {
+    name.is_empty() || name.len() > crate::MAX_NAME_LEN || name.contains('\0')
+}
+
+/// A job intake must refuse (the name, key and payload checks).
+fn bad_job(queue: &str, key: Option<&str>, payload: &[u8]) -> bool {
+    bad_name(queue) || payload.is_empty() || key.is_some_and(|k| k.is_empty() || k.len() > crate::MAX_KEY_LEN)
+}
+
+fn hostile_calls(data: &[u8]) {
     let mut u = Unstructured::new(data);
     let clock = ManualClock::new(T0);
     let q = Queue::builder().clock(clock.clone()).open().expect("an in-memory queue opens");
@@ -2430,17 +2428,11 @@ fn hostile_calls(data: &[u8], strict: bool) {
             }
         };
         let before = rows_of(&q);
-        // `Err` only for input the engine must refuse with `InvalidInput`.
+        // Set for input the engine must refuse with `InvalidInput`.
         let mut invalid = false;
-        // Known defect "nul-queue-name": the schema's CHECK, not the engine, refuses it.
-        let mut nul_name = false;
         let result: crate::Result<()> = match call.clone() {
             HostileCall::Enqueue { queue, key, payload, priority, delay_ms, max_attempts } => {
-                nul_name = queue.starts_with('\0');
-                invalid = queue.is_empty()
-                    || queue.len() > crate::MAX_NAME_LEN
-                    || payload.is_empty()
-                    || key.as_ref().is_some_and(|k| k.is_empty() || k.len() > crate::MAX_KEY_LEN);
+                invalid = bad_job(&queue, key.as_deref(), &payload);
                 let mut job = NewJob::new(queue, payload).priority(priority).delay(Duration::from_millis(delay_ms));
                 if let Some(key) = key {
                     job = job.key(key);
@@ -2451,7 +2443,7 @@ fn hostile_calls(data: &[u8], strict: bool) {
                 q.enqueue(job).map(drop)
             }
             HostileCall::EnqueueBatch(jobs) => {
-                nul_name = jobs.iter().take(8).any(|(queue, _, _)| queue.starts_with('\0'));
+                invalid = jobs.iter().take(8).any(|(queue, key, payload)| bad_job(queue, key.as_deref(), payload));
                 q.enqueue_batch(jobs.into_iter().take(8).map(|(queue, key, payload)| {
                     let job = NewJob::new(queue, payload);
                     match key {
@@ -2462,12 +2454,7 @@ fn hostile_calls(data: &[u8], strict: bool) {
                 .map(drop)
             }
             HostileCall::Claim { queue, worker, lease, limit } => {
-                invalid = queue.is_empty()
-                    || worker.is_empty()
-                    || queue.len() > crate::MAX_NAME_LEN
-                    || worker.len() > crate::MAX_NAME_LEN
-                    || limit == 0
-                    || limit > crate::MAX_BATCH;
+                invalid = bad_name(&queue) || bad_name(&worker) || limit == 0 || limit > crate::MAX_BATCH;
                 q.claim_batch(&queue, &worker, duration_of(lease), limit).map(|claimed| {
                     issued.extend(claimed.iter().map(Claimed::token));
                 })
@@ -2551,8 +2538,6 @@ fn hostile_calls(data: &[u8], strict: bool) {
                     | Error::StaleIdentity { .. }
                     | Error::NotFound(_)
                     | Error::InvalidState { .. } => {}
-                    Error::Sqlite { source: rusqlite::Error::SqliteFailure(f, _), .. }
-                        if nul_name && !strict && f.code == rusqlite::ErrorCode::ConstraintViolation => {}
                     other => {
                         panic!("hostile call {call:?} on a healthy database failed with a storage error: {other:?}")
                     }

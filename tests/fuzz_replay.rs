@@ -4,9 +4,8 @@
 //! fuzzers' findings keep being checked without nightly or cargo-fuzz. Each target's corpus
 //! must exist and be non-empty: a missing corpus fails instead of passing silently.
 //!
-//! The tests at the end are the engine defects the fuzzers found: the open ones are ignored
-//! (`fenceq::model::KNOWN_DEFECTS`; run them with `cargo test --test fuzz_replay -- --ignored`),
-//! the fixed ones are regression tests.
+//! The tests at the end are the engine defects the hostile target found, all fixed since
+//! (`fenceq::model::FIXED_DEFECTS`), kept as regression tests.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -68,30 +67,25 @@ fn the_hostile_input_corpus_replays_cleanly() {
     replay("hostile_input", fenceq::model::hostile);
 }
 
-// ------------------------------------------------------------------ engine defects
+// ------------------------------------------------------------------ fixed engine defects
 
-/// Engine defect "nul-queue-name" (open): the engine's name check counts bytes, the schema's
-/// `CHECK (length(queue) > 0)` counts characters up to the first NUL. A queue name that starts
-/// with a NUL byte passes the first and fails the second, so `enqueue` returns an unclassified
-/// `Error::Sqlite` (constraint violation) instead of `InvalidInput`. Nothing is written. Found
-/// by the hostile target: `EnqueueBatch([("\0", None, [7, 98])])` on a healthy queue.
+/// Engine defect "nul-queue-name", found by the hostile target and fixed in bd2755f: the
+/// engine's name check counted bytes, the schema's `CHECK (length(queue) > 0)` counts
+/// characters up to the first NUL. A queue name that starts with a NUL byte passed the first
+/// and failed the second, so `enqueue` returned an unclassified `Error::Sqlite` (constraint
+/// violation) instead of `InvalidInput`. Found as `EnqueueBatch([("\0", None, [7, 98])])` on a
+/// healthy queue, kept as `fuzz/artifacts/hostile_input/crash-nul-queue-name`.
 #[test]
-fn a_queue_name_starting_with_nul_is_invalid_input() {
+fn a_queue_name_with_nul_is_invalid_input() {
     let queue = fenceq::Queue::open_in_memory().unwrap();
-    for name in ["\0", "\0queue"] {
+    for name in ["\0", "\0queue", "queue\0"] {
         let result = queue.enqueue(fenceq::NewJob::new(name, b"x".to_vec()));
         assert!(matches!(result, Err(fenceq::Error::InvalidInput { .. })), "{name:?}: {result:?}");
+        let result = queue.claim("q", name, Duration::from_secs(30));
+        assert!(matches!(result, Err(fenceq::Error::InvalidInput { .. })), "worker {name:?}: {result:?}");
     }
+    assert!(queue.list(&fenceq::ListFilter::default()).unwrap().is_empty());
 }
-
-/// The hostile corpus and artifacts through `hostile_strict`, which does not steer around the
-/// open defects of `fenceq::model::KNOWN_DEFECTS`: fails until they are fixed.
-#[test]
-fn the_hostile_corpus_replays_strictly() {
-    replay("hostile_input", fenceq::model::hostile_strict);
-}
-
-// ------------------------------------------------------------------ fixed engine defects
 
 /// Engine defect "retry-policy-overflow", found by the hostile target and fixed in ac0020d:
 /// `RetryPolicy::delay` multiplied the capped delay by the jitter factor with
