@@ -36,12 +36,6 @@ const SEGMENT: u64 = 50;
 const FULL_CHECK_EVERY: u64 = 10;
 const CHILD_LEASE: Duration = Duration::from_secs(30);
 
-const SCHEMA: [&str; 3] = [
-    include_str!("../schema/0001_create_jobs.sql"),
-    include_str!("../schema/0002_add_claim_id.sql"),
-    include_str!("../schema/0003_durable_exhaustion.sql"),
-];
-
 const SETTLE_LOG: &str =
     "CREATE TABLE IF NOT EXISTS settle_log (job INTEGER NOT NULL, attempt INTEGER NOT NULL, UNIQUE (job, attempt))";
 
@@ -349,24 +343,7 @@ fn drain_and_check(path: &Path, acks: &Acks, iterations: std::ops::Range<u64>, t
 
 /// A database as a build of schema `version` left it, with three rows and the domain table.
 fn old_database(path: &Path, version: usize) {
-    let conn = Connection::open(path).unwrap();
-    conn.execute_batch("PRAGMA journal_mode = WAL").unwrap();
-    for sql in &SCHEMA[..version] {
-        conn.execute_batch(sql).unwrap();
-    }
-    conn.pragma_update(None, "user_version", version as i64).unwrap();
-    conn.execute_batch(SETTLE_LOG).unwrap();
-    let (claim_column, claim_value) = if version >= 2 { (", claim_id", ", randomblob(16)") } else { ("", "") };
-    conn.execute_batch(&format!(
-        "INSERT INTO fenceq_jobs (queue, key, payload, run_at, max_attempts, created_at)
-         VALUES ('old', 'k-pending', x'01', {T0}, 3, {T0});
-         INSERT INTO fenceq_jobs (queue, key, payload, state, run_at, attempt, max_attempts, worker,
-                                  lease_until, created_at{claim_column})
-         VALUES ('old', 'k-running', x'02', 'running', {T0}, 1, 3, 'old-worker', {T0} + 30000, {T0}{claim_value});
-         INSERT INTO fenceq_jobs (queue, key, payload, state, run_at, attempt, max_attempts, created_at, settled_at)
-         VALUES ('old', 'k-completed', x'03', 'completed', {T0}, 1, 3, {T0}, {T0});"
-    ))
-    .unwrap();
+    common::old_database(path, version, "old").execute_batch(SETTLE_LOG).unwrap();
 }
 
 fn columns(conn: &Connection) -> Vec<String> {

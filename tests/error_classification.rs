@@ -16,7 +16,6 @@ use common::*;
 use fenceq::rusqlite::{self, ffi, limits::Limit, Connection, ErrorCode, OpenFlags};
 use fenceq::{Error, NewJob, Queue};
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 fn code(e: &rusqlite::Error) -> (ErrorCode, i32) {
@@ -282,16 +281,5 @@ fn nomem_7_is_out_of_memory() {
     if std::env::var(OOM_CHILD).is_ok() {
         return;
     }
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "oom_child", "--nocapture", "--test-threads=1"])
-        .env(OOM_CHILD, "1")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("OOM-CHILD-OK"),
-        "child failed: {:?}\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::run_child("oom_child", OOM_CHILD, "OOM-CHILD-OK");
 }

@@ -11,7 +11,6 @@ use common::*;
 use fenceq::rusqlite::limits::Limit;
 use fenceq::rusqlite::{Connection, TransactionBehavior};
 use fenceq::{Error, NewJob, Queue};
-use std::process::Command;
 
 const OOM_CHILD: &str = "FENCEQ_LIMITS_OOM_CHILD";
 const MIB: usize = 1 << 20;
@@ -102,18 +101,7 @@ fn out_of_memory_is_typed_changes_nothing_and_the_connection_stays_usable() {
     if std::env::var(OOM_CHILD).is_ok() {
         return;
     }
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "oom_child", "--nocapture", "--test-threads=1"])
-        .env(OOM_CHILD, "1")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("OOM-CHILD-OK"),
-        "child failed: {:?}\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::run_child("oom_child", OOM_CHILD, "OOM-CHILD-OK");
 }
 
 #[test]

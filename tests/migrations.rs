@@ -11,34 +11,6 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-const SCHEMA: [&str; 3] = [
-    include_str!("../schema/0001_create_jobs.sql"),
-    include_str!("../schema/0002_add_claim_id.sql"),
-    include_str!("../schema/0003_durable_exhaustion.sql"),
-];
-
-/// Writes a database as a build of schema `version` left it, with rows in several states.
-fn old_database(path: &Path, version: usize) {
-    let conn = Connection::open(path).unwrap();
-    conn.execute_batch("PRAGMA journal_mode = WAL").unwrap();
-    for sql in &SCHEMA[..version] {
-        conn.execute_batch(sql).unwrap();
-    }
-    conn.pragma_update(None, "user_version", version as i64).unwrap();
-    // From level 2 on, a claimed row must carry a claim id (a trigger enforces it).
-    let (claim_column, claim_value) = if version >= 2 { (", claim_id", ", randomblob(16)") } else { ("", "") };
-    conn.execute_batch(&format!(
-        "INSERT INTO fenceq_jobs (queue, key, payload, run_at, max_attempts, created_at)
-         VALUES ('q', 'k-pending', x'01', {T0}, 3, {T0});
-         INSERT INTO fenceq_jobs (queue, key, payload, state, run_at, attempt, max_attempts, worker,
-                                  lease_until, created_at{claim_column})
-         VALUES ('q', 'k-running', x'02', 'running', {T0}, 1, 3, 'old-worker', {T0} + 30000, {T0}{claim_value});
-         INSERT INTO fenceq_jobs (queue, key, payload, state, run_at, attempt, max_attempts, created_at, settled_at)
-         VALUES ('q', 'k-completed', x'03', 'completed', {T0}, 1, 3, {T0}, {T0});"
-    ))
-    .unwrap();
-}
-
 fn assert_upgraded_with_rows_intact(path: &Path) {
     let conn = Connection::open(path).unwrap();
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
@@ -77,7 +49,7 @@ fn databases_at_every_older_version_upgrade_with_their_rows_intact() {
     for version in 1..SCHEMA_VERSION as usize {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("old.db");
-        old_database(&path, version);
+        old_database(&path, version, "q");
         let clock = fenceq::ManualClock::new(T0);
         let q = Queue::builder().path(&path).clock(clock.clone()).open().unwrap();
         assert_eq!(q.schema_version().unwrap(), SCHEMA_VERSION);
@@ -198,7 +170,7 @@ fn processes_racing_the_upgrade_of_an_old_file_all_succeed() {
     for iteration in 0..4 {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("old.db");
-        old_database(&path, 1);
+        old_database(&path, 1, "q");
         let codes = race_open(&path, 6);
         assert!(codes.iter().all(|&c| c == 0), "iteration {iteration}: exit codes {codes:?}");
         assert_upgraded_with_rows_intact(&path);

@@ -14,7 +14,7 @@
 
 mod common;
 
-use common::T0;
+use common::old_database;
 use fenceq::rusqlite::{Connection, TransactionBehavior};
 use fenceq::{Error, Queue, SCHEMA_VERSION};
 use std::path::Path;
@@ -22,11 +22,6 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const CHILD_ENV: &str = "FENCEQ_RACE_CHILD";
-const SCHEMA: [&str; 3] = [
-    include_str!("../schema/0001_create_jobs.sql"),
-    include_str!("../schema/0002_add_claim_id.sql"),
-    include_str!("../schema/0003_durable_exhaustion.sql"),
-];
 
 fn env_or(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -87,26 +82,6 @@ fn race(path: &Path, processes: usize, meanwhile: impl FnOnce(i64)) -> Vec<i32> 
         .collect();
     meanwhile(start);
     children.into_iter().map(|mut c| c.wait().unwrap().code().unwrap_or(-1)).collect()
-}
-
-fn old_database(path: &Path, version: usize) {
-    let conn = Connection::open(path).unwrap();
-    conn.execute_batch("PRAGMA journal_mode = WAL").unwrap();
-    for sql in &SCHEMA[..version] {
-        conn.execute_batch(sql).unwrap();
-    }
-    conn.pragma_update(None, "user_version", version as i64).unwrap();
-    let (claim_column, claim_value) = if version >= 2 { (", claim_id", ", randomblob(16)") } else { ("", "") };
-    conn.execute_batch(&format!(
-        "INSERT INTO fenceq_jobs (queue, key, payload, run_at, max_attempts, created_at)
-         VALUES ('q', 'k-pending', x'01', {T0}, 3, {T0});
-         INSERT INTO fenceq_jobs (queue, key, payload, state, run_at, attempt, max_attempts, worker,
-                                  lease_until, created_at{claim_column})
-         VALUES ('q', 'k-running', x'02', 'running', {T0}, 1, 3, 'old-worker', {T0} + 30000, {T0}{claim_value});
-         INSERT INTO fenceq_jobs (queue, key, payload, state, run_at, attempt, max_attempts, created_at, settled_at)
-         VALUES ('q', 'k-completed', x'03', 'completed', {T0}, 1, 3, {T0}, {T0});"
-    ))
-    .unwrap();
 }
 
 /// The schema as a whole: version, columns (each exactly once), triggers and indexes.
@@ -194,14 +169,15 @@ fn eight_processes_racing_the_upgrade_of_an_old_file_all_succeed() {
     let iterations = env_or("FENCEQ_RACE_ITERS", 50);
     let processes = env_or("FENCEQ_RACE_PROCS", 8);
     let started = Instant::now();
-    let references = [reference_schema(|p| old_database(p, 1)), reference_schema(|p| old_database(p, 2))];
+    let references =
+        [reference_schema(|p| drop(old_database(p, 1, "q"))), reference_schema(|p| drop(old_database(p, 2, "q")))];
     assert_eq!(references[0], references[1]);
     let mut children = 0;
     for iteration in 0..iterations {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("old.db");
         let version = 1 + iteration % 2;
-        old_database(&path, version);
+        old_database(&path, version, "q");
         let codes = race(&path, processes, |_| {});
         children += codes.len();
         check_after_race(&path, &codes, &references[0], true, &format!("iteration {iteration} (from level {version})"));
@@ -274,11 +250,11 @@ fn a_column_added_by_a_foreign_writer_during_the_race_counts_as_applied() {
         return;
     }
     let iterations = env_or("FENCEQ_RACE_FRESH_ITERS", 10);
-    let reference = reference_schema(|p| old_database(p, 1));
+    let reference = reference_schema(|p| drop(old_database(p, 1, "q")));
     for iteration in 0..iterations {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("old.db");
-        old_database(&path, 1);
+        old_database(&path, 1, "q");
         let mut foreign = Connection::open(&path).unwrap();
         let codes = race(&path, 4, |start| {
             let tx = foreign.transaction_with_behavior(TransactionBehavior::Immediate).unwrap();

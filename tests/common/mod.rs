@@ -81,3 +81,53 @@ pub fn snapshot(path: &std::path::Path) -> Vec<RowSnapshot> {
         .collect::<Result<_, _>>()
         .unwrap()
 }
+
+/// The schema files, in order, as a build of each version wrote them.
+pub const SCHEMA: [&str; 3] = [
+    include_str!("../../schema/0001_create_jobs.sql"),
+    include_str!("../../schema/0002_add_claim_id.sql"),
+    include_str!("../../schema/0003_durable_exhaustion.sql"),
+];
+
+/// Writes a database as a build of schema `version` left it, with three rows of `queue`
+/// (pending `k-pending` x'01', running `k-running` x'02' under a lease to T0 + 30 s, completed
+/// `k-completed` x'03'), and returns the connection.
+pub fn old_database(path: &std::path::Path, version: usize, queue: &str) -> fenceq::rusqlite::Connection {
+    let conn = fenceq::rusqlite::Connection::open(path).unwrap();
+    conn.execute_batch("PRAGMA journal_mode = WAL").unwrap();
+    for sql in &SCHEMA[..version] {
+        conn.execute_batch(sql).unwrap();
+    }
+    conn.pragma_update(None, "user_version", version as i64).unwrap();
+    // From level 2 on, a claimed row must carry a claim id (a trigger enforces it).
+    let (claim_column, claim_value) = if version >= 2 { (", claim_id", ", randomblob(16)") } else { ("", "") };
+    conn.execute_batch(&format!(
+        "INSERT INTO fenceq_jobs (queue, key, payload, run_at, max_attempts, created_at)
+         VALUES ('{queue}', 'k-pending', x'01', {T0}, 3, {T0});
+         INSERT INTO fenceq_jobs (queue, key, payload, state, run_at, attempt, max_attempts, worker,
+                                  lease_until, created_at{claim_column})
+         VALUES ('{queue}', 'k-running', x'02', 'running', {T0}, 1, 3, 'old-worker', {T0} + 30000, {T0}{claim_value});
+         INSERT INTO fenceq_jobs (queue, key, payload, state, run_at, attempt, max_attempts, created_at, settled_at)
+         VALUES ('{queue}', 'k-completed', x'03', 'completed', {T0}, 1, 3, {T0}, {T0});"
+    ))
+    .unwrap();
+    conn
+}
+
+/// Runs the test `child` of this test binary in a new process with `env` set, and asserts
+/// that it succeeded and printed `marker` (the child's last line, so that a child which
+/// returned early cannot pass).
+pub fn run_child(child: &str, env: &str, marker: &str) {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", child, "--nocapture", "--test-threads=1"])
+        .env(env, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains(marker),
+        "child failed: {:?}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
