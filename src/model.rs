@@ -1222,7 +1222,14 @@ impl TempDb {
 
 impl Drop for TempDb {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // A connection the reader pool opens in the background just as the queue goes can
+        // create the file again between the removal of the files and of the directory.
+        for _ in 0..5 {
+            if std::fs::remove_dir_all(&self.dir).is_ok() || !self.dir.exists() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 }
 
