@@ -2,7 +2,7 @@
 //! rusqlite baseline on the same disk, in the same process and run. Lives in the library
 //! (hidden) so that a test runs every scenario at a small size.
 
-use crate::{Error, NewJob, Outcome, Queue, Result, Synchronous, WorkerPool};
+use crate::{CommitStats, Error, NewJob, Outcome, Queue, Result, Synchronous, WorkerPool};
 use rusqlite::{params, Connection};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -138,8 +138,14 @@ fn open(path: &Path, sync: Synchronous, pool: u32) -> Result<Queue> {
 }
 
 /// End to end through the public API: `producers` threads call `enqueue` once per job while
-/// a `workers`-thread pool completes every job. Returns jobs/s.
-pub fn end_to_end(path: &Path, jobs: u64, producers: u64, workers: usize, sync: Synchronous) -> Result<f64> {
+/// a `workers`-thread pool completes every job. Returns jobs/s and how the writes were grouped.
+pub fn end_to_end(
+    path: &Path,
+    jobs: u64,
+    producers: u64,
+    workers: usize,
+    sync: Synchronous,
+) -> Result<(f64, CommitStats)> {
     let queue = open(path, sync, workers as u32 + 2)?;
     let completed = Arc::new(AtomicU64::new(0));
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
@@ -157,60 +163,43 @@ pub fn end_to_end(path: &Path, jobs: u64, producers: u64, workers: usize, sync: 
             })
             .start()?
     };
-    std::thread::scope(|s| -> Result<()> {
-        let handles: Vec<_> = (0..producers)
-            .map(|p| {
-                let queue = &queue;
-                s.spawn(move || -> Result<()> {
-                    let mut j = p;
-                    while j < jobs {
-                        queue.enqueue(NewJob::new("bench", payload(j)).key(format!("k{j}")))?;
-                        j += producers;
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        handles.into_iter().try_for_each(|h| h.join().expect("producer panicked"))
-    })?;
+    enqueue_from_threads(&queue, jobs, producers)?;
     done_rx.recv_timeout(Duration::from_secs(600)).map_err(|_| Error::invalid("bench", "jobs did not finish"))?;
     // Every handler returned; the last settles commit before shutdown returns.
     let counters = pool.shutdown(Duration::from_secs(60))?.counters;
-    if std::env::var_os("FENCEQ_BENCH_DEBUG").is_some() {
-        eprintln!("end_to_end: {:?}", queue.commit_stats());
-    }
     let elapsed = started.elapsed();
     if counters.completed != jobs {
         return Err(Error::invalid("bench", format!("{} of {jobs} completed", counters.completed)));
     }
-    Ok(jobs as f64 / elapsed.as_secs_f64())
+    Ok((jobs as f64 / elapsed.as_secs_f64(), queue.commit_stats()))
 }
 
-/// `callers` threads calling `enqueue` (one job per call). Returns jobs/s.
-pub fn concurrent_enqueue(path: &Path, jobs: u64, callers: u64, sync: Synchronous) -> Result<f64> {
-    let queue = open(path, sync, 4)?;
-    let started = Instant::now();
+/// `threads` threads calling `enqueue` once per job, `jobs` in all (keys `k{n}`).
+fn enqueue_from_threads(queue: &Queue, jobs: u64, threads: u64) -> Result<()> {
     std::thread::scope(|s| -> Result<()> {
-        let handles: Vec<_> = (0..callers)
-            .map(|c| {
-                let queue = &queue;
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
                 s.spawn(move || -> Result<()> {
-                    let mut j = c;
+                    let mut j = t;
                     while j < jobs {
                         queue.enqueue(NewJob::new("bench", payload(j)).key(format!("k{j}")))?;
-                        j += callers;
+                        j += threads;
                     }
                     Ok(())
                 })
             })
             .collect();
-        handles.into_iter().try_for_each(|h| h.join().expect("caller panicked"))
-    })?;
-    let rate = jobs as f64 / started.elapsed().as_secs_f64();
-    if std::env::var_os("FENCEQ_BENCH_DEBUG").is_some() {
-        eprintln!("concurrent_enqueue: {:?}", queue.commit_stats());
-    }
-    Ok(rate)
+        handles.into_iter().try_for_each(|h| h.join().expect("enqueue thread panicked"))
+    })
+}
+
+/// `callers` threads calling `enqueue` (one job per call). Returns jobs/s and how the
+/// writes were grouped.
+pub fn concurrent_enqueue(path: &Path, jobs: u64, callers: u64, sync: Synchronous) -> Result<(f64, CommitStats)> {
+    let queue = open(path, sync, 4)?;
+    let started = Instant::now();
+    enqueue_from_threads(&queue, jobs, callers)?;
+    Ok((jobs as f64 / started.elapsed().as_secs_f64(), queue.commit_stats()))
 }
 
 /// `enqueue_batch` in batches of 1,000. Returns jobs/s.
@@ -322,12 +311,16 @@ pub fn run(options: &BenchOptions, mut report: impl FnMut(&Figure)) -> Result<Ve
     let raw_100 = raw_baseline(&fresh("raw_100"), n, 100, options.sync)?;
     push(simple("raw_sqlite/100_ops_per_tx", raw_100, vec![]), &mut figures);
 
-    let e2e = end_to_end(&fresh("e2e"), n, 4, options.workers, options.sync)?;
+    let (e2e, grouping) = end_to_end(&fresh("e2e"), n, 4, options.workers, options.sync)?;
     push(
         simple(
             "fenceq/end_to_end/4_producers",
             e2e,
-            vec![("ratio_to_raw_100".into(), e2e / raw_100), ("ratio_to_raw_1".into(), e2e / raw_1)],
+            vec![
+                ("ratio_to_raw_100".into(), e2e / raw_100),
+                ("ratio_to_raw_1".into(), e2e / raw_1),
+                ("requests_per_tx".into(), grouping.requests_per_transaction()),
+            ],
         ),
         &mut figures,
     );
@@ -335,9 +328,16 @@ pub fn run(options: &BenchOptions, mut report: impl FnMut(&Figure)) -> Result<Ve
     let full_n = (n / 4).max(1000);
     let raw_full = raw_enqueue_per_commit(&fresh("raw_full"), full_n, Synchronous::Full)?;
     push(simple("raw_sqlite/full/enqueue_1_per_commit", raw_full, vec![]), &mut figures);
-    let full16 = concurrent_enqueue(&fresh("full16"), full_n, 16, Synchronous::Full)?;
+    let (full16, grouping) = concurrent_enqueue(&fresh("full16"), full_n, 16, Synchronous::Full)?;
     push(
-        simple("fenceq/full/enqueue_16_callers", full16, vec![("ratio_to_raw_full".into(), full16 / raw_full)]),
+        simple(
+            "fenceq/full/enqueue_16_callers",
+            full16,
+            vec![
+                ("ratio_to_raw_full".into(), full16 / raw_full),
+                ("requests_per_tx".into(), grouping.requests_per_transaction()),
+            ],
+        ),
         &mut figures,
     );
 
