@@ -104,14 +104,7 @@ fn crash_child() {
             let token = job.token();
             match rng.below(10) {
                 0..=6 => {
-                    q.complete_with(&token, |tx| {
-                        tx.execute(
-                            "INSERT INTO settle_log (job, attempt) VALUES (?1, ?2)",
-                            [token.id.0, token.attempt.into()],
-                        )?;
-                        Ok(())
-                    })
-                    .unwrap_or_else(|e| panic!("child complete_with: {e:?}"));
+                    complete_logged(&q, &token).unwrap_or_else(|e| panic!("child complete_with: {e:?}"));
                     writeln!(out, "ACK done {} {}", token.id.0, token.attempt).unwrap();
                 }
                 7 | 8 => {
@@ -283,14 +276,7 @@ fn drain_and_check(path: &Path, acks: &Acks, iterations: std::ops::Range<u64>, t
         }
         for job in batch {
             let token = job.token();
-            q.complete_with(&token, |tx| {
-                tx.execute(
-                    "INSERT INTO settle_log (job, attempt) VALUES (?1, ?2)",
-                    [token.id.0, token.attempt.into()],
-                )?;
-                Ok(())
-            })
-            .unwrap();
+            complete_logged(&q, &token).unwrap();
             totals.drained += 1;
         }
     }
@@ -342,6 +328,15 @@ fn drain_and_check(path: &Path, acks: &Acks, iterations: std::ops::Range<u64>, t
 }
 
 /// A database as a build of schema `version` left it, with three rows and the domain table.
+/// Completes the claim together with its row in the settle log (one row per successful
+/// settle, so a double settlement would show).
+fn complete_logged(q: &Queue, token: &fenceq::ClaimToken) -> fenceq::Result<()> {
+    q.complete_with(token, |tx| {
+        tx.execute("INSERT INTO settle_log (job, attempt) VALUES (?1, ?2)", [token.id.0, token.attempt.into()])?;
+        Ok(())
+    })
+}
+
 fn old_database(path: &Path, version: usize) {
     common::old_database(path, version, "old").execute_batch(SETTLE_LOG).unwrap();
 }
