@@ -31,14 +31,28 @@ pub const DEFAULT_PRUNE_BATCH: u32 = 1_000;
 ///
 /// In WAL mode both settings survive an application crash (a killed process) with every
 /// committed change. `Normal` may lose the most recent commits on a power loss or OS crash
-/// (the file stays consistent); `Full` syncs the WAL at every commit so they survive, at
-/// the price of one fsync per write transaction.
+/// (the file stays consistent); `Full` makes every acknowledged write survive those too, at
+/// the price of an fsync of the WAL.
+///
+/// At `Full` the queue's writer syncs the WAL file itself, outside its write lock: the next
+/// group of writes runs while this one's sync is on its way to the disk, and one sync covers
+/// every commit that finished before it started. A call still returns `Ok` only after a sync
+/// covering its commit has returned. Two consequences:
+///
+/// - another connection can read a commit up to one sync before it is durable (a power loss
+///   in that window loses a write that nobody was told had succeeded, but someone may have
+///   seen it); every write of this queue, claims included, is answered only after the sync,
+///   so a worker never acts on a job whose intake could still be lost;
+/// - a failed sync (`Error::Io`) poisons the queue handle: the kernel may have dropped the
+///   unsynced pages, so no later sync could prove anything, and every later write fails with
+///   `Error::Io` until the queue is reopened. The failed write itself may or may not have
+///   reached the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Synchronous {
     /// `synchronous=NORMAL` (the default).
     #[default]
     Normal,
-    /// `synchronous=FULL`.
+    /// Every acknowledged write is synced to the disk (see above).
     Full,
 }
 

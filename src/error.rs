@@ -184,6 +184,7 @@ impl Error {
             Error::OutOfMemory { statement } => Error::OutOfMemory { statement },
             Error::TooBig { statement } => Error::TooBig { statement },
             Error::Corrupt { statement } => Error::Corrupt { statement },
+            Error::Io(e) => Error::Io(std::io::Error::new(e.kind(), e.to_string())),
             Error::Sqlite { statement, source: rusqlite::Error::SqliteFailure(code, message) } => {
                 Error::Sqlite { statement, source: rusqlite::Error::SqliteFailure(*code, message.clone()) }
             }

@@ -93,8 +93,10 @@ impl Queue {
     /// `InvalidInput` for an empty or oversized queue name, key or payload.
     pub fn enqueue(&self, job: NewJob) -> Result<Enqueued> {
         self.check_job(&job)?;
-        let enqueued = self.store.write(|tx| self.insert(tx, &job))?;
-        self.wake(&job.queue);
+        let queue_name = job.queue.clone();
+        let store = self.store.clone();
+        let enqueued = self.store.submit(move |tx| insert(&store, tx, &job))?;
+        self.wake(&queue_name);
         Ok(enqueued)
     }
 
@@ -104,11 +106,12 @@ impl Queue {
         for job in &jobs {
             self.check_job(job)?;
         }
-        let results = self.store.write(|tx| jobs.iter().map(|job| self.insert(tx, job)).collect())?;
-        let mut queues: Vec<&str> = jobs.iter().map(|j| j.queue.as_str()).collect();
+        let mut queues: Vec<String> = jobs.iter().map(|j| j.queue.clone()).collect();
         queues.sort_unstable();
         queues.dedup();
-        queues.into_iter().for_each(|q| self.wake(q));
+        let store = self.store.clone();
+        let results = self.store.submit(move |tx| jobs.iter().map(|job| insert(&store, tx, job)).collect())?;
+        queues.iter().for_each(|q| self.wake(q));
         Ok(results)
     }
 
@@ -118,25 +121,7 @@ impl Queue {
     /// next poll.
     pub fn enqueue_tx(&self, tx: &Transaction<'_>, job: NewJob) -> Result<Enqueued> {
         self.check_job(&job)?;
-        self.insert(tx, &job)
-    }
-
-    fn insert(&self, conn: &Connection, job: &NewJob) -> Result<Enqueued> {
-        let now = self.store.now();
-        let run_at = now.saturating_add(duration_ms(job.delay));
-        let max_attempts = job.max_attempts.unwrap_or(self.store.settings.max_attempts);
-        let key = job.key.as_deref();
-        match job_insert(conn, &job.queue, key, &job.payload, job.priority, run_at, max_attempts, now)? {
-            Some(id) => Ok(Enqueued::New(id)),
-            // Nothing inserted: a key conflict, or (in a shared database file) an application
-            // trigger that ignored the insert.
-            None => key
-                .map(|key| job_id_by_key(conn, &job.queue, key))
-                .transpose()?
-                .flatten()
-                .map(Enqueued::Duplicate)
-                .ok_or_else(|| Error::invalid("job", "the insert was ignored (is there a trigger on fenceq_jobs?)")),
-        }
+        insert(&self.store, tx, &job)
     }
 
     fn check_job(&self, job: &NewJob) -> Result<()> {
@@ -191,7 +176,8 @@ impl Queue {
         check_name("worker id", worker)?;
         let lease_ms = check_lease(lease)?;
         check_limit(limit)?;
-        self.store.write(|tx| job_claim(tx, queue, worker, lease_ms, limit, self.store.now()))
+        let (queue, worker, store) = (queue.to_string(), worker.to_string(), self.store.clone());
+        self.store.submit(move |tx| job_claim(tx, &queue, &worker, lease_ms, limit, store.now()))
     }
 
     /// Extends the lease to `lease` from now; returns the new end (ms since the epoch).
@@ -201,9 +187,10 @@ impl Queue {
     /// `OwnershipLost` unless `token` is the exact claim of a running job with a live lease.
     pub fn renew(&self, token: &ClaimToken, lease: Duration) -> Result<i64> {
         let lease_ms = check_lease(lease)?;
-        self.store.write(|tx| {
-            let now = self.store.now();
-            job_write_owned(tx, JOB_RENEW, "renew", token, now, &[(":lease_ms", &lease_ms)])?;
+        let (token, store) = (*token, self.store.clone());
+        self.store.submit(move |tx| {
+            let now = store.now();
+            job_write_owned(tx, JOB_RENEW, "renew", &token, now, &[(":lease_ms", &lease_ms)])?;
             Ok(now + lease_ms)
         })
     }
@@ -213,10 +200,11 @@ impl Queue {
     /// the others.
     pub fn renew_all(&self, tokens: &[ClaimToken], lease: Duration) -> Result<Vec<Result<i64>>> {
         let lease_ms = check_lease(lease)?;
-        self.store.write(|tx| {
-            let now = self.store.now();
+        let (tokens, store) = (tokens.to_vec(), self.store.clone());
+        self.store.submit(move |tx| {
+            let now = store.now();
             let mut results = Vec::with_capacity(tokens.len());
-            for token in tokens {
+            for token in &tokens {
                 match job_write_owned(tx, JOB_RENEW, "renew", token, now, &[(":lease_ms", &lease_ms)]) {
                     Ok(()) => results.push(Ok(now + lease_ms)),
                     // Only a guarded miss is per-token; anything else aborts the round.
@@ -265,14 +253,14 @@ impl Queue {
 
     /// Completes the job. Terminal: no later write of any token changes it.
     pub fn complete(&self, token: &ClaimToken) -> Result<()> {
-        self.settle(token, &Settle::Complete).map(drop)
+        self.settle(token, Settle::Complete).map(drop)
     }
 
     /// Completes many jobs in one transaction (for batch consumers): one result per token,
     /// in order. A token that lost its job gets `OwnershipLost` without failing the others.
     pub fn complete_all(&self, tokens: &[ClaimToken]) -> Result<Vec<Result<()>>> {
-        let items: Vec<(ClaimToken, Settle<'_>)> = tokens.iter().map(|t| (*t, Settle::Complete)).collect();
-        Ok(self.settle_many(&items)?.into_iter().map(|r| r.map(drop)).collect())
+        let items: Vec<(ClaimToken, Settle)> = tokens.iter().map(|t| (*t, Settle::Complete)).collect();
+        Ok(self.settle_many(items)?.into_iter().map(|r| r.map(drop)).collect())
     }
 
     /// Completes the job and runs `write` in the same transaction: both commit or neither.
@@ -291,7 +279,7 @@ impl Queue {
             Backoff::After(d) => d,
             Backoff::Policy(p) => p.next_delay(token.attempt),
         };
-        match self.settle(token, &Settle::Retry { delay, error })? {
+        match self.settle(token, Settle::Retry { delay, error: error.to_string() })? {
             Settled::Retried(at) => Ok(Retried::Scheduled(at)),
             _ => Ok(Retried::Exhausted),
         }
@@ -300,43 +288,60 @@ impl Queue {
     /// Turns the exact live claim into an unacknowledged, durable exhaustion that keeps its
     /// token (see [`Queue::exhaustions`] and [`Queue::acknowledge`]).
     pub fn exhaust(&self, token: &ClaimToken, error: &str) -> Result<()> {
-        self.settle(token, &Settle::Exhaust(error)).map(drop)
+        self.settle(token, Settle::Exhaust(error.to_string())).map(drop)
     }
 
     /// Records an ambiguous outcome (the side effect may have happened): never retried or
     /// pruned automatically; see [`Queue::unknowns`] and [`Queue::resolve`].
     pub fn mark_unknown(&self, token: &ClaimToken, evidence: &str) -> Result<()> {
-        self.settle(token, &Settle::Unknown(evidence)).map(drop)
+        self.settle(token, Settle::Unknown(evidence.to_string())).map(drop)
     }
 
     /// Parks the job (for example awaiting an approval) for at most `timeout`: the lease is
     /// released and the job is never reaped as stale; [`Queue::resume`] with the same token
     /// sends it back to pending, and past the deadline the reaper exhausts it.
     pub fn park(&self, token: &ClaimToken, timeout: Duration, reason: &str) -> Result<()> {
-        self.settle(token, &Settle::Park { timeout, reason }).map(drop)
+        self.settle(token, Settle::Park { timeout, reason: reason.to_string() }).map(drop)
     }
 
-    fn settle(&self, token: &ClaimToken, settle: &Settle<'_>) -> Result<Settled> {
+    fn settle(&self, token: &ClaimToken, settle: Settle) -> Result<Settled> {
         settle.check()?;
-        self.store.write(|tx| settle_in(tx, token, settle, self.store.now()))
+        let (token, store) = (*token, self.store.clone());
+        self.store.submit(move |tx| settle_in(tx, &token, &settle, store.now()))
     }
 
-    /// Settles many claims in one transaction (the worker pool's settler): one result per
-    /// item; a stale token gets `OwnershipLost` without failing the others.
-    pub(crate) fn settle_many(&self, items: &[(ClaimToken, Settle<'_>)]) -> Result<Vec<Result<Settled>>> {
+    /// Settles many claims in one transaction: one result per item; a stale token gets
+    /// `OwnershipLost` without failing the others.
+    pub(crate) fn settle_many(&self, items: Vec<(ClaimToken, Settle)>) -> Result<Vec<Result<Settled>>> {
         let checked: Vec<Result<()>> = items.iter().map(|(_, s)| s.check()).collect();
-        self.store.write(|tx| {
-            let now = self.store.now();
-            let mut results = Vec::with_capacity(items.len());
-            for ((token, settle), check) in items.iter().zip(checked) {
-                match check.and_then(|()| settle_in(tx, token, settle, now)) {
-                    Ok(settled) => results.push(Ok(settled)),
-                    // A guarded miss or bad input changed nothing: per item.
-                    Err(e @ (Error::OwnershipLost { .. } | Error::InvalidInput { .. })) => results.push(Err(e)),
-                    Err(e) => return Err(e),
-                }
-            }
-            Ok(results)
+        let store = self.store.clone();
+        self.store.submit(move |tx| settle_each(tx, &items, checked, store.now()))
+    }
+
+    /// The worker pool's round trip: settles the attempts that finished and claims up to
+    /// `limit` more of `queue`, in one request of one transaction. A failed claim fails the
+    /// settles too (the caller settles them again alone).
+    pub(crate) fn settle_and_claim(
+        &self,
+        items: Vec<(ClaimToken, Settle)>,
+        queue: &str,
+        worker: &str,
+        lease: Duration,
+        limit: u32,
+    ) -> Result<(Vec<Result<Settled>>, Vec<Claimed>)> {
+        if limit == 0 {
+            return Ok((self.settle_many(items)?, Vec::new()));
+        }
+        check_name("queue name", queue)?;
+        check_name("worker id", worker)?;
+        let lease_ms = check_lease(lease)?;
+        check_limit(limit)?;
+        let checked: Vec<Result<()>> = items.iter().map(|(_, s)| s.check()).collect();
+        let (queue, worker, store) = (queue.to_string(), worker.to_string(), self.store.clone());
+        self.store.submit(move |tx| {
+            let now = store.now();
+            let settled = settle_each(tx, &items, checked, now)?;
+            Ok((settled, job_claim(tx, &queue, &worker, lease_ms, limit, now)?))
         })
     }
 
@@ -509,8 +514,8 @@ impl Queue {
     /// How this handle's writes were grouped into transactions so far (group commit combines
     /// concurrent writers of one process into one `BEGIN IMMEDIATE` transaction).
     pub fn commit_stats(&self) -> CommitStats {
-        let (transactions, requests) = self.store.commit_stats();
-        CommitStats { transactions, requests }
+        let (transactions, requests, wal_syncs) = self.store.commit_stats();
+        CommitStats { transactions, requests, wal_syncs }
     }
 
     // ---------------------------------------------------------------- inspection
@@ -562,12 +567,12 @@ impl Queue {
 
 /// How a claim is settled (the engine's side of a handler's `Outcome`).
 #[derive(Debug, Clone)]
-pub(crate) enum Settle<'a> {
+pub(crate) enum Settle {
     Complete,
-    Retry { delay: Duration, error: &'a str },
-    Exhaust(&'a str),
-    Unknown(&'a str),
-    Park { timeout: Duration, reason: &'a str },
+    Retry { delay: Duration, error: String },
+    Exhaust(String),
+    Unknown(String),
+    Park { timeout: Duration, reason: String },
 }
 
 /// What a settle did.
@@ -580,7 +585,7 @@ pub(crate) enum Settled {
     Parked,
 }
 
-impl Settle<'_> {
+impl Settle {
     fn check(&self) -> Result<()> {
         match self {
             Settle::Park { timeout, .. } if timeout.is_zero() || *timeout > Duration::from_secs(365 * 24 * 3600) => {
@@ -592,7 +597,7 @@ impl Settle<'_> {
 }
 
 /// One guarded settle statement (two for a retry out of attempts) for the exact token.
-fn settle_in(conn: &Connection, token: &ClaimToken, settle: &Settle<'_>, now: i64) -> Result<Settled> {
+fn settle_in(conn: &Connection, token: &ClaimToken, settle: &Settle, now: i64) -> Result<Settled> {
     match settle {
         Settle::Complete => {
             job_write_owned(conn, JOB_COMPLETE, "complete", token, now, &[]).map(|()| Settled::Completed)
@@ -703,4 +708,42 @@ fn clip(text: &str) -> &str {
         end -= 1;
     }
     &text[..end]
+}
+
+/// Settles each item on `conn`: a guarded miss or bad input is that item's result (it changed
+/// nothing); any other error fails them all.
+fn settle_each(
+    conn: &Connection,
+    items: &[(ClaimToken, Settle)],
+    checked: Vec<Result<()>>,
+    now: i64,
+) -> Result<Vec<Result<Settled>>> {
+    let mut results = Vec::with_capacity(items.len());
+    for ((token, settle), check) in items.iter().zip(checked) {
+        match check.and_then(|()| settle_in(conn, token, settle, now)) {
+            Ok(settled) => results.push(Ok(settled)),
+            Err(e @ (Error::OwnershipLost { .. } | Error::InvalidInput { .. })) => results.push(Err(e)),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(results)
+}
+
+/// Adds `job` (or finds the job with its key) on `conn`, in the caller's transaction.
+fn insert(store: &Store, conn: &Connection, job: &NewJob) -> Result<Enqueued> {
+    let now = store.now();
+    let run_at = now.saturating_add(duration_ms(job.delay));
+    let max_attempts = job.max_attempts.unwrap_or(store.settings.max_attempts);
+    let key = job.key.as_deref();
+    match job_insert(conn, &job.queue, key, &job.payload, job.priority, run_at, max_attempts, now)? {
+        Some(id) => Ok(Enqueued::New(id)),
+        // Nothing inserted: a key conflict, or (in a shared database file) an application
+        // trigger that ignored the insert.
+        None => key
+            .map(|key| job_id_by_key(conn, &job.queue, key))
+            .transpose()?
+            .flatten()
+            .map(Enqueued::Duplicate)
+            .ok_or_else(|| Error::invalid("job", "the insert was ignored (is there a trigger on fenceq_jobs?)")),
+    }
 }

@@ -114,6 +114,9 @@ pub struct CommitStats {
     pub transactions: u64,
     /// Write requests (enqueue, claim, settle, ...) those transactions carried.
     pub requests: u64,
+    /// Syncs of the WAL the writer made itself (at `Synchronous::Full`, where one sync
+    /// covers every commit that finished before it; 0 at `Normal`).
+    pub wal_syncs: u64,
 }
 
 impl CommitStats {

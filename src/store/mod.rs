@@ -7,12 +7,12 @@ pub(crate) mod migrate;
 mod writer;
 
 use crate::clock::Clock;
-use crate::config::{Location, QueueBuilder};
+use crate::config::{Location, QueueBuilder, Synchronous};
 use crate::error::{Error, Result, SqlContext};
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{limits::Limit, Connection, OpenFlags};
 use std::cell::Cell;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -154,13 +154,21 @@ impl Store {
                     .connection_timeout(builder.busy_timeout + Duration::from_secs(25))
                     .build(Manager(manager()))?;
                 let writer = r2d2::ManageConnection::connect(&Manager(manager())).sql("open writer")?;
-                (Some(readers), writer::Writer::new(writer, true))
+                // At FULL the writer syncs the WAL itself, outside the write lock (writer.rs).
+                let wal = match (builder.synchronous, builder.read_only, writer.path()) {
+                    (Synchronous::Full, false, Some(db)) if !db.is_empty() => {
+                        writer.execute_batch("PRAGMA synchronous = NORMAL").sql("PRAGMA synchronous")?;
+                        Some(PathBuf::from(format!("{db}-wal")))
+                    }
+                    _ => None,
+                };
+                (Some(readers), writer::Writer::new(writer, wal))
             }
             Location::Memory => {
                 let mut conn = Connection::open_in_memory().sql("open in memory")?;
                 connection_init(builder)(&mut conn).sql("connection init")?;
                 migrate::migrate(&mut conn, migrate::SCHEMA_VERSION)?;
-                (None, writer::Writer::new(conn, false))
+                (None, writer::Writer::new(conn, None))
             }
         };
         Ok(Store { readers, writer, clock: builder.clock.clone(), settings, busy_timeout: builder.busy_timeout })
@@ -181,8 +189,8 @@ impl Store {
         }
     }
 
-    /// Runs `f` in a `BEGIN IMMEDIATE` transaction and returns once that transaction has
-    /// committed (grouped with concurrent writers of this process; see `writer.rs`).
+    /// Runs `f` in a `BEGIN IMMEDIATE` transaction of its own on this thread and returns once
+    /// that transaction has committed (see `writer.rs`).
     ///
     /// `f` returns at its first error, so no statement ever runs outside the transaction it
     /// belongs to; the writer checks `is_autocommit` after an error, because SQLite may have
@@ -193,7 +201,20 @@ impl Store {
         self.writer.write(f)
     }
 
-    pub(crate) fn commit_stats(&self) -> (u64, u64) {
+    /// Like [`Store::write`] for owned work (the hot paths): the work may run on another
+    /// thread of this process, the leader of its commit group, together with other threads'
+    /// requests (see `writer.rs`).
+    pub(crate) fn submit<T, F>(&self, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
+        let _flag = WriteFlag::set()?;
+        let _patience = Patience::set(self.busy_timeout);
+        self.writer.submit(work)
+    }
+
+    pub(crate) fn commit_stats(&self) -> (u64, u64, u64) {
         self.writer.commit_stats()
     }
 

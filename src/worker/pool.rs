@@ -1,14 +1,17 @@
-//! The worker pool: one dispatcher thread that claims in batches sized to free slots, worker
-//! threads that run the handler, a settler thread that settles the outcomes of many workers
-//! in one transaction, and a heartbeat thread that renews every in-flight lease in one
-//! transaction per round.
+//! The worker pool: one dispatcher thread, worker threads that run the handler, and a
+//! heartbeat thread that renews every in-flight lease in one transaction per round.
+//!
+//! The dispatcher settles and claims in one request: every attempt that finished since its
+//! last round is settled, and as many jobs as there are free slots are claimed, in the same
+//! group transaction. A finished attempt so costs one hand-off (worker to dispatcher) and no
+//! transaction of its own.
 
 use super::attempt::{Attempt, Lease, Outcome};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::job::{ClaimToken, Claimed, JobId, RetryPolicy};
 use crate::queue::{Queue, Settle, Settled};
-use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
+use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender, TryRecvError};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -277,46 +280,38 @@ impl WorkerPool {
         });
         let workers = builder.workers;
         let (job_tx, job_rx) = bounded::<Claimed>(workers);
-        let (done_tx, done_rx) = unbounded::<()>();
         let (stop_dispatch, stop_dispatch_rx) = bounded::<()>(0);
         let (stop_heartbeat, stop_heartbeat_rx) = bounded::<()>(0);
         let (exited_tx, exited) = unbounded::<()>();
-        let (settle_tx, settle_rx) = unbounded::<(ClaimToken, Outcome)>();
+        let (finished_tx, finished_rx) = unbounded::<(ClaimToken, Outcome)>();
         let wake = builder.queue.subscribe(&builder.queue_name);
         let mut threads = Vec::with_capacity(workers + 2);
 
         for n in 0..workers {
             let shared = shared.clone();
             let jobs = job_rx.clone();
-            let done = done_tx.clone();
             let exited = exited_tx.clone();
-            let settle = settle_tx.clone();
+            let finished = finished_tx.clone();
             threads.push(spawn(&format!("fenceq-worker-{n}"), move || {
                 for claimed in jobs.iter() {
                     let token = claimed.token;
                     let outcome = work(&shared, claimed);
-                    let _ = settle.send((token, outcome));
-                    let _ = done.send(());
+                    let _ = finished.send((token, outcome));
                 }
                 let _ = exited.send(());
             })?);
         }
         drop(job_rx);
-        drop(settle_tx);
+        drop(finished_tx);
         {
             let shared = shared.clone();
             let exited = exited_tx.clone();
-            threads.push(spawn("fenceq-settler", move || {
-                settler(&shared, settle_rx);
-                let _ = exited.send(());
-            })?);
-        }
-        {
-            let shared = shared.clone();
             let worker = format!("{}-{}", builder.worker_prefix, 0);
             let poll = builder.poll_interval;
+            let channels = DispatchChannels { jobs: job_tx, finished: finished_rx, wake, stop: stop_dispatch_rx };
             threads.push(spawn("fenceq-dispatcher", move || {
-                dispatch(&shared, &worker, workers, poll, job_tx, done_rx, wake, stop_dispatch_rx)
+                dispatch(&shared, &worker, workers, poll, channels);
+                let _ = exited.send(());
             })?);
         }
         {
@@ -360,11 +355,10 @@ impl WorkerPool {
         self.stopped = true;
         let deadline = Instant::now() + timeout;
         self.shared.stopping.store(true, Ordering::SeqCst);
-        // Closing the channel stops the dispatcher; it drops the job sender, so workers end
-        // once the attempts they hold are settled.
+        // Closing the channel stops the dispatcher claiming; it drops the job sender, so
+        // workers end once the attempts they hold are done, and it ends after settling the
+        // last of them.
         drop(self.stop_dispatch.take());
-        // Workers end once the attempts they hold are done; the settler ends after settling
-        // the last of them.
         let mut exited = 0;
         while exited < self.workers + 1 {
             match self.exited.recv_deadline(deadline) {
@@ -396,53 +390,70 @@ fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> Result<JoinHandle<
     Ok(std::thread::Builder::new().name(name.to_string()).spawn(body)?)
 }
 
-/// Claims batches sized to free worker slots and hands them over; sleeps until an enqueue
-/// wakes it, a slot frees up, the poll interval passes, or the pool stops.
-#[allow(clippy::too_many_arguments)]
-fn dispatch(
-    shared: &Shared,
-    worker: &str,
-    slots: usize,
-    poll: Duration,
+/// The dispatcher's channels.
+struct DispatchChannels {
+    /// Claimed jobs to the workers (dropped when the pool stops).
     jobs: Sender<Claimed>,
-    done: Receiver<()>,
+    /// Finished attempts from the workers (disconnected once every worker has ended).
+    finished: Receiver<(ClaimToken, Outcome)>,
+    /// An enqueue to this queue through the same `Queue`.
     wake: Receiver<()>,
+    /// Closed when the pool stops.
     stop: Receiver<()>,
-) {
+}
+
+/// Settles finished attempts and claims jobs for free worker slots, in one request per
+/// round; sleeps until an attempt finishes, an enqueue wakes it, the poll interval passes,
+/// or the pool stops. After the stop it claims nothing more and returns once every worker
+/// has ended and its last attempt is settled.
+fn dispatch(shared: &Shared, worker: &str, slots: usize, poll: Duration, channels: DispatchChannels) {
+    let DispatchChannels { jobs, finished, wake, stop } = channels;
+    let mut jobs = Some(jobs);
     let mut busy = 0usize;
+    let mut done: Vec<(ClaimToken, Outcome)> = Vec::new();
+    let mut workers_gone = false;
     loop {
-        while done.try_recv().is_ok() {
-            busy -= 1;
-        }
-        let free = slots - busy;
-        let mut claimed_any = false;
-        if free > 0 {
-            match shared.queue.claim_batch(&shared.queue_name, worker, shared.lease, free as u32) {
-                Ok(batch) => {
-                    claimed_any = !batch.is_empty();
-                    for claimed in batch {
-                        bump(&shared.counters.claimed);
-                        let lease = Arc::new(Lease { until: claimed.lease_until.into(), lost: AtomicBool::new(false) });
-                        shared.in_flight.lock().insert(claimed.token.id, (claimed.token, lease));
-                        busy += 1;
-                        // A worker is free for every claimed job, so this does not block long.
-                        if jobs.send(claimed).is_err() {
-                            return;
-                        }
-                    }
-                }
-                Err(e) => {
-                    bump(&shared.counters.errors);
-                    tracing::error!(queue = %shared.queue_name, error = %e, "claim failed");
+        while done.len() < SETTLE_BATCH {
+            match finished.try_recv() {
+                Ok(attempt) => done.push(attempt),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    workers_gone = true;
+                    break;
                 }
             }
+        }
+        busy -= done.len();
+        let free = if jobs.is_some() { slots - busy } else { 0 };
+        let claimed = settle_and_claim(shared, worker, std::mem::take(&mut done), free);
+        let claimed_any = !claimed.is_empty();
+        for claimed in claimed {
+            busy += 1;
+            // A worker is free for every claimed job, so this does not block long.
+            if jobs.as_ref().is_some_and(|jobs| jobs.send(claimed).is_err()) {
+                return;
+            }
+        }
+        if workers_gone && jobs.is_none() {
+            return;
         }
         if claimed_any && busy < slots {
             continue; // there may be more due jobs
         }
+        if jobs.is_none() {
+            // Stopping: only finished attempts matter now.
+            match finished.recv() {
+                Ok(attempt) => done.push(attempt),
+                Err(_) => workers_gone = true,
+            }
+            continue;
+        }
         select! {
-            recv(stop) -> _ => return,
-            recv(done) -> _ => busy -= 1,
+            recv(stop) -> _ => jobs = None, // workers end once the job channel is dropped
+            recv(finished) -> attempt => match attempt {
+                Ok(attempt) => done.push(attempt),
+                Err(_) => workers_gone = true,
+            },
             recv(wake) -> _ => {}
             default(poll) => {}
         }
@@ -475,52 +486,48 @@ fn work(shared: &Shared, claimed: Claimed) -> Outcome {
 /// Most outcomes settled in one transaction.
 const SETTLE_BATCH: usize = 512;
 
-/// Settles the outcomes of all workers, as many per transaction as have arrived, until every
-/// worker has gone.
-fn settler(shared: &Shared, outcomes: Receiver<(ClaimToken, Outcome)>) {
-    while let Ok(first) = outcomes.recv() {
-        let mut batch = vec![first];
-        while batch.len() < SETTLE_BATCH {
-            match outcomes.try_recv() {
-                Ok(next) => batch.push(next),
-                Err(_) => break,
-            }
-        }
-        settle(shared, &batch);
-        let mut in_flight = shared.in_flight.lock();
-        for (token, _) in &batch {
-            in_flight.remove(&token.id);
-        }
+/// Settles `batch` and claims up to `free` jobs in one request; registers the claims as in
+/// flight and returns them. When the combined request fails, the settles are tried again
+/// alone, so a failing claim never costs the finished attempts their outcomes.
+fn settle_and_claim(shared: &Shared, worker: &str, batch: Vec<(ClaimToken, Outcome)>, free: usize) -> Vec<Claimed> {
+    if batch.is_empty() && free == 0 {
+        return Vec::new();
     }
-}
-
-fn settle(shared: &Shared, batch: &[(ClaimToken, Outcome)]) {
     let c = &shared.counters;
-    let items: Vec<(ClaimToken, Settle<'_>)> = batch
+    let items: Vec<(ClaimToken, Settle)> = batch
         .iter()
         .map(|(token, outcome)| {
             let settle = match outcome {
                 Outcome::Complete => Settle::Complete,
                 Outcome::Retry { after, error } => Settle::Retry {
                     delay: after.unwrap_or_else(|| shared.retry_policy.next_delay(token.attempt)),
-                    error,
+                    error: error.clone(),
                 },
-                Outcome::Exhaust(error) => Settle::Exhaust(error),
-                Outcome::Unknown(evidence) => Settle::Unknown(evidence),
-                Outcome::Park { until, reason } => Settle::Park { timeout: *until, reason },
+                Outcome::Exhaust(error) => Settle::Exhaust(error.clone()),
+                Outcome::Unknown(evidence) => Settle::Unknown(evidence.clone()),
+                Outcome::Park { until, reason } => Settle::Park { timeout: *until, reason: reason.clone() },
             };
             (*token, settle)
         })
         .collect();
-    let results = match shared.queue.settle_many(&items) {
-        Ok(results) => results,
-        Err(e) => {
-            c.errors.fetch_add(batch.len() as u64, Ordering::SeqCst);
-            tracing::error!(queue = %shared.queue_name, jobs = batch.len(), error = %e,
-                "settle failed; the leases will expire and the jobs be reclaimed");
-            return;
-        }
-    };
+    let (results, claimed) =
+        match shared.queue.settle_and_claim(items.clone(), &shared.queue_name, worker, shared.lease, free as u32) {
+            Ok(both) => both,
+            Err(e) => {
+                bump(&c.errors);
+                tracing::error!(queue = %shared.queue_name, error = %e, "claim failed");
+                match shared.queue.settle_many(items) {
+                    Ok(results) => (results, Vec::new()),
+                    Err(e) => {
+                        c.errors.fetch_add(batch.len() as u64, Ordering::SeqCst);
+                        tracing::error!(queue = %shared.queue_name, jobs = batch.len(), error = %e,
+                            "settle failed; the leases will expire and the jobs be reclaimed");
+                        forget(shared, &batch);
+                        return Vec::new();
+                    }
+                }
+            }
+        };
     for ((token, _), result) in batch.iter().zip(results) {
         match result {
             Ok(Settled::Completed) => bump(&c.completed),
@@ -538,6 +545,22 @@ fn settle(shared: &Shared, batch: &[(ClaimToken, Outcome)]) {
                 tracing::error!(job = %token.id, attempt = token.attempt, error = %e, "settle failed");
             }
         }
+    }
+    forget(shared, &batch);
+    let mut in_flight = shared.in_flight.lock();
+    for claimed in &claimed {
+        bump(&c.claimed);
+        let lease = Arc::new(Lease { until: claimed.lease_until.into(), lost: AtomicBool::new(false) });
+        in_flight.insert(claimed.token.id, (claimed.token, lease));
+    }
+    claimed
+}
+
+/// Drops settled (or given up) attempts from the in-flight set the heartbeat renews.
+fn forget(shared: &Shared, batch: &[(ClaimToken, Outcome)]) {
+    let mut in_flight = shared.in_flight.lock();
+    for (token, _) in batch {
+        in_flight.remove(&token.id);
     }
 }
 
