@@ -182,6 +182,9 @@ pub(crate) const JOB_REPLAY: &str = "
 
 /// Expired leases: back to pending with attempts left, else exhausted. Guarded by state and
 /// lease in the same statement, so a completion that committed first is never overwritten.
+/// `INDEXED BY`: with plans that ignore bound values (see `connection_init`) the planner
+/// would walk the whole table in id order to honour the `LIMIT`, instead of the few rows
+/// of the partial index.
 pub(crate) const JOB_REAP_EXPIRED: &str = "
     UPDATE fenceq_jobs
     SET    state        = CASE WHEN attempt < max_attempts THEN 'pending' ELSE 'exhausted' END,
@@ -190,19 +193,20 @@ pub(crate) const JOB_REAP_EXPIRED: &str = "
            settled_at   = CASE WHEN attempt < max_attempts THEN NULL ELSE :now END,
            last_error   = 'lease expired (worker ' || worker || ')',
            lease_until  = NULL
-    WHERE  id IN (SELECT id FROM fenceq_jobs
+    WHERE  id IN (SELECT id FROM fenceq_jobs INDEXED BY fenceq_jobs_lease
                   WHERE  state = 'running' AND lease_until <= :now
                   ORDER  BY id LIMIT :limit)
       AND  state = 'running' AND lease_until <= :now
     RETURNING state";
 
-/// Parked jobs whose deadline passed are exhausted (never reclaimed).
+/// Parked jobs whose deadline passed are exhausted (never reclaimed). `INDEXED BY` as in
+/// `JOB_REAP_EXPIRED`.
 pub(crate) const JOB_REAP_WAITING: &str = "
     UPDATE fenceq_jobs
     SET    state = 'exhausted', wait_until = NULL, settled_at = :now, exhausted_at = :now,
            acknowledged_at = NULL,
            last_error = 'wait expired: ' || coalesce(last_error, 'no reason given')
-    WHERE  id IN (SELECT id FROM fenceq_jobs
+    WHERE  id IN (SELECT id FROM fenceq_jobs INDEXED BY fenceq_jobs_wait
                   WHERE  state = 'waiting' AND wait_until <= :now
                   ORDER  BY id LIMIT :limit)
       AND  state = 'waiting' AND wait_until <= :now";
@@ -707,8 +711,39 @@ mod tests {
 
     fn migrated() -> Connection {
         let mut conn = Connection::open_in_memory().unwrap();
+        crate::store::connection_init(&crate::QueueBuilder::default())(&mut conn).unwrap();
         crate::store::migrate::migrate(&mut conn, crate::store::migrate::SCHEMA_VERSION).unwrap();
         conn
+    }
+
+    /// A statement whose plan depends on a bound value is compiled again at every run after
+    /// a new binding (SQLite does this for `LIMIT ?`, which cost a full re-prepare per
+    /// claim); the connections ask for plans that never depend on bindings.
+    #[test]
+    fn hot_statements_are_compiled_once() {
+        let conn = migrated();
+        for i in 0..6i64 {
+            job_insert(&conn, "q", Some(&format!("k{i}")), b"x", 0, i, 5, i).unwrap();
+        }
+        for (limit, now) in [(1, 10), (2, 11), (1, 12)] {
+            let claimed = job_claim(&conn, "q", "w", 1000, limit, now).unwrap();
+            for c in claimed {
+                job_write_owned(&conn, JOB_RENEW, "renew", &c.token, now, &[(":lease_ms", &1000i64)]).unwrap();
+                job_write_owned(&conn, JOB_COMPLETE, "complete", &c.token, now, &[]).unwrap();
+            }
+        }
+        for (name, sql) in [
+            ("JOB_INSERT", JOB_INSERT),
+            ("JOB_SELECT_CLAIMABLE", JOB_SELECT_CLAIMABLE),
+            ("JOB_CLAIM", JOB_CLAIM),
+            ("JOB_CLAIMED_ROW", JOB_CLAIMED_ROW),
+            ("JOB_RENEW", JOB_RENEW),
+            ("JOB_COMPLETE", JOB_COMPLETE),
+        ] {
+            let stmt = conn.prepare_cached(sql).unwrap();
+            assert!(stmt.get_status(rusqlite::StatementStatus::Run) >= 3, "{name} ran");
+            assert_eq!(stmt.get_status(rusqlite::StatementStatus::RePrepare), 0, "{name} was compiled again");
+        }
     }
 
     /// Claim latency stays flat as the queue grows only if the claim never scans the table

@@ -10,7 +10,7 @@ use crate::clock::Clock;
 use crate::config::{Location, QueueBuilder, Synchronous};
 use crate::error::{Error, Result, SqlContext};
 use r2d2_sqlite::SqliteConnectionManager;
-use rusqlite::{limits::Limit, Connection, OpenFlags};
+use rusqlite::{config::DbConfig, limits::Limit, Connection, OpenFlags};
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -229,12 +229,18 @@ impl Store {
 
 /// PRAGMAs and limits for every pooled connection (they are per connection, never in a
 /// migration): busy timeout, synchronous, foreign keys, WAL size limit, page limit.
-fn connection_init(builder: &QueueBuilder) -> impl Fn(&mut Connection) -> rusqlite::Result<()> + Send + Sync + 'static {
+pub(crate) fn connection_init(
+    builder: &QueueBuilder,
+) -> impl Fn(&mut Connection) -> rusqlite::Result<()> + Send + Sync + 'static {
     let synchronous = builder.synchronous.pragma();
     let max_page_count = builder.max_page_count;
     let max_length = (builder.max_payload.saturating_mul(2)).max(64 << 20).min(i32::MAX as usize) as i32;
     move |conn: &mut Connection| {
         conn.busy_handler(Some(poll_busy))?;
+        // Plans that never depend on bound values: otherwise SQLite compiles a statement
+        // again at every run after a new binding of such a value (it does for `LIMIT ?`, and
+        // every claim paid a full re-prepare). Our plans are pinned by tests anyway.
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
         conn.execute_batch(&format!(
             "PRAGMA synchronous = {synchronous};
              PRAGMA foreign_keys = ON;
