@@ -38,5 +38,5 @@ pub use rusqlite;
 pub use store::migrate::SCHEMA_VERSION;
 pub use worker::{
     Attempt, Outcome, PoolCounters, ShutdownReport, WorkerPool, WorkerPoolBuilder, DEFAULT_POLL_INTERVAL,
-    DEFAULT_POOL_LEASE, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WORKERS,
+    DEFAULT_POOL_LEASE, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WORKERS, MAX_PREFETCH,
 };

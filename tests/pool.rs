@@ -307,4 +307,45 @@ fn a_pool_without_a_handler_or_with_bad_settings_does_not_start() {
         .start()
         .is_err());
     assert!(WorkerPool::builder(q.queue.clone(), "").handler(handler).start().is_err());
+    assert!(WorkerPool::builder(q.queue.clone(), "q")
+        .prefetch(fenceq::MAX_PREFETCH + 1)
+        .handler(handler)
+        .start()
+        .is_err());
+}
+
+/// With one worker stuck in its handler, the pool holds exactly `1 + prefetch` claims: the
+/// prefetched jobs wait, leased, for the next free worker, and nothing beyond is claimed.
+#[test]
+fn prefetch_claims_beyond_the_free_workers_but_never_beyond_the_slots() {
+    for prefetch in [0usize, 3] {
+        let q = temp_queue();
+        for i in 0..10 {
+            q.add(&format!("job {i}"));
+        }
+        let (started_tx, started) = unbounded();
+        let (release, released) = unbounded::<()>();
+        let pool = WorkerPool::builder(q.queue.clone(), "q")
+            .workers(1)
+            .prefetch(prefetch)
+            .handler(move |a| {
+                started_tx.send(a.token().id).unwrap();
+                released.recv_timeout(HANG_GUARD).unwrap();
+                Outcome::Complete
+            })
+            .start()
+            .unwrap();
+        recv(&started, "the first attempt");
+        eventually(|| pool.in_flight().len() == 1 + prefetch, "the prefetched claims");
+        q.add("one more"); // wakes the dispatcher, which has no free slot for it
+        assert_eq!(raw_count(&q.path(), "running"), 1 + prefetch as i64, "prefetch {prefetch}");
+        assert_eq!(pool.in_flight().len(), 1 + prefetch);
+        for _ in 0..11 {
+            release.send(()).unwrap();
+        }
+        eventually(|| pool.counters().completed == 11, "every job done");
+        let report = pool.shutdown(HANG_GUARD).unwrap();
+        assert_eq!(report.counters.completed, 11, "prefetch {prefetch}: every job ran once");
+        assert_eq!(raw_count(&q.path(), "completed"), 11);
+    }
 }

@@ -6,5 +6,5 @@ mod pool;
 pub use attempt::{Attempt, Outcome};
 pub use pool::{
     PoolCounters, ShutdownReport, WorkerPool, WorkerPoolBuilder, DEFAULT_POLL_INTERVAL, DEFAULT_POOL_LEASE,
-    DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WORKERS,
+    DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WORKERS, MAX_PREFETCH,
 };

@@ -2,9 +2,10 @@
 //! heartbeat thread that renews every in-flight lease in one transaction per round.
 //!
 //! The dispatcher settles and claims in one request: every attempt that finished since its
-//! last round is settled, and as many jobs as there are free slots are claimed, in the same
-//! group transaction. A finished attempt so costs one hand-off (worker to dispatcher) and no
-//! transaction of its own.
+//! last round is settled, and as many jobs as there are free slots (workers plus prefetch)
+//! are claimed, in the same group transaction. A finished attempt so costs one hand-off
+//! (worker to dispatcher) and no transaction of its own, and a prefetched job is waiting
+//! when a worker frees up.
 
 use super::attempt::{Attempt, Lease, Outcome};
 use crate::clock::Clock;
@@ -27,6 +28,8 @@ pub const DEFAULT_POOL_LEASE: Duration = Duration::from_secs(30);
 /// Idle poll interval. Defaults to 1 second (an enqueue through the same `Queue` wakes the
 /// pool at once; polling finds jobs enqueued by other processes and delayed jobs).
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// Most jobs a pool may prefetch; see [`WorkerPoolBuilder::prefetch`].
+pub const MAX_PREFETCH: usize = 4096;
 /// How long dropping a pool waits for in-flight attempts. Defaults to 10 seconds.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -40,6 +43,7 @@ pub struct WorkerPoolBuilder {
     lease: Duration,
     renew_every: Option<Duration>,
     poll_interval: Duration,
+    prefetch: Option<usize>,
     worker_prefix: String,
     retry_policy: RetryPolicy,
     handler: Option<Handler>,
@@ -81,6 +85,16 @@ impl WorkerPoolBuilder {
         self
     }
 
+    /// Jobs claimed beyond the free workers (0..=4096), waiting in the pool for the next
+    /// worker to finish, so that a worker never waits for a claim. Defaults to twice the
+    /// workers. Prefetched jobs are in flight like running ones: their leases are renewed,
+    /// and [`WorkerPool::shutdown`] lets them run. Use 0 with slow handlers and several pools
+    /// on one queue, where another pool could have started them sooner.
+    pub fn prefetch(mut self, jobs: usize) -> Self {
+        self.prefetch = Some(jobs);
+        self
+    }
+
     /// Worker ids are `{prefix}-{n}`. Defaults to `"{queue}-{pid}"`.
     pub fn worker_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.worker_prefix = prefix.into();
@@ -116,6 +130,9 @@ impl WorkerPoolBuilder {
         let renew_every = self.renew_every.unwrap_or(self.lease / 3);
         if renew_every.is_zero() || renew_every >= self.lease {
             return Err(Error::invalid("renew_every", "must be shorter than the lease and not zero"));
+        }
+        if self.prefetch.is_some_and(|jobs| jobs > MAX_PREFETCH) {
+            return Err(Error::invalid("prefetch", format!("more than {MAX_PREFETCH} jobs")));
         }
         if self.poll_interval.is_zero() {
             return Err(Error::invalid("poll_interval", "must not be zero"));
@@ -261,6 +278,7 @@ impl WorkerPool {
             lease: DEFAULT_POOL_LEASE,
             renew_every: None,
             poll_interval: DEFAULT_POLL_INTERVAL,
+            prefetch: None,
             retry_policy: RetryPolicy::default(),
             handler: None,
         }
@@ -279,7 +297,9 @@ impl WorkerPool {
             stopping: AtomicBool::new(false),
         });
         let workers = builder.workers;
-        let (job_tx, job_rx) = bounded::<Claimed>(workers);
+        // Claimed jobs never exceed the slots, so sending one never blocks the dispatcher.
+        let slots = workers + builder.prefetch.unwrap_or(2 * workers);
+        let (job_tx, job_rx) = bounded::<Claimed>(slots);
         let (stop_dispatch, stop_dispatch_rx) = bounded::<()>(0);
         let (stop_heartbeat, stop_heartbeat_rx) = bounded::<()>(0);
         let (exited_tx, exited) = unbounded::<()>();
@@ -310,7 +330,7 @@ impl WorkerPool {
             let poll = builder.poll_interval;
             let channels = DispatchChannels { jobs: job_tx, finished: finished_rx, wake, stop: stop_dispatch_rx };
             threads.push(spawn("fenceq-dispatcher", move || {
-                dispatch(&shared, &worker, workers, poll, channels);
+                dispatch(&shared, &worker, slots, poll, channels);
                 let _ = exited.send(());
             })?);
         }
@@ -334,7 +354,8 @@ impl WorkerPool {
         self.shared.counters.snapshot()
     }
 
-    /// Jobs whose attempts are running now.
+    /// Jobs this pool has claimed and not yet settled: running, or prefetched and waiting
+    /// for a worker.
     pub fn in_flight(&self) -> Vec<JobId> {
         let mut ids: Vec<JobId> = self.shared.in_flight.lock().keys().copied().collect();
         ids.sort();
@@ -402,8 +423,8 @@ struct DispatchChannels {
     stop: Receiver<()>,
 }
 
-/// Settles finished attempts and claims jobs for free worker slots, in one request per
-/// round; sleeps until an attempt finishes, an enqueue wakes it, the poll interval passes,
+/// Settles finished attempts and claims jobs for free slots (workers plus prefetch), in one
+/// request per round; sleeps until an attempt finishes, an enqueue wakes it, the poll interval passes,
 /// or the pool stops. After the stop it claims nothing more and returns once every worker
 /// has ended and its last attempt is settled.
 fn dispatch(shared: &Shared, worker: &str, slots: usize, poll: Duration, channels: DispatchChannels) {
