@@ -273,6 +273,28 @@ pub fn work_through(path: &Path, jobs: u64) -> Result<f64> {
     Ok(jobs as f64 / started.elapsed().as_secs_f64())
 }
 
+/// Median time of one durable small write on the disk under `dir`: a 4 KiB write into a
+/// file, then `fdatasync` (what a `FULL` commit of one small transaction costs at least).
+/// Returns microseconds.
+pub fn sync_latency(dir: &Path, samples: usize) -> Result<f64> {
+    use std::io::{Seek, SeekFrom, Write};
+    let path = dir.join("sync-probe");
+    let mut file = std::fs::OpenOptions::new().create(true).truncate(true).read(true).write(true).open(&path)?;
+    let page = [0x5a_u8; 4096];
+    let mut micros = Vec::with_capacity(samples);
+    for i in 0..samples {
+        file.seek(SeekFrom::Start((i % 256) as u64 * 4096))?;
+        file.write_all(&page)?;
+        let started = Instant::now();
+        file.sync_data()?;
+        micros.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+    drop(file);
+    let _ = std::fs::remove_file(&path);
+    micros.sort_by(f64::total_cmp);
+    Ok(micros[micros.len() / 2])
+}
+
 /// Peak resident set size of this process so far, in MiB (Linux; 0 elsewhere).
 pub fn peak_rss_mib() -> f64 {
     std::fs::read_to_string("/proc/self/status")
@@ -326,9 +348,18 @@ pub fn run(options: &BenchOptions, mut report: impl FnMut(&Figure)) -> Result<Ve
     );
 
     let full_n = (n / 4).max(1000);
+    let sync_us = sync_latency(dir, 500)?;
+    push(
+        Figure { scenario: "disk/fdatasync_4k".into(), value: sync_us, unit: "us_p50", details: vec![] },
+        &mut figures,
+    );
     let raw_full = raw_enqueue_per_commit(&fresh("raw_full"), full_n, Synchronous::Full)?;
     push(simple("raw_sqlite/full/enqueue_1_per_commit", raw_full, vec![]), &mut figures);
-    let (full16, grouping) = concurrent_enqueue(&fresh("full16"), full_n, 16, Synchronous::Full)?;
+    const CALLERS: u64 = 16;
+    let (full16, grouping) = concurrent_enqueue(&fresh("full16"), full_n, CALLERS, Synchronous::Full)?;
+    // Each caller waits for the sync covering its own write, so one sync carries at most one
+    // write per caller: no design exceeds CALLERS writes per sync of this disk.
+    let ceiling = CALLERS as f64 * 1e6 / sync_us;
     push(
         simple(
             "fenceq/full/enqueue_16_callers",
@@ -336,6 +367,8 @@ pub fn run(options: &BenchOptions, mut report: impl FnMut(&Figure)) -> Result<Ve
             vec![
                 ("ratio_to_raw_full".into(), full16 / raw_full),
                 ("requests_per_tx".into(), grouping.requests_per_transaction()),
+                ("requests_per_sync".into(), grouping.requests as f64 / grouping.wal_syncs.max(1) as f64),
+                ("sync_bound_ratio_ceiling".into(), ceiling / raw_full),
             ],
         ),
         &mut figures,

@@ -18,6 +18,7 @@ fn every_bench_scenario_runs_and_reports() {
         "raw_sqlite/1_op_per_tx",
         "raw_sqlite/100_ops_per_tx",
         "fenceq/end_to_end/4_producers",
+        "disk/fdatasync_4k",
         "raw_sqlite/full/enqueue_1_per_commit",
         "fenceq/full/enqueue_16_callers",
         "fenceq/enqueue_batch_1000",
@@ -34,4 +35,7 @@ fn every_bench_scenario_runs_and_reports() {
     let e2e = figures.iter().find(|f| f.scenario == "fenceq/end_to_end/4_producers").unwrap();
     let grouping = e2e.details.iter().find(|(k, _)| k == "requests_per_tx").unwrap().1;
     assert!(grouping >= 1.0, "{e2e:?}");
+    let full = figures.iter().find(|f| f.scenario == "fenceq/full/enqueue_16_callers").unwrap();
+    let per_sync = full.details.iter().find(|(k, _)| k == "requests_per_sync").unwrap().1;
+    assert!((1.0..=16.0).contains(&per_sync), "each of 16 callers waits for its own sync: {full:?}");
 }

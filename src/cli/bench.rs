@@ -52,7 +52,7 @@ impl BenchArgs {
             latency_rows: self.latency_rows,
             dir: dir.clone(),
         };
-        let progress = ctx.out.progress(10, "benchmarking");
+        let progress = ctx.out.progress(11, "benchmarking");
         let json = ctx.json();
         let mut lines = Vec::new();
         let result = bench::run(&options, |figure| {
