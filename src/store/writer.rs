@@ -40,6 +40,8 @@ use std::time::{Duration, Instant};
 
 /// Most requests one group transaction carries; the rest wait for the next leader.
 const MAX_GROUP: usize = 256;
+/// Pending requests from which a new leader starts at once instead of yielding first.
+const GATHER_UNTIL: usize = 16;
 /// How long a follower polls its slot before it parks; see [`spin_briefly`].
 const SPIN_FOR: Duration = Duration::from_micros(100);
 
@@ -233,6 +235,14 @@ impl Writer {
     /// Leads one group: takes the pending requests (this thread's own is the first), runs
     /// and commits them, hands the leadership on, syncs, and answers every member.
     fn lead(&self) {
+        if self.pending.lock().requests.len() < GATHER_UNTIL {
+            // Let the threads just answered (or woken) run first: they submit and join this
+            // group instead of forming their own transaction right after it. Measured with
+            // `fenceq bench` on 2 cores: end to end +25 to +40% (requests per transaction
+            // 2.1 → 4.1), the 16 FULL callers +30%, a lone caller unchanged (nothing else
+            // to run, the yield returns at once); yielding twice gained nothing more.
+            std::thread::yield_now();
+        }
         let conn = self.conn.lock();
         let batch: Vec<Box<dyn Request>> = {
             let mut pending = self.pending.lock();
