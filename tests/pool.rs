@@ -70,6 +70,7 @@ fn a_handler_that_outlives_its_lease_is_fenced_off_while_the_reclaiming_attempt_
     let (result_tx, result) = bounded(1);
     let pool = WorkerPool::builder(q.queue.clone(), "q")
         .workers(1)
+        .prefetch(0) // with a free slot the pool would reclaim the expired job itself
         .lease(Duration::from_secs(7200))
         .renew_every(Duration::from_secs(3600)) // no heartbeat during the test: the lease runs out
         .handler(move |a| {
@@ -348,4 +349,88 @@ fn prefetch_claims_beyond_the_free_workers_but_never_beyond_the_slots() {
         assert_eq!(report.counters.completed, 11, "prefetch {prefetch}: every job ran once");
         assert_eq!(raw_count(&q.path(), "completed"), 11);
     }
+}
+
+/// The dispatcher settles and claims in one request; when the claim fails, the finished
+/// attempt's outcome is still settled (alone), and claiming resumes once it can.
+#[test]
+fn a_failing_claim_never_costs_a_finished_attempt_its_settle() {
+    let q = temp_queue();
+    let first = q.add("first");
+    let (started_tx, started) = unbounded();
+    let (release, released) = unbounded::<()>();
+    let pool = WorkerPool::builder(q.queue.clone(), "q")
+        .workers(1)
+        .prefetch(0)
+        .poll_interval(Duration::from_millis(20))
+        .handler(move |a| {
+            started_tx.send(a.token().id).unwrap();
+            released.recv_timeout(HANG_GUARD).unwrap();
+            Outcome::Complete
+        })
+        .start()
+        .unwrap();
+    assert_eq!(recv(&started, "the first attempt"), first);
+    let conn = fenceq::rusqlite::Connection::open(q.path()).unwrap();
+    conn.execute_batch(
+        "CREATE TRIGGER refuse_claims BEFORE UPDATE ON fenceq_jobs
+         WHEN OLD.state = 'pending' AND NEW.state = 'running'
+         BEGIN SELECT RAISE(ABORT, 'claims refused'); END;",
+    )
+    .unwrap();
+    let second = q.add("second");
+    release.send(()).unwrap();
+    eventually(|| raw_count(&q.path(), "completed") == 1, "the first attempt settled despite the failing claim");
+    assert_eq!(q.job(first).unwrap().unwrap().state, JobState::Completed);
+    eventually(|| pool.counters().errors >= 1, "the failed claim counted");
+    assert_eq!(q.job(second).unwrap().unwrap().state, JobState::Pending, "no claim got through");
+    conn.execute_batch("DROP TRIGGER refuse_claims").unwrap();
+    release.send(()).unwrap();
+    assert_eq!(recv(&started, "the second attempt once claims work again"), second);
+    eventually(|| raw_count(&q.path(), "completed") == 2, "the second job done");
+    let report = pool.shutdown(HANG_GUARD).unwrap();
+    assert_eq!(report.counters.completed, 2);
+    assert_eq!(report.counters.stale_settles_rejected, 0);
+}
+
+/// A pool may reclaim a job whose older attempt still runs in one of its own stalled workers.
+/// The stale attempt's rejected settle must not make the pool forget the new claim (its
+/// lease would no longer be renewed, and its worker would find it unregistered).
+#[test]
+fn a_pool_that_reclaims_its_own_stalled_job_keeps_the_new_claim() {
+    let q = temp_queue();
+    let id = q.add("stalls once");
+    let (started_tx, started) = unbounded();
+    let (release_tx, release_rx) = unbounded::<u32>();
+    let pool = WorkerPool::builder(q.queue.clone(), "q")
+        .workers(2)
+        .prefetch(0)
+        .lease(Duration::from_secs(7200))
+        .renew_every(Duration::from_secs(3600)) // no renewal in the test: the first lease runs out
+        .poll_interval(Duration::from_millis(10))
+        .handler(move |a| {
+            let attempt = a.attempt();
+            started_tx.send(attempt).unwrap();
+            // Each attempt waits for its own release.
+            loop {
+                if release_rx.recv_timeout(HANG_GUARD).unwrap() == attempt {
+                    break;
+                }
+            }
+            Outcome::Complete
+        })
+        .start()
+        .unwrap();
+    assert_eq!(recv(&started, "attempt 1"), 1);
+    q.advance(Duration::from_secs(7201));
+    assert_eq!(recv(&started, "the pool's own reclaim"), 2);
+    release_tx.send(1).unwrap();
+    eventually(|| pool.counters().stale_settles_rejected == 1, "attempt 1's settle rejected");
+    assert_eq!(pool.in_flight(), vec![id], "attempt 2 is still in flight");
+    release_tx.send(2).unwrap();
+    eventually(|| pool.counters().completed == 1, "attempt 2 completes");
+    let report = pool.shutdown(HANG_GUARD).unwrap();
+    assert_eq!((report.counters.retried, report.counters.errors), (0, 0), "{:?}", report.counters);
+    let job = q.job(id).unwrap().unwrap();
+    assert_eq!((job.state, job.attempt), (JobState::Completed, 2));
 }

@@ -224,7 +224,9 @@ struct Shared {
     clock: Arc<dyn Clock>,
     handler: Handler,
     counters: Counters,
-    in_flight: Mutex<HashMap<JobId, (ClaimToken, Arc<Lease>)>>,
+    /// Claimed and not yet settled, by claim: the pool may hold a new claim of a job whose
+    /// older attempt (its lease expired) is still running in a stalled worker.
+    in_flight: Mutex<HashMap<ClaimToken, Arc<Lease>>>,
     stopping: AtomicBool,
 }
 
@@ -357,8 +359,9 @@ impl WorkerPool {
     /// Jobs this pool has claimed and not yet settled: running, or prefetched and waiting
     /// for a worker.
     pub fn in_flight(&self) -> Vec<JobId> {
-        let mut ids: Vec<JobId> = self.shared.in_flight.lock().keys().copied().collect();
+        let mut ids: Vec<JobId> = self.shared.in_flight.lock().keys().map(|token| token.id).collect();
         ids.sort();
+        ids.dedup();
         ids
     }
 
@@ -484,7 +487,7 @@ fn dispatch(shared: &Shared, worker: &str, slots: usize, poll: Duration, channel
 /// Works one attempt: runs the handler, catching a panic as a retry.
 fn work(shared: &Shared, claimed: Claimed) -> Outcome {
     let id = claimed.token.id;
-    let Some(lease) = shared.in_flight.lock().get(&id).map(|(_, lease)| lease.clone()) else {
+    let Some(lease) = shared.in_flight.lock().get(&claimed.token).cloned() else {
         return Outcome::retry("internal: attempt not registered");
     };
     let token = claimed.token;
@@ -572,7 +575,7 @@ fn settle_and_claim(shared: &Shared, worker: &str, batch: Vec<(ClaimToken, Outco
     for claimed in &claimed {
         bump(&c.claimed);
         let lease = Arc::new(Lease { until: claimed.lease_until.into(), lost: AtomicBool::new(false) });
-        in_flight.insert(claimed.token.id, (claimed.token, lease));
+        in_flight.insert(claimed.token, lease);
     }
     claimed
 }
@@ -581,7 +584,7 @@ fn settle_and_claim(shared: &Shared, worker: &str, batch: Vec<(ClaimToken, Outco
 fn forget(shared: &Shared, batch: &[(ClaimToken, Outcome)]) {
     let mut in_flight = shared.in_flight.lock();
     for (token, _) in batch {
-        in_flight.remove(&token.id);
+        in_flight.remove(token);
     }
 }
 
@@ -592,8 +595,13 @@ fn heartbeat(shared: &Shared, every: Duration, stop: Receiver<()>) {
             recv(stop) -> _ => return,
             default(every) => {}
         }
-        let in_flight: Vec<(ClaimToken, Arc<Lease>)> =
-            shared.in_flight.lock().values().filter(|(_, l)| !l.lost.load(Ordering::SeqCst)).cloned().collect();
+        let in_flight: Vec<(ClaimToken, Arc<Lease>)> = shared
+            .in_flight
+            .lock()
+            .iter()
+            .filter(|(_, lease)| !lease.lost.load(Ordering::SeqCst))
+            .map(|(token, lease)| (*token, lease.clone()))
+            .collect();
         if in_flight.is_empty() {
             continue;
         }
