@@ -401,7 +401,9 @@ fn a_pool_that_reclaims_its_own_stalled_job_keeps_the_new_claim() {
     let q = temp_queue();
     let id = q.add("stalls once");
     let (started_tx, started) = unbounded();
-    let (release_tx, release_rx) = unbounded::<u32>();
+    // Each attempt waits for its own release.
+    let (release_1, released_1) = bounded::<()>(1);
+    let (release_2, released_2) = bounded::<()>(1);
     let pool = WorkerPool::builder(q.queue.clone(), "q")
         .workers(2)
         .prefetch(0)
@@ -411,12 +413,8 @@ fn a_pool_that_reclaims_its_own_stalled_job_keeps_the_new_claim() {
         .handler(move |a| {
             let attempt = a.attempt();
             started_tx.send(attempt).unwrap();
-            // Each attempt waits for its own release.
-            loop {
-                if release_rx.recv_timeout(HANG_GUARD).unwrap() == attempt {
-                    break;
-                }
-            }
+            let release = if attempt == 1 { &released_1 } else { &released_2 };
+            release.recv_timeout(HANG_GUARD).unwrap();
             Outcome::Complete
         })
         .start()
@@ -424,10 +422,10 @@ fn a_pool_that_reclaims_its_own_stalled_job_keeps_the_new_claim() {
     assert_eq!(recv(&started, "attempt 1"), 1);
     q.advance(Duration::from_secs(7201));
     assert_eq!(recv(&started, "the pool's own reclaim"), 2);
-    release_tx.send(1).unwrap();
+    release_1.send(()).unwrap();
     eventually(|| pool.counters().stale_settles_rejected == 1, "attempt 1's settle rejected");
     assert_eq!(pool.in_flight(), vec![id], "attempt 2 is still in flight");
-    release_tx.send(2).unwrap();
+    release_2.send(()).unwrap();
     eventually(|| pool.counters().completed == 1, "attempt 2 completes");
     let report = pool.shutdown(HANG_GUARD).unwrap();
     assert_eq!((report.counters.retried, report.counters.errors), (0, 0), "{:?}", report.counters);

@@ -517,6 +517,9 @@ fn settle_and_claim(shared: &Shared, worker: &str, batch: Vec<(ClaimToken, Outco
     if batch.is_empty() && free == 0 {
         return Vec::new();
     }
+    // A finished attempt needs no more renewals; forgotten before its settle commits, so
+    // that a heartbeat round racing the settle knows a failed renewal of it is no loss.
+    forget(shared, &batch);
     let c = &shared.counters;
     let items: Vec<(ClaimToken, Settle)> = batch
         .iter()
@@ -546,7 +549,6 @@ fn settle_and_claim(shared: &Shared, worker: &str, batch: Vec<(ClaimToken, Outco
                         c.errors.fetch_add(batch.len() as u64, Ordering::SeqCst);
                         tracing::error!(queue = %shared.queue_name, jobs = batch.len(), error = %e,
                             "settle failed; the leases will expire and the jobs be reclaimed");
-                        forget(shared, &batch);
                         return Vec::new();
                     }
                 }
@@ -570,7 +572,6 @@ fn settle_and_claim(shared: &Shared, worker: &str, batch: Vec<(ClaimToken, Outco
             }
         }
     }
-    forget(shared, &batch);
     let mut in_flight = shared.in_flight.lock();
     for claimed in &claimed {
         bump(&c.claimed);
@@ -611,6 +612,8 @@ fn heartbeat(shared: &Shared, every: Duration, stop: Receiver<()>) {
                 for ((token, lease), result) in in_flight.iter().zip(results) {
                     match result {
                         Ok(until) => lease.until.store(until, Ordering::SeqCst),
+                        // Settled while this round ran: nothing was lost.
+                        Err(_) if !shared.in_flight.lock().contains_key(token) => {}
                         Err(e) => {
                             lease.lost.store(true, Ordering::SeqCst);
                             bump(&shared.counters.renewals_failed);
