@@ -87,9 +87,11 @@ impl WorkerPoolBuilder {
 
     /// Jobs claimed beyond the free workers (0..=4096), waiting in the pool for the next
     /// worker to finish, so that a worker never waits for a claim. Defaults to twice the
-    /// workers. Prefetched jobs are in flight like running ones: their leases are renewed,
-    /// and [`WorkerPool::shutdown`] lets them run. Use 0 with slow handlers and several pools
-    /// on one queue, where another pool could have started them sooner.
+    /// workers. Prefetched jobs are in flight like running ones: their leases are renewed
+    /// while they wait (so a slow handler never costs a waiting job an attempt), and
+    /// [`WorkerPool::shutdown`] lets them run. The price: while every worker of the pool is
+    /// stuck in a handler, the prefetched jobs wait with them. Use 0 when handlers can hang,
+    /// or when several pools share a queue and another could start the jobs sooner.
     pub fn prefetch(mut self, jobs: usize) -> Self {
         self.prefetch = Some(jobs);
         self
