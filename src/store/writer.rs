@@ -18,6 +18,11 @@
 //! - [`Writer::write`] takes a borrowed closure (`with_ownership`, `complete_with`, operator
 //!   writes): it runs on the caller's thread in a transaction of its own.
 //!
+//! Two small waits make the groups large on few cores: a new leader yields its CPU once
+//! before it takes its batch (the threads it just answered get to submit and join), and a
+//! follower polls its slot for up to 100 µs before it parks (a parked thread wakes later
+//! than a commit takes). Both are measured in `fenceq bench`; see their constants.
+//!
 //! At `synchronous=FULL` the writer connection itself runs at `NORMAL` (a commit writes the
 //! WAL but does not sync it), and the leader syncs the WAL file after it has released the
 //! connection: the next group executes while this one's sync is on its way to the disk, and
