@@ -30,7 +30,10 @@ pub use job::{
     Backoff, ClaimId, ClaimToken, Claimed, Cursor, Enqueued, Exhaustion, Job, JobId, JobState, NewJob, Page,
     Resolution, Retried, RetryPolicy,
 };
-pub use maintenance::{Maintenance, MaintenanceConfig, MaintenanceReport, DEFAULT_PRUNE_EVERY, DEFAULT_REAP_EVERY};
+pub use maintenance::{
+    Maintenance, MaintenanceConfig, MaintenanceReport, DEFAULT_CHECKPOINT_EVERY, DEFAULT_PRUNE_EVERY,
+    DEFAULT_REAP_EVERY,
+};
 pub use queue::{owns_in, schema_version_of, ListFilter, Queue, DEFAULT_CHECKPOINT_PATIENCE, MAX_BATCH, MAX_ERROR_LEN};
 pub use report::{CheckpointReport, CommitStats, PruneReport, QueueStats, ReapReport, Stats};
 /// The rusqlite version fenceq is built with, for closures that receive its `Transaction`.
