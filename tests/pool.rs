@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use crossbeam_channel::{bounded, unbounded, Receiver};
+use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use fenceq::{JobState, NewJob, Outcome, RetryPolicy, WorkerPool};
 use std::collections::HashSet;
 use std::time::Duration;
@@ -315,6 +315,25 @@ fn a_pool_without_a_handler_or_with_bad_settings_does_not_start() {
         .is_err());
 }
 
+/// A one-worker pool whose handler reports each job it starts, then waits for a release
+/// before completing it.
+fn gated_pool(q: &TestQueue, prefetch: usize, poll: Duration) -> (WorkerPool, Receiver<fenceq::JobId>, Sender<()>) {
+    let (started_tx, started) = unbounded();
+    let (release, released) = unbounded::<()>();
+    let pool = WorkerPool::builder(q.queue.clone(), "q")
+        .workers(1)
+        .prefetch(prefetch)
+        .poll_interval(poll)
+        .handler(move |a| {
+            started_tx.send(a.token().id).unwrap();
+            released.recv_timeout(HANG_GUARD).unwrap();
+            Outcome::Complete
+        })
+        .start()
+        .unwrap();
+    (pool, started, release)
+}
+
 /// With one worker stuck in its handler, the pool holds exactly `1 + prefetch` claims: the
 /// prefetched jobs wait, leased, for the next free worker, and nothing beyond is claimed.
 #[test]
@@ -324,18 +343,7 @@ fn prefetch_claims_beyond_the_free_workers_but_never_beyond_the_slots() {
         for i in 0..10 {
             q.add(&format!("job {i}"));
         }
-        let (started_tx, started) = unbounded();
-        let (release, released) = unbounded::<()>();
-        let pool = WorkerPool::builder(q.queue.clone(), "q")
-            .workers(1)
-            .prefetch(prefetch)
-            .handler(move |a| {
-                started_tx.send(a.token().id).unwrap();
-                released.recv_timeout(HANG_GUARD).unwrap();
-                Outcome::Complete
-            })
-            .start()
-            .unwrap();
+        let (pool, started, release) = gated_pool(&q, prefetch, fenceq::DEFAULT_POLL_INTERVAL);
         recv(&started, "the first attempt");
         eventually(|| pool.in_flight().len() == 1 + prefetch, "the prefetched claims");
         q.add("one more"); // wakes the dispatcher, which has no free slot for it
@@ -357,19 +365,7 @@ fn prefetch_claims_beyond_the_free_workers_but_never_beyond_the_slots() {
 fn a_failing_claim_never_costs_a_finished_attempt_its_settle() {
     let q = temp_queue();
     let first = q.add("first");
-    let (started_tx, started) = unbounded();
-    let (release, released) = unbounded::<()>();
-    let pool = WorkerPool::builder(q.queue.clone(), "q")
-        .workers(1)
-        .prefetch(0)
-        .poll_interval(Duration::from_millis(20))
-        .handler(move |a| {
-            started_tx.send(a.token().id).unwrap();
-            released.recv_timeout(HANG_GUARD).unwrap();
-            Outcome::Complete
-        })
-        .start()
-        .unwrap();
+    let (pool, started, release) = gated_pool(&q, 0, Duration::from_millis(20));
     assert_eq!(recv(&started, "the first attempt"), first);
     let conn = fenceq::rusqlite::Connection::open(q.path()).unwrap();
     conn.execute_batch(
