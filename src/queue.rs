@@ -172,10 +172,7 @@ impl Queue {
 
     /// Claims up to `limit` jobs at once, each with its own claim id, in claim order.
     pub fn claim_batch(&self, queue: &str, worker: &str, lease: Duration, limit: u32) -> Result<Vec<Claimed>> {
-        check_name("queue name", queue)?;
-        check_name("worker id", worker)?;
-        let lease_ms = check_lease(lease)?;
-        check_limit(limit)?;
+        let lease_ms = check_claim(queue, worker, lease, limit)?;
         let (queue, worker, store) = (queue.to_string(), worker.to_string(), self.store.clone());
         self.store.submit(move |tx| job_claim(tx, &queue, &worker, lease_ms, limit, store.now()))
     }
@@ -186,13 +183,8 @@ impl Queue {
     ///
     /// `OwnershipLost` unless `token` is the exact claim of a running job with a live lease.
     pub fn renew(&self, token: &ClaimToken, lease: Duration) -> Result<i64> {
-        let lease_ms = check_lease(lease)?;
-        let (token, store) = (*token, self.store.clone());
-        self.store.submit(move |tx| {
-            let now = store.now();
-            job_write_owned(tx, JOB_RENEW, "renew", &token, now, &[(":lease_ms", &lease_ms)])?;
-            Ok(now + lease_ms)
-        })
+        let mut results = self.renew_all(std::slice::from_ref(token), lease)?;
+        results.pop().unwrap_or_else(|| Err(Error::domain("internal: renew_all gave no result")))
     }
 
     /// Renews many leases in one transaction (a worker pool's heartbeat round): one result
@@ -313,9 +305,8 @@ impl Queue {
     /// Settles many claims in one transaction: one result per item; a stale token gets
     /// `OwnershipLost` without failing the others.
     pub(crate) fn settle_many(&self, items: Vec<(ClaimToken, Settle)>) -> Result<Vec<Result<Settled>>> {
-        let checked: Vec<Result<()>> = items.iter().map(|(_, s)| s.check()).collect();
         let store = self.store.clone();
-        self.store.submit(move |tx| settle_each(tx, &items, checked, store.now()))
+        self.store.submit(move |tx| settle_each(tx, &items, store.now()))
     }
 
     /// The worker pool's round trip: settles the attempts that finished and claims up to
@@ -332,15 +323,11 @@ impl Queue {
         if limit == 0 {
             return Ok((self.settle_many(items)?, Vec::new()));
         }
-        check_name("queue name", queue)?;
-        check_name("worker id", worker)?;
-        let lease_ms = check_lease(lease)?;
-        check_limit(limit)?;
-        let checked: Vec<Result<()>> = items.iter().map(|(_, s)| s.check()).collect();
+        let lease_ms = check_claim(queue, worker, lease, limit)?;
         let (queue, worker, store) = (queue.to_string(), worker.to_string(), self.store.clone());
         self.store.submit(move |tx| {
             let now = store.now();
-            let settled = settle_each(tx, &items, checked, now)?;
+            let settled = settle_each(tx, &items, now)?;
             Ok((settled, job_claim(tx, &queue, &worker, lease_ms, limit, now)?))
         })
     }
@@ -698,6 +685,15 @@ fn check_limit(limit: u32) -> Result<()> {
     Ok(())
 }
 
+/// The arguments of a claim; returns the lease in ms.
+fn check_claim(queue: &str, worker: &str, lease: Duration, limit: u32) -> Result<i64> {
+    check_name("queue name", queue)?;
+    check_name("worker id", worker)?;
+    let lease_ms = check_lease(lease)?;
+    check_limit(limit)?;
+    Ok(lease_ms)
+}
+
 /// Cuts a stored text to `MAX_ERROR_LEN` bytes at a char boundary.
 fn clip(text: &str) -> &str {
     if text.len() <= MAX_ERROR_LEN {
@@ -712,15 +708,10 @@ fn clip(text: &str) -> &str {
 
 /// Settles each item on `conn`: a guarded miss or bad input is that item's result (it changed
 /// nothing); any other error fails them all.
-fn settle_each(
-    conn: &Connection,
-    items: &[(ClaimToken, Settle)],
-    checked: Vec<Result<()>>,
-    now: i64,
-) -> Result<Vec<Result<Settled>>> {
+fn settle_each(conn: &Connection, items: &[(ClaimToken, Settle)], now: i64) -> Result<Vec<Result<Settled>>> {
     let mut results = Vec::with_capacity(items.len());
-    for ((token, settle), check) in items.iter().zip(checked) {
-        match check.and_then(|()| settle_in(conn, token, settle, now)) {
+    for (token, settle) in items {
+        match settle.check().and_then(|()| settle_in(conn, token, settle, now)) {
             Ok(settled) => results.push(Ok(settled)),
             Err(e @ (Error::OwnershipLost { .. } | Error::InvalidInput { .. })) => results.push(Err(e)),
             Err(e) => return Err(e),
