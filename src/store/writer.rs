@@ -83,6 +83,10 @@ struct Slot<T> {
 }
 
 impl<T> Slot<T> {
+    fn new() -> Arc<Slot<T>> {
+        Arc::new(Slot { turn: Mutex::new(Turn::Waiting), wake: Condvar::new(), ready: AtomicBool::new(false) })
+    }
+
     fn set(&self, turn: Turn<T>) {
         *self.turn.lock() = turn;
         self.ready.store(true, Ordering::Release);
@@ -208,8 +212,7 @@ impl Writer {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
     {
-        let slot =
-            Arc::new(Slot { turn: Mutex::new(Turn::Waiting), wake: Condvar::new(), ready: AtomicBool::new(false) });
+        let slot = Slot::new();
         let request = Box::new(Submitted { work: Some(work), result: None, panic: None, slot: slot.clone() });
         let lead = {
             let mut pending = self.pending.lock();
@@ -320,16 +323,21 @@ impl Writer {
         if !open {
             return (answered, carried, Ok(0));
         }
+        let commit = self.commit(conn, carried.len());
+        (answered, carried, commit)
+    }
+
+    /// Commits the open transaction, which carries `requests` requests; returns the
+    /// commit's sequence number. A failed `COMMIT` never leaves the transaction open.
+    fn commit(&self, conn: &Connection, requests: usize) -> Result<u64> {
         let commit = exec(conn, "COMMIT");
         if commit.is_err() && !conn.is_autocommit() {
             // COMMIT can fail and leave the transaction open (busy); never reuse it.
             let _ = conn.execute_batch("ROLLBACK");
         }
-        let commit = commit.map(|()| {
-            self.requests.fetch_add(carried.len() as u64, Ordering::Relaxed);
-            self.committed.fetch_add(1, Ordering::SeqCst) + 1
-        });
-        (answered, carried, commit)
+        commit?;
+        self.requests.fetch_add(requests as u64, Ordering::Relaxed);
+        Ok(self.committed.fetch_add(1, Ordering::SeqCst) + 1)
     }
 
     /// Runs `f` in a `BEGIN IMMEDIATE` transaction of its own, on this thread, and returns
@@ -356,12 +364,7 @@ impl Writer {
                 resume_unwind(panic);
             }
         };
-        if let Err(e) = exec(&conn, "COMMIT") {
-            rollback(&conn);
-            return Err(e);
-        }
-        self.requests.fetch_add(1, Ordering::Relaxed);
-        let seq = self.committed.fetch_add(1, Ordering::SeqCst) + 1;
+        let seq = self.commit(&conn, 1)?;
         drop(conn);
         self.sync_through(seq)?;
         Ok(value)
@@ -512,8 +515,7 @@ mod tests {
         w: &Writer,
         work: impl FnOnce(&Connection) -> Result<T> + Send + 'static,
     ) -> Arc<Slot<T>> {
-        let slot =
-            Arc::new(Slot { turn: Mutex::new(Turn::Waiting), wake: Condvar::new(), ready: AtomicBool::new(false) });
+        let slot = Slot::new();
         let mut pending = w.pending.lock();
         pending.requests.push(Box::new(Submitted { work: Some(work), result: None, panic: None, slot: slot.clone() }));
         pending.leading = true;
