@@ -523,39 +523,28 @@ fn settle_and_claim(shared: &Shared, worker: &str, batch: Vec<(ClaimToken, Outco
     // that a heartbeat round racing the settle knows a failed renewal of it is no loss.
     forget(shared, &batch);
     let c = &shared.counters;
-    let items: Vec<(ClaimToken, Settle)> = batch
-        .iter()
-        .map(|(token, outcome)| {
-            let settle = match outcome {
-                Outcome::Complete => Settle::Complete,
-                Outcome::Retry { after, error } => Settle::Retry {
-                    delay: after.unwrap_or_else(|| shared.retry_policy.next_delay(token.attempt)),
-                    error: error.clone(),
-                },
-                Outcome::Exhaust(error) => Settle::Exhaust(error.clone()),
-                Outcome::Unknown(evidence) => Settle::Unknown(evidence.clone()),
-                Outcome::Park { until, reason } => Settle::Park { timeout: *until, reason: reason.clone() },
-            };
-            (*token, settle)
-        })
-        .collect();
-    let (results, claimed) =
-        match shared.queue.settle_and_claim(items.clone(), &shared.queue_name, worker, shared.lease, free as u32) {
-            Ok(both) => both,
-            Err(e) => {
-                bump(&c.errors);
-                tracing::error!(queue = %shared.queue_name, error = %e, "claim failed");
-                match shared.queue.settle_many(items) {
-                    Ok(results) => (results, Vec::new()),
-                    Err(e) => {
-                        c.errors.fetch_add(batch.len() as u64, Ordering::SeqCst);
-                        tracing::error!(queue = %shared.queue_name, jobs = batch.len(), error = %e,
+    let (results, claimed) = match shared.queue.settle_and_claim(
+        settles(shared, &batch),
+        &shared.queue_name,
+        worker,
+        shared.lease,
+        free as u32,
+    ) {
+        Ok(both) => both,
+        Err(e) => {
+            bump(&c.errors);
+            tracing::error!(queue = %shared.queue_name, error = %e, "claim failed");
+            match shared.queue.settle_many(settles(shared, &batch)) {
+                Ok(results) => (results, Vec::new()),
+                Err(e) => {
+                    c.errors.fetch_add(batch.len() as u64, Ordering::SeqCst);
+                    tracing::error!(queue = %shared.queue_name, jobs = batch.len(), error = %e,
                             "settle failed; the leases will expire and the jobs be reclaimed");
-                        return Vec::new();
-                    }
+                    return Vec::new();
                 }
             }
-        };
+        }
+    };
     for ((token, _), result) in batch.iter().zip(results) {
         match result {
             Ok(Settled::Completed) => bump(&c.completed),
@@ -581,6 +570,27 @@ fn settle_and_claim(shared: &Shared, worker: &str, batch: Vec<(ClaimToken, Outco
         in_flight.insert(claimed.token, lease);
     }
     claimed
+}
+
+/// How the engine settles each finished attempt (built again for the rare retry of a
+/// failed round rather than cloned every round).
+fn settles(shared: &Shared, batch: &[(ClaimToken, Outcome)]) -> Vec<(ClaimToken, Settle)> {
+    batch
+        .iter()
+        .map(|(token, outcome)| {
+            let settle = match outcome {
+                Outcome::Complete => Settle::Complete,
+                Outcome::Retry { after, error } => Settle::Retry {
+                    delay: after.unwrap_or_else(|| shared.retry_policy.next_delay(token.attempt)),
+                    error: error.clone(),
+                },
+                Outcome::Exhaust(error) => Settle::Exhaust(error.clone()),
+                Outcome::Unknown(evidence) => Settle::Unknown(evidence.clone()),
+                Outcome::Park { until, reason } => Settle::Park { timeout: *until, reason: reason.clone() },
+            };
+            (*token, settle)
+        })
+        .collect()
 }
 
 /// Drops settled (or given up) attempts from the in-flight set the heartbeat renews.
