@@ -433,22 +433,28 @@ impl Queue {
     /// turns abandoned last attempts into exhaustions.
     pub fn reap(&self) -> Result<ReapReport> {
         let mut report = ReapReport::default();
-        loop {
-            let (requeued, exhausted) = self.store.write(|tx| job_reap_expired(tx, self.store.now(), REAP_BATCH))?;
+        self.in_batches(REAP_BATCH, |tx| {
+            let (requeued, exhausted) = job_reap_expired(tx, self.store.now(), REAP_BATCH)?;
             report.requeued += requeued;
             report.exhausted += exhausted;
-            if requeued + exhausted < u64::from(REAP_BATCH) {
-                break;
-            }
-        }
-        loop {
-            let expired = self.store.write(|tx| job_reap_waiting(tx, self.store.now(), REAP_BATCH))?;
-            report.waits_expired += expired;
-            if expired < u64::from(REAP_BATCH) {
-                break;
-            }
-        }
+            Ok(requeued + exhausted)
+        })?;
+        report.waits_expired = self.in_batches(REAP_BATCH, |tx| job_reap_waiting(tx, self.store.now(), REAP_BATCH))?.0;
         Ok(report)
+    }
+
+    /// Runs `batch` in a transaction of its own, again and again until one changes fewer
+    /// than `size` rows; returns the rows changed and the transactions run.
+    fn in_batches(&self, size: u32, mut batch: impl FnMut(&Connection) -> Result<u64>) -> Result<(u64, u64)> {
+        let (mut changed, mut transactions) = (0, 0);
+        loop {
+            let rows = self.store.write(&mut batch)?;
+            changed += rows;
+            transactions += 1;
+            if rows < u64::from(size) {
+                return Ok((changed, transactions));
+            }
+        }
     }
 
     /// Deletes completed and cancelled rows settled, and acknowledged exhaustions
@@ -459,25 +465,13 @@ impl Queue {
         if retention.batch_size == 0 || retention.batch_size > 100_000 {
             return Err(Error::invalid("prune batch size", format!("{} is not in 1..=100000", retention.batch_size)));
         }
-        let mut report = PruneReport::default();
         let horizon = self.store.now().saturating_sub(duration_ms(retention.older_than));
-        for (statement, name) in
-            [(JOB_PRUNE_SETTLED, "JOB_PRUNE_SETTLED"), (JOB_PRUNE_ACKNOWLEDGED, "JOB_PRUNE_ACKNOWLEDGED")]
-        {
-            loop {
-                let deleted = self.store.write(|tx| job_prune(tx, statement, name, horizon, retention.batch_size))?;
-                report.batches += 1;
-                if statement == JOB_PRUNE_SETTLED {
-                    report.settled += deleted;
-                } else {
-                    report.acknowledged += deleted;
-                }
-                if deleted < u64::from(retention.batch_size) {
-                    break;
-                }
-            }
-        }
-        Ok(report)
+        let size = retention.batch_size;
+        let (settled, settled_batches) =
+            self.in_batches(size, |tx| job_prune(tx, JOB_PRUNE_SETTLED, "JOB_PRUNE_SETTLED", horizon, size))?;
+        let (acknowledged, acknowledged_batches) =
+            self.in_batches(size, |tx| job_prune(tx, JOB_PRUNE_ACKNOWLEDGED, "JOB_PRUNE_ACKNOWLEDGED", horizon, size))?;
+        Ok(PruneReport { settled, acknowledged, batches: settled_batches + acknowledged_batches })
     }
 
     /// Copies the WAL back into the database and truncates it, waiting at most
