@@ -243,4 +243,12 @@ impl Retention {
     pub fn older_than(older_than: Duration) -> Self {
         Retention { older_than, ..Retention::default() }
     }
+
+    /// `InvalidInput` unless the batch size is in 1..=100,000.
+    pub(crate) fn check(&self) -> crate::Result<()> {
+        if self.batch_size == 0 || self.batch_size > 100_000 {
+            return Err(crate::Error::invalid("prune batch size", format!("{} is not in 1..=100000", self.batch_size)));
+        }
+        Ok(())
+    }
 }

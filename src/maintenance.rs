@@ -74,14 +74,13 @@ impl Queue {
     ///
     /// # Errors
     ///
-    /// `InvalidInput` for a zero interval or retention batch.
+    /// `InvalidInput` for a zero interval or a retention batch outside 1..=100,000 (which
+    /// every prune would refuse).
     pub fn start_maintenance(&self, config: MaintenanceConfig) -> Result<Maintenance> {
         if config.reap_every.is_zero() || config.prune_every.is_zero() || config.checkpoint_every.is_zero() {
             return Err(crate::Error::invalid("maintenance interval", "must not be zero"));
         }
-        if config.retention.batch_size == 0 {
-            return Err(crate::Error::invalid("prune batch size", "must not be zero"));
-        }
+        config.retention.check()?;
         let (stop, stopped) = bounded::<()>(0);
         let queue = self.clone();
         let thread = std::thread::Builder::new().name("fenceq-maintenance".into()).spawn(move || {
@@ -102,7 +101,8 @@ impl Queue {
 }
 
 impl Maintenance {
-    /// One reap and one prune now, on the calling thread (for tests and the CLI).
+    /// One reap, one prune and one checkpoint now, on the calling thread (for tests and the
+    /// CLI).
     pub fn run_once(&self) -> Result<MaintenanceReport> {
         let reaped = self.queue.reap()?;
         let pruned = self.queue.prune(&self.config.retention)?;

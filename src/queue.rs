@@ -462,9 +462,7 @@ impl Queue {
     /// pending, running, waiting, unknown or unacknowledged exhausted rows. A pruned key may
     /// be enqueued again as a new job (with a new, never reused id).
     pub fn prune(&self, retention: &Retention) -> Result<PruneReport> {
-        if retention.batch_size == 0 || retention.batch_size > 100_000 {
-            return Err(Error::invalid("prune batch size", format!("{} is not in 1..=100000", retention.batch_size)));
-        }
+        retention.check()?;
         let horizon = self.store.now().saturating_sub(duration_ms(retention.older_than));
         let size = retention.batch_size;
         let (settled, settled_batches) =
