@@ -480,16 +480,6 @@ fn job_write_by_id(
         .sql(operation)?
         .execute(named_params! { ":id": id.0, ":now": now })
         .sql(operation)?;
-    expect_one(conn, changed, id, operation, expected)
-}
-
-fn expect_one(
-    conn: &Connection,
-    changed: usize,
-    id: JobId,
-    operation: &'static str,
-    expected: &'static str,
-) -> Result<()> {
     if changed == 1 {
         return Ok(());
     }
