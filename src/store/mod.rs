@@ -265,14 +265,19 @@ fn create_parent(path: &Path) -> Result<()> {
     }
 }
 
-/// For a read-only open: the file must exist and be at exactly this build's schema.
-fn check_current(path: &Path, flags: OpenFlags) -> Result<()> {
-    let with_path = |e: Error| match e {
+/// Puts `path` into a `NotADatabase` error (SQLite's own error does not name the file).
+fn naming(path: &Path) -> impl Fn(Error) -> Error + '_ {
+    move |e| match e {
         Error::NotADatabase { .. } => Error::NotADatabase { path: path.display().to_string() },
         other => other,
-    };
-    let conn = Connection::open_with_flags(path, flags).sql("open read-only").map_err(with_path)?;
-    let found = migrate::check_not_newer(&conn).map_err(with_path)?;
+    }
+}
+
+/// For a read-only open: the file must exist and be at exactly this build's schema.
+fn check_current(path: &Path, flags: OpenFlags) -> Result<()> {
+    let with_path = naming(path);
+    let conn = Connection::open_with_flags(path, flags).sql("open read-only").map_err(&with_path)?;
+    let found = migrate::check_not_newer(&conn).map_err(&with_path)?;
     if found < migrate::SCHEMA_VERSION {
         return Err(Error::SchemaTooOld { found, supported: migrate::SCHEMA_VERSION });
     }
@@ -283,16 +288,12 @@ fn check_current(path: &Path, flags: OpenFlags) -> Result<()> {
 /// before any pooled connection exists: a file that is not a database, or is newer than
 /// this build, is refused before anything is written to it.
 fn prepare_file(path: &Path, flags: OpenFlags, busy_timeout: Duration) -> Result<()> {
-    let label = path.display().to_string();
-    let with_path = |e: Error| match e {
-        Error::NotADatabase { .. } => Error::NotADatabase { path: label.clone() },
-        other => other,
-    };
-    let mut conn = Connection::open_with_flags(path, flags).sql("open").map_err(with_path)?;
+    let with_path = naming(path);
+    let mut conn = Connection::open_with_flags(path, flags).sql("open").map_err(&with_path)?;
     conn.busy_timeout(busy_timeout).sql("busy_timeout")?;
     // The first read of the file: garbage fails here with NotADatabase.
-    migrate::check_not_newer(&conn).map_err(with_path)?;
-    migrate::enable_wal(&conn, busy_timeout).map_err(with_path)?;
-    migrate::migrate(&mut conn, migrate::SCHEMA_VERSION).map_err(with_path)?;
+    migrate::check_not_newer(&conn).map_err(&with_path)?;
+    migrate::enable_wal(&conn, busy_timeout).map_err(&with_path)?;
+    migrate::migrate(&mut conn, migrate::SCHEMA_VERSION).map_err(&with_path)?;
     Ok(())
 }
