@@ -105,6 +105,7 @@ pub struct QueueBuilder {
     pub(crate) max_attempts: u32,
     pub(crate) max_page_count: Option<u64>,
     pub(crate) read_only: bool,
+    pub(crate) upgrade: bool,
 }
 
 impl Default for QueueBuilder {
@@ -119,6 +120,7 @@ impl Default for QueueBuilder {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             max_page_count: None,
             read_only: false,
+            upgrade: true,
         }
     }
 }
@@ -183,11 +185,22 @@ impl QueueBuilder {
         self
     }
 
+    /// Whether `open` creates a missing database and upgrades an older schema (the default,
+    /// true). With false, a file at an older schema (or without one) is refused with
+    /// `SchemaTooOld` and left untouched, and a missing file is not created: for operator
+    /// tools that change rows, which must not upgrade a file under a running older
+    /// application (`fenceq migrate` is the explicit upgrade).
+    pub fn upgrade(mut self, upgrade: bool) -> Self {
+        self.upgrade = upgrade;
+        self
+    }
+
     /// Opens the queue, applying pending schema upgrades.
     ///
     /// # Errors
     ///
-    /// `InvalidInput` for bad settings, `NotADatabase`, `SchemaTooNew`, `ReadOnly`, `Busy`.
+    /// `InvalidInput` for bad settings, `NotADatabase`, `SchemaTooNew`, `SchemaTooOld` (read
+    /// only, or without [`QueueBuilder::upgrade`]), `ReadOnly`, `Busy`.
     pub fn open(self) -> Result<crate::Queue> {
         self.validate()?;
         crate::Queue::from_builder(self)

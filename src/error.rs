@@ -137,11 +137,41 @@ pub enum Error {
         /// The statement that failed.
         statement: &'static str,
     },
-    /// A queue write was started from inside a closure that already holds the queue's write
-    /// transaction (`with_ownership`, `complete_with`, `enqueue_tx` callers): use the
-    /// transaction handed to the closure instead, or the call would wait for itself.
-    #[error("nested queue write from inside a transaction closure: use the closure's transaction")]
+    /// A queue call was made from inside a closure that already holds what the call needs:
+    /// the queue's write transaction (`with_ownership`, `complete_with`, `transaction`), or
+    /// the only connection of an in-memory queue (`with_connection`). Use the transaction or
+    /// connection handed to the closure instead (`enqueue_tx` works there), or the call would
+    /// wait for itself. Nothing was written.
+    #[error("nested queue call from inside a closure that holds the queue's transaction or connection: use the closure's transaction")]
     NestedWrite,
+    /// SQLite rolled the closure's transaction back by itself while the closure ran (an
+    /// `INSERT OR ROLLBACK` or `RAISE(ROLLBACK)`, disk full, an I/O error), and the closure
+    /// carried on and returned `Ok`. Nothing the transaction held was committed, the queue's
+    /// change included. Statements the closure ran after that point ran outside any
+    /// transaction and did commit: a closure should return the first error it meets.
+    #[error("sqlite rolled the transaction back while the closure ran; nothing of it was committed")]
+    TransactionLost,
+    /// An operator change (`reap_expecting`, `prune_expecting`, `acknowledge_all`, ...) would
+    /// have changed a different number of jobs than the caller expected. The count and the
+    /// change were one transaction, which was rolled back: nothing changed.
+    #[error("{operation}: expected {expected} {} to change but {found} would; nothing was changed", if *expected == 1 { "job" } else { "jobs" })]
+    CountMismatch {
+        /// The operation that was refused.
+        operation: &'static str,
+        /// The count the caller expected.
+        expected: u64,
+        /// The count the change found.
+        found: u64,
+    },
+    /// `resume` came after the park's deadline: the wait expired (whether or not the reaper
+    /// has exhausted the job yet). Nothing was written.
+    #[error("job {id}'s wait expired at {deadline} (ms since the epoch); it can no longer be resumed")]
+    WaitExpired {
+        /// The job.
+        id: JobId,
+        /// The park's deadline, in ms since the epoch.
+        deadline: i64,
+    },
     /// An error returned by a caller's closure (a domain write); the transaction was rolled back.
     #[error("caller's closure failed")]
     Domain(#[source] Box<dyn std::error::Error + Send + Sync>),

@@ -890,6 +890,7 @@ enum Got {
     InvalidInput,
     Domain,
     Nested,
+    WaitExpired,
     Other(String),
 }
 
@@ -909,6 +910,7 @@ fn got_err(e: &Error) -> Got {
         Error::InvalidInput { .. } => Got::InvalidInput,
         Error::Domain(_) => Got::Domain,
         Error::NestedWrite => Got::Nested,
+        Error::WaitExpired { .. } => Got::WaitExpired,
         other => Got::Other(format!("{other} ({other:?})")),
     }
 }
@@ -1720,7 +1722,12 @@ impl Runner<'_> {
                 let t = self.token(token);
                 let got = got_of(&self.q().resume(&t));
                 self.count("resume", got == Got::Ok);
-                self.expect("resume", &self.model.identified(&t, JobState::Waiting), &got)?;
+                let expected = match self.model.identified(&t, JobState::Waiting) {
+                    // Past the deadline a resume is refused, reaped or not (the clock decides).
+                    Got::Ok if self.model.jobs[&t.id].wait_until.is_some_and(|w| w <= now) => Got::WaitExpired,
+                    other => other,
+                };
+                self.expect("resume", &expected, &got)?;
                 if got == Got::Ok {
                     let j = self.model.job_mut(t.id);
                     j.state = JobState::Pending;
@@ -1979,6 +1986,17 @@ impl Runner<'_> {
             self.model.domain.push((t.id.0, t.attempt));
             if complete {
                 self.model.settle(t.id, JobState::Completed, now);
+            } else {
+                // The owned write's commit extends the lease from the commit by the length
+                // the claim or last renewal granted, never shortening it.
+                let j = self.model.job_mut(t.id);
+                if let (Some(until), Some(granted_at)) = (j.lease_until, j.heartbeat_at) {
+                    let extended = now.saturating_add(until.saturating_sub(granted_at).max(0));
+                    if extended > until {
+                        j.lease_until = Some(extended);
+                        j.heartbeat_at = Some(now);
+                    }
+                }
             }
         }
         Ok(())
@@ -2487,7 +2505,7 @@ fn hostile_calls(data: &[u8]) {
                 let r = [Resolution::Completed, Resolution::Retry, Resolution::Exhaust][how as usize % 3];
                 q.resolve(&token(t), r)
             }
-            HostileCall::Cancel(id) => q.cancel(JobId(id)),
+            HostileCall::Cancel(id) => q.cancel(JobId(id)).map(drop),
             HostileCall::Replay(id) => q.replay(JobId(id)),
             HostileCall::Job(id) => q.job(JobId(id)).map(drop),
             HostileCall::Exhaustions { cursor, limit } => {

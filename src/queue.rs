@@ -11,7 +11,7 @@ use crate::store::jobs::{self, *};
 use crate::store::Store;
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
-use rusqlite::{Connection, Transaction};
+use rusqlite::Connection;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -115,21 +115,79 @@ impl Queue {
         Ok(results)
     }
 
-    /// Adds a job inside the caller's own transaction (the outbox pattern): the job exists
-    /// exactly when the caller's commit does. Open it with `TransactionBehavior::Immediate`
-    /// on a connection to the same file. Workers of this process notice the job at their
-    /// next poll.
-    pub fn enqueue_tx(&self, tx: &Transaction<'_>, job: NewJob) -> Result<Enqueued> {
+    /// Adds a job inside a transaction that is already open (the outbox pattern): the job
+    /// exists exactly when that transaction's commit does.
+    ///
+    /// The way to share the file is the queue's own writer: call this inside
+    /// [`Queue::transaction`], [`Queue::with_ownership`] or [`Queue::complete_with`] (and a
+    /// pool handler's [`Attempt::with_ownership`](crate::Attempt::with_ownership)) with the
+    /// connection the closure gets. The job then commits or rolls back with the rest, and
+    /// this process's pools of its queue are woken once the commit is done.
+    ///
+    /// A transaction on a connection of the application's own (`BEGIN IMMEDIATE` on the same
+    /// file) works too, but it is another writer of the file: while it is open, this
+    /// process's queue writes wait for it in SQLite's busy handler and fail with `Busy` after
+    /// the busy timeout, and pools notice its jobs only at their next poll.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for an empty or oversized queue name, key or payload, an attempt
+    /// budget outside 1..=10,000, or a delay over a hundred years; the SQLite error of the
+    /// insert otherwise. A transaction that is not open is the caller's bug: the insert then
+    /// commits on its own.
+    pub fn enqueue_tx(&self, tx: &Connection, job: NewJob) -> Result<Enqueued> {
         self.check_job(&job)?;
-        insert(&self.store, tx, &job)
+        let enqueued = insert(&self.store, tx, &job)?;
+        if crate::store::in_write() {
+            crate::store::note_enqueued_in_write(&job.queue);
+        }
+        Ok(enqueued)
+    }
+
+    /// Runs `f` in a `BEGIN IMMEDIATE` transaction on the queue's own writer and commits
+    /// what it did: the application's domain writes beside the queue, and jobs added with
+    /// [`Queue::enqueue_tx`] (the outbox pattern, without a second writer of the file).
+    /// Returning `Err` (or panicking) rolls everything back. Pools of the queues it enqueued
+    /// to are woken after the commit.
+    ///
+    /// ```
+    /// # use fenceq::{NewJob, Queue};
+    /// let queue = Queue::open_in_memory()?;
+    /// queue.transaction(|tx| {
+    ///     tx.execute_batch("CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY)")?;
+    ///     tx.execute("INSERT INTO orders (id) VALUES (7)", [])?;
+    ///     queue.enqueue_tx(tx, NewJob::new("emails", b"order 7 confirmed".to_vec()).key("order:7"))
+    /// })?;
+    /// # Ok::<(), fenceq::Error>(())
+    /// ```
+    ///
+    /// The closure holds the file's only write lock: keep it short, since no lease of this
+    /// process can be renewed while it runs. Inside it, use the connection it gets, never
+    /// the queue's own write methods.
+    ///
+    /// # Errors
+    ///
+    /// The closure's own error; `NestedWrite` for a queue write from inside it;
+    /// `TransactionLost` when SQLite rolled the transaction back while the closure carried
+    /// on; `Busy` when another process held the write lock past the busy timeout.
+    pub fn transaction<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        self.write_waking(f)
+    }
+
+    /// [`Store::write`], then wakes the pools of the queues `enqueue_tx` added to in it.
+    fn write_waking<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let result = self.store.write(f);
+        let queues = crate::store::take_enqueued_in_write();
+        if result.is_ok() {
+            queues.iter().for_each(|q| self.wake(q));
+        }
+        result
     }
 
     fn check_job(&self, job: &NewJob) -> Result<()> {
         check_name("queue name", &job.queue)?;
         if let Some(key) = &job.key {
-            if key.is_empty() || key.len() > MAX_KEY_LEN {
-                return Err(Error::invalid("key", format!("{} bytes is not in 1..={MAX_KEY_LEN}", key.len())));
-            }
+            check_key(key)?;
         }
         let limit = self.store.settings.max_payload;
         if job.payload.is_empty() || job.payload.len() > limit {
@@ -195,10 +253,11 @@ impl Queue {
         let (tokens, store) = (tokens.to_vec(), self.store.clone());
         self.store.submit(move |tx| {
             let now = store.now();
+            let until = now.saturating_add(lease_ms);
             let mut results = Vec::with_capacity(tokens.len());
             for token in &tokens {
-                match job_write_owned(tx, JOB_RENEW, "renew", token, now, &[(":lease_ms", &lease_ms)]) {
-                    Ok(()) => results.push(Ok(now + lease_ms)),
+                match job_write_owned(tx, JOB_RENEW, "renew", token, now, &[(":lease_until", &until)]) {
+                    Ok(()) => results.push(Ok(until)),
                     // Only a guarded miss is per-token; anything else aborts the round.
                     Err(e @ Error::OwnershipLost { .. }) => results.push(Err(e)),
                     Err(e) => return Err(e),
@@ -231,14 +290,49 @@ impl Queue {
     /// })?;
     /// # Ok::<(), fenceq::Error>(())
     /// ```
+    ///
+    /// The check happens as the write lock is taken: while the transaction holds it nobody
+    /// can claim or reap the job, so a write that passed commits even if the lease's nominal
+    /// end passes while it runs. The same transaction then extends the lease from its commit
+    /// by the lease length of the claim (or last renewal), so the owner can still settle.
+    ///
+    /// The closure holds the file's only write lock, so no lease of this process can be
+    /// renewed while it runs: keep it well under a third of the lease (a longer one is
+    /// logged as a warning through `tracing`). Jobs added inside with [`Queue::enqueue_tx`]
+    /// commit with the write.
+    ///
+    /// # Errors
+    ///
+    /// `OwnershipLost` (and the closure does not run) unless `token` is the exact claim of a
+    /// running job with a live lease; the closure's own error (everything rolls back);
+    /// `NestedWrite` for a queue write from inside the closure; `TransactionLost` when SQLite
+    /// rolled the transaction back while the closure carried on.
     pub fn with_ownership<T>(&self, token: &ClaimToken, write: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        self.store.write(|tx| {
-            let now = self.store.now();
-            if !job_owns(tx, token, now)? {
-                return Err(Error::OwnershipLost { token: *token, reason: jobs::lost_reason(tx, token, now)? });
-            }
-            write(tx)
+        self.owned_write(token, write).map(|(value, _)| value)
+    }
+
+    /// [`Queue::with_ownership`], also returning the lease's end after the commit.
+    pub(crate) fn owned_write<T>(
+        &self,
+        token: &ClaimToken,
+        write: impl FnOnce(&Connection) -> Result<T>,
+    ) -> Result<(T, i64)> {
+        self.write_waking(|tx| {
+            let lease = self.owned_lease(tx, token)?;
+            let value = held_briefly(token, lease, || write(tx))?;
+            crate::store::still_in_transaction(tx)?;
+            let until = jobs::job_extend_owned(tx, token, lease, self.store.now())?;
+            Ok((value, until))
         })
+    }
+
+    /// The token's live lease as the write lock was taken, or `OwnershipLost`.
+    fn owned_lease(&self, tx: &Connection, token: &ClaimToken) -> Result<jobs::OwnedLease> {
+        let now = self.store.now();
+        match jobs::job_owned_lease(tx, token, now)? {
+            Some(lease) => Ok(lease),
+            None => Err(Error::OwnershipLost { token: *token, reason: jobs::lost_reason(tx, token, now)? }),
+        }
     }
 
     // ---------------------------------------------------------------- settles
@@ -256,10 +350,23 @@ impl Queue {
     }
 
     /// Completes the job and runs `write` in the same transaction: both commit or neither.
+    /// The ownership check is the one of [`Queue::with_ownership`] (as the lock is taken),
+    /// and so is the advice to keep the closure short. Jobs added inside with
+    /// [`Queue::enqueue_tx`] (a follow-up, a reminder) commit with the completion.
+    ///
+    /// # Errors
+    ///
+    /// `OwnershipLost` (and the closure does not run) unless `token` is the exact claim of a
+    /// running job with a live lease; the closure's own error (nothing is completed);
+    /// `NestedWrite` for a queue write from inside the closure; `TransactionLost` when SQLite
+    /// rolled the transaction back while the closure carried on.
     pub fn complete_with<T>(&self, token: &ClaimToken, write: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        self.store.write(|tx| {
+        self.write_waking(|tx| {
+            let lease = self.owned_lease(tx, token)?;
             settle_in(tx, token, &Settle::Complete, self.store.now())?;
-            write(tx)
+            let value = held_briefly(token, lease, || write(tx))?;
+            crate::store::still_in_transaction(tx)?;
+            Ok(value)
         })
     }
 
@@ -332,18 +439,26 @@ impl Queue {
         })
     }
 
-    /// Sends a parked job back to pending with one extra attempt.
+    /// Sends a parked job back to pending with one extra attempt, while its wait lasts.
     ///
     /// # Errors
     ///
-    /// `StaleIdentity` for another token, `InvalidState` when the job is not waiting.
+    /// `WaitExpired` once the park's deadline has passed (by the queue's clock, whether or
+    /// not the reaper has exhausted the job yet), `StaleIdentity` for another token,
+    /// `InvalidState` when the job is not waiting, `NotFound` when no row has its id.
     pub fn resume(&self, token: &ClaimToken) -> Result<()> {
         self.write_identified(JOB_RESUME, "resume", token, JobState::Waiting)
     }
 
     /// Cancels a pending, waiting or running job; a running owner finds out at its next
     /// renew or settle (`OwnershipLost`).
-    pub fn cancel(&self, id: JobId) -> Result<()> {
+    /// Returns the state the job was cancelled from.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` when no row has this id, `InvalidState` when the job is not pending,
+    /// waiting or running.
+    pub fn cancel(&self, id: JobId) -> Result<JobState> {
         self.store.write(|tx| job_cancel(tx, id, self.store.now()))
     }
 
@@ -425,6 +540,39 @@ impl Queue {
         self.write_identified(statement, name, token, JobState::Unknown)
     }
 
+    /// An operator's acknowledgement of one exhaustion by job id (applications acknowledge
+    /// with the exact token they read, [`Queue::acknowledge`]). Returns true when it changed
+    /// the job, false when it was acknowledged already. With `expected` (0 or 1) the count
+    /// is checked inside the same transaction as the change.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound`, `InvalidState` when the job is not exhausted, `CountMismatch` (nothing
+    /// changed) when `expected` differs from what the acknowledgement changes.
+    pub fn acknowledge_job(&self, id: JobId, expected: Option<u64>) -> Result<bool> {
+        self.store.write(|tx| {
+            let changed = job_acknowledge_id(tx, id, self.store.now())?;
+            check_expected("acknowledge", expected, u64::from(changed))?;
+            Ok(changed)
+        })
+    }
+
+    /// An operator's acknowledgement of every unacknowledged exhaustion of `queue`, in one
+    /// transaction; returns their ids in id order. With `expected`, the count is checked in
+    /// that transaction: if it differs, nothing changes.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for a bad queue name, `CountMismatch` (nothing changed).
+    pub fn acknowledge_all(&self, queue: &str, expected: Option<u64>) -> Result<Vec<JobId>> {
+        check_name("queue name", queue)?;
+        self.store.write(|tx| {
+            let ids = job_acknowledge_queue(tx, queue, self.store.now())?;
+            check_expected("acknowledge", expected, ids.len() as u64)?;
+            Ok(ids)
+        })
+    }
+
     // ---------------------------------------------------------------- maintenance
 
     /// Expired leases go back to pending (or are exhausted when no attempts are left) and
@@ -441,6 +589,25 @@ impl Queue {
         })?;
         report.waits_expired = self.in_batches(REAP_BATCH, |tx| job_reap_waiting(tx, self.store.now(), REAP_BATCH))?.0;
         Ok(report)
+    }
+
+    /// [`Queue::reap`] as one transaction that must change exactly `expected` jobs: the
+    /// count and the change are the same statements at the same clock reading, and if the
+    /// count differs nothing changes (PR #341's conditional, fail-closed operator change).
+    /// Holds the write lock for the whole pass, unlike `reap`'s batches.
+    ///
+    /// # Errors
+    ///
+    /// `CountMismatch` (nothing changed) when the pass would change another number of jobs.
+    pub fn reap_expecting(&self, expected: u64) -> Result<ReapReport> {
+        self.store.write(|tx| {
+            let now = self.store.now();
+            let (requeued, exhausted) = job_reap_expired(tx, now, u32::MAX)?;
+            let waits_expired = job_reap_waiting(tx, now, u32::MAX)?;
+            let report = ReapReport { requeued, exhausted, waits_expired };
+            check_expected("reap", Some(expected), report.total())?;
+            Ok(report)
+        })
     }
 
     /// Runs `batch` in a transaction of its own, again and again until one changes fewer
@@ -470,6 +637,24 @@ impl Queue {
         let (acknowledged, acknowledged_batches) =
             self.in_batches(size, |tx| job_prune(tx, JOB_PRUNE_ACKNOWLEDGED, "JOB_PRUNE_ACKNOWLEDGED", horizon, size))?;
         Ok(PruneReport { settled, acknowledged, batches: settled_batches + acknowledged_batches })
+    }
+
+    /// [`Queue::prune`] as one transaction that must delete exactly `expected` rows, or
+    /// nothing (see [`Queue::reap_expecting`]); `retention.batch_size` is not used.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for a bad retention, `CountMismatch` (nothing deleted).
+    pub fn prune_expecting(&self, retention: &Retention, expected: u64) -> Result<PruneReport> {
+        retention.check()?;
+        let horizon = self.store.now().saturating_sub(duration_ms(retention.older_than));
+        self.store.write(|tx| {
+            let settled = job_prune(tx, JOB_PRUNE_SETTLED, "JOB_PRUNE_SETTLED", horizon, u32::MAX)?;
+            let acknowledged = job_prune(tx, JOB_PRUNE_ACKNOWLEDGED, "JOB_PRUNE_ACKNOWLEDGED", horizon, u32::MAX)?;
+            let report = PruneReport { settled, acknowledged, batches: 1 };
+            check_expected("prune", Some(expected), report.deleted())?;
+            Ok(report)
+        })
     }
 
     /// Copies the WAL back into the database and truncates it, waiting at most
@@ -536,6 +721,17 @@ impl Queue {
     /// queue's in-process write lock; prefer [`Queue::with_ownership`] for domain writes.
     pub fn with_connection<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         self.store.read(f)
+    }
+
+    /// The id of the job of `queue` whose idempotency key is `key`, while its row exists.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for a bad queue name or key.
+    pub fn find_by_key(&self, queue: &str, key: &str) -> Result<Option<JobId>> {
+        check_name("queue name", queue)?;
+        check_key(key)?;
+        self.store.read(|conn| job_id_by_key(conn, queue, key))
     }
 
     /// One job's whole record, or `None` when no row has this id.
@@ -663,6 +859,13 @@ fn check_name(what: &'static str, name: &str) -> Result<()> {
     Ok(())
 }
 
+fn check_key(key: &str) -> Result<()> {
+    if key.is_empty() || key.len() > MAX_KEY_LEN {
+        return Err(Error::invalid("key", format!("{} bytes is not in 1..={MAX_KEY_LEN}", key.len())));
+    }
+    Ok(())
+}
+
 fn check_lease(lease: Duration) -> Result<i64> {
     if lease < Duration::from_millis(1) || lease > MAX_LEASE {
         return Err(Error::invalid("lease", format!("{lease:?} is not between 1 ms and {MAX_LEASE:?}")));
@@ -678,12 +881,36 @@ fn check_limit(limit: u32) -> Result<()> {
 }
 
 /// The arguments of a claim; returns the lease in ms.
-fn check_claim(queue: &str, worker: &str, lease: Duration, limit: u32) -> Result<i64> {
+pub(crate) fn check_claim(queue: &str, worker: &str, lease: Duration, limit: u32) -> Result<i64> {
     check_name("queue name", queue)?;
     check_name("worker id", worker)?;
     let lease_ms = check_lease(lease)?;
     check_limit(limit)?;
     Ok(lease_ms)
+}
+
+/// `CountMismatch` unless `found` is what the caller expected (when it expected anything).
+fn check_expected(operation: &'static str, expected: Option<u64>, found: u64) -> Result<()> {
+    match expected {
+        Some(expected) if expected != found => Err(Error::CountMismatch { operation, expected, found }),
+        _ => Ok(()),
+    }
+}
+
+/// Runs a caller's closure that holds the write lock, and warns when it held it longer than
+/// a third of the lease: no lease of the process could be renewed meanwhile.
+fn held_briefly<T>(token: &ClaimToken, lease: jobs::OwnedLease, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let started = std::time::Instant::now();
+    let result = f();
+    let held = started.elapsed();
+    let third = Duration::from_millis(u64::try_from(lease.length_ms / 3).unwrap_or(0));
+    if held > third {
+        tracing::warn!(job = %token.id, attempt = token.attempt, held_ms = held.as_millis() as u64,
+            lease_ms = lease.length_ms,
+            "an owned write held the queue's writer longer than a third of its lease: no lease of this \
+             process could be renewed meanwhile; keep domain writes short");
+    }
+    result
 }
 
 /// Cuts a stored text to `MAX_ERROR_LEN` bytes at a char boundary.

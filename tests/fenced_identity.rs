@@ -87,7 +87,7 @@ fn completed_stays_completed_after_every_kind_of_late_write() {
         q.resume(&t),
         q.acknowledge(&t),
         q.resolve(&t, Resolution::Retry),
-        q.cancel(id),
+        q.cancel(id).map(drop),
         q.replay(id),
     ];
     for result in results {

@@ -218,7 +218,9 @@ fn intake_and_settles_during_pruning_lose_nothing() {
     for _ in 0..OLD / 100 {
         for job in q.claim_batch("q", "w", LEASE, 100).unwrap() {
             match job.id().0 % 10 {
-                0 => q.cancel(job.id()).unwrap(),
+                0 => {
+                    q.cancel(job.id()).unwrap();
+                }
                 1 => {
                     q.exhaust(&job.token(), "x").unwrap();
                     q.acknowledge(&job.token()).unwrap();

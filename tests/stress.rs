@@ -113,7 +113,7 @@ fn start_pool(q: &Queue, workers: usize, prefix: &str, salt: u64) -> WorkerPool 
         .renew_every(Duration::from_millis(35))
         .poll_interval(Duration::from_millis(10))
         .retry_policy(NO_BACKOFF)
-        .worker_prefix(prefix)
+        .worker_id(prefix)
         .handler(move |a| handler(a, salt))
         .start()
         .unwrap()

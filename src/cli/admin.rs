@@ -2,10 +2,9 @@
 //! `resolve`, `cancel`. Each takes `--dry-run` and `--expect N` (see [`ChangeOpts`]).
 
 use super::inspect::collect_pages;
-use super::{fail, load_job, plural, ChangeOpts, CliResult, Context, Failure, ResultExt};
+use super::{fail, load_job, plural, BoxError, ChangeOpts, CliResult, Context, ResultExt};
 use clap::builder::PossibleValuesParser;
 use clap::{Args, ValueEnum};
-use fenceq::rusqlite::{Connection, TransactionBehavior};
 use fenceq::{Enqueued, Error, JobId, JobState, NewJob, Queue, Resolution};
 use serde_json::json;
 use std::io::Read;
@@ -95,26 +94,31 @@ impl EnqueueArgs {
         }
         ctx.check_not_dir()?;
         let fresh = !ctx.db.exists() || fenceq::schema_version_of(&ctx.db)? == 0;
-        if fresh && (self.change.dry_run || self.change.expect.is_some_and(|n| n != 1)) {
-            // No queue yet, so the job would be new. Validate it against a throwaway queue
-            // with the same limits instead of creating the file for a preview.
-            Queue::open_in_memory()?.enqueue(job)?;
-            self.change.check(1)?;
-            return self.report(ctx, None);
+        if self.change.dry_run || (fresh && self.change.expect.is_some_and(|n| n != 1)) {
+            // A preview changes nothing: validate the job against a throwaway queue with the
+            // same limits, and look its key up read-only (without a queue, it would be new).
+            Queue::open_in_memory()?.enqueue(job.clone())?;
+            let existing = match (&self.key, fresh) {
+                (Some(key), false) => ctx.open_read_only()?.find_by_key(&self.queue, key)?,
+                _ => None,
+            };
+            self.change.check(u64::from(existing.is_none()))?;
+            return self.report(ctx, existing.map(Enqueued::Duplicate));
         }
-        let queue = ctx.open_or_create()?;
-        // The enqueue runs in a transaction of our own, so that a dry run or an --expect
-        // mismatch can roll it back after learning whether the job would be new.
-        let mut conn = Connection::open(&ctx.db).context(|| format!("cannot open {}", ctx.db.display()))?;
-        conn.busy_timeout(fenceq::DEFAULT_BUSY_TIMEOUT)?;
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let enqueued = queue.enqueue_tx(&tx, job)?;
-        self.change.check(u64::from(!enqueued.is_duplicate()))?;
-        if self.change.dry_run {
-            tx.rollback()?;
-        } else {
-            tx.commit()?;
-        }
+        let queue = if fresh { ctx.open_or_create()? } else { ctx.open_existing()? };
+        // The enqueue and the --expect check are one transaction on the queue's own writer:
+        // a mismatch rolls the enqueue back.
+        let expected = self.change.expect;
+        let enqueued = self.change.guarded(queue.transaction(|tx| {
+            let enqueued = queue.enqueue_tx(tx, job)?;
+            let found = u64::from(!enqueued.is_duplicate());
+            match expected {
+                Some(expected) if expected != found => {
+                    Err(Error::CountMismatch { operation: "enqueue", expected, found })
+                }
+                _ => Ok(enqueued),
+            }
+        }))?;
         self.report(ctx, Some(enqueued))
     }
 
@@ -165,8 +169,8 @@ pub struct AckArgs {
 
     /// Acknowledge every unacknowledged exhaustion of --queue.
     ///
-    /// Each is acknowledged with the exact token of its entry in the exhaustion pages; one
-    /// that changed since it was listed (replayed, re-exhausted) is skipped and reported.
+    /// One transaction finds and acknowledges them, so the count that --expect checks is the
+    /// count that changed (a mismatch rolls it back).
     #[arg(long, requires = "queue")]
     pub all: bool,
 
@@ -181,7 +185,7 @@ pub struct AckArgs {
 impl AckArgs {
     /// Acknowledges one exhaustion or a queue's exhaustions.
     pub fn run(self, ctx: &mut Context) -> CliResult<()> {
-        let queue = ctx.open_existing()?;
+        let queue = ctx.open_for_change(&self.change)?;
         match (self.id, &self.queue) {
             (Some(id), _) => self.ack_one(ctx, &queue, id),
             (None, Some(name)) => self.ack_all(ctx, &queue, name),
@@ -190,94 +194,91 @@ impl AckArgs {
     }
 
     fn ack_one(&self, ctx: &mut Context, queue: &Queue, id: i64) -> CliResult<()> {
-        let job = load_job(queue, id)?;
-        if job.state != JobState::Exhausted {
-            return Err(fail(format!("job {id} is {}; ack needs an exhausted job", job.state)));
-        }
-        let token = job.token().ok_or_else(|| fail(format!("job {id} has no claim to acknowledge")))?;
-        let would_change = u64::from(job.acknowledged_at.is_none());
-        self.change.check(would_change)?;
         let dry = self.change.dry_run;
-        if !dry && would_change == 1 {
-            queue.acknowledge(&token)?;
-        }
+        let changed = if dry {
+            let job = load_job(queue, id)?;
+            if job.state != JobState::Exhausted {
+                return Err(fail(format!("job {id} is {}; ack needs an exhausted job", job.state)));
+            }
+            let would_change = job.acknowledged_at.is_none();
+            self.change.check(u64::from(would_change))?;
+            would_change
+        } else {
+            // The statement decides, and checks --expect in its own transaction.
+            let acknowledged = queue.acknowledge_job(JobId(id), self.change.expect);
+            self.change.guarded(acknowledged).map_err(|e| explain(e, id, "ack needs an exhausted job"))?
+        };
+        let changed = u64::from(changed);
         if ctx.json() {
             return Ok(ctx.out.document(&json!({
                 "command": "ack",
                 "dry_run": dry,
                 "ids": [id],
                 "skipped": [],
-                "would_change": would_change,
-                "changed": if dry { 0 } else { would_change },
+                "would_change": changed,
+                "changed": if dry { 0 } else { changed },
             }))?);
         }
-        let line = match (would_change, dry) {
+        let queue_name = queue_of(queue, id);
+        let line = match (changed, dry) {
             (0, _) => format!("job {id} was already acknowledged; nothing to do"),
-            (_, true) => format!("dry run: would acknowledge job {id} (queue {}); nothing was changed", job.queue),
-            (_, false) => format!("acknowledged job {id} (queue {})", job.queue),
+            (_, true) => format!("dry run: would acknowledge job {id} (queue {queue_name}); nothing was changed"),
+            (_, false) => format!("acknowledged job {id} (queue {queue_name})"),
         };
         Ok(ctx.out.line(line)?)
     }
 
     fn ack_all(&self, ctx: &mut Context, queue: &Queue, name: &str) -> CliResult<()> {
-        let (items, _) = collect_pages(|cursor, limit| queue.exhaustions(cursor, limit), Some(name), None, u64::MAX)?;
-        let would_change = items.len() as u64;
-        self.change.check(would_change)?;
         let dry = self.change.dry_run;
-        let mut acknowledged = Vec::new();
-        let mut skipped = Vec::new();
-        if !dry {
-            let bar = ctx.out.progress(would_change, "acknowledging");
-            for item in &items {
-                match queue.acknowledge(&item.token) {
-                    Ok(()) => acknowledged.push(item.token.id.0),
-                    // Replayed, re-exhausted or pruned since the page was read: its token is
-                    // no longer the job's identity, so it is not ours to acknowledge.
-                    Err(Error::StaleIdentity { .. } | Error::InvalidState { .. } | Error::NotFound(_)) => {
-                        skipped.push(item.token.id.0)
-                    }
-                    Err(e) => {
-                        bar.abandon();
-                        let message = format!(
-                            "acknowledged {} of {would_change} exhaustions of queue {name}, then failed at job {}",
-                            acknowledged.len(),
-                            item.token.id
-                        );
-                        return Err(Box::new(Failure { message, source: Some(Box::new(e)) }));
-                    }
-                }
-                bar.inc(1);
-            }
-            bar.finish_and_clear();
-        }
-        let ids: Vec<i64> = if dry { items.iter().map(|item| item.token.id.0).collect() } else { acknowledged };
+        let ids: Vec<i64> = if dry {
+            let fetch = |cursor, limit| queue.exhaustions(cursor, limit);
+            let (items, _) = collect_pages(fetch, Some(name), None, u64::MAX)?;
+            self.change.check(items.len() as u64)?;
+            items.iter().map(|item| item.token.id.0).collect()
+        } else {
+            // One transaction finds and acknowledges them (and checks --expect), so nothing
+            // can change between the count and the change.
+            let acknowledged = self.change.guarded(queue.acknowledge_all(name, self.change.expect))?;
+            acknowledged.iter().map(|id| id.0).collect()
+        };
+        let n = ids.len() as u64;
         if ctx.json() {
             return Ok(ctx.out.document(&json!({
                 "command": "ack",
                 "dry_run": dry,
                 "queue": name,
                 "ids": ids,
-                "skipped": skipped,
-                "would_change": would_change,
-                "changed": if dry { 0 } else { ids.len() },
+                "skipped": [],
+                "would_change": n,
+                "changed": if dry { 0 } else { n },
             }))?);
         }
-        let n = ids.len() as u64;
         let noun = plural(n, "exhaustion", "exhaustions");
         let list = id_list(&ids);
-        let mut line = if dry {
+        let line = if dry {
             format!("dry run: would acknowledge {n} {noun} of queue {name}{list}; nothing was changed")
         } else {
             format!("acknowledged {n} {noun} of queue {name}{list}")
         };
-        if !skipped.is_empty() {
-            line.push_str(&format!(
-                "; skipped {} that changed since they were listed{}",
-                skipped.len(),
-                id_list(&skipped)
-            ));
-        }
         Ok(ctx.out.line(line)?)
+    }
+}
+
+/// The queue of job `id` for a message (a queue name never changes), or `?` when the row
+/// is gone.
+fn queue_of(queue: &Queue, id: i64) -> String {
+    queue.job(JobId(id)).ok().flatten().map_or_else(|| "?".to_string(), |job| job.queue)
+}
+
+/// The CLI's wording for a refused change of job `id`: `needs` says what the command needs.
+fn explain(error: BoxError, id: i64, needs: &str) -> BoxError {
+    match error.downcast_ref::<Error>() {
+        Some(Error::NotFound(_)) => fail(format!("job {id} not found")),
+        Some(Error::InvalidState { state, .. }) => fail(format!("job {id} is {state}; {needs}")),
+        Some(Error::StaleIdentity { .. }) => {
+            fail(format!("job {id} changed while the command ran (it has a new claim); nothing was changed"))
+        }
+        _ => error,
     }
 }
 
@@ -323,15 +324,20 @@ pub struct ReplayArgs {
 impl ReplayArgs {
     /// Replays the job.
     pub fn run(self, ctx: &mut Context) -> CliResult<()> {
-        let queue = ctx.open_existing()?;
+        const NEEDS: &str = "replay needs an exhausted job";
+        let queue = ctx.open_for_change(&self.change)?;
+        if self.change.dry_run || self.change.expect.is_some_and(|n| n != 1) {
+            // A preview, or an --expect that one job's change can never meet: nothing changes.
+            let job = load_job(&queue, self.id)?;
+            if job.state != JobState::Exhausted {
+                return Err(fail(format!("job {} is {}; {NEEDS}", self.id, job.state)));
+            }
+            self.change.check(1)?;
+        } else {
+            // The statement decides (its state guard), in its own transaction.
+            queue.replay(JobId(self.id)).map_err(|e| explain(e.into(), self.id, NEEDS))?;
+        }
         let job = load_job(&queue, self.id)?;
-        if job.state != JobState::Exhausted {
-            return Err(fail(format!("job {} is {}; replay needs an exhausted job", self.id, job.state)));
-        }
-        self.change.check(1)?;
-        if !self.change.dry_run {
-            queue.replay(JobId(self.id))?;
-        }
         let verb = if self.change.dry_run { "replay" } else { "replayed" };
         let what = format!(
             "{verb} job {} (queue {}): pending, due now, with a fresh budget of {} attempts",
@@ -388,15 +394,17 @@ pub struct ResolveArgs {
 impl ResolveArgs {
     /// Resolves the job with its current token.
     pub fn run(self, ctx: &mut Context) -> CliResult<()> {
-        let queue = ctx.open_existing()?;
+        const NEEDS: &str = "resolve needs a job in state unknown";
+        let queue = ctx.open_for_change(&self.change)?;
         let job = load_job(&queue, self.id)?;
         if job.state != JobState::Unknown {
-            return Err(fail(format!("job {} is {}; resolve needs a job in state unknown", self.id, job.state)));
+            return Err(fail(format!("job {} is {}; {NEEDS}", self.id, job.state)));
         }
         let token = job.token().ok_or_else(|| fail(format!("job {} has no claim to resolve", self.id)))?;
         self.change.check(1)?;
         if !self.change.dry_run {
-            queue.resolve(&token, self.outcome.resolution())?;
+            // The exact token read above: if the job changed since, the statement refuses.
+            queue.resolve(&token, self.outcome.resolution()).map_err(|e| explain(e.into(), self.id, NEEDS))?;
         }
         let verb = if self.change.dry_run { "resolve" } else { "resolved" };
         let name = self.outcome.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default();
@@ -419,20 +427,22 @@ pub struct CancelArgs {
 impl CancelArgs {
     /// Cancels the job.
     pub fn run(self, ctx: &mut Context) -> CliResult<()> {
-        let queue = ctx.open_existing()?;
-        let job = load_job(&queue, self.id)?;
-        if !matches!(job.state, JobState::Pending | JobState::Waiting | JobState::Running) {
-            return Err(fail(format!(
-                "job {} is {}; cancel needs a pending, waiting or running job",
-                self.id, job.state
-            )));
-        }
-        self.change.check(1)?;
-        if !self.change.dry_run {
-            queue.cancel(JobId(self.id))?;
-        }
+        const NEEDS: &str = "cancel needs a pending, waiting or running job";
+        let queue = ctx.open_for_change(&self.change)?;
+        let was = if self.change.dry_run || self.change.expect.is_some_and(|n| n != 1) {
+            // A preview, or an --expect that one job's change can never meet: nothing changes.
+            let job = load_job(&queue, self.id)?;
+            if !matches!(job.state, JobState::Pending | JobState::Waiting | JobState::Running) {
+                return Err(fail(format!("job {} is {}; {NEEDS}", self.id, job.state)));
+            }
+            self.change.check(1)?;
+            job.state
+        } else {
+            // The statement decides and says what the job was, in one transaction.
+            queue.cancel(JobId(self.id)).map_err(|e| explain(e.into(), self.id, NEEDS))?
+        };
         let verb = if self.change.dry_run { "cancel" } else { "cancelled" };
-        let what = format!("{verb} job {} (queue {}, was {})", self.id, job.queue, job.state);
+        let what = format!("{verb} job {} (queue {}, was {was})", self.id, queue_of(&queue, self.id));
         report_one(ctx, &self.change, "cancel", self.id, what)
     }
 }

@@ -17,15 +17,21 @@ pub struct ReapArgs {
 }
 
 impl ReapArgs {
-    /// Runs one reaper pass (or previews it).
+    /// Runs one reaper pass (or previews it, on a read-only connection).
     pub fn run(self, ctx: &mut Context) -> CliResult<()> {
-        let queue = ctx.open_existing()?;
-        let preview = queue.reap_preview()?;
-        self.change.check(preview.total())?;
+        let queue = ctx.open_for_change(&self.change)?;
         let dry = self.change.dry_run;
-        // The pass uses the clock at its own start, so it may find leases that expired after
-        // the preview; its report is what it did.
-        let report = if dry { preview } else { queue.reap()? };
+        // A real run reports what its statements changed: with --expect the count and the
+        // change are one transaction, rolled back on a mismatch.
+        let report = match (dry, self.change.expect) {
+            (true, _) => {
+                let preview = queue.reap_preview()?;
+                self.change.check(preview.total())?;
+                preview
+            }
+            (false, Some(expected)) => self.change.guarded(queue.reap_expecting(expected))?,
+            (false, None) => queue.reap()?,
+        };
         if ctx.json() {
             return Ok(ctx.out.document(&json!({
                 "command": "reap",
@@ -33,7 +39,7 @@ impl ReapArgs {
                 "requeued": report.requeued,
                 "exhausted": report.exhausted,
                 "waits_expired": report.waits_expired,
-                "would_change": preview.total(),
+                "would_change": report.total(),
                 "changed": if dry { 0 } else { report.total() },
             }))?);
         }
@@ -73,21 +79,28 @@ pub struct PruneArgs {
 }
 
 impl PruneArgs {
-    /// Runs one retention pass (or previews it).
+    /// Runs one retention pass (or previews it, on a read-only connection).
     pub fn run(self, ctx: &mut Context) -> CliResult<()> {
-        let queue = ctx.open_existing()?;
+        let queue = ctx.open_for_change(&self.change)?;
         let retention = Retention::older_than(self.older_than);
-        let preview = queue.prune_preview(&retention)?;
-        self.change.check(preview.deleted())?;
         let dry = self.change.dry_run;
-        let report = if dry {
-            preview
-        } else {
-            let bar = ctx.out.progress(preview.deleted(), "pruning");
-            if bar.is_hidden() || preview.deleted() <= u64::from(retention.batch_size) {
-                queue.prune(&retention)?
-            } else {
-                prune_with_progress(&queue, &retention, preview.deleted(), bar)?
+        let report = match (dry, self.change.expect) {
+            (true, _) => {
+                let preview = queue.prune_preview(&retention)?;
+                self.change.check(preview.deleted())?;
+                preview
+            }
+            // One transaction that counts and deletes, rolled back on a mismatch.
+            (false, Some(expected)) => self.change.guarded(queue.prune_expecting(&retention, expected))?,
+            (false, None) => {
+                // The preview only sizes the progress bar; the report is what was deleted.
+                let total = queue.prune_preview(&retention)?.deleted();
+                let bar = ctx.out.progress(total, "pruning");
+                if bar.is_hidden() || total <= u64::from(retention.batch_size) {
+                    queue.prune(&retention)?
+                } else {
+                    prune_with_progress(&queue, &retention, total, bar)?
+                }
             }
         };
         let age = compact_duration(self.older_than);
@@ -99,7 +112,7 @@ impl PruneArgs {
                 "settled": report.settled,
                 "acknowledged": report.acknowledged,
                 "batches": report.batches,
-                "would_change": preview.deleted(),
+                "would_change": report.deleted(),
                 "changed": if dry { 0 } else { report.deleted() },
             }))?);
         }

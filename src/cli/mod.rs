@@ -96,7 +96,8 @@ pub enum Command {
     /// retention. Never deletes pending, running, waiting, unknown or unacknowledged rows.
     Prune(maintenance::PruneArgs),
     /// Creates the database or upgrades its schema to this build's version, printing the
-    /// version before and after. (Every other command upgrades an older schema on open too.)
+    /// version before and after. (No other command upgrades a file: those that read or change
+    /// rows refuse an older schema and say to run this.)
     Migrate(maintenance::MigrateArgs),
 }
 
@@ -151,11 +152,23 @@ impl Context {
         self.out.is_json()
     }
 
-    /// Opens a database that must already exist and hold a fenceq schema: a missing file is
-    /// an error instead of a new empty database. An older schema is upgraded on open.
+    /// Opens a database that must already exist and hold this build's fenceq schema, to
+    /// change rows: a missing file is an error instead of a new empty database, and an older
+    /// schema is an error that says to run `fenceq migrate` (it is never upgraded under a
+    /// running older application by a command that was asked for something else).
     pub fn open_existing(&self) -> CliResult<Queue> {
         self.check_holds_queue()?;
-        Ok(Queue::open(&self.db)?)
+        Ok(Queue::builder().path(&self.db).upgrade(false).open()?)
+    }
+
+    /// The queue a changing command works on: read-only for `--dry-run` (nothing in the
+    /// file is touched, not its schema, not its journal mode), else [`Context::open_existing`].
+    pub fn open_for_change(&self, change: &ChangeOpts) -> CliResult<Queue> {
+        if change.dry_run {
+            self.open_read_only()
+        } else {
+            self.open_existing()
+        }
     }
 
     /// Opens an existing database for reading only: never creates, switches or upgrades it
@@ -220,8 +233,9 @@ pub struct ChangeOpts {
 
     /// Abort with exit code 1, changing nothing, unless exactly N jobs would change.
     ///
-    /// The count is taken just before the change. With --dry-run the expectation is checked
-    /// too (a mismatch still exits 1).
+    /// The count and the change are one transaction: if the change would touch another
+    /// number of jobs, it is rolled back. With --dry-run the expectation is checked against
+    /// the preview (a mismatch still exits 1).
     #[arg(long, value_name = "N")]
     pub expect: Option<u64>,
 }
@@ -230,13 +244,23 @@ impl ChangeOpts {
     /// Compares the count that would change with `--expect`.
     pub fn check(&self, would_change: u64) -> CliResult<()> {
         match self.expect {
-            Some(expected) if expected != would_change => Err(fail(format!(
-                "--expect {expected} but {would_change} {} would change; nothing was changed",
-                plural(would_change, "job", "jobs")
-            ))),
+            Some(expected) if expected != would_change => Err(mismatch(expected, would_change)),
             _ => Ok(()),
         }
     }
+
+    /// The result of a change the library guarded with `--expect`: a `CountMismatch` (the
+    /// transaction was rolled back) reads as the CLI's own mismatch line.
+    pub fn guarded<T>(&self, result: fenceq::Result<T>) -> CliResult<T> {
+        match result {
+            Err(fenceq::Error::CountMismatch { expected, found, .. }) => Err(mismatch(expected, found)),
+            other => Ok(other?),
+        }
+    }
+}
+
+fn mismatch(expected: u64, found: u64) -> BoxError {
+    fail(format!("--expect {expected} but {found} {} would change; nothing was changed", plural(found, "job", "jobs")))
 }
 
 /// A job state, as the command line spells it.

@@ -64,10 +64,13 @@ pub(crate) const JOB_SELECT_CLAIMABLE: &str = "
 /// Claims one selected job with a fresh claim id. Runs in the same IMMEDIATE transaction as
 /// `JOB_SELECT_CLAIMABLE`, so the selection cannot have changed in between. (No `RETURNING`:
 /// it costs an ephemeral table per row; `JOB_CLAIMED_ROW` reads the row instead.)
+///
+/// The lease end `?5` is computed in Rust (saturating): SQL never adds two caller-controlled
+/// integers, whose overflow SQLite would turn into a REAL.
 pub(crate) const JOB_CLAIM: &str = "
     UPDATE fenceq_jobs
     SET    state = 'running', attempt = attempt + 1, claim_id = ?2, worker = ?3,
-           lease_until = ?4 + ?5, heartbeat_at = ?4, wait_until = NULL
+           lease_until = ?5, heartbeat_at = ?4, wait_until = NULL
     WHERE  id = ?1";
 
 /// The data a claim hands out, read right after `JOB_CLAIM` in the same transaction.
@@ -76,12 +79,31 @@ pub(crate) const JOB_CLAIMED_ROW: &str = "
     FROM   fenceq_jobs
     WHERE  id = ?1";
 
+/// `:lease_until` is computed in Rust, saturating (see `JOB_CLAIM`).
 pub(crate) const JOB_RENEW: &str = concat!(
     "UPDATE fenceq_jobs
-    SET    lease_until = :now + :lease_ms, heartbeat_at = :now
+    SET    lease_until = :lease_until, heartbeat_at = :now
     WHERE  ",
     owned_by_token!()
 );
+
+/// What an owned write checks as it takes the write lock: the exact token's live lease, and
+/// the length the claim or last renewal granted (`lease_until - heartbeat_at`).
+pub(crate) const JOB_OWNED_LEASE: &str = concat!(
+    "SELECT lease_until, heartbeat_at FROM fenceq_jobs
+    WHERE  ",
+    owned_by_token!()
+);
+
+/// An owned write's commit extends the lease from the commit by the claim's lease length, so
+/// that the owner can still settle after a write that outlasted the nominal lease (nobody
+/// could claim meanwhile: the write held the lock). Guarded by the exact token and
+/// `running`, not by the lease: the lease was checked when the lock was taken.
+pub(crate) const JOB_EXTEND_OWNED: &str = "
+    UPDATE fenceq_jobs
+    SET    lease_until = :lease_until, heartbeat_at = :now
+    WHERE  id = :id AND attempt = :attempt AND claim_id = :claim_id AND state = 'running'
+      AND  lease_until < :lease_until";
 
 pub(crate) const JOB_OWNS: &str = concat!(
     "SELECT count(*) FROM fenceq_jobs
@@ -130,10 +152,13 @@ pub(crate) const JOB_PARK: &str = concat!(
 
 /// A resumed job gets one more attempt: the claim that parked it should not count against
 /// the budget of the work that continues.
+///
+/// Refused once the deadline has passed, whether or not the reaper has exhausted the job
+/// yet: the outcome depends on the clock, never on the reaper's timing.
 pub(crate) const JOB_RESUME: &str = concat!(
     "UPDATE fenceq_jobs
     SET    state = 'pending', wait_until = NULL, run_at = :now, max_attempts = max_attempts + 1
-    WHERE  ",
+    WHERE  wait_until > :now AND ",
     identified_by_token!()
 );
 
@@ -166,6 +191,21 @@ pub(crate) const JOB_RESOLVE_EXHAUST: &str = concat!(
     WHERE  ",
     identified_by_token!()
 );
+
+/// An operator's acknowledgement of one exhaustion by id (applications acknowledge with the
+/// exact token, `JOB_ACKNOWLEDGE`).
+pub(crate) const JOB_ACKNOWLEDGE_ID: &str = "
+    UPDATE fenceq_jobs
+    SET    acknowledged_at = :now
+    WHERE  id = :id AND state = 'exhausted' AND acknowledged_at IS NULL";
+
+/// An operator's acknowledgement of every unacknowledged exhaustion of one queue, in the
+/// transaction that counts them.
+pub(crate) const JOB_ACKNOWLEDGE_QUEUE: &str = "
+    UPDATE fenceq_jobs
+    SET    acknowledged_at = :now
+    WHERE  queue = :queue AND state = 'exhausted' AND acknowledged_at IS NULL
+    RETURNING id";
 
 pub(crate) const JOB_CANCEL: &str = "
     UPDATE fenceq_jobs
@@ -274,7 +314,7 @@ pub(crate) const JOB_COUNT_PRUNABLE: &str = "
 
 /// Why a guarded write changed nothing: the row's current identity and state.
 pub(crate) const JOB_IDENTITY: &str = "
-    SELECT state, attempt, claim_id, lease_until FROM fenceq_jobs WHERE id = :id";
+    SELECT state, attempt, claim_id, lease_until, wait_until FROM fenceq_jobs WHERE id = :id";
 
 pub(crate) const JOB_STATS: &str = "
     SELECT queue, state, acknowledged_at IS NOT NULL, count(*), min(run_at),
@@ -330,10 +370,11 @@ pub(crate) fn job_claim(
     let mut claim = conn.prepare_cached(JOB_CLAIM).sql("JOB_CLAIM")?;
     let mut read = conn.prepare_cached(JOB_CLAIMED_ROW).sql("JOB_CLAIMED_ROW")?;
     let mut claimed = Vec::with_capacity(ids.len());
+    let lease_until = now.saturating_add(lease_ms);
     for id in ids {
         let claim_id = ClaimId::generate();
         claim
-            .execute(rusqlite::params![id, claim_id.0.as_bytes().as_slice(), worker, now, lease_ms])
+            .execute(rusqlite::params![id, claim_id.0.as_bytes().as_slice(), worker, now, lease_until])
             .sql("JOB_CLAIM")?;
         let job = read
             .query_row([id], |row| {
@@ -399,6 +440,11 @@ pub(crate) fn job_write_identified(
     Err(match job_identity(conn, token.id)? {
         None => Error::NotFound(token.id),
         Some(current) if !current.matches(token) => Error::StaleIdentity { token: *token },
+        Some(Identity { state: JobState::Waiting, wait_until: Some(deadline), .. })
+            if state == JobState::Waiting && deadline <= now =>
+        {
+            Error::WaitExpired { id: token.id, deadline }
+        }
         Some(current) => {
             Error::InvalidState { id: token.id, state: current.state, operation: name, expected: state.as_str() }
         }
@@ -411,6 +457,7 @@ pub(crate) struct Identity {
     pub attempt: u32,
     pub claim_id: Option<ClaimId>,
     pub lease_until: Option<i64>,
+    pub wait_until: Option<i64>,
 }
 
 impl Identity {
@@ -428,6 +475,7 @@ pub(crate) fn job_identity(conn: &Connection, id: JobId) -> Result<Option<Identi
                 attempt: row.get(1)?,
                 claim_id: row.get::<_, Option<Vec<u8>>>(2)?.map(|b| ClaimId::from_blob(&b)),
                 lease_until: row.get(3)?,
+                wait_until: row.get(4)?,
             })
         })
         .optional()
@@ -444,6 +492,55 @@ pub(crate) fn lost_reason(conn: &Connection, token: &ClaimToken, now: i64) -> Re
     })
 }
 
+/// The live lease of `token` at `now` (its end and the length it was granted for), or
+/// `None` when the token does not own its job.
+pub(crate) fn job_owned_lease(conn: &Connection, token: &ClaimToken, now: i64) -> Result<Option<OwnedLease>> {
+    let claim_id = token.claim_id.0.as_bytes().as_slice();
+    conn.prepare_cached(JOB_OWNED_LEASE)
+        .sql("JOB_OWNED_LEASE")?
+        .query_row(
+            named_params! { ":id": token.id.0, ":attempt": token.attempt, ":claim_id": claim_id, ":now": now },
+            |row| {
+                let until: i64 = row.get(0)?;
+                let granted_at: Option<i64> = row.get(1)?;
+                Ok(OwnedLease { until, length_ms: granted_at.map_or(0, |at| until.saturating_sub(at).max(0)) })
+            },
+        )
+        .optional()
+        .sql("JOB_OWNED_LEASE")
+}
+
+/// A live lease, as an owned write found it when it took the lock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OwnedLease {
+    /// Its end, in ms since the epoch.
+    pub until: i64,
+    /// What the claim or the last renewal granted, in ms.
+    pub length_ms: i64,
+}
+
+/// Extends `token`'s lease to `now + length_ms` (saturating) unless it already ends later;
+/// returns the lease's end.
+pub(crate) fn job_extend_owned(conn: &Connection, token: &ClaimToken, lease: OwnedLease, now: i64) -> Result<i64> {
+    let until = now.saturating_add(lease.length_ms);
+    if until <= lease.until {
+        return Ok(lease.until);
+    }
+    let claim_id = token.claim_id.0.as_bytes().as_slice();
+    let changed = conn
+        .prepare_cached(JOB_EXTEND_OWNED)
+        .sql("JOB_EXTEND_OWNED")?
+        .execute(named_params! {
+            ":id": token.id.0, ":attempt": token.attempt, ":claim_id": claim_id, ":now": now, ":lease_until": until,
+        })
+        .sql("JOB_EXTEND_OWNED")?;
+    if changed == 1 {
+        return Ok(until);
+    }
+    // The closure itself changed the job row (it holds the transaction): say what it is now.
+    Err(Error::OwnershipLost { token: *token, reason: lost_reason(conn, token, now)? })
+}
+
 /// True when `token` is the exact claim of a running job whose lease is live at `at`.
 pub(crate) fn job_owns(conn: &Connection, token: &ClaimToken, at: i64) -> Result<bool> {
     let claim_id = token.claim_id.0.as_bytes().as_slice();
@@ -457,8 +554,35 @@ pub(crate) fn job_owns(conn: &Connection, token: &ClaimToken, at: i64) -> Result
         .sql("JOB_OWNS")
 }
 
-pub(crate) fn job_cancel(conn: &Connection, id: JobId, now: i64) -> Result<()> {
-    job_write_by_id(conn, JOB_CANCEL, "cancel", id, now, "pending, waiting or running")
+/// Cancels the job; returns the state it was cancelled from (read in the same transaction).
+pub(crate) fn job_cancel(conn: &Connection, id: JobId, now: i64) -> Result<JobState> {
+    let before = job_identity(conn, id)?.map(|current| current.state);
+    job_write_by_id(conn, JOB_CANCEL, "cancel", id, now, "pending, waiting or running")?;
+    before.ok_or_else(|| Error::domain("internal: a cancelled job had no row"))
+}
+
+/// An operator's acknowledgement of every unacknowledged exhaustion of a queue; returns the
+/// ids acknowledged, in id order.
+pub(crate) fn job_acknowledge_queue(conn: &Connection, queue: &str, now: i64) -> Result<Vec<JobId>> {
+    let mut ids: Vec<JobId> = conn
+        .prepare_cached(JOB_ACKNOWLEDGE_QUEUE)
+        .sql("JOB_ACKNOWLEDGE_QUEUE")?
+        .query_map(named_params! { ":queue": queue, ":now": now }, |row| row.get(0).map(JobId))
+        .sql("JOB_ACKNOWLEDGE_QUEUE")?
+        .collect::<rusqlite::Result<_>>()
+        .sql("JOB_ACKNOWLEDGE_QUEUE")?;
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+/// An operator's acknowledgement of one exhaustion by id: true when it changed, false when
+/// it was acknowledged already.
+pub(crate) fn job_acknowledge_id(conn: &Connection, id: JobId, now: i64) -> Result<bool> {
+    match job_write_by_id(conn, JOB_ACKNOWLEDGE_ID, "acknowledge", id, now, "exhausted") {
+        Ok(()) => Ok(true),
+        Err(Error::InvalidState { state: JobState::Exhausted, .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 pub(crate) fn job_replay(conn: &Connection, id: JobId, now: i64) -> Result<()> {
@@ -718,7 +842,7 @@ mod tests {
         for (limit, now) in [(1, 10), (2, 11), (1, 12)] {
             let claimed = job_claim(&conn, "q", "w", 1000, limit, now).unwrap();
             for c in claimed {
-                job_write_owned(&conn, JOB_RENEW, "renew", &c.token, now, &[(":lease_ms", &1000i64)]).unwrap();
+                job_write_owned(&conn, JOB_RENEW, "renew", &c.token, now, &[(":lease_until", &(now + 1000))]).unwrap();
                 job_write_owned(&conn, JOB_COMPLETE, "complete", &c.token, now, &[]).unwrap();
             }
         }

@@ -44,9 +44,46 @@ impl r2d2::ManageConnection for Manager {
 }
 
 thread_local! {
-    /// Set while this thread runs a write transaction of some queue, to turn a nested write
-    /// (which would wait for itself) into `Error::NestedWrite`.
+    /// Set while this thread runs a write transaction of some queue (or holds the only
+    /// connection of an in-memory queue), to turn a nested call (which would wait for
+    /// itself) into `Error::NestedWrite`.
     static IN_WRITE: Cell<bool> = const { Cell::new(false) };
+}
+
+thread_local! {
+    /// Queues that `enqueue_tx` added jobs to inside this thread's open write transaction:
+    /// their pools are woken once that transaction has committed (see `Queue::transaction`).
+    static ENQUEUED_IN_WRITE: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// True while this thread runs a write transaction of some queue.
+pub(crate) fn in_write() -> bool {
+    IN_WRITE.with(Cell::get)
+}
+
+/// Records that a job of `queue` was added inside this thread's open write transaction.
+pub(crate) fn note_enqueued_in_write(queue: &str) {
+    ENQUEUED_IN_WRITE.with(|q| {
+        let mut queues = q.borrow_mut();
+        if !queues.iter().any(|known| known == queue) {
+            queues.push(queue.to_string());
+        }
+    });
+}
+
+/// Takes the queues recorded by [`note_enqueued_in_write`] since the last call.
+pub(crate) fn take_enqueued_in_write() -> Vec<String> {
+    ENQUEUED_IN_WRITE.with(|q| std::mem::take(&mut *q.borrow_mut()))
+}
+
+/// `Err` when SQLite has rolled the open transaction back by itself (an `INSERT OR
+/// ROLLBACK`, a disk-full or I/O error) while a closure ran: every later statement would run
+/// outside it, in autocommit mode, and the final `COMMIT` would fail.
+pub(crate) fn still_in_transaction(conn: &Connection) -> Result<()> {
+    if conn.is_autocommit() {
+        return Err(Error::TransactionLost);
+    }
+    Ok(())
 }
 
 thread_local! {
@@ -138,7 +175,7 @@ impl Store {
         let settings = Settings { max_payload: builder.max_payload, max_attempts: builder.max_attempts };
         let (readers, writer) = match &builder.location {
             Location::File(path) => {
-                if builder.read_only {
+                if builder.read_only || !builder.upgrade {
                     check_current(path, flags)?;
                 } else {
                     create_parent(path)?;
@@ -183,9 +220,12 @@ impl Store {
         let _patience = Patience::set(self.busy_timeout);
         match &self.readers {
             Some(pool) => f(&*pool.get()?),
-            // The only connection is held by this thread's write: waiting would deadlock.
-            None if IN_WRITE.with(Cell::get) => Err(Error::NestedWrite),
-            None => self.writer.exclusive(f),
+            // The only connection: a nested call from inside `f` (or from inside this
+            // thread's write) would wait for itself, so it is `NestedWrite` instead.
+            None => {
+                let _flag = WriteFlag::set()?;
+                self.writer.exclusive(f)
+            }
         }
     }
 
@@ -198,6 +238,7 @@ impl Store {
     pub(crate) fn write<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         let _flag = WriteFlag::set()?;
         let _patience = Patience::set(self.busy_timeout);
+        take_enqueued_in_write();
         self.writer.write(f)
     }
 
@@ -273,9 +314,12 @@ fn naming(path: &Path) -> impl Fn(Error) -> Error + '_ {
     }
 }
 
-/// For a read-only open: the file must exist and be at exactly this build's schema.
+/// For a read-only open (or one that must not upgrade): the file must exist and be at
+/// exactly this build's schema.
 fn check_current(path: &Path, flags: OpenFlags) -> Result<()> {
     let with_path = naming(path);
+    // Never creates the file: a check that changes nothing.
+    let flags = flags.difference(OpenFlags::SQLITE_OPEN_CREATE);
     let conn = Connection::open_with_flags(path, flags).sql("open read-only").map_err(&with_path)?;
     let found = migrate::check_not_newer(&conn).map_err(&with_path)?;
     if found < migrate::SCHEMA_VERSION {

@@ -353,6 +353,9 @@ impl Writer {
             }
         };
         let value = match catch_unwind(AssertUnwindSafe(|| f(&conn))) {
+            // SQLite rolled the transaction back by itself and the closure carried on:
+            // nothing of the transaction is left to commit.
+            Ok(Ok(_)) if conn.is_autocommit() => return Err(Error::TransactionLost),
             Ok(Ok(value)) => value,
             Ok(Err(e)) => {
                 rollback(&conn);

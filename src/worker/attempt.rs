@@ -104,11 +104,26 @@ impl Attempt {
 
     /// Runs a domain write that commits only while this attempt still owns the job (see
     /// [`Queue::with_ownership`]). On `OwnershipLost`, `owner_lost()` turns true as well.
+    ///
+    /// The write's commit extends the lease (see [`Queue::with_ownership`]), and the attempt
+    /// learns the new end, so a write that outlasted the nominal lease does not make the
+    /// attempt lose its job: it can still settle.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Queue::with_ownership`].
     pub fn with_ownership<T>(&self, write: impl FnOnce(&rusqlite::Connection) -> Result<T>) -> Result<T> {
-        let result = self.queue.with_ownership(&self.claimed.token, write);
-        if matches!(result, Err(crate::Error::OwnershipLost { .. })) {
-            self.lease.lost.store(true, Ordering::SeqCst);
+        match self.queue.owned_write(&self.claimed.token, write) {
+            Ok((value, until)) => {
+                self.lease.until.fetch_max(until, Ordering::SeqCst);
+                Ok(value)
+            }
+            Err(e) => {
+                if matches!(e, crate::Error::OwnershipLost { .. }) {
+                    self.lease.lost.store(true, Ordering::SeqCst);
+                }
+                Err(e)
+            }
         }
-        result
     }
 }

@@ -44,7 +44,7 @@ pub struct WorkerPoolBuilder {
     renew_every: Option<Duration>,
     poll_interval: Duration,
     prefetch: Option<usize>,
-    worker_prefix: String,
+    worker_id: String,
     retry_policy: RetryPolicy,
     handler: Option<Handler>,
 }
@@ -97,10 +97,21 @@ impl WorkerPoolBuilder {
         self
     }
 
-    /// Worker ids are `{prefix}-{n}`. Defaults to `"{queue}-{pid}"`.
-    pub fn worker_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.worker_prefix = prefix.into();
+    /// The worker id the pool's claims record (in the job's `worker` column and in the
+    /// reaper's "lease expired (worker ..)" error). Every claim of the pool is made by its
+    /// dispatcher under this one id; a live lease is never handed out again, not even to the
+    /// same id. At most 128 bytes, no NUL. Defaults to `"{queue}-{pid}"`, the queue name cut
+    /// (at a char boundary) so that the id fits.
+    pub fn worker_id(mut self, id: impl Into<String>) -> Self {
+        self.worker_id = id.into();
         self
+    }
+
+    /// The old name of [`WorkerPoolBuilder::worker_id`]: the pool claims under exactly this
+    /// id (it never was a prefix of per-thread ids).
+    #[deprecated(since = "0.1.0", note = "the pool claims under one id: use `worker_id`")]
+    pub fn worker_prefix(self, prefix: impl Into<String>) -> Self {
+        self.worker_id(prefix)
     }
 
     /// The backoff for `Outcome::Retry { after: None, .. }` and for panics.
@@ -118,17 +129,21 @@ impl WorkerPoolBuilder {
 
     /// Starts the threads.
     ///
+    /// Every setting a claim depends on is checked by the queue's own claim validation, so
+    /// that a pool that starts can claim: what would fail every claim fails here.
+    ///
     /// # Errors
     ///
-    /// `InvalidInput` when no handler was set or a setting is out of range.
+    /// `InvalidInput` when no handler was set or a setting is out of range: workers outside
+    /// 1..=256; a queue name or worker id that is empty, longer than 128 bytes or holds a
+    /// NUL; a lease outside 1 ms..=24 h; `renew_every` zero or not shorter than the lease;
+    /// a prefetch over 4,096; a zero poll interval.
     pub fn start(self) -> Result<WorkerPool> {
         let handler = self.handler.clone().ok_or_else(|| Error::invalid("handler", "set one with .handler(..)"))?;
         if self.workers == 0 || self.workers > 256 {
             return Err(Error::invalid("workers", format!("{} is not in 1..=256", self.workers)));
         }
-        if self.lease.is_zero() || self.lease > crate::config::MAX_LEASE {
-            return Err(Error::invalid("lease", format!("{:?} is out of range", self.lease)));
-        }
+        crate::queue::check_claim(&self.queue_name, &self.worker_id, self.lease, 1)?;
         let renew_every = self.renew_every.unwrap_or(self.lease / 3);
         if renew_every.is_zero() || renew_every >= self.lease {
             return Err(Error::invalid("renew_every", "must be shorter than the lease and not zero"));
@@ -138,9 +153,6 @@ impl WorkerPoolBuilder {
         }
         if self.poll_interval.is_zero() {
             return Err(Error::invalid("poll_interval", "must not be zero"));
-        }
-        if self.queue_name.is_empty() || self.queue_name.len() > crate::config::MAX_NAME_LEN {
-            return Err(Error::invalid("queue name", "must be 1..=128 bytes"));
         }
         WorkerPool::start(self, handler, renew_every)
     }
@@ -275,7 +287,7 @@ impl WorkerPool {
     pub fn builder(queue: Queue, queue_name: impl Into<String>) -> WorkerPoolBuilder {
         let queue_name = queue_name.into();
         WorkerPoolBuilder {
-            worker_prefix: format!("{queue_name}-{}", std::process::id()),
+            worker_id: default_worker_id(&queue_name, std::process::id()),
             queue,
             queue_name,
             workers: DEFAULT_WORKERS,
@@ -330,7 +342,7 @@ impl WorkerPool {
         {
             let shared = shared.clone();
             let exited = exited_tx.clone();
-            let worker = format!("{}-{}", builder.worker_prefix, 0);
+            let worker = builder.worker_id.clone();
             let poll = builder.poll_interval;
             let channels = DispatchChannels { jobs: job_tx, finished: finished_rx, wake, stop: stop_dispatch_rx };
             threads.push(spawn("fenceq-dispatcher", move || {
@@ -379,7 +391,8 @@ impl WorkerPool {
             return ShutdownReport { still_running: Vec::new(), counters: self.counters() };
         }
         self.stopped = true;
-        let deadline = Instant::now() + timeout;
+        // `None`: a timeout too long to add to now (`Duration::MAX`) waits without one.
+        let deadline = Instant::now().checked_add(timeout);
         self.shared.stopping.store(true, Ordering::SeqCst);
         // Closing the channel stops the dispatcher claiming; it drops the job sender, so
         // workers end once the attempts they hold are done, and it ends after settling the
@@ -387,9 +400,13 @@ impl WorkerPool {
         drop(self.stop_dispatch.take());
         let mut exited = 0;
         while exited < self.workers + 1 {
-            match self.exited.recv_deadline(deadline) {
+            let next = match deadline {
+                Some(deadline) => self.exited.recv_deadline(deadline).map_err(drop),
+                None => self.exited.recv().map_err(drop),
+            };
+            match next {
                 Ok(()) => exited += 1,
-                Err(_) => break,
+                Err(()) => break,
             }
         }
         let still_running = self.in_flight();
@@ -410,6 +427,17 @@ impl Drop for WorkerPool {
     fn drop(&mut self) {
         self.stop(DEFAULT_SHUTDOWN_TIMEOUT);
     }
+}
+
+/// `{queue}-{pid}`, the queue name cut at a char boundary so that the id fits in
+/// `MAX_NAME_LEN` bytes.
+fn default_worker_id(queue: &str, pid: u32) -> String {
+    let suffix = format!("-{pid}");
+    let mut end = queue.len().min(crate::config::MAX_NAME_LEN.saturating_sub(suffix.len()));
+    while !queue.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{suffix}", &queue[..end])
 }
 
 fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
