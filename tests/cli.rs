@@ -767,3 +767,70 @@ fn reading_commands_never_upgrade_an_old_schema() {
     assert_eq!(std::fs::read(&db).unwrap(), bytes, "the file is untouched");
     assert_eq!(fenceq::schema_version_of(&db).unwrap(), 1);
 }
+
+#[test]
+fn changing_commands_and_their_dry_runs_never_upgrade_or_touch_an_old_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("old.db");
+    {
+        // A level-2 file in rollback-journal mode, as an older build could have left it, with
+        // a row in every state the commands below would act on.
+        let conn = fenceq::rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch(include_str!("../schema/0001_create_jobs.sql")).unwrap();
+        conn.execute_batch(include_str!("../schema/0002_add_claim_id.sql")).unwrap();
+        conn.execute_batch(
+            "INSERT INTO fenceq_jobs (queue, payload, state, run_at, attempt, max_attempts, worker, lease_until,
+                                      created_at, claim_id)
+             VALUES ('q', x'01', 'running', 0, 1, 5, 'w', 1, 0, randomblob(16));
+             INSERT INTO fenceq_jobs (queue, payload, state, run_at, attempt, max_attempts, created_at, settled_at,
+                                      claim_id)
+             VALUES ('q', x'02', 'exhausted', 0, 5, 5, 0, 0, randomblob(16));",
+        )
+        .unwrap();
+        conn.pragma_update(None, "user_version", 2).unwrap();
+        let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+        assert_eq!(mode, "delete");
+    }
+    let bytes = std::fs::read(&db).unwrap();
+    let changing: &[&[&str]] = &[
+        &["reap"],
+        &["prune", "--older-than", "0s"],
+        &["ack", "2"],
+        &["ack", "--all", "--queue", "q"],
+        &["replay", "2"],
+        &["resolve", "1", "--as", "retry"],
+        &["cancel", "1"],
+        &["enqueue", "--queue", "q", "--payload", "x"],
+        &["enqueue", "--queue", "q", "--payload", "x", "--key", "k"],
+    ];
+    for args in changing {
+        for extra in [&[][..], &["--dry-run"], &["--expect", "1"], &["--dry-run", "--json"]] {
+            let args: Vec<&str> = args.iter().chain(extra).copied().collect();
+            let out = run(&db, &args);
+            let err = out.error();
+            assert!(err.contains("older") && err.contains("fenceq migrate"), "{args:?}: {err}");
+        }
+    }
+    assert_eq!(std::fs::read(&db).unwrap(), bytes, "the file is untouched: schema, journal mode and rows");
+    assert!(!dir.path().join("old.db-wal").exists(), "no WAL was started");
+    assert_eq!(fenceq::schema_version_of(&db).unwrap(), 2);
+}
+
+#[test]
+fn a_real_ack_all_reports_what_its_transaction_acknowledged() {
+    let (_dir, db, queue) = new_db();
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let c = claimed(&queue, "bulk", &format!("job {n}"));
+        queue.exhaust(&c.token(), "why").unwrap();
+        ids.push(c.id().0);
+    }
+    // The mismatch is found inside the transaction that would acknowledge: nothing changes.
+    let err = run(&db, &["ack", "--all", "--queue", "bulk", "--expect", "4"]).error().to_string();
+    assert_eq!(err, "error: --expect 4 but 3 jobs would change; nothing was changed");
+    assert_eq!(queue.exhaustions(None, 10).unwrap().items.len(), 3);
+    let out = run(&db, &["ack", "--all", "--queue", "bulk", "--expect", "3", "--json"]).json();
+    assert_eq!(out["ids"], serde_json::json!(ids));
+    assert_eq!((out["would_change"].clone(), out["changed"].clone()), (3.into(), 3.into()));
+    assert!(queue.exhaustions(None, 10).unwrap().items.is_empty());
+}

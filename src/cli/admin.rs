@@ -98,9 +98,15 @@ impl EnqueueArgs {
             // A preview changes nothing: validate the job against a throwaway queue with the
             // same limits, and look its key up read-only (without a queue, it would be new).
             Queue::open_in_memory()?.enqueue(job.clone())?;
-            let existing = match (&self.key, fresh) {
-                (Some(key), false) => ctx.open_read_only()?.find_by_key(&self.queue, key)?,
-                _ => None,
+            let existing = if fresh {
+                None
+            } else {
+                // Read-only, and refused like the real run on an older schema.
+                let queue = ctx.open_read_only()?;
+                match &self.key {
+                    Some(key) => queue.find_by_key(&self.queue, key)?,
+                    None => None,
+                }
             };
             self.change.check(u64::from(existing.is_none()))?;
             return self.report(ctx, existing.map(Enqueued::Duplicate));
