@@ -412,3 +412,51 @@ fn shutdown_and_poll_intervals_take_any_duration_without_panicking() {
     let report = within_guard(move || pool.shutdown(Duration::MAX)).unwrap();
     assert!(report.still_running.is_empty());
 }
+
+/// Counts `WARN` events (the library logs through `tracing`; no subscriber crate needed).
+struct WarnCounter(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl tracing::Subscriber for WarnCounter {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        if *event.metadata().level() == tracing::Level::WARN {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[test]
+fn an_owned_write_holding_the_writer_past_a_third_of_its_lease_logs_a_warning() {
+    let q = temp_queue();
+    let warnings = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let hold = |lease: Duration, held: Duration| {
+        q.add("x");
+        let c = q.claim("q", "w", lease).unwrap().unwrap();
+        tracing::subscriber::with_default(WarnCounter(warnings.clone()), || {
+            q.with_ownership(&c.token(), |_| {
+                // Holds the writer for at least `held` of real time (a bounded spin, so the
+                // condition is certain rather than a guess about scheduling).
+                let start = std::time::Instant::now();
+                while start.elapsed() < held {
+                    std::hint::spin_loop();
+                }
+                Ok(())
+            })
+        })
+        .unwrap();
+        q.complete(&c.token()).unwrap();
+    };
+    hold(Duration::from_secs(3600), Duration::ZERO);
+    assert_eq!(warnings.load(std::sync::atomic::Ordering::SeqCst), 0, "a short write is quiet");
+    hold(Duration::from_millis(30), Duration::from_millis(15));
+    assert_eq!(warnings.load(std::sync::atomic::Ordering::SeqCst), 1, "15 ms of a 30 ms lease is over a third");
+}
