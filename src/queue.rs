@@ -56,12 +56,19 @@ impl Queue {
     ///
     /// # Errors
     ///
-    /// `NotADatabase`, `SchemaTooNew` (the file is left untouched), `ReadOnly`, `Busy`.
+    /// `NotADatabase`, `SchemaTooNew` (the file is left untouched), `ReadOnly`, `Busy`;
+    /// `Io` when the file's directory cannot be created, `Pool` when the reader connections
+    /// cannot be opened.
     pub fn open(path: impl AsRef<Path>) -> Result<Queue> {
         Queue::builder().path(path.as_ref()).open()
     }
 
     /// An in-memory queue (one shared connection), for tests and throwaway work.
+    ///
+    /// # Errors
+    ///
+    /// No input can make it fail (the default settings are valid): only an SQLite failure
+    /// creating the database, such as `OutOfMemory`.
     pub fn open_in_memory() -> Result<Queue> {
         Queue::builder().open()
     }
@@ -90,7 +97,14 @@ impl Queue {
     ///
     /// # Errors
     ///
-    /// `InvalidInput` for an empty or oversized queue name, key or payload.
+    /// `InvalidInput` when the queue name is empty, longer than 128 bytes or contains a NUL
+    /// byte, the key is empty or longer than 512 bytes, the payload is empty or larger than
+    /// the queue's payload limit ([`QueueBuilder::max_payload`], 1 MiB by default), the
+    /// attempt budget is outside 1..=10,000, the delay is over a hundred years, or an
+    /// application trigger on `fenceq_jobs` ignored the insert. A duplicate key is not an
+    /// error (`Enqueued::Duplicate`). Storage errors: `Busy`, `StorageFull`, `ReadOnly`;
+    /// `NestedWrite` from inside a closure holding the queue's transaction (or an in-memory
+    /// queue's `with_connection`).
     pub fn enqueue(&self, job: NewJob) -> Result<Enqueued> {
         self.check_job(&job)?;
         let queue_name = job.queue.clone();
@@ -101,6 +115,15 @@ impl Queue {
     }
 
     /// Adds many jobs in one transaction: all of them or, on any error, none.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` when any one job would be refused by [`Queue::enqueue`] (queue name
+    /// 1..=128 bytes without a NUL byte, key 1..=512 bytes, payload within the payload
+    /// limit, attempts 1..=10,000, delay at most a hundred years, insert not ignored by a
+    /// trigger): then no job is added. Storage errors: `Busy`, `StorageFull`, `ReadOnly`;
+    /// `NestedWrite` from inside a closure holding the queue's transaction (or an in-memory
+    /// queue's `with_connection`).
     pub fn enqueue_batch(&self, jobs: impl IntoIterator<Item = NewJob>) -> Result<Vec<Enqueued>> {
         let jobs: Vec<NewJob> = jobs.into_iter().collect();
         for job in &jobs {
@@ -131,10 +154,12 @@ impl Queue {
     ///
     /// # Errors
     ///
-    /// `InvalidInput` for an empty or oversized queue name, key or payload, an attempt
-    /// budget outside 1..=10,000, or a delay over a hundred years; the SQLite error of the
-    /// insert otherwise. A transaction that is not open is the caller's bug: the insert then
-    /// commits on its own.
+    /// `InvalidInput` when the queue name is empty, longer than 128 bytes or contains a NUL
+    /// byte, the key is empty or longer than 512 bytes, the payload is empty or larger than
+    /// the queue's payload limit (1 MiB by default), the attempt budget is outside
+    /// 1..=10,000, the delay is over a hundred years, or a trigger ignored the insert; the
+    /// SQLite error of the insert otherwise. A transaction that is not open is the caller's
+    /// bug: the insert then commits on its own.
     pub fn enqueue_tx(&self, tx: &Connection, job: NewJob) -> Result<Enqueued> {
         self.check_job(&job)?;
         let enqueued = insert(&self.store, tx, &job)?;
@@ -167,9 +192,11 @@ impl Queue {
     ///
     /// # Errors
     ///
-    /// The closure's own error; `NestedWrite` for a queue write from inside it;
-    /// `TransactionLost` when SQLite rolled the transaction back while the closure carried
-    /// on; `Busy` when another process held the write lock past the busy timeout.
+    /// The closure's own error; `NestedWrite` for a queue write from inside it (or for this
+    /// call from inside another queue closure); `TransactionLost` when SQLite rolled the
+    /// transaction back while the closure carried on; `Busy` when another process held the
+    /// write lock past the busy timeout; `StorageFull`, `ReadOnly` when the database cannot
+    /// be written.
     pub fn transaction<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         self.write_waking(f)
     }
@@ -224,11 +251,27 @@ impl Queue {
     /// Claims the next due job of `queue` for `worker` under a lease: by priority, then
     /// run_at, then id. A running job whose lease has expired is claimable at once; a live
     /// lease is never handed out again, not even to the same worker id.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` when the queue name or worker id is empty, longer than 128 bytes or
+    /// contains a NUL byte, or `lease` is not between 1 ms and 24 hours. No due job is
+    /// `Ok(None)`, not an error. Storage errors: `Busy`, `StorageFull`, `ReadOnly`;
+    /// `NestedWrite` from inside a closure holding the queue's transaction (or an in-memory
+    /// queue's `with_connection`).
     pub fn claim(&self, queue: &str, worker: &str, lease: Duration) -> Result<Option<Claimed>> {
         Ok(self.claim_batch(queue, worker, lease, 1)?.pop())
     }
 
     /// Claims up to `limit` jobs at once, each with its own claim id, in claim order.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` when the queue name or worker id is empty, longer than 128 bytes or
+    /// contains a NUL byte, `lease` is not between 1 ms and 24 hours, or `limit` is not in
+    /// 1..=10,000 ([`MAX_BATCH`]). Storage errors: `Busy`, `StorageFull`, `ReadOnly`;
+    /// `NestedWrite` from inside a closure holding the queue's transaction (or an in-memory
+    /// queue's `with_connection`).
     pub fn claim_batch(&self, queue: &str, worker: &str, lease: Duration, limit: u32) -> Result<Vec<Claimed>> {
         let lease_ms = check_claim(queue, worker, lease, limit)?;
         let (queue, worker, store) = (queue.to_string(), worker.to_string(), self.store.clone());
@@ -239,7 +282,11 @@ impl Queue {
     ///
     /// # Errors
     ///
-    /// `OwnershipLost` unless `token` is the exact claim of a running job with a live lease.
+    /// `InvalidInput` when `lease` is not between 1 ms and 24 hours; `OwnershipLost` (with
+    /// its `LostReason`) unless `token` is the exact claim of a running job with a live
+    /// lease. Storage errors: `Busy`, `StorageFull`, `ReadOnly`; `NestedWrite` from inside
+    /// a closure holding the queue's transaction (or an in-memory queue's
+    /// `with_connection`).
     pub fn renew(&self, token: &ClaimToken, lease: Duration) -> Result<i64> {
         let mut results = self.renew_all(std::slice::from_ref(token), lease)?;
         results.pop().unwrap_or_else(|| Err(Error::domain("internal: renew_all gave no result")))
@@ -248,6 +295,14 @@ impl Queue {
     /// Renews many leases in one transaction (a worker pool's heartbeat round): one result
     /// per token, in order. A token that lost its job gets `OwnershipLost` without failing
     /// the others.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for the whole call when `lease` is not between 1 ms and 24 hours. A
+    /// token that does not own its job gets `OwnershipLost` (with its `LostReason`) in its
+    /// own slot of the `Vec`; the whole call fails (renewing nothing) only for storage
+    /// errors: `Busy`, `StorageFull`, `ReadOnly`, and `NestedWrite` from inside a closure
+    /// holding the queue's transaction (or an in-memory queue's `with_connection`).
     pub fn renew_all(&self, tokens: &[ClaimToken], lease: Duration) -> Result<Vec<Result<i64>>> {
         let lease_ms = check_lease(lease)?;
         let (tokens, store) = (tokens.to_vec(), self.store.clone());
@@ -269,6 +324,12 @@ impl Queue {
 
     /// True when `token` owns its job at the clock's now. Advisory: the answer can change
     /// right after; use [`Queue::with_ownership`] for writes that depend on it.
+    ///
+    /// # Errors
+    ///
+    /// A token that does not own its job is `Ok(false)`, never an error. Read errors:
+    /// `Pool` (no pooled connection came free in time), `Busy`; on an in-memory queue,
+    /// `NestedWrite` from inside a closure holding its transaction or connection.
     pub fn owns(&self, token: &ClaimToken) -> Result<bool> {
         self.store.read(|conn| job_owns(conn, token, self.store.now()))
     }
@@ -303,10 +364,11 @@ impl Queue {
     ///
     /// # Errors
     ///
-    /// `OwnershipLost` (and the closure does not run) unless `token` is the exact claim of a
-    /// running job with a live lease; the closure's own error (everything rolls back);
-    /// `NestedWrite` for a queue write from inside the closure; `TransactionLost` when SQLite
-    /// rolled the transaction back while the closure carried on.
+    /// `OwnershipLost` (and the closure does not run) unless `token` is the exact claim of
+    /// a running job with a live lease; the closure's own error (everything rolls back);
+    /// `NestedWrite` for a queue write from inside the closure; `TransactionLost` when
+    /// SQLite rolled the transaction back while the closure carried on; `Busy`,
+    /// `StorageFull`, `ReadOnly` when the database cannot be written.
     pub fn with_ownership<T>(&self, token: &ClaimToken, write: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         self.owned_write(token, write).map(|(value, _)| value)
     }
@@ -338,12 +400,28 @@ impl Queue {
     // ---------------------------------------------------------------- settles
 
     /// Completes the job. Terminal: no later write of any token changes it.
+    ///
+    /// # Errors
+    ///
+    /// `OwnershipLost` (with its `LostReason`: the lease expired, another claim replaced
+    /// it, the job is no longer running, or its row is gone) unless `token` is the exact
+    /// claim of a running job with a live lease; completing twice is `OwnershipLost` too.
+    /// Storage errors: `Busy`, `StorageFull`, `ReadOnly`; `NestedWrite` from inside a
+    /// closure holding the queue's transaction (or an in-memory queue's `with_connection`).
     pub fn complete(&self, token: &ClaimToken) -> Result<()> {
         self.settle(token, Settle::Complete).map(drop)
     }
 
     /// Completes many jobs in one transaction (for batch consumers): one result per token,
     /// in order. A token that lost its job gets `OwnershipLost` without failing the others.
+    ///
+    /// # Errors
+    ///
+    /// A token that does not own its job gets `OwnershipLost` (with its `LostReason`) in
+    /// its own slot of the `Vec`, and the others still complete; the whole call fails
+    /// (completing nothing) only for storage errors: `Busy`, `StorageFull`, `ReadOnly`, and
+    /// `NestedWrite` from inside a closure holding the queue's transaction (or an in-memory
+    /// queue's `with_connection`).
     pub fn complete_all(&self, tokens: &[ClaimToken]) -> Result<Vec<Result<()>>> {
         let items: Vec<(ClaimToken, Settle)> = tokens.iter().map(|t| (*t, Settle::Complete)).collect();
         Ok(self.settle_many(items)?.into_iter().map(|r| r.map(drop)).collect())
@@ -356,10 +434,11 @@ impl Queue {
     ///
     /// # Errors
     ///
-    /// `OwnershipLost` (and the closure does not run) unless `token` is the exact claim of a
-    /// running job with a live lease; the closure's own error (nothing is completed);
-    /// `NestedWrite` for a queue write from inside the closure; `TransactionLost` when SQLite
-    /// rolled the transaction back while the closure carried on.
+    /// `OwnershipLost` (and the closure does not run) unless `token` is the exact claim of
+    /// a running job with a live lease; the closure's own error (nothing is completed);
+    /// `NestedWrite` for a queue write from inside the closure; `TransactionLost` when
+    /// SQLite rolled the transaction back while the closure carried on; `Busy`,
+    /// `StorageFull`, `ReadOnly` when the database cannot be written.
     pub fn complete_with<T>(&self, token: &ClaimToken, write: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         self.write_waking(|tx| {
             let lease = self.owned_lease(tx, token)?;
@@ -373,6 +452,16 @@ impl Queue {
     /// Sends the job back to pending after a delay (exponential with jitter for a
     /// [`RetryPolicy`](crate::RetryPolicy), or a fixed `Duration`), or exhausts it when no
     /// attempts are left.
+    ///
+    /// # Errors
+    ///
+    /// `OwnershipLost` (with its `LostReason`: the lease expired, another claim replaced
+    /// it, the job is no longer running, or its row is gone) unless `token` is the exact
+    /// claim of a running job with a live lease. Running out of attempts is not an error
+    /// (`Retried::Exhausted`), no delay is refused, and an `error` longer than
+    /// [`MAX_ERROR_LEN`] (4,096 bytes) is cut, not refused. Storage errors: `Busy`,
+    /// `StorageFull`, `ReadOnly`; `NestedWrite` from inside a closure holding the queue's
+    /// transaction (or an in-memory queue's `with_connection`).
     pub fn retry(&self, token: &ClaimToken, backoff: impl Into<Backoff>, error: &str) -> Result<Retried> {
         let delay = match backoff.into() {
             Backoff::After(d) => d,
@@ -386,12 +475,30 @@ impl Queue {
 
     /// Turns the exact live claim into an unacknowledged, durable exhaustion that keeps its
     /// token (see [`Queue::exhaustions`] and [`Queue::acknowledge`]).
+    ///
+    /// # Errors
+    ///
+    /// `OwnershipLost` (with its `LostReason`: the lease expired, another claim replaced
+    /// it, the job is no longer running, or its row is gone) unless `token` is the exact
+    /// claim of a running job with a live lease; an `error` longer than [`MAX_ERROR_LEN`]
+    /// (4,096 bytes) is cut, not refused. Storage errors: `Busy`, `StorageFull`,
+    /// `ReadOnly`; `NestedWrite` from inside a closure holding the queue's transaction (or
+    /// an in-memory queue's `with_connection`).
     pub fn exhaust(&self, token: &ClaimToken, error: &str) -> Result<()> {
         self.settle(token, Settle::Exhaust(error.to_string())).map(drop)
     }
 
     /// Records an ambiguous outcome (the side effect may have happened): never retried or
     /// pruned automatically; see [`Queue::unknowns`] and [`Queue::resolve`].
+    ///
+    /// # Errors
+    ///
+    /// `OwnershipLost` (with its `LostReason`: the lease expired, another claim replaced
+    /// it, the job is no longer running, or its row is gone) unless `token` is the exact
+    /// claim of a running job with a live lease; `evidence` longer than [`MAX_ERROR_LEN`]
+    /// (4,096 bytes) is cut, not refused. Storage errors: `Busy`, `StorageFull`,
+    /// `ReadOnly`; `NestedWrite` from inside a closure holding the queue's transaction (or
+    /// an in-memory queue's `with_connection`).
     pub fn mark_unknown(&self, token: &ClaimToken, evidence: &str) -> Result<()> {
         self.settle(token, Settle::Unknown(evidence.to_string())).map(drop)
     }
@@ -399,6 +506,15 @@ impl Queue {
     /// Parks the job (for example awaiting an approval) for at most `timeout`: the lease is
     /// released and the job is never reaped as stale; [`Queue::resume`] with the same token
     /// sends it back to pending, and past the deadline the reaper exhausts it.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` when `timeout` is shorter than 1 ms or longer than a year (365 days). `OwnershipLost` (with its `LostReason`: the lease expired,
+    /// another claim replaced it, the job is no longer running, or its row is gone) unless
+    /// `token` is the exact claim of a running job with a live lease; a `reason` longer
+    /// than [`MAX_ERROR_LEN`] (4,096 bytes) is cut, not refused. Storage errors: `Busy`,
+    /// `StorageFull`, `ReadOnly`; `NestedWrite` from inside a closure holding the queue's
+    /// transaction (or an in-memory queue's `with_connection`).
     pub fn park(&self, token: &ClaimToken, timeout: Duration, reason: &str) -> Result<()> {
         self.settle(token, Settle::Park { timeout, reason: reason.to_string() }).map(drop)
     }
@@ -446,6 +562,8 @@ impl Queue {
     /// `WaitExpired` once the park's deadline has passed (by the queue's clock, whether or
     /// not the reaper has exhausted the job yet), `StaleIdentity` for another token,
     /// `InvalidState` when the job is not waiting, `NotFound` when no row has its id.
+    /// Storage errors: `Busy`, `StorageFull`, `ReadOnly`; `NestedWrite` from inside a
+    /// closure holding the queue's transaction (or an in-memory queue's `with_connection`).
     pub fn resume(&self, token: &ClaimToken) -> Result<()> {
         self.write_identified(JOB_RESUME, "resume", token, JobState::Waiting)
     }
@@ -457,7 +575,9 @@ impl Queue {
     /// # Errors
     ///
     /// `NotFound` when no row has this id, `InvalidState` when the job is not pending,
-    /// waiting or running.
+    /// waiting or running. Storage errors: `Busy`, `StorageFull`, `ReadOnly`; `NestedWrite`
+    /// from inside a closure holding the queue's transaction (or an in-memory queue's
+    /// `with_connection`).
     pub fn cancel(&self, id: JobId) -> Result<JobState> {
         self.store.write(|tx| job_cancel(tx, id, self.store.now()))
     }
@@ -491,11 +611,23 @@ impl Queue {
     /// }
     /// # Ok::<(), fenceq::Error>(())
     /// ```
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` when `limit` is not in 1..=10,000 ([`MAX_BATCH`]). Read errors:
+    /// `Pool` (no pooled connection came free in time), `Busy`; on an in-memory queue,
+    /// `NestedWrite` from inside a closure holding its transaction or connection.
     pub fn exhaustions(&self, cursor: Option<Cursor>, limit: u32) -> Result<Page<Exhaustion>> {
         self.page(JOB_EXHAUSTIONS_PAGE, "JOB_EXHAUSTIONS_PAGE", cursor, limit)
     }
 
     /// One page of unknown outcomes in id order (`at` is when the outcome was recorded).
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` when `limit` is not in 1..=10,000 ([`MAX_BATCH`]). Read errors:
+    /// `Pool` (no pooled connection came free in time), `Busy`; on an in-memory queue,
+    /// `NestedWrite` from inside a closure holding its transaction or connection.
     pub fn unknowns(&self, cursor: Option<Cursor>, limit: u32) -> Result<Page<Exhaustion>> {
         self.page(JOB_UNKNOWNS_PAGE, "JOB_UNKNOWNS_PAGE", cursor, limit)
     }
@@ -519,18 +651,35 @@ impl Queue {
     ///
     /// # Errors
     ///
-    /// `StaleIdentity` for any other token, `InvalidState` when the job is not exhausted.
+    /// `StaleIdentity` for any other token, `InvalidState` when the job is not exhausted,
+    /// `NotFound` when no row has its id (never existed or pruned). Storage errors: `Busy`,
+    /// `StorageFull`, `ReadOnly`; `NestedWrite` from inside a closure holding the queue's
+    /// transaction (or an in-memory queue's `with_connection`).
     pub fn acknowledge(&self, token: &ClaimToken) -> Result<()> {
         self.write_identified(JOB_ACKNOWLEDGE, "acknowledge", token, JobState::Exhausted)
     }
 
     /// Dead-letter redrive: an exhausted job goes back to pending, due now, with a fresh
     /// attempt budget. Old tokens stay dead (the next claim has a new claim id).
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` when no row has this id, `InvalidState` when the job is not exhausted
+    /// (acknowledged or not). Storage errors: `Busy`, `StorageFull`, `ReadOnly`;
+    /// `NestedWrite` from inside a closure holding the queue's transaction (or an in-memory
+    /// queue's `with_connection`).
     pub fn replay(&self, id: JobId) -> Result<()> {
         self.store.write(|tx| job_replay(tx, id, self.store.now()))
     }
 
     /// Settles an unknown outcome with its exact token.
+    ///
+    /// # Errors
+    ///
+    /// `StaleIdentity` for any other token, `InvalidState` when the job is not unknown,
+    /// `NotFound` when no row has its id. Storage errors: `Busy`, `StorageFull`,
+    /// `ReadOnly`; `NestedWrite` from inside a closure holding the queue's transaction (or
+    /// an in-memory queue's `with_connection`).
     pub fn resolve(&self, token: &ClaimToken, resolution: Resolution) -> Result<()> {
         let (statement, name) = match resolution {
             Resolution::Completed => (JOB_RESOLVE_COMPLETED, "resolve completed"),
@@ -548,7 +697,9 @@ impl Queue {
     /// # Errors
     ///
     /// `NotFound`, `InvalidState` when the job is not exhausted, `CountMismatch` (nothing
-    /// changed) when `expected` differs from what the acknowledgement changes.
+    /// changed) when `expected` differs from what the acknowledgement changes. Storage
+    /// errors: `Busy`, `StorageFull`, `ReadOnly`; `NestedWrite` from inside a closure
+    /// holding the queue's transaction (or an in-memory queue's `with_connection`).
     pub fn acknowledge_job(&self, id: JobId, expected: Option<u64>) -> Result<bool> {
         self.store.write(|tx| {
             let changed = job_acknowledge_id(tx, id, self.store.now())?;
@@ -563,7 +714,10 @@ impl Queue {
     ///
     /// # Errors
     ///
-    /// `InvalidInput` for a bad queue name, `CountMismatch` (nothing changed).
+    /// `InvalidInput` when the queue name is empty, longer than 128 bytes or contains a NUL
+    /// byte; `CountMismatch` (nothing changed). Storage errors: `Busy`, `StorageFull`,
+    /// `ReadOnly`; `NestedWrite` from inside a closure holding the queue's transaction (or
+    /// an in-memory queue's `with_connection`).
     pub fn acknowledge_all(&self, queue: &str, expected: Option<u64>) -> Result<Vec<JobId>> {
         check_name("queue name", queue)?;
         self.store.write(|tx| {
@@ -579,6 +733,13 @@ impl Queue {
     /// parked jobs past their deadline are exhausted, in batches of 1,000 per transaction.
     /// Claims reclaim expired leases by themselves; the reaper keeps `running` honest and
     /// turns abandoned last attempts into exhaustions.
+    ///
+    /// # Errors
+    ///
+    /// No input or job state makes it fail, only storage errors: `Busy`, `StorageFull`,
+    /// `ReadOnly`, and `NestedWrite` from inside a closure holding the queue's transaction
+    /// (or an in-memory queue's `with_connection`). Batches committed before the error stay
+    /// committed.
     pub fn reap(&self) -> Result<ReapReport> {
         let mut report = ReapReport::default();
         self.in_batches(REAP_BATCH, |tx| {
@@ -599,6 +760,8 @@ impl Queue {
     /// # Errors
     ///
     /// `CountMismatch` (nothing changed) when the pass would change another number of jobs.
+    /// Storage errors: `Busy`, `StorageFull`, `ReadOnly`; `NestedWrite` from inside a
+    /// closure holding the queue's transaction (or an in-memory queue's `with_connection`).
     pub fn reap_expecting(&self, expected: u64) -> Result<ReapReport> {
         self.store.write(|tx| {
             let now = self.store.now();
@@ -628,6 +791,13 @@ impl Queue {
     /// acknowledged, longer than `retention.older_than` ago, in batches. Never deletes
     /// pending, running, waiting, unknown or unacknowledged exhausted rows. A pruned key may
     /// be enqueued again as a new job (with a new, never reused id).
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` (nothing deleted) when `retention.batch_size` is not in 1..=100,000.
+    /// Storage errors: `Busy`, `StorageFull`, `ReadOnly`; `NestedWrite` from inside a
+    /// closure holding the queue's transaction (or an in-memory queue's `with_connection`).
+    /// Batches committed before a storage error stay deleted.
     pub fn prune(&self, retention: &Retention) -> Result<PruneReport> {
         retention.check()?;
         let horizon = self.store.now().saturating_sub(duration_ms(retention.older_than));
@@ -644,7 +814,10 @@ impl Queue {
     ///
     /// # Errors
     ///
-    /// `InvalidInput` for a bad retention, `CountMismatch` (nothing deleted).
+    /// `InvalidInput` when `retention.batch_size` is not in 1..=100,000 (checked although
+    /// it is not used here), `CountMismatch` (nothing deleted). Storage errors: `Busy`,
+    /// `StorageFull`, `ReadOnly`; `NestedWrite` from inside a closure holding the queue's
+    /// transaction (or an in-memory queue's `with_connection`).
     pub fn prune_expecting(&self, retention: &Retention, expected: u64) -> Result<PruneReport> {
         retention.check()?;
         let horizon = self.store.now().saturating_sub(duration_ms(retention.older_than));
@@ -662,12 +835,27 @@ impl Queue {
     /// writers queue meanwhile). Readers whose transactions overlap without a break starve
     /// SQLite's automatic checkpoints and let the WAL grow without bound; the maintenance
     /// thread runs this every few seconds.
+    ///
+    /// # Errors
+    ///
+    /// Readers that outlast the patience are not an error: the report says the checkpoint
+    /// did not complete. `NestedWrite` from inside a closure holding the queue's
+    /// transaction (or an in-memory queue's `with_connection`); `ReadOnly` on a queue
+    /// opened read-only; any other SQLite error of the checkpoint (`Sqlite`, `Corrupt`).
     pub fn checkpoint(&self) -> Result<CheckpointReport> {
         self.checkpoint_with(DEFAULT_CHECKPOINT_PATIENCE)
     }
 
     /// [`Queue::checkpoint`] waiting at most `patience`: longer than the longest read
     /// transaction, or the checkpoint cannot finish while readers overlap back to back.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` when `patience` is longer than a minute. Readers that outlast
+    /// `patience` are not an error: the report says the checkpoint did not complete.
+    /// `NestedWrite` from inside a closure holding the queue's transaction (or an in-memory
+    /// queue's `with_connection`); `ReadOnly` on a queue opened read-only; any other SQLite
+    /// error of the checkpoint (`Sqlite`, `Corrupt`).
     pub fn checkpoint_with(&self, patience: Duration) -> Result<CheckpointReport> {
         if patience > Duration::from_secs(60) {
             return Err(Error::invalid("checkpoint patience", "longer than a minute"));
@@ -685,18 +873,41 @@ impl Queue {
     // ---------------------------------------------------------------- inspection
 
     /// Counts per queue and state.
+    ///
+    /// # Errors
+    ///
+    /// Only read errors: `Pool` (no pooled connection came free in time), `Busy`; on an
+    /// in-memory queue, `NestedWrite` from inside a closure holding its transaction or
+    /// connection.
     pub fn stats(&self) -> Result<Stats> {
         Ok(Stats { queues: self.store.read(|conn| job_stats(conn, self.store.now()))? })
     }
 
     /// Jobs in id order after `filter.after`, optionally of one queue and one state.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` when `filter.limit` is not in 1..=10,000 ([`MAX_BATCH`]) or
+    /// `filter.queue` is not a valid queue name (an unknown queue lists nothing). Read
+    /// errors: `Pool`
+    /// (no pooled connection came free in time), `Busy`; on an in-memory queue,
+    /// `NestedWrite` from inside a closure holding its transaction or connection.
     pub fn list(&self, filter: &ListFilter) -> Result<Vec<Job>> {
         check_limit(filter.limit)?;
+        if let Some(queue) = &filter.queue {
+            check_name("queue name", queue)?;
+        }
         let after = filter.after.map_or(0, |c| c.0);
         self.store.read(|conn| job_list(conn, filter.queue.as_deref(), filter.state, after, filter.limit))
     }
 
     /// What [`Queue::reap`] would change at the clock's now, without changing anything.
+    ///
+    /// # Errors
+    ///
+    /// Only read errors: `Pool` (no pooled connection came free in time), `Busy`; on an
+    /// in-memory queue, `NestedWrite` from inside a closure holding its transaction or
+    /// connection.
     pub fn reap_preview(&self) -> Result<ReapReport> {
         let (requeued, exhausted, waits_expired) =
             self.store.read(|conn| job_count_reapable(conn, self.store.now()))?;
@@ -704,7 +915,15 @@ impl Queue {
     }
 
     /// What [`Queue::prune`] would delete at the clock's now, without deleting anything.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for a retention `prune` would refuse (a batch size outside
+    /// 1..=100,000). Read errors:
+    /// `Pool` (no pooled connection came free in time), `Busy`; on an in-memory queue,
+    /// `NestedWrite` from inside a closure holding its transaction or connection.
     pub fn prune_preview(&self, retention: &Retention) -> Result<PruneReport> {
+        retention.check()?;
         let horizon = self.store.now().saturating_sub(duration_ms(retention.older_than));
         let (settled, acknowledged) = self.store.read(|conn| job_count_prunable(conn, horizon))?;
         Ok(PruneReport { settled, acknowledged, batches: 0 })
@@ -712,6 +931,12 @@ impl Queue {
 
     /// The schema version of the open database (equal to [`SCHEMA_VERSION`](crate::SCHEMA_VERSION)
     /// once open has upgraded it).
+    ///
+    /// # Errors
+    ///
+    /// Only read errors: `Pool` (no pooled connection came free in time), `Busy`; on an
+    /// in-memory queue, `NestedWrite` from inside a closure holding its transaction or
+    /// connection.
     pub fn schema_version(&self) -> Result<i64> {
         self.store.read(crate::store::migrate::user_version)
     }
@@ -719,6 +944,14 @@ impl Queue {
     /// Runs `f` on one of the queue's pooled connections: for the application's own reads
     /// and schema (domain tables beside the queue). Writes made here do not take the
     /// queue's in-process write lock; prefer [`Queue::with_ownership`] for domain writes.
+    ///
+    /// # Errors
+    ///
+    /// The closure's own error (its SQLite errors typed as for any statement); `Pool` when
+    /// no pooled connection came free in time. On an in-memory queue the closure holds the
+    /// queue's only connection: this call from inside a closure holding the queue's
+    /// transaction or connection is `NestedWrite`, and so is any queue call inside the
+    /// closure that needs a connection of its own.
     pub fn with_connection<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         self.store.read(f)
     }
@@ -727,7 +960,10 @@ impl Queue {
     ///
     /// # Errors
     ///
-    /// `InvalidInput` for a bad queue name or key.
+    /// `InvalidInput` when the queue name is empty, longer than 128 bytes or contains a NUL
+    /// byte, or the key is empty or longer than 512 bytes. Read errors: `Pool` (no pooled
+    /// connection came free in time), `Busy`; on an in-memory queue, `NestedWrite` from
+    /// inside a closure holding its transaction or connection.
     pub fn find_by_key(&self, queue: &str, key: &str) -> Result<Option<JobId>> {
         check_name("queue name", queue)?;
         check_key(key)?;
@@ -735,6 +971,12 @@ impl Queue {
     }
 
     /// One job's whole record, or `None` when no row has this id.
+    ///
+    /// # Errors
+    ///
+    /// No row with this id is `Ok(None)`, not `NotFound`. Read errors: `Pool` (no pooled
+    /// connection came free in time), `Busy`; on an in-memory queue, `NestedWrite` from
+    /// inside a closure holding its transaction or connection.
     pub fn job(&self, id: JobId) -> Result<Option<Job>> {
         self.store.read(|conn| job_get(conn, id))
     }
@@ -763,7 +1005,9 @@ pub(crate) enum Settled {
 impl Settle {
     fn check(&self) -> Result<()> {
         match self {
-            Settle::Park { timeout, .. } if timeout.is_zero() || *timeout > Duration::from_secs(365 * 24 * 3600) => {
+            Settle::Park { timeout, .. }
+                if *timeout < Duration::from_millis(1) || *timeout > Duration::from_secs(365 * 24 * 3600) =>
+            {
                 Err(Error::invalid("park timeout", "must be between 1 ms and a year"))
             }
             _ => Ok(()),
@@ -828,6 +1072,13 @@ impl Default for ListFilter {
 
 /// The schema version of the database file at `path` (0 for a new or empty file), read
 /// without changing anything: the file is opened read-only and not upgraded.
+///
+/// # Errors
+///
+/// A missing file is `Ok(0)`, not an error. `NotADatabase` (naming the file) for a file
+/// that is not an SQLite database; otherwise the SQLite error of the read-only open or read
+/// (a file that cannot be opened is `Sqlite`; a file another process holds locked is
+/// `Busy`).
 pub fn schema_version_of(path: impl AsRef<Path>) -> Result<i64> {
     let path = path.as_ref();
     if !path.exists() {
@@ -844,6 +1095,12 @@ pub fn schema_version_of(path: impl AsRef<Path>) -> Result<i64> {
 /// True when `token` owns its job at `at`, checked inside a transaction the caller opened
 /// (ideally `BEGIN IMMEDIATE`, so that no reclaim can commit between this check and the
 /// caller's commit).
+///
+/// # Errors
+///
+/// A token that does not own its job is `Ok(false)`, never `OwnershipLost`. Only the SQLite
+/// error of its query on `conn`, typed as for any statement (`Busy`, or `Sqlite` when
+/// `conn` has no fenceq schema).
 pub fn owns_in(conn: &Connection, token: &ClaimToken, at: i64) -> Result<bool> {
     job_owns(conn, token, at)
 }

@@ -76,7 +76,7 @@ fn acknowledge_all_counts_and_acknowledges_in_one_transaction() {
     assert!(q.exhaustions(None, 10).unwrap().items.is_empty());
     assert_eq!(q.acknowledge_all("q", None).unwrap(), Vec::new(), "a second pass finds nothing");
     // One job by id: what the statement changed, checked in its own transaction.
-    assert_eq!(q.acknowledge_job(ids[0], None).unwrap(), false, "already acknowledged");
+    assert!(!q.acknowledge_job(ids[0], None).unwrap(), "already acknowledged");
     assert!(matches!(q.acknowledge_job(ids[0], Some(1)), Err(Error::CountMismatch { found: 0, .. })));
 }
 
@@ -459,4 +459,21 @@ fn an_owned_write_holding_the_writer_past_a_third_of_its_lease_logs_a_warning() 
     assert_eq!(warnings.load(std::sync::atomic::Ordering::SeqCst), 0, "a short write is quiet");
     hold(Duration::from_millis(30), Duration::from_millis(15));
     assert_eq!(warnings.load(std::sync::atomic::Ordering::SeqCst), 1, "15 ms of a 30 ms lease is over a third");
+}
+
+#[test]
+fn limits_are_checked_where_the_docs_say() {
+    let q = temp_queue();
+    q.add("x");
+    let c = q.take("w");
+    let before = snapshot(&q.path());
+    // A park shorter than 1 ms would be expired the moment it began.
+    assert!(matches!(q.park(&c.token(), Duration::from_micros(500), "r"), Err(Error::InvalidInput { .. })));
+    assert!(matches!(q.park(&c.token(), Duration::from_secs(366 * 24 * 3600), "r"), Err(Error::InvalidInput { .. })));
+    assert_eq!(snapshot(&q.path()), before);
+    let bad_batch = Retention { batch_size: 0, ..Retention::default() };
+    assert!(matches!(q.prune_preview(&bad_batch), Err(Error::InvalidInput { .. })));
+    let filter = fenceq::ListFilter { queue: Some(String::new()), ..Default::default() };
+    assert!(matches!(q.list(&filter), Err(Error::InvalidInput { .. })));
+    assert!(matches!(q.find_by_key("q", ""), Err(Error::InvalidInput { .. })));
 }
