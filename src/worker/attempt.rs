@@ -68,6 +68,8 @@ pub struct Attempt {
     pub(crate) lease: Arc<Lease>,
     pub(crate) queue: Queue,
     pub(crate) clock: Arc<dyn Clock>,
+    /// Set once [`Attempt::complete_with`] committed: the pool has nothing left to settle.
+    pub(crate) completed: AtomicBool,
 }
 
 impl Attempt {
@@ -100,6 +102,57 @@ impl Attempt {
     /// return. Advisory only; see [`Attempt::with_ownership`].
     pub fn owner_lost(&self) -> bool {
         self.lease.lost.load(Ordering::SeqCst) || self.clock.now_ms() >= self.lease.until.load(Ordering::SeqCst)
+    }
+
+    /// Completes the job and runs `write` in the same transaction (see
+    /// [`Queue::complete_with`]): the handler's domain write and the completion commit
+    /// together or not at all, so a crash at any point can never leave the write committed
+    /// and the job reclaimable. Jobs added inside with [`Queue::enqueue_tx`] (a follow-up, a
+    /// reminder) commit with them.
+    ///
+    /// After it returned `Ok`, the attempt is settled: the pool counts it completed and
+    /// settles nothing more, whatever the handler returns (return `Outcome::Complete`).
+    /// On `Err` nothing was written; return the outcome the error calls for.
+    ///
+    /// ```
+    /// # use fenceq::{NewJob, Outcome, Queue, WorkerPool};
+    /// # use std::time::Duration;
+    /// # let queue = Queue::open_in_memory()?;
+    /// # queue.transaction(|tx| Ok(tx.execute_batch("CREATE TABLE replies (update_id INTEGER, text TEXT)")?))?;
+    /// let pool = WorkerPool::builder(queue.clone(), "telegram")
+    ///     .handler(|attempt| {
+    ///         let update = attempt.token().id.0;
+    ///         match attempt.complete_with(|tx| {
+    ///             tx.execute("INSERT INTO replies VALUES (?1, 'hello')", [update])?;
+    ///             Ok(())
+    ///         }) {
+    ///             Ok(()) => Outcome::Complete,
+    ///             Err(e) => Outcome::retry(e.to_string()),
+    ///         }
+    ///     })
+    ///     .start()?;
+    /// # queue.enqueue(NewJob::new("telegram", b"hi".to_vec()))?;
+    /// # for _ in 0..500 { if pool.counters().completed == 1 { break } std::thread::sleep(Duration::from_millis(10)); }
+    /// # assert_eq!(pool.shutdown(Duration::from_secs(5))?.counters.completed, 1);
+    /// # Ok::<(), fenceq::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Queue::complete_with`]; on `OwnershipLost`, `owner_lost()` turns true.
+    pub fn complete_with<T>(&self, write: impl FnOnce(&rusqlite::Connection) -> Result<T>) -> Result<T> {
+        match self.queue.complete_with(&self.claimed.token, write) {
+            Ok(value) => {
+                self.completed.store(true, Ordering::SeqCst);
+                Ok(value)
+            }
+            Err(e) => {
+                if matches!(e, crate::Error::OwnershipLost { .. }) {
+                    self.lease.lost.store(true, Ordering::SeqCst);
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Runs a domain write that commits only while this attempt still owns the job (see

@@ -319,7 +319,7 @@ impl WorkerPool {
         let (stop_dispatch, stop_dispatch_rx) = bounded::<()>(0);
         let (stop_heartbeat, stop_heartbeat_rx) = bounded::<()>(0);
         let (exited_tx, exited) = unbounded::<()>();
-        let (finished_tx, finished_rx) = unbounded::<(ClaimToken, Outcome)>();
+        let (finished_tx, finished_rx) = unbounded::<(ClaimToken, Finished)>();
         let wake = builder.queue.subscribe(&builder.queue_name);
         let mut threads = Vec::with_capacity(workers + 2);
 
@@ -449,7 +449,7 @@ struct DispatchChannels {
     /// Claimed jobs to the workers (dropped when the pool stops).
     jobs: Sender<Claimed>,
     /// Finished attempts from the workers (disconnected once every worker has ended).
-    finished: Receiver<(ClaimToken, Outcome)>,
+    finished: Receiver<(ClaimToken, Finished)>,
     /// An enqueue to this queue through the same `Queue`.
     wake: Receiver<()>,
     /// Closed when the pool stops.
@@ -464,7 +464,7 @@ fn dispatch(shared: &Shared, worker: &str, slots: usize, poll: Duration, channel
     let DispatchChannels { jobs, finished, wake, stop } = channels;
     let mut jobs = Some(jobs);
     let mut busy = 0usize;
-    let mut done: Vec<(ClaimToken, Outcome)> = Vec::new();
+    let mut done: Vec<(ClaimToken, Finished)> = Vec::new();
     let mut workers_gone = false;
     loop {
         while done.len() < SETTLE_BATCH {
@@ -514,15 +514,45 @@ fn dispatch(shared: &Shared, worker: &str, slots: usize, poll: Duration, channel
     }
 }
 
+/// How an attempt finished, as the dispatcher sees it.
+#[derive(Debug)]
+enum Finished {
+    /// Settle it with this outcome.
+    Settle(Outcome),
+    /// The handler completed it itself (`Attempt::complete_with`): nothing left to settle.
+    CompletedByHandler,
+}
+
 /// Works one attempt: runs the handler, catching a panic as a retry.
-fn work(shared: &Shared, claimed: Claimed) -> Outcome {
+fn work(shared: &Shared, claimed: Claimed) -> Finished {
     let id = claimed.token.id;
     let Some(lease) = shared.in_flight.lock().get(&claimed.token).cloned() else {
-        return Outcome::retry("internal: attempt not registered");
+        return Finished::Settle(Outcome::retry("internal: attempt not registered"));
     };
     let token = claimed.token;
-    let mut attempt = Attempt { claimed, lease, queue: shared.queue.clone(), clock: shared.clock.clone() };
-    match catch_unwind(AssertUnwindSafe(|| (shared.handler)(&mut attempt))) {
+    let mut attempt = Attempt {
+        claimed,
+        lease,
+        queue: shared.queue.clone(),
+        clock: shared.clock.clone(),
+        completed: AtomicBool::new(false),
+    };
+    let outcome = run_handler(shared, &mut attempt);
+    if attempt.completed.load(Ordering::SeqCst) {
+        if outcome != Outcome::Complete {
+            tracing::warn!(job = %id, attempt = token.attempt, ?outcome,
+                "the handler completed the job with complete_with and then returned another outcome; \
+                 the job stays completed");
+        }
+        return Finished::CompletedByHandler;
+    }
+    Finished::Settle(outcome)
+}
+
+/// Runs the handler, catching a panic as a retry.
+fn run_handler(shared: &Shared, attempt: &mut Attempt) -> Outcome {
+    let (id, token) = (attempt.claimed.token.id, attempt.claimed.token);
+    match catch_unwind(AssertUnwindSafe(|| (shared.handler)(attempt))) {
         Ok(outcome) => outcome,
         Err(panic) => {
             bump(&shared.counters.panicked);
@@ -543,14 +573,28 @@ const SETTLE_BATCH: usize = 512;
 /// Settles `batch` and claims up to `free` jobs in one request; registers the claims as in
 /// flight and returns them. When the combined request fails, the settles are tried again
 /// alone, so a failing claim never costs the finished attempts their outcomes.
-fn settle_and_claim(shared: &Shared, worker: &str, batch: Vec<(ClaimToken, Outcome)>, free: usize) -> Vec<Claimed> {
-    if batch.is_empty() && free == 0 {
+fn settle_and_claim(shared: &Shared, worker: &str, finished: Vec<(ClaimToken, Finished)>, free: usize) -> Vec<Claimed> {
+    if finished.is_empty() && free == 0 {
         return Vec::new();
     }
     // A finished attempt needs no more renewals; forgotten before its settle commits, so
     // that a heartbeat round racing the settle knows a failed renewal of it is no loss.
-    forget(shared, &batch);
+    forget(shared, &finished);
     let c = &shared.counters;
+    let batch: Vec<(ClaimToken, Outcome)> = finished
+        .into_iter()
+        .filter_map(|(token, finished)| match finished {
+            Finished::Settle(outcome) => Some((token, outcome)),
+            // Its completion committed with the handler's write.
+            Finished::CompletedByHandler => {
+                bump(&c.completed);
+                None
+            }
+        })
+        .collect();
+    if batch.is_empty() && free == 0 {
+        return Vec::new();
+    }
     let (results, claimed) = match shared.queue.settle_and_claim(
         settles(shared, &batch),
         &shared.queue_name,
@@ -622,7 +666,7 @@ fn settles(shared: &Shared, batch: &[(ClaimToken, Outcome)]) -> Vec<(ClaimToken,
 }
 
 /// Drops settled (or given up) attempts from the in-flight set the heartbeat renews.
-fn forget(shared: &Shared, batch: &[(ClaimToken, Outcome)]) {
+fn forget(shared: &Shared, batch: &[(ClaimToken, Finished)]) {
     let mut in_flight = shared.in_flight.lock();
     for (token, _) in batch {
         in_flight.remove(token);
