@@ -186,10 +186,10 @@ pub enum Error {
     },
     /// The connection pool could not hand out a connection in time.
     #[error("connection pool")]
-    Pool(#[from] r2d2::Error),
+    Pool(#[source] r2d2::Error),
     /// An I/O error outside SQLite (creating the database directory, a worker thread).
     #[error("i/o error")]
-    Io(#[from] std::io::Error),
+    Io(#[source] std::io::Error),
 }
 
 impl Error {
@@ -251,7 +251,23 @@ impl Error {
     }
 }
 
-/// Errors raised by SQL a caller runs in a closure's transaction.
+/// From `r2d2::Error`: the connection pool could not hand out a connection (`Error::Pool`).
+impl From<r2d2::Error> for Error {
+    fn from(e: r2d2::Error) -> Self {
+        Error::Pool(e)
+    }
+}
+
+/// From `std::io::Error`: I/O outside SQLite (`Error::Io`).
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::Io(e)
+    }
+}
+
+/// From `rusqlite::Error`: errors raised by SQL a caller runs in a closure's transaction,
+/// classified like the engine's own (`Busy`, `StorageFull`, ... or `Sqlite`), so that `?`
+/// works inside `with_ownership`, `complete_with` and `transaction` closures.
 impl From<rusqlite::Error> for Error {
     fn from(e: rusqlite::Error) -> Self {
         Error::sqlite("caller transaction", e)

@@ -241,16 +241,66 @@ pub enum Retried {
     Exhausted,
 }
 
-/// A reconciler's or operator's decision about an `unknown` job.
+/// A reconciler's or operator's decision about an `unknown` job. Spelled like the handler's
+/// [`Outcome`](crate::Outcome)s (and the CLI's `resolve --as complete|retry|exhaust`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Resolution {
     /// The side effect happened: the job is completed.
-    Completed,
+    Complete,
     /// The side effect did not happen: run it again (pending, due now). Grants one more
     /// attempt when none are left.
     Retry,
     /// Give up: the job becomes an unacknowledged exhaustion.
     Exhaust,
+}
+
+#[allow(non_upper_case_globals)]
+impl Resolution {
+    /// The old spelling of [`Resolution::Complete`].
+    #[deprecated(since = "0.1.0", note = "spelled like the other resolutions now: use `Resolution::Complete`")]
+    pub const Completed: Resolution = Resolution::Complete;
+
+    /// The decision's name on the job's row (`Job::decision`): `resolve complete`, ...
+    pub(crate) fn decision(self) -> &'static str {
+        match self {
+            Resolution::Complete => "resolve complete",
+            Resolution::Retry => "resolve retry",
+            Resolution::Exhaust => "resolve exhaust",
+        }
+    }
+}
+
+/// The last operator or reconciler change of a job (resolve, replay, cancel, acknowledge),
+/// as recorded on its row: what was done, when, by whom, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// What was done: `acknowledge`, `replay`, `cancel`, `resolve complete`,
+    /// `resolve retry` or `resolve exhaust`.
+    pub action: String,
+    /// When, ms since the epoch (the queue's clock).
+    pub at: i64,
+    /// Who: the name given to [`Queue::operator`](crate::Queue::operator) (the CLI's `--by`,
+    /// defaulting to the OS user), `None` for the plain `Queue` methods.
+    pub by: Option<String>,
+    /// Why, when a note was given.
+    pub note: Option<String>,
+}
+
+/// An unknown outcome awaiting resolution: the side effect may or may not have happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownOutcome {
+    /// The identity to resolve with.
+    pub token: ClaimToken,
+    /// The queue.
+    pub queue: String,
+    /// The idempotency key.
+    pub key: Option<String>,
+    /// The payload.
+    pub payload: Vec<u8>,
+    /// What the handler knew when it could not tell (`Outcome::Unknown`'s text).
+    pub evidence: Option<String>,
+    /// When the outcome was recorded (ms since the epoch).
+    pub at: i64,
 }
 
 /// Delay before a retried job runs again: an exponential policy or a fixed delay.
@@ -356,6 +406,8 @@ pub struct Job {
     pub exhausted_at: Option<i64>,
     /// When its exhaustion was acknowledged.
     pub acknowledged_at: Option<i64>,
+    /// The last operator or reconciler change of the job, if any.
+    pub decision: Option<Decision>,
 }
 
 impl Job {
@@ -378,8 +430,8 @@ pub struct Page<T> {
     pub next: Option<Cursor>,
 }
 
-/// An unacknowledged exhaustion (or an unknown outcome): the durable terminal record and the
-/// exact token that acknowledges (or resolves) it.
+/// An unacknowledged exhaustion: the durable terminal record and the exact token that
+/// acknowledges it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Exhaustion {
     /// The identity to acknowledge with.
@@ -390,7 +442,7 @@ pub struct Exhaustion {
     pub key: Option<String>,
     /// The payload.
     pub payload: Vec<u8>,
-    /// Why it was exhausted (or the unknown outcome's evidence).
+    /// Why it was exhausted.
     pub reason: Option<String>,
     /// When (ms since the epoch).
     pub at: i64,

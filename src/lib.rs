@@ -15,6 +15,7 @@ mod maintenance;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod model;
+mod operator;
 mod queue;
 mod report;
 mod store;
@@ -27,13 +28,14 @@ pub use config::{
 };
 pub use error::{Error, LostReason, Result};
 pub use job::{
-    Backoff, ClaimId, ClaimToken, Claimed, Cursor, Enqueued, Exhaustion, Job, JobId, JobState, NewJob, Page,
-    Resolution, Retried, RetryPolicy,
+    Backoff, ClaimId, ClaimToken, Claimed, Cursor, Decision, Enqueued, Exhaustion, Job, JobId, JobState, NewJob, Page,
+    Resolution, Retried, RetryPolicy, UnknownOutcome,
 };
 pub use maintenance::{
     Maintenance, MaintenanceConfig, MaintenanceReport, DEFAULT_CHECKPOINT_EVERY, DEFAULT_PRUNE_EVERY,
     DEFAULT_REAP_EVERY,
 };
+pub use operator::Operator;
 pub use queue::{owns_in, schema_version_of, ListFilter, Queue, DEFAULT_CHECKPOINT_PATIENCE, MAX_BATCH, MAX_ERROR_LEN};
 pub use report::{CheckpointReport, CommitStats, PruneReport, QueueStats, ReapReport, Stats};
 /// The rusqlite version fenceq is built with, for closures that receive its `Transaction`.

@@ -527,7 +527,7 @@ impl ParkSel {
 /// A resolution of an unknown outcome.
 #[derive(Arbitrary, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ResolutionSel {
-    /// `Resolution::Completed`
+    /// `Resolution::Complete`
     Completed,
     /// `Resolution::Retry`
     Retry,
@@ -971,6 +971,12 @@ impl Model {
         }
     }
 
+    /// Records an unnamed operator's change on the row, as the engine does.
+    fn decide(&mut self, id: JobId, action: &str, now: i64) {
+        let decision = crate::Decision { action: action.to_string(), at: now, by: None, note: None };
+        self.job_mut(id).decision = Some(decision);
+    }
+
     fn job_mut(&mut self, id: JobId) -> &mut ModelJob {
         self.jobs.get_mut(&id).expect("the model checked the job exists")
     }
@@ -1024,6 +1030,7 @@ impl Model {
                 settled_at: None,
                 exhausted_at: None,
                 acknowledged_at: None,
+                decision: None,
             },
         );
         Ok(())
@@ -1746,6 +1753,7 @@ impl Runner<'_> {
                 if got == Got::Ok {
                     self.model.settle(id, JobState::Cancelled, now);
                     self.model.job_mut(id).wait_until = None;
+                    self.model.decide(id, "cancel", now);
                 }
                 Ok(())
             }
@@ -1754,9 +1762,10 @@ impl Runner<'_> {
                 let got = got_of(&self.q().acknowledge(&t));
                 self.count("acknowledge", got == Got::Ok);
                 self.expect("acknowledge", &self.model.identified(&t, JobState::Exhausted), &got)?;
-                if got == Got::Ok {
-                    let j = self.model.job_mut(t.id);
-                    j.acknowledged_at = Some(j.acknowledged_at.unwrap_or(now));
+                if got == Got::Ok && self.model.jobs[&t.id].acknowledged_at.is_none() {
+                    // A repeat changes nothing, not even the recorded decision.
+                    self.model.job_mut(t.id).acknowledged_at = Some(now);
+                    self.model.decide(t.id, "acknowledge", now);
                 }
                 Ok(())
             }
@@ -1773,13 +1782,14 @@ impl Runner<'_> {
                     j.settled_at = None;
                     j.exhausted_at = None;
                     j.acknowledged_at = None;
+                    self.model.decide(id, "replay", now);
                 }
                 Ok(())
             }
             QueueOp::Resolve { token, resolution } => {
                 let t = self.token(token);
                 let r = match resolution {
-                    ResolutionSel::Completed => Resolution::Completed,
+                    ResolutionSel::Completed => Resolution::Complete,
                     ResolutionSel::Retry => Resolution::Retry,
                     ResolutionSel::Exhaust => Resolution::Exhaust,
                 };
@@ -1788,7 +1798,7 @@ impl Runner<'_> {
                 self.expect("resolve", &self.model.identified(&t, JobState::Unknown), &got)?;
                 if got == Got::Ok {
                     match r {
-                        Resolution::Completed => {
+                        Resolution::Complete => {
                             let j = self.model.job_mut(t.id);
                             j.state = JobState::Completed;
                             j.settled_at = Some(now);
@@ -1802,6 +1812,12 @@ impl Runner<'_> {
                         }
                         Resolution::Exhaust => self.model.exhaust(t.id, None, now),
                     }
+                    let action = match r {
+                        Resolution::Complete => "resolve complete",
+                        Resolution::Retry => "resolve retry",
+                        Resolution::Exhaust => "resolve exhaust",
+                    };
+                    self.model.decide(t.id, action, now);
                 }
                 Ok(())
             }
@@ -1835,7 +1851,20 @@ impl Runner<'_> {
                 if limit == PageLimit::Zero {
                     return self.expect("unknowns with limit 0", &Got::InvalidInput, &got_of(&got));
                 }
-                let expected = self.model.page(JobState::Unknown, cursor.map_or(0, |c| c.0), limit.value());
+                let page = self.model.page(JobState::Unknown, cursor.map_or(0, |c| c.0), limit.value());
+                let items = page
+                    .items
+                    .into_iter()
+                    .map(|e| crate::UnknownOutcome {
+                        token: e.token,
+                        queue: e.queue,
+                        key: e.key,
+                        payload: e.payload,
+                        evidence: e.reason,
+                        at: e.at,
+                    })
+                    .collect();
+                let expected = Page { items, next: page.next };
                 match got {
                     Ok(page) if page == expected => Ok(()),
                     other => {
@@ -2013,7 +2042,7 @@ impl Runner<'_> {
         let report = got.map_err(|e| format!("prune: the model expected Ok, the engine returned {e:?}"))?;
         let (settled, acknowledged) = self.model.prunable(&retention, now);
         let batch = u64::from(retention.batch_size);
-        let batches = settled.len() as u64 / batch + 1 + acknowledged.len() as u64 / batch + 1;
+        let batches = (settled.len() as u64).div_ceil(batch) + (acknowledged.len() as u64).div_ceil(batch);
         let expected =
             crate::PruneReport { settled: settled.len() as u64, acknowledged: acknowledged.len() as u64, batches };
         if report != expected {
@@ -2502,7 +2531,7 @@ fn hostile_calls(data: &[u8]) {
             HostileCall::Resume(t) => q.resume(&token(t)),
             HostileCall::Acknowledge(t) => q.acknowledge(&token(t)),
             HostileCall::Resolve { token: t, how } => {
-                let r = [Resolution::Completed, Resolution::Retry, Resolution::Exhaust][how as usize % 3];
+                let r = [Resolution::Complete, Resolution::Retry, Resolution::Exhaust][how as usize % 3];
                 q.resolve(&token(t), r)
             }
             HostileCall::Cancel(id) => q.cancel(JobId(id)).map(drop),
@@ -2744,7 +2773,7 @@ fn probe(q: &Queue, clock: &ManualClock) {
     }
     if let Ok(page) = q.unknowns(None, 100) {
         for (i, e) in page.items.iter().enumerate() {
-            let r = [Resolution::Completed, Resolution::Retry, Resolution::Exhaust][i % 3];
+            let r = [Resolution::Complete, Resolution::Retry, Resolution::Exhaust][i % 3];
             let _ = q.resolve(&e.token, r);
         }
     }

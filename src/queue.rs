@@ -4,8 +4,10 @@ use crate::clock::duration_ms;
 use crate::config::{self, QueueBuilder, Retention, MAX_KEY_LEN, MAX_LEASE, MAX_NAME_LEN};
 use crate::error::{Error, Result};
 use crate::job::{
-    Backoff, ClaimToken, Claimed, Cursor, Enqueued, Exhaustion, Job, JobId, JobState, NewJob, Page, Resolution, Retried,
+    Backoff, ClaimToken, Claimed, Cursor, Enqueued, Exhaustion, Job, JobId, JobState, NewJob, Page, Resolution,
+    Retried, UnknownOutcome,
 };
+use crate::operator::Operator;
 use crate::report::{CheckpointReport, CommitStats, PruneReport, ReapReport, Stats};
 use crate::store::jobs::{self, *};
 use crate::store::Store;
@@ -39,7 +41,7 @@ const REAP_BATCH: u32 = 1_000;
 /// ```
 #[derive(Clone, Debug)]
 pub struct Queue {
-    store: Arc<Store>,
+    pub(crate) store: Arc<Store>,
     wakers: Arc<Mutex<Vec<Waker>>>,
 }
 
@@ -202,7 +204,7 @@ impl Queue {
     }
 
     /// [`Store::write`], then wakes the pools of the queues `enqueue_tx` added to in it.
-    fn write_waking<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+    pub(crate) fn write_waking<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         let result = self.store.write(f);
         let queues = crate::store::take_enqueued_in_write();
         if result.is_ok() {
@@ -565,7 +567,8 @@ impl Queue {
     /// Storage errors: `Busy`, `StorageFull`, `ReadOnly`; `NestedWrite` from inside a
     /// closure holding the queue's transaction (or an in-memory queue's `with_connection`).
     pub fn resume(&self, token: &ClaimToken) -> Result<()> {
-        self.write_identified(JOB_RESUME, "resume", token, JobState::Waiting)
+        let now = || self.store.now();
+        self.store.write(|tx| job_write_identified(tx, JOB_RESUME, "resume", token, JobState::Waiting, now(), None))
     }
 
     /// Cancels a pending, waiting or running job; a running owner finds out at its next
@@ -578,18 +581,36 @@ impl Queue {
     /// waiting or running. Storage errors: `Busy`, `StorageFull`, `ReadOnly`; `NestedWrite`
     /// from inside a closure holding the queue's transaction (or an in-memory queue's
     /// `with_connection`).
+    ///
+    /// The change is recorded on the row (`Job::decision`); [`Queue::operator`] records who
+    /// made it and why.
     pub fn cancel(&self, id: JobId) -> Result<JobState> {
-        self.store.write(|tx| job_cancel(tx, id, self.store.now()))
+        self.unnamed().cancel(id)
     }
 
-    fn write_identified(
-        &self,
-        statement: &'static str,
-        name: &'static str,
-        token: &ClaimToken,
-        state: JobState,
-    ) -> Result<()> {
-        self.store.write(|tx| job_write_identified(tx, statement, name, token, state, self.store.now()))
+    /// Changes made through the returned handle (resolve, replay, cancel, acknowledge) record
+    /// on the job's row who made them (`by`) and, with [`Operator::note`], why: see
+    /// [`Job::decision`](crate::Job::decision). The plain `Queue` methods record the change
+    /// without a name.
+    ///
+    /// ```
+    /// # use fenceq::{NewJob, Queue, Resolution};
+    /// # use std::time::Duration;
+    /// # let queue = Queue::open_in_memory()?;
+    /// # queue.enqueue(NewJob::new("q", b"x".to_vec()))?;
+    /// # let job = queue.claim("q", "w", Duration::from_secs(30))?.unwrap();
+    /// # queue.mark_unknown(&job.token(), "timeout after send")?;
+    /// queue.operator("reconciler").note("delivered: found in the chat log").resolve(&job.token(), Resolution::Complete)?;
+    /// let decision = queue.job(job.id())?.unwrap().decision.unwrap();
+    /// assert_eq!((decision.action.as_str(), decision.by.as_deref()), ("resolve complete", Some("reconciler")));
+    /// # Ok::<(), fenceq::Error>(())
+    /// ```
+    pub fn operator(&self, by: impl Into<String>) -> Operator<'_> {
+        Operator::new(self, Some(by.into()))
+    }
+
+    fn unnamed(&self) -> Operator<'_> {
+        Operator::new(self, None)
     }
 
     // ---------------------------------------------------------------- exhaustions and unknowns
@@ -628,8 +649,21 @@ impl Queue {
     /// `InvalidInput` when `limit` is not in 1..=10,000 ([`MAX_BATCH`]). Read errors:
     /// `Pool` (no pooled connection came free in time), `Busy`; on an in-memory queue,
     /// `NestedWrite` from inside a closure holding its transaction or connection.
-    pub fn unknowns(&self, cursor: Option<Cursor>, limit: u32) -> Result<Page<Exhaustion>> {
-        self.page(JOB_UNKNOWNS_PAGE, "JOB_UNKNOWNS_PAGE", cursor, limit)
+    pub fn unknowns(&self, cursor: Option<Cursor>, limit: u32) -> Result<Page<UnknownOutcome>> {
+        let page = self.page(JOB_UNKNOWNS_PAGE, "JOB_UNKNOWNS_PAGE", cursor, limit)?;
+        let items = page
+            .items
+            .into_iter()
+            .map(|e| UnknownOutcome {
+                token: e.token,
+                queue: e.queue,
+                key: e.key,
+                payload: e.payload,
+                evidence: e.reason,
+                at: e.at,
+            })
+            .collect();
+        Ok(Page { items, next: page.next })
     }
 
     fn page(
@@ -656,7 +690,7 @@ impl Queue {
     /// `StorageFull`, `ReadOnly`; `NestedWrite` from inside a closure holding the queue's
     /// transaction (or an in-memory queue's `with_connection`).
     pub fn acknowledge(&self, token: &ClaimToken) -> Result<()> {
-        self.write_identified(JOB_ACKNOWLEDGE, "acknowledge", token, JobState::Exhausted)
+        self.unnamed().acknowledge(token)
     }
 
     /// Dead-letter redrive: an exhausted job goes back to pending, due now, with a fresh
@@ -669,7 +703,7 @@ impl Queue {
     /// `NestedWrite` from inside a closure holding the queue's transaction (or an in-memory
     /// queue's `with_connection`).
     pub fn replay(&self, id: JobId) -> Result<()> {
-        self.store.write(|tx| job_replay(tx, id, self.store.now()))
+        self.unnamed().replay(id)
     }
 
     /// Settles an unknown outcome with its exact token.
@@ -681,12 +715,41 @@ impl Queue {
     /// `ReadOnly`; `NestedWrite` from inside a closure holding the queue's transaction (or
     /// an in-memory queue's `with_connection`).
     pub fn resolve(&self, token: &ClaimToken, resolution: Resolution) -> Result<()> {
-        let (statement, name) = match resolution {
-            Resolution::Completed => (JOB_RESOLVE_COMPLETED, "resolve completed"),
-            Resolution::Retry => (JOB_RESOLVE_RETRY, "resolve retry"),
-            Resolution::Exhaust => (JOB_RESOLVE_EXHAUST, "resolve exhaust"),
-        };
-        self.write_identified(statement, name, token, JobState::Unknown)
+        self.unnamed().resolve(token, resolution)
+    }
+
+    /// Settles an unknown outcome with its exact token and runs `write` in the same
+    /// transaction: a reconciler's decision and its own record (a row in its audit table,
+    /// a follow-up job through [`Queue::enqueue_tx`]) commit together or not at all.
+    ///
+    /// ```
+    /// # use fenceq::{NewJob, Queue, Resolution};
+    /// # use std::time::Duration;
+    /// # let queue = Queue::open_in_memory()?;
+    /// # queue.enqueue(NewJob::new("q", b"x".to_vec()))?;
+    /// # let job = queue.claim("q", "w", Duration::from_secs(30))?.unwrap();
+    /// # queue.mark_unknown(&job.token(), "timeout after send")?;
+    /// queue.resolve_with(&job.token(), Resolution::Complete, |tx| {
+    ///     tx.execute_batch("CREATE TABLE IF NOT EXISTS reconciled (job INTEGER, how TEXT)")?;
+    ///     tx.execute("INSERT INTO reconciled VALUES (?1, 'seen in the chat log')", [job.id().0])?;
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), fenceq::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Queue::resolve`] (and `write` does not run); the closure's own error
+    /// (nothing is resolved); `NestedWrite` for a queue write from inside the closure;
+    /// `TransactionLost` when SQLite rolled the transaction back while the closure carried
+    /// on.
+    pub fn resolve_with<T>(
+        &self,
+        token: &ClaimToken,
+        resolution: Resolution,
+        write: impl FnOnce(&Connection) -> Result<T>,
+    ) -> Result<T> {
+        self.unnamed().resolve_with(token, resolution, write)
     }
 
     /// An operator's acknowledgement of one exhaustion by job id (applications acknowledge
@@ -701,11 +764,7 @@ impl Queue {
     /// errors: `Busy`, `StorageFull`, `ReadOnly`; `NestedWrite` from inside a closure
     /// holding the queue's transaction (or an in-memory queue's `with_connection`).
     pub fn acknowledge_job(&self, id: JobId, expected: Option<u64>) -> Result<bool> {
-        self.store.write(|tx| {
-            let changed = job_acknowledge_id(tx, id, self.store.now())?;
-            check_expected("acknowledge", expected, u64::from(changed))?;
-            Ok(changed)
-        })
+        self.unnamed().acknowledge_job(id, expected)
     }
 
     /// An operator's acknowledgement of every unacknowledged exhaustion of `queue`, in one
@@ -719,12 +778,7 @@ impl Queue {
     /// `ReadOnly`; `NestedWrite` from inside a closure holding the queue's transaction (or
     /// an in-memory queue's `with_connection`).
     pub fn acknowledge_all(&self, queue: &str, expected: Option<u64>) -> Result<Vec<JobId>> {
-        check_name("queue name", queue)?;
-        self.store.write(|tx| {
-            let ids = job_acknowledge_queue(tx, queue, self.store.now())?;
-            check_expected("acknowledge", expected, ids.len() as u64)?;
-            Ok(ids)
-        })
+        self.unnamed().acknowledge_all(queue, expected)
     }
 
     // ---------------------------------------------------------------- maintenance
@@ -802,11 +856,13 @@ impl Queue {
         retention.check()?;
         let horizon = self.store.now().saturating_sub(duration_ms(retention.older_than));
         let size = retention.batch_size;
-        let (settled, settled_batches) =
+        let (settled, _) =
             self.in_batches(size, |tx| job_prune(tx, JOB_PRUNE_SETTLED, "JOB_PRUNE_SETTLED", horizon, size))?;
-        let (acknowledged, acknowledged_batches) =
+        let (acknowledged, _) =
             self.in_batches(size, |tx| job_prune(tx, JOB_PRUNE_ACKNOWLEDGED, "JOB_PRUNE_ACKNOWLEDGED", horizon, size))?;
-        Ok(PruneReport { settled, acknowledged, batches: settled_batches + acknowledged_batches })
+        // Transactions that deleted something (the last, empty look of each pass is not one).
+        let batches = settled.div_ceil(u64::from(size)) + acknowledged.div_ceil(u64::from(size));
+        Ok(PruneReport { settled, acknowledged, batches })
     }
 
     /// [`Queue::prune`] as one transaction that must delete exactly `expected` rows, or
@@ -824,7 +880,7 @@ impl Queue {
         self.store.write(|tx| {
             let settled = job_prune(tx, JOB_PRUNE_SETTLED, "JOB_PRUNE_SETTLED", horizon, u32::MAX)?;
             let acknowledged = job_prune(tx, JOB_PRUNE_ACKNOWLEDGED, "JOB_PRUNE_ACKNOWLEDGED", horizon, u32::MAX)?;
-            let report = PruneReport { settled, acknowledged, batches: 1 };
+            let report = PruneReport { settled, acknowledged, batches: u64::from(settled + acknowledged > 0) };
             check_expected("prune", Some(expected), report.deleted())?;
             Ok(report)
         })
@@ -1105,7 +1161,7 @@ pub fn owns_in(conn: &Connection, token: &ClaimToken, at: i64) -> Result<bool> {
     job_owns(conn, token, at)
 }
 
-fn check_name(what: &'static str, name: &str) -> Result<()> {
+pub(crate) fn check_name(what: &'static str, name: &str) -> Result<()> {
     if name.is_empty() || name.len() > MAX_NAME_LEN {
         return Err(Error::invalid(what, format!("{} bytes is not in 1..={MAX_NAME_LEN}", name.len())));
     }
@@ -1147,7 +1203,7 @@ pub(crate) fn check_claim(queue: &str, worker: &str, lease: Duration, limit: u32
 }
 
 /// `CountMismatch` unless `found` is what the caller expected (when it expected anything).
-fn check_expected(operation: &'static str, expected: Option<u64>, found: u64) -> Result<()> {
+pub(crate) fn check_expected(operation: &'static str, expected: Option<u64>, found: u64) -> Result<()> {
     match expected {
         Some(expected) if expected != found => Err(Error::CountMismatch { operation, expected, found }),
         _ => Ok(()),

@@ -25,7 +25,8 @@ pub struct PruneReport {
     pub settled: u64,
     /// Acknowledged exhaustions deleted.
     pub acknowledged: u64,
-    /// Delete transactions used.
+    /// Delete transactions that deleted rows (0 when nothing was pruned; a pass also looks
+    /// once more and finds nothing, which is not counted).
     pub batches: u64,
 }
 

@@ -271,7 +271,7 @@ fn unknown_lists_unknown_outcomes() {
     let f = fixture(&queue);
     let lines = run(&db, &["unknown", "--json"]).json_lines();
     assert_eq!(lines.iter().map(id).collect::<Vec<_>>(), vec![f.unknown.0]);
-    assert_eq!(lines[0]["reason"], "evidence");
+    assert_eq!(lines[0]["evidence"], "evidence");
     assert!(run(&db, &["unknown"]).ok().contains("evidence"));
     assert!(run(&db, &["unknown", "--queue", "other", "--json"]).ok().is_empty());
 }
@@ -472,16 +472,24 @@ fn resolve_settles_an_unknown_outcome() {
     run(&db, &["resolve", &id, "--as", "retry", "--expect", "2"]).error();
     assert_eq!(state(&queue, f.unknown), JobState::Unknown);
 
-    let text = run(&db, &["resolve", &id, "--as", "completed"]).ok().to_string();
-    assert!(text.starts_with(&format!("resolved job {id} (queue q) as completed")), "{text}");
+    let text = run(&db, &["resolve", &id, "--as", "complete"]).ok().to_string();
+    assert_eq!(
+        text.trim(),
+        format!("resolved job {id} (queue q) as complete: the job is completed (the side effect happened)")
+    );
     assert_eq!(state(&queue, f.unknown), JobState::Completed);
     let err = run(&db, &["resolve", &id, "--as", "retry"]).error().to_string();
     assert!(err.contains("is completed; resolve needs a job in state unknown"), "{err}");
 
     let u = claimed(&queue, "u", "again");
     queue.mark_unknown(&u.token(), "timeout").unwrap();
+    // The old spellings still parse.
     assert_eq!(run(&db, &["resolve", &u.id().to_string(), "--as", "exhausted", "--json"]).json()["changed"], 1);
     assert_eq!(state(&queue, u.id()), JobState::Exhausted);
+    let v = claimed(&queue, "v", "once more");
+    queue.mark_unknown(&v.token(), "timeout").unwrap();
+    run(&db, &["resolve", &v.id().to_string(), "--as", "completed"]).ok();
+    assert_eq!(state(&queue, v.id()), JobState::Completed);
 
     run(&db, &["resolve", &id]).usage();
     run(&db, &["resolve", &id, "--as", "maybe"]).usage();
@@ -833,4 +841,50 @@ fn a_real_ack_all_reports_what_its_transaction_acknowledged() {
     assert_eq!(out["ids"], serde_json::json!(ids));
     assert_eq!((out["would_change"].clone(), out["changed"].clone()), (3.into(), 3.into()));
     assert!(queue.exhaustions(None, 10).unwrap().items.is_empty());
+}
+
+#[test]
+fn every_operator_change_records_what_when_by_whom_and_why_on_the_row() {
+    let (_dir, db, queue) = new_db();
+    let f = fixture(&queue);
+    let decision = |id: JobId| queue.job(id).unwrap().unwrap().decision.expect("a decision on the row");
+    run(
+        &db,
+        &["resolve", &f.unknown.to_string(), "--as", "complete", "--by", "alice", "--note", "seen in the chat log"],
+    )
+    .ok();
+    let d = decision(f.unknown);
+    assert_eq!(
+        (d.action.as_str(), d.by.as_deref(), d.note.as_deref()),
+        ("resolve complete", Some("alice"), Some("seen in the chat log"))
+    );
+    run(&db, &["replay", &f.exhausted.to_string(), "--by", "bob"]).ok();
+    let d = decision(f.exhausted);
+    assert_eq!((d.action.as_str(), d.by.as_deref(), d.note.as_deref()), ("replay", Some("bob"), None));
+    run(&db, &["cancel", &f.pending.to_string(), "--by", "carol", "--note", "duplicate order"]).ok();
+    assert_eq!(decision(f.pending).action, "cancel");
+    run(&db, &["ack", "--all", "--queue", "other", "--by", "dave"]).ok();
+    let d = decision(f.other_exhausted);
+    assert_eq!((d.action.as_str(), d.by.as_deref()), ("acknowledge", Some("dave")));
+    // Without --by, the OS user.
+    let mut c = cmd(&db, &["cancel", &f.running.to_string()]);
+    c.env("USER", "operator-on-call");
+    run_cmd(c).ok();
+    assert_eq!(decision(f.running).by.as_deref(), Some("operator-on-call"));
+    // show and --json print it.
+    let shown = run(&db, &["show", &f.unknown.to_string()]).ok().to_string();
+    assert!(shown.contains("resolve complete by alice") && shown.contains("seen in the chat log"), "{shown}");
+    let json = run(&db, &["show", &f.exhausted.to_string(), "--json"]).json();
+    assert_eq!(json["decision"]["action"], "replay");
+    assert_eq!(json["decision"]["by"], "bob");
+    assert!(json["decision"]["at"].as_i64().is_some());
+    // A dry run records nothing; a bad name changes nothing.
+    let before = queue.job(f.completed).unwrap().unwrap();
+    assert!(before.decision.is_none());
+    run(&db, &["replay", &f.other_exhausted.to_string(), "--by", "erin", "--dry-run"]).ok();
+    assert_eq!(decision(f.other_exhausted).by.as_deref(), Some("dave"), "the dry run recorded nothing");
+    let long = "x".repeat(200);
+    let err = run(&db, &["replay", &f.other_exhausted.to_string(), "--by", &long]).error().to_string();
+    assert!(err.contains("invalid operator name"), "{err}");
+    assert_eq!(state(&queue, f.other_exhausted), JobState::Exhausted, "nothing changed");
 }

@@ -138,12 +138,12 @@ fn unknowns_are_paged_and_resolved_with_their_exact_token() {
     }
     let page = q.unknowns(None, 10).unwrap();
     assert_eq!(page.items.iter().map(|u| u.token).collect::<Vec<_>>(), tokens);
-    assert_eq!(page.items[0].reason.as_deref(), Some("connection reset after send"));
+    assert_eq!(page.items[0].evidence.as_deref(), Some("connection reset after send"));
 
     let stale = ClaimToken { attempt: 9, ..tokens[0] };
-    assert!(matches!(q.resolve(&stale, Resolution::Completed), Err(Error::StaleIdentity { .. })));
+    assert!(matches!(q.resolve(&stale, Resolution::Complete), Err(Error::StaleIdentity { .. })));
 
-    q.resolve(&tokens[0], Resolution::Completed).unwrap();
+    q.resolve(&tokens[0], Resolution::Complete).unwrap();
     q.resolve(&tokens[1], Resolution::Retry).unwrap();
     q.resolve(&tokens[2], Resolution::Exhaust).unwrap();
     assert_eq!(q.job(tokens[0].id).unwrap().unwrap().state, JobState::Completed);
@@ -164,4 +164,70 @@ fn an_exhaustion_by_the_reaper_is_acknowledged_with_the_expired_claims_token() {
     let page = q.exhaustions(None, 10).unwrap();
     assert_eq!(page.items[0].token, job.token());
     q.acknowledge(&job.token()).unwrap();
+}
+
+#[test]
+fn resolve_with_commits_the_reconcilers_record_with_the_decision_or_neither() {
+    let q = temp_queue();
+    q.transaction(|tx| Ok(tx.execute_batch("CREATE TABLE reconciled (job INTEGER, how TEXT)")?)).unwrap();
+    let rows = || -> i64 {
+        q.with_connection(|c| Ok(c.query_row("SELECT count(*) FROM reconciled", [], |r| r.get(0))?)).unwrap()
+    };
+    let mut unknown = Vec::new();
+    for n in 0..2 {
+        q.add(&format!("send {n}"));
+        let c = q.take("w");
+        q.mark_unknown(&c.token(), "timeout after send").unwrap();
+        unknown.push(c.token());
+    }
+    // A failing record rolls the decision back.
+    let failed = q.resolve_with(&unknown[0], Resolution::Complete, |tx| {
+        tx.execute("INSERT INTO reconciled VALUES (?1, 'chat log')", [unknown[0].id.0])?;
+        Err::<(), _>(Error::domain("the chat log was unreadable"))
+    });
+    assert!(matches!(failed, Err(Error::Domain(_))));
+    assert_eq!((q.job(unknown[0].id).unwrap().unwrap().state, rows()), (JobState::Unknown, 0));
+    // A stale token: the closure never runs.
+    let mut stale = unknown[0];
+    stale.attempt += 1;
+    let ran = std::cell::Cell::new(false);
+    let refused = q.resolve_with(&stale, Resolution::Complete, |_| {
+        ran.set(true);
+        Ok(())
+    });
+    assert!(matches!(refused, Err(Error::StaleIdentity { .. })) && !ran.get(), "{refused:?}");
+    // Both commit, with a follow-up job from the same transaction, and who decided.
+    q.operator("reconciler")
+        .note("found in the chat log")
+        .resolve_with(&unknown[0], Resolution::Complete, |tx| {
+            tx.execute("INSERT INTO reconciled VALUES (?1, 'chat log')", [unknown[0].id.0])?;
+            q.enqueue_tx(tx, fenceq::NewJob::new("audit", b"resolved".to_vec()).key("audit:1"))
+        })
+        .unwrap();
+    let job = q.job(unknown[0].id).unwrap().unwrap();
+    assert_eq!((job.state, rows()), (JobState::Completed, 1));
+    let decision = job.decision.unwrap();
+    assert_eq!(decision.action, "resolve complete");
+    assert_eq!(decision.by.as_deref(), Some("reconciler"));
+    assert_eq!(decision.note.as_deref(), Some("found in the chat log"));
+    assert_eq!(decision.at, q.now_ms());
+    assert!(q.find_by_key("audit", "audit:1").unwrap().is_some());
+    // The plain methods record the decision without a name.
+    q.resolve(&unknown[1], Resolution::Retry).unwrap();
+    let decision = q.job(unknown[1].id).unwrap().unwrap().decision.unwrap();
+    assert_eq!((decision.action.as_str(), decision.by), ("resolve retry", None));
+    // Bad names and notes change nothing.
+    q.add("x");
+    let c = q.take("w");
+    q.exhaust(&c.token(), "gave up").unwrap();
+    let too_long = "n".repeat(4097);
+    for operator in [q.operator(""), q.operator("a\0b"), q.operator("ok").note(too_long)] {
+        assert!(matches!(operator.acknowledge(&c.token()), Err(Error::InvalidInput { .. })));
+    }
+    assert!(q.job(c.id()).unwrap().unwrap().acknowledged_at.is_none());
+    // A repeated acknowledgement keeps the first decision.
+    q.operator("first").acknowledge(&c.token()).unwrap();
+    q.advance(std::time::Duration::from_secs(5));
+    q.operator("second").acknowledge(&c.token()).unwrap();
+    assert_eq!(q.job(c.id()).unwrap().unwrap().decision.unwrap().by.as_deref(), Some("first"));
 }

@@ -172,7 +172,8 @@ proptest! {
         let report = q.prune(&retention).unwrap();
         prop_assert_eq!((report.settled, report.acknowledged), (expected_settled, expected_acknowledged));
         let b = u64::from(batch_size);
-        prop_assert_eq!(report.batches, (expected_settled / b + 1) + (expected_acknowledged / b + 1),
+        // Transactions that deleted rows: none when nothing was pruned.
+        prop_assert_eq!(report.batches, expected_settled.div_ceil(b) + expected_acknowledged.div_ceil(b),
             "batches of at most {} rows", batch_size);
 
         let after = all_jobs(&q);
@@ -195,7 +196,7 @@ proptest! {
         }
         // A second pass finds nothing and uses one batch per statement.
         let again = q.prune(&retention).unwrap();
-        prop_assert_eq!((again.deleted(), again.batches), (0, 2));
+        prop_assert_eq!((again.deleted(), again.batches), (0, 0));
         // A pruned key can be enqueued again, as a new job with a new, greater id.
         let max_id = model.iter().map(|(id, _)| *id).max().unwrap();
         for (id, m) in model.iter().filter(|(id, _)| expected.contains_key(id)).take(3) {

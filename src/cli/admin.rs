@@ -186,6 +186,9 @@ pub struct AckArgs {
 
     #[command(flatten)]
     pub change: ChangeOpts,
+
+    #[command(flatten)]
+    pub decision: DecisionOpts,
 }
 
 impl AckArgs {
@@ -211,7 +214,7 @@ impl AckArgs {
             would_change
         } else {
             // The statement decides, and checks --expect in its own transaction.
-            let acknowledged = queue.acknowledge_job(JobId(id), self.change.expect);
+            let acknowledged = self.decision.operator(queue).acknowledge_job(JobId(id), self.change.expect);
             self.change.guarded(acknowledged).map_err(|e| explain(e, id, "ack needs an exhausted job"))?
         };
         let changed = u64::from(changed);
@@ -238,13 +241,14 @@ impl AckArgs {
         let dry = self.change.dry_run;
         let ids: Vec<i64> = if dry {
             let fetch = |cursor, limit| queue.exhaustions(cursor, limit);
-            let (items, _) = collect_pages(fetch, Some(name), None, u64::MAX)?;
+            let (items, _) = collect_pages(fetch, |e: &fenceq::Exhaustion| &e.queue, Some(name), None, u64::MAX)?;
             self.change.check(items.len() as u64)?;
             items.iter().map(|item| item.token.id.0).collect()
         } else {
             // One transaction finds and acknowledges them (and checks --expect), so nothing
             // can change between the count and the change.
-            let acknowledged = self.change.guarded(queue.acknowledge_all(name, self.change.expect))?;
+            let operator = self.decision.operator(queue);
+            let acknowledged = self.change.guarded(operator.acknowledge_all(name, self.change.expect))?;
             acknowledged.iter().map(|id| id.0).collect()
         };
         let n = ids.len() as u64;
@@ -325,6 +329,9 @@ pub struct ReplayArgs {
 
     #[command(flatten)]
     pub change: ChangeOpts,
+
+    #[command(flatten)]
+    pub decision: DecisionOpts,
 }
 
 impl ReplayArgs {
@@ -341,7 +348,8 @@ impl ReplayArgs {
             self.change.check(1)?;
         } else {
             // The statement decides (its state guard), in its own transaction.
-            queue.replay(JobId(self.id)).map_err(|e| explain(e.into(), self.id, NEEDS))?;
+            let operator = self.decision.operator(&queue);
+            operator.replay(JobId(self.id)).map_err(|e| explain(e.into(), self.id, NEEDS))?;
         }
         let job = load_job(&queue, self.id)?;
         let verb = if self.change.dry_run { "replay" } else { "replayed" };
@@ -353,31 +361,67 @@ impl ReplayArgs {
     }
 }
 
-/// How an operator resolves an unknown outcome.
+/// `--by NAME` and `--note TEXT`: who made a change and why, recorded on every job it
+/// changes (`fenceq show` and `--json` print it).
+#[derive(Debug, Clone, Args)]
+pub struct DecisionOpts {
+    /// Who makes the change, recorded on the job's row. Defaults to the OS user ($USER,
+    /// $LOGNAME or $USERNAME).
+    #[arg(long, value_name = "NAME")]
+    pub by: Option<String>,
+
+    /// Why, recorded on the job's row with the change.
+    #[arg(long, value_name = "TEXT")]
+    pub note: Option<String>,
+}
+
+impl DecisionOpts {
+    /// The operator handle that records this decision.
+    fn operator<'q>(&self, queue: &'q Queue) -> fenceq::Operator<'q> {
+        let by = self.by.clone().unwrap_or_else(os_user);
+        let operator = queue.operator(by);
+        match &self.note {
+            Some(note) => operator.note(note.clone()),
+            None => operator,
+        }
+    }
+}
+
+/// The OS user running the command, or `unknown`.
+fn os_user() -> String {
+    ["USER", "LOGNAME", "USERNAME"]
+        .iter()
+        .find_map(|var| std::env::var(var).ok().filter(|name| !name.is_empty()))
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+/// How an operator resolves an unknown outcome (spelled like the library's `Resolution`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Outcome {
     /// The side effect happened: the job is completed.
-    Completed,
+    #[value(alias = "completed")]
+    Complete,
     /// The side effect did not happen: pending again, due now.
     Retry,
     /// Give up: the job becomes an unacknowledged exhaustion.
-    Exhausted,
+    #[value(alias = "exhausted")]
+    Exhaust,
 }
 
 impl Outcome {
     fn resolution(self) -> Resolution {
         match self {
-            Outcome::Completed => Resolution::Completed,
+            Outcome::Complete => Resolution::Complete,
             Outcome::Retry => Resolution::Retry,
-            Outcome::Exhausted => Resolution::Exhaust,
+            Outcome::Exhaust => Resolution::Exhaust,
         }
     }
 
     fn effect(self) -> &'static str {
         match self {
-            Outcome::Completed => "completed",
-            Outcome::Retry => "pending again, due now",
-            Outcome::Exhausted => "an unacknowledged exhaustion",
+            Outcome::Complete => "the job is completed (the side effect happened)",
+            Outcome::Retry => "the job is pending again, due now",
+            Outcome::Exhaust => "the job is an unacknowledged exhaustion",
         }
     }
 }
@@ -395,6 +439,9 @@ pub struct ResolveArgs {
 
     #[command(flatten)]
     pub change: ChangeOpts,
+
+    #[command(flatten)]
+    pub decision: DecisionOpts,
 }
 
 impl ResolveArgs {
@@ -410,7 +457,8 @@ impl ResolveArgs {
         self.change.check(1)?;
         if !self.change.dry_run {
             // The exact token read above: if the job changed since, the statement refuses.
-            queue.resolve(&token, self.outcome.resolution()).map_err(|e| explain(e.into(), self.id, NEEDS))?;
+            let operator = self.decision.operator(&queue);
+            operator.resolve(&token, self.outcome.resolution()).map_err(|e| explain(e.into(), self.id, NEEDS))?;
         }
         let verb = if self.change.dry_run { "resolve" } else { "resolved" };
         let name = self.outcome.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default();
@@ -428,6 +476,9 @@ pub struct CancelArgs {
 
     #[command(flatten)]
     pub change: ChangeOpts,
+
+    #[command(flatten)]
+    pub decision: DecisionOpts,
 }
 
 impl CancelArgs {
@@ -445,7 +496,7 @@ impl CancelArgs {
             job.state
         } else {
             // The statement decides and says what the job was, in one transaction.
-            queue.cancel(JobId(self.id)).map_err(|e| explain(e.into(), self.id, NEEDS))?
+            self.decision.operator(&queue).cancel(JobId(self.id)).map_err(|e| explain(e.into(), self.id, NEEDS))?
         };
         let verb = if self.change.dry_run { "cancel" } else { "cancelled" };
         let what = format!("{verb} job {} (queue {}, was {was})", self.id, queue_of(&queue, self.id));

@@ -213,6 +213,12 @@ pub fn job_json(job: &Job, limit: Option<usize>) -> Value {
         "settled_at": job.settled_at,
         "exhausted_at": job.exhausted_at,
         "acknowledged_at": job.acknowledged_at,
+        "decision": job.decision.as_ref().map(|d| json!({
+            "action": d.action,
+            "at": d.at,
+            "by": d.by,
+            "note": d.note,
+        })),
         "payload": PayloadView::new(&job.payload, limit).json(),
     })
 }
@@ -262,6 +268,7 @@ impl ShowArgs {
             ("settled at", when(job.settled_at, now)),
             ("exhausted at", when(job.exhausted_at, now)),
             ("acknowledged at", when(job.acknowledged_at, now)),
+            ("decision", decision_line(job.decision.as_ref(), now)),
         ];
         for (field, value) in rows {
             t.add_row(vec![field.to_string(), value]);
@@ -275,6 +282,17 @@ impl ShowArgs {
         }
         Ok(())
     }
+}
+
+/// The last operator or reconciler change: `resolve complete by alice 5 min ago: note`.
+fn decision_line(decision: Option<&fenceq::Decision>, now: i64) -> String {
+    let Some(d) = decision else { return "-".to_string() };
+    let by = d.by.as_deref().map_or_else(|| "an unnamed caller".to_string(), output::sanitize);
+    let mut line = format!("{} by {by}, {}", d.action, when(Some(d.at), now));
+    if let Some(note) = &d.note {
+        line.push_str(&format!(": {}", output::sanitize(note)));
+    }
+    line
 }
 
 /// Which records of a paged listing to show (`exhausted`, `unknown`).
@@ -304,9 +322,11 @@ impl ExhaustedArgs {
     /// Prints the unacknowledged exhaustions.
     pub fn run(self, ctx: &mut Context) -> CliResult<()> {
         let queue = ctx.open_read_only()?;
-        let (items, more) = self.list.collect(|cursor, limit| queue.exhaustions(cursor, limit))?;
+        let (items, more) = self.list.collect(|cursor, limit| queue.exhaustions(cursor, limit), |e| &e.queue)?;
+        let records: Vec<Record> = items.into_iter().map(Record::from).collect();
         let hint = "acknowledge with `fenceq ack ID` or `fenceq ack --all --queue Q`; redrive with `fenceq replay ID`";
-        print_records(ctx, &items, more, queue.now_ms(), "EXHAUSTED", "REASON", "unacknowledged exhaustions", hint)
+        let what = ("unacknowledged exhaustion", "unacknowledged exhaustions");
+        print_records(ctx, &records, more, queue.now_ms(), ("EXHAUSTED", "REASON", "reason"), what, hint)
     }
 }
 
@@ -321,18 +341,44 @@ impl UnknownArgs {
     /// Prints the unknown outcomes.
     pub fn run(self, ctx: &mut Context) -> CliResult<()> {
         let queue = ctx.open_read_only()?;
-        let (items, more) = self.list.collect(|cursor, limit| queue.unknowns(cursor, limit))?;
-        let hint = "resolve with `fenceq resolve ID --as completed|retry|exhausted`";
-        print_records(ctx, &items, more, queue.now_ms(), "RECORDED", "EVIDENCE", "unknown outcomes", hint)
+        let (items, more) = self.list.collect(|cursor, limit| queue.unknowns(cursor, limit), |u| &u.queue)?;
+        let records: Vec<Record> = items.into_iter().map(Record::from).collect();
+        let hint = "resolve with `fenceq resolve ID --as complete|retry|exhaust`";
+        let what = ("unknown outcome", "unknown outcomes");
+        print_records(ctx, &records, more, queue.now_ms(), ("RECORDED", "EVIDENCE", "evidence"), what, hint)
     }
 }
 
 impl PagedArgs {
-    fn collect(
+    fn collect<T>(
         &self,
-        fetch: impl Fn(Option<Cursor>, u32) -> fenceq::Result<Page<Exhaustion>>,
-    ) -> CliResult<(Vec<Exhaustion>, bool)> {
-        collect_pages(fetch, self.queue.as_deref(), self.after, self.limit)
+        fetch: impl Fn(Option<Cursor>, u32) -> fenceq::Result<Page<T>>,
+        queue_of: impl Fn(&T) -> &str,
+    ) -> CliResult<(Vec<T>, bool)> {
+        collect_pages(fetch, queue_of, self.queue.as_deref(), self.after, self.limit)
+    }
+}
+
+/// An exhaustion or an unknown outcome, as the listings print it.
+pub struct Record {
+    token: fenceq::ClaimToken,
+    queue: String,
+    key: Option<String>,
+    payload: Vec<u8>,
+    /// The exhaustion's reason, or the unknown outcome's evidence.
+    text: Option<String>,
+    at: i64,
+}
+
+impl From<Exhaustion> for Record {
+    fn from(e: Exhaustion) -> Record {
+        Record { token: e.token, queue: e.queue, key: e.key, payload: e.payload, text: e.reason, at: e.at }
+    }
+}
+
+impl From<fenceq::UnknownOutcome> for Record {
+    fn from(u: fenceq::UnknownOutcome) -> Record {
+        Record { token: u.token, queue: u.queue, key: u.key, payload: u.payload, text: u.evidence, at: u.at }
     }
 }
 
@@ -342,18 +388,19 @@ const PAGE: u32 = 500;
 /// Walks the pages of `fetch` from after `after`, keeping the items of `queue` (all when
 /// `None`), until `limit` items are kept or the pages end. Returns the items and whether
 /// more may follow.
-pub fn collect_pages(
-    fetch: impl Fn(Option<Cursor>, u32) -> fenceq::Result<Page<Exhaustion>>,
+pub fn collect_pages<T>(
+    fetch: impl Fn(Option<Cursor>, u32) -> fenceq::Result<Page<T>>,
+    queue_of: impl Fn(&T) -> &str,
     queue: Option<&str>,
     after: Option<i64>,
     limit: u64,
-) -> CliResult<(Vec<Exhaustion>, bool)> {
+) -> CliResult<(Vec<T>, bool)> {
     let mut cursor = after.map(Cursor);
     let mut items = Vec::new();
     loop {
         let page = fetch(cursor, PAGE)?;
         for item in page.items {
-            if queue.is_none_or(|q| item.queue == q) {
+            if queue.is_none_or(|q| queue_of(&item) == q) {
                 if items.len() as u64 == limit {
                     return Ok((items, true));
                 }
@@ -367,41 +414,44 @@ pub fn collect_pages(
     }
 }
 
-/// An exhaustion or unknown outcome as JSON (`at`: when it was exhausted or recorded).
-pub fn exhaustion_json(item: &Exhaustion) -> Value {
-    json!({
+/// An exhaustion or unknown outcome as JSON (`at`: when it was exhausted or recorded; the
+/// text under `text_key`: `reason` or `evidence`).
+fn record_json(item: &Record, text_key: &str) -> Value {
+    let mut value = json!({
         "id": item.token.id.0,
         "queue": item.queue,
         "key": item.key,
         "attempt": item.token.attempt,
         "claim_id": item.token.claim_id.to_string(),
-        "reason": item.reason,
         "at": item.at,
         "payload": PayloadView::new(&item.payload, Some(PAYLOAD_LIMIT)).json(),
-    })
+    });
+    value[text_key] = json!(item.text);
+    value
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Prints a listing: `headers` are the time column's and the text column's headers and the
+/// text's JSON key; `what` names one record and many.
 fn print_records(
     ctx: &mut Context,
-    items: &[Exhaustion],
+    items: &[Record],
     more: bool,
     now: i64,
-    at_header: &str,
-    reason_header: &str,
-    what: &str,
+    headers: (&str, &str, &str),
+    what: (&'static str, &'static str),
     hint: &str,
 ) -> CliResult<()> {
+    let (at_header, text_header, text_key) = headers;
     if ctx.json() {
         for item in items {
-            ctx.out.record(&exhaustion_json(item))?;
+            ctx.out.record(&record_json(item, text_key))?;
         }
         return Ok(());
     }
     if items.is_empty() {
-        return Ok(ctx.out.line(format!("no {what}"))?);
+        return Ok(ctx.out.line(format!("no {}", what.1))?);
     }
-    let mut t = table(&["ID", "QUEUE", "KEY", "ATTEMPT", at_header, reason_header, "PAYLOAD"]);
+    let mut t = table(&["ID", "QUEUE", "KEY", "ATTEMPT", at_header, text_header, "PAYLOAD"]);
     for item in items {
         t.add_row(vec![
             item.token.id.to_string(),
@@ -409,12 +459,13 @@ fn print_records(
             cell(item.key.as_deref(), 24),
             item.token.attempt.to_string(),
             relative(item.at, now),
-            cell(item.reason.as_deref(), 40),
+            cell(item.text.as_deref(), 40),
             payload_preview(&item.payload, 32),
         ]);
     }
     ctx.out.table(&t)?;
-    let mut summary = format!("{} {what}", items.len());
+    let n = items.len() as u64;
+    let mut summary = format!("{n} {}", plural(n, what.0, what.1));
     if more {
         let last = items.last().map_or(0, |item| item.token.id.0);
         summary.push_str(&format!("; more may follow: --after {last}"));

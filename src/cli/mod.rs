@@ -83,8 +83,8 @@ pub enum Command {
     Ack(admin::AckArgs),
     /// Sends an exhausted job back to pending, due now, with a fresh attempt budget.
     Replay(admin::ReplayArgs),
-    /// Settles an unknown outcome: completed (it happened), retry (run it again) or
-    /// exhausted (give up, as an unacknowledged exhaustion).
+    /// Settles an unknown outcome: complete (it happened), retry (run it again) or exhaust
+    /// (give up, as an unacknowledged exhaustion). Records --by and --note on the job.
     Resolve(admin::ResolveArgs),
     /// Cancels a pending, waiting or running job (a running owner finds out at its next
     /// renew or settle).

@@ -6,7 +6,7 @@
 //! that says why; nothing is ever written on that path.
 
 use crate::error::{Error, LostReason, Result, SqlContext};
-use crate::job::{ClaimId, ClaimToken, Claimed, Exhaustion, Job, JobId, JobState};
+use crate::job::{ClaimId, ClaimToken, Claimed, Decision, Exhaustion, Job, JobId, JobState};
 use crate::report::QueueStats;
 use rusqlite::{named_params, Connection, OptionalExtension, Row};
 
@@ -22,6 +22,13 @@ macro_rules! owned_by_token {
 macro_rules! identified_by_token {
     () => {
         "id = :id AND attempt = :attempt AND claim_id = :claim_id AND state = :state"
+    };
+}
+
+/// An operator's or reconciler's change records itself on the row (`Job::decision`).
+macro_rules! records_decision {
+    () => {
+        "decision = :decision, decided_at = :now, decided_by = :by, decision_note = :note"
     };
 }
 
@@ -162,16 +169,23 @@ pub(crate) const JOB_RESUME: &str = concat!(
     identified_by_token!()
 );
 
+/// Idempotent: a repeat changes nothing, not even the recorded decision.
 pub(crate) const JOB_ACKNOWLEDGE: &str = concat!(
     "UPDATE fenceq_jobs
-    SET    acknowledged_at = coalesce(acknowledged_at, :now)
+    SET    acknowledged_at = coalesce(acknowledged_at, :now),
+           decision      = CASE WHEN acknowledged_at IS NULL THEN :decision ELSE decision END,
+           decided_at    = CASE WHEN acknowledged_at IS NULL THEN :now ELSE decided_at END,
+           decided_by    = CASE WHEN acknowledged_at IS NULL THEN :by ELSE decided_by END,
+           decision_note = CASE WHEN acknowledged_at IS NULL THEN :note ELSE decision_note END
     WHERE  ",
     identified_by_token!()
 );
 
-pub(crate) const JOB_RESOLVE_COMPLETED: &str = concat!(
+pub(crate) const JOB_RESOLVE_COMPLETE: &str = concat!(
     "UPDATE fenceq_jobs
-    SET    state = 'completed', settled_at = :now
+    SET    state = 'completed', settled_at = :now, ",
+    records_decision!(),
+    "
     WHERE  ",
     identified_by_token!()
 );
@@ -180,45 +194,61 @@ pub(crate) const JOB_RESOLVE_COMPLETED: &str = concat!(
 pub(crate) const JOB_RESOLVE_RETRY: &str = concat!(
     "UPDATE fenceq_jobs
     SET    state = 'pending', run_at = :now, settled_at = NULL,
-           max_attempts = max(max_attempts, attempt + 1)
+           max_attempts = max(max_attempts, attempt + 1), ",
+    records_decision!(),
+    "
     WHERE  ",
     identified_by_token!()
 );
 
 pub(crate) const JOB_RESOLVE_EXHAUST: &str = concat!(
     "UPDATE fenceq_jobs
-    SET    state = 'exhausted', settled_at = :now, exhausted_at = :now, acknowledged_at = NULL
+    SET    state = 'exhausted', settled_at = :now, exhausted_at = :now, acknowledged_at = NULL, ",
+    records_decision!(),
+    "
     WHERE  ",
     identified_by_token!()
 );
 
 /// An operator's acknowledgement of one exhaustion by id (applications acknowledge with the
 /// exact token, `JOB_ACKNOWLEDGE`).
-pub(crate) const JOB_ACKNOWLEDGE_ID: &str = "
-    UPDATE fenceq_jobs
-    SET    acknowledged_at = :now
-    WHERE  id = :id AND state = 'exhausted' AND acknowledged_at IS NULL";
+pub(crate) const JOB_ACKNOWLEDGE_ID: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    acknowledged_at = :now, ",
+    records_decision!(),
+    "
+    WHERE  id = :id AND state = 'exhausted' AND acknowledged_at IS NULL"
+);
 
 /// An operator's acknowledgement of every unacknowledged exhaustion of one queue, in the
 /// transaction that counts them.
-pub(crate) const JOB_ACKNOWLEDGE_QUEUE: &str = "
-    UPDATE fenceq_jobs
-    SET    acknowledged_at = :now
+pub(crate) const JOB_ACKNOWLEDGE_QUEUE: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    acknowledged_at = :now, ",
+    records_decision!(),
+    "
     WHERE  queue = :queue AND state = 'exhausted' AND acknowledged_at IS NULL
-    RETURNING id";
+    RETURNING id"
+);
 
-pub(crate) const JOB_CANCEL: &str = "
-    UPDATE fenceq_jobs
-    SET    state = 'cancelled', lease_until = NULL, wait_until = NULL, settled_at = :now
-    WHERE  id = :id AND state IN ('pending', 'waiting', 'running')";
+pub(crate) const JOB_CANCEL: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    state = 'cancelled', lease_until = NULL, wait_until = NULL, settled_at = :now, ",
+    records_decision!(),
+    "
+    WHERE  id = :id AND state IN ('pending', 'waiting', 'running')"
+);
 
 /// Dead-letter redrive: a fresh attempt budget, due now. The attempt counter restarts, and
 /// the claim id is what keeps the old tokens dead.
-pub(crate) const JOB_REPLAY: &str = "
-    UPDATE fenceq_jobs
+pub(crate) const JOB_REPLAY: &str = concat!(
+    "UPDATE fenceq_jobs
     SET    state = 'pending', attempt = 0, run_at = :now, settled_at = NULL,
-           exhausted_at = NULL, acknowledged_at = NULL
-    WHERE  id = :id AND state = 'exhausted'";
+           exhausted_at = NULL, acknowledged_at = NULL, ",
+    records_decision!(),
+    "
+    WHERE  id = :id AND state = 'exhausted'"
+);
 
 /// Expired leases: back to pending with attempts left, else exhausted. Guarded by state and
 /// lease in the same statement, so a completion that committed first is never overwritten.
@@ -281,7 +311,7 @@ pub(crate) const JOB_UNKNOWNS_PAGE: &str = "
 pub(crate) const JOB_GET: &str = "
     SELECT id, queue, key, payload, state, priority, run_at, attempt, max_attempts, claim_id,
            worker, lease_until, heartbeat_at, wait_until, last_error, created_at, settled_at,
-           exhausted_at, acknowledged_at
+           exhausted_at, acknowledged_at, decision, decided_at, decided_by, decision_note
     FROM   fenceq_jobs
     WHERE  id = :id";
 
@@ -289,7 +319,7 @@ pub(crate) const JOB_GET: &str = "
 pub(crate) const JOB_LIST: &str = "
     SELECT id, queue, key, payload, state, priority, run_at, attempt, max_attempts, claim_id,
            worker, lease_until, heartbeat_at, wait_until, last_error, created_at, settled_at,
-           exhausted_at, acknowledged_at
+           exhausted_at, acknowledged_at, decision, decided_at, decided_by, decision_note
     FROM   fenceq_jobs
     WHERE  id > :after
       AND  (:queue IS NULL OR queue = :queue)
@@ -322,6 +352,21 @@ pub(crate) const JOB_STATS: &str = "
     FROM   fenceq_jobs
     GROUP  BY queue, state, acknowledged_at IS NOT NULL
     ORDER  BY queue";
+
+/// What an operator's or reconciler's change records on the row (`records_decision!`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Decided<'a> {
+    pub action: &'static str,
+    pub by: Option<&'a str>,
+    pub note: Option<&'a str>,
+}
+
+impl Decided<'_> {
+    /// The statement parameters (`:now` is bound by the caller).
+    fn params(&self) -> [(&'static str, &dyn rusqlite::ToSql); 3] {
+        [(":decision", &self.action), (":by", &self.by), (":note", &self.note)]
+    }
+}
 
 /// Inserts a job unless its (queue, key) exists; `Ok(None)` for a duplicate.
 #[allow(clippy::too_many_arguments)]
@@ -417,6 +462,7 @@ pub(crate) fn job_write_owned(
 
 /// Runs a statement guarded by `identified_by_token!` for a job in `state`; no row changed
 /// is `NotFound`, `StaleIdentity` or `InvalidState`.
+/// `decided` is the decision the statement records (`records_decision!`), if it records one.
 pub(crate) fn job_write_identified(
     conn: &Connection,
     statement: &'static str,
@@ -424,16 +470,20 @@ pub(crate) fn job_write_identified(
     token: &ClaimToken,
     state: JobState,
     now: i64,
+    decided: Option<&Decided<'_>>,
 ) -> Result<()> {
     let claim_id = token.claim_id.0.as_bytes().as_slice();
-    let changed = conn
-        .prepare_cached(statement)
-        .sql(name)?
-        .execute(named_params! {
-            ":id": token.id.0, ":attempt": token.attempt, ":claim_id": claim_id,
-            ":state": state.as_str(), ":now": now,
-        })
-        .sql(name)?;
+    let state_name = state.as_str();
+    let mut params: Vec<(&str, &dyn rusqlite::ToSql)> = vec![
+        (":id", &token.id.0),
+        (":attempt", &token.attempt),
+        (":claim_id", &claim_id),
+        (":state", &state_name),
+        (":now", &now),
+    ];
+    let decision = decided.map(Decided::params);
+    params.extend(decision.iter().flatten());
+    let changed = conn.prepare_cached(statement).sql(name)?.execute(params.as_slice()).sql(name)?;
     if changed == 1 {
         return Ok(());
     }
@@ -555,19 +605,26 @@ pub(crate) fn job_owns(conn: &Connection, token: &ClaimToken, at: i64) -> Result
 }
 
 /// Cancels the job; returns the state it was cancelled from (read in the same transaction).
-pub(crate) fn job_cancel(conn: &Connection, id: JobId, now: i64) -> Result<JobState> {
+pub(crate) fn job_cancel(conn: &Connection, id: JobId, now: i64, decided: &Decided<'_>) -> Result<JobState> {
     let before = job_identity(conn, id)?.map(|current| current.state);
-    job_write_by_id(conn, JOB_CANCEL, "cancel", id, now, "pending, waiting or running")?;
+    job_write_by_id(conn, JOB_CANCEL, "cancel", id, now, "pending, waiting or running", decided)?;
     before.ok_or_else(|| Error::domain("internal: a cancelled job had no row"))
 }
 
 /// An operator's acknowledgement of every unacknowledged exhaustion of a queue; returns the
 /// ids acknowledged, in id order.
-pub(crate) fn job_acknowledge_queue(conn: &Connection, queue: &str, now: i64) -> Result<Vec<JobId>> {
+pub(crate) fn job_acknowledge_queue(
+    conn: &Connection,
+    queue: &str,
+    now: i64,
+    decided: &Decided<'_>,
+) -> Result<Vec<JobId>> {
+    let mut params: Vec<(&str, &dyn rusqlite::ToSql)> = vec![(":queue", &queue), (":now", &now)];
+    params.extend(decided.params());
     let mut ids: Vec<JobId> = conn
         .prepare_cached(JOB_ACKNOWLEDGE_QUEUE)
         .sql("JOB_ACKNOWLEDGE_QUEUE")?
-        .query_map(named_params! { ":queue": queue, ":now": now }, |row| row.get(0).map(JobId))
+        .query_map(params.as_slice(), |row| row.get(0).map(JobId))
         .sql("JOB_ACKNOWLEDGE_QUEUE")?
         .collect::<rusqlite::Result<_>>()
         .sql("JOB_ACKNOWLEDGE_QUEUE")?;
@@ -577,16 +634,16 @@ pub(crate) fn job_acknowledge_queue(conn: &Connection, queue: &str, now: i64) ->
 
 /// An operator's acknowledgement of one exhaustion by id: true when it changed, false when
 /// it was acknowledged already.
-pub(crate) fn job_acknowledge_id(conn: &Connection, id: JobId, now: i64) -> Result<bool> {
-    match job_write_by_id(conn, JOB_ACKNOWLEDGE_ID, "acknowledge", id, now, "exhausted") {
+pub(crate) fn job_acknowledge_id(conn: &Connection, id: JobId, now: i64, decided: &Decided<'_>) -> Result<bool> {
+    match job_write_by_id(conn, JOB_ACKNOWLEDGE_ID, "acknowledge", id, now, "exhausted", decided) {
         Ok(()) => Ok(true),
         Err(Error::InvalidState { state: JobState::Exhausted, .. }) => Ok(false),
         Err(e) => Err(e),
     }
 }
 
-pub(crate) fn job_replay(conn: &Connection, id: JobId, now: i64) -> Result<()> {
-    job_write_by_id(conn, JOB_REPLAY, "replay", id, now, "exhausted")
+pub(crate) fn job_replay(conn: &Connection, id: JobId, now: i64, decided: &Decided<'_>) -> Result<()> {
+    job_write_by_id(conn, JOB_REPLAY, "replay", id, now, "exhausted", decided)
 }
 
 /// Runs an operator's transition of one job by id, guarded by its state in the statement;
@@ -598,12 +655,11 @@ fn job_write_by_id(
     id: JobId,
     now: i64,
     expected: &'static str,
+    decided: &Decided<'_>,
 ) -> Result<()> {
-    let changed = conn
-        .prepare_cached(statement)
-        .sql(operation)?
-        .execute(named_params! { ":id": id.0, ":now": now })
-        .sql(operation)?;
+    let mut params: Vec<(&str, &dyn rusqlite::ToSql)> = vec![(":id", &id.0), (":now", &now)];
+    params.extend(decided.params());
+    let changed = conn.prepare_cached(statement).sql(operation)?.execute(params.as_slice()).sql(operation)?;
     if changed == 1 {
         return Ok(());
     }
@@ -749,6 +805,10 @@ fn job_from_row(row: &Row<'_>) -> rusqlite::Result<Job> {
         settled_at: row.get(16)?,
         exhausted_at: row.get(17)?,
         acknowledged_at: row.get(18)?,
+        decision: match (row.get::<_, Option<String>>(19)?, row.get::<_, Option<i64>>(20)?) {
+            (Some(action), Some(at)) => Some(Decision { action, at, by: row.get(21)?, note: row.get(22)? }),
+            _ => None,
+        },
     })
 }
 

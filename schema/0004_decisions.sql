@@ -1,0 +1,8 @@
+-- Level 3, decisions on the row: the last operator or reconciler change of a job (resolve,
+-- replay, cancel, acknowledge), when it was made, by whom and why. Row-level evidence beside
+-- the job itself, as PR #341's runbook kept its requeued-by marker for its one production
+-- mutation. NULL until the first such change.
+ALTER TABLE fenceq_jobs ADD COLUMN decision TEXT;
+ALTER TABLE fenceq_jobs ADD COLUMN decided_at INTEGER;
+ALTER TABLE fenceq_jobs ADD COLUMN decided_by TEXT;
+ALTER TABLE fenceq_jobs ADD COLUMN decision_note TEXT;
