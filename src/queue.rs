@@ -1012,6 +1012,11 @@ impl Queue {
         self.store.read(f)
     }
 
+    /// Due pending and running jobs of `queue` (for `WorkerPool::wait_idle`).
+    pub(crate) fn due_or_running(&self, queue: &str) -> Result<u64> {
+        self.store.read(|conn| job_count_due_or_running(conn, queue, self.store.now()))
+    }
+
     /// The id of the job of `queue` whose idempotency key is `key`, while its row exists.
     ///
     /// # Errors

@@ -428,3 +428,34 @@ fn a_pool_that_reclaims_its_own_stalled_job_keeps_the_new_claim() {
     let job = q.job(id).unwrap().unwrap();
     assert_eq!((job.state, job.attempt), (JobState::Completed, 2));
 }
+
+#[test]
+fn wait_idle_returns_once_nothing_is_due_or_running_and_reports_a_timeout() {
+    let q = temp_queue();
+    let (release_tx, release_rx) = bounded::<()>(0);
+    let (started_tx, started_rx) = bounded(1);
+    let pool = WorkerPool::builder(q.queue.clone(), "q")
+        .workers(2)
+        .handler(move |attempt| {
+            if attempt.payload() == b"held" {
+                started_tx.send(()).unwrap();
+                let _ = release_rx.recv_timeout(HANG_GUARD);
+            }
+            Outcome::Complete
+        })
+        .start()
+        .unwrap();
+    assert!(pool.wait_idle(HANG_GUARD).unwrap(), "an empty queue is idle at once");
+    q.enqueue_batch((0..50).map(|i| NewJob::new("q", format!("{i}").into_bytes()))).unwrap();
+    // A job due later does not count; a job running does.
+    q.enqueue(NewJob::new("q", b"later".to_vec()).delay(Duration::from_secs(3600))).unwrap();
+    q.enqueue(NewJob::new("q", b"held".to_vec())).unwrap();
+    recv(&started_rx, "the held job started");
+    assert!(!pool.wait_idle(Duration::from_millis(20)).unwrap(), "a running job is not idle: the timeout");
+    release_tx.send(()).unwrap();
+    assert!(pool.wait_idle(HANG_GUARD).unwrap());
+    let stats = q.stats().unwrap();
+    assert_eq!((stats.queues[0].completed, stats.queues[0].pending, stats.queues[0].running), (51, 1, 0));
+    assert!(pool.wait_idle(Duration::MAX).unwrap(), "any timeout is accepted");
+    pool.shutdown(HANG_GUARD).unwrap();
+}

@@ -335,6 +335,12 @@ pub(crate) const JOB_COUNT_REAPABLE: &str = "
     FROM   fenceq_jobs
     WHERE  state = 'running' AND lease_until <= :now";
 
+/// Due pending jobs and running jobs of one queue (a pool's `wait_idle`), each branch on its
+/// partial index.
+pub(crate) const JOB_COUNT_DUE_OR_RUNNING: &str = "
+    SELECT (SELECT count(*) FROM fenceq_jobs WHERE queue = :queue AND state = 'pending' AND run_at <= :now)
+         + (SELECT count(*) FROM fenceq_jobs WHERE queue = :queue AND state = 'running')";
+
 /// What a prune pass would delete now (for dry runs).
 pub(crate) const JOB_COUNT_PRUNABLE: &str = "
     SELECT (SELECT count(*) FROM fenceq_jobs
@@ -775,6 +781,14 @@ pub(crate) fn job_count_reapable(conn: &Connection, now: i64) -> Result<(u64, u6
         .sql("JOB_COUNT_REAPABLE")
 }
 
+pub(crate) fn job_count_due_or_running(conn: &Connection, queue: &str, now: i64) -> Result<u64> {
+    conn.prepare_cached(JOB_COUNT_DUE_OR_RUNNING)
+        .sql("JOB_COUNT_DUE_OR_RUNNING")?
+        .query_row(named_params! { ":queue": queue, ":now": now }, |row| row.get::<_, i64>(0))
+        .map(|n| n as u64)
+        .sql("JOB_COUNT_DUE_OR_RUNNING")
+}
+
 pub(crate) fn job_count_prunable(conn: &Connection, horizon: i64) -> Result<(u64, u64)> {
     conn.prepare_cached(JOB_COUNT_PRUNABLE)
         .sql("JOB_COUNT_PRUNABLE")?
@@ -955,6 +969,11 @@ mod tests {
             ("JOB_REAP_WAITING", JOB_REAP_WAITING),
             ("JOB_PRUNE_SETTLED", JOB_PRUNE_SETTLED),
             ("JOB_PRUNE_ACKNOWLEDGED", JOB_PRUNE_ACKNOWLEDGED),
+            ("JOB_COUNT_DUE_OR_RUNNING", JOB_COUNT_DUE_OR_RUNNING),
+            ("JOB_OWNED_LEASE", JOB_OWNED_LEASE),
+            ("JOB_EXTEND_OWNED", JOB_EXTEND_OWNED),
+            ("JOB_ACKNOWLEDGE_ID", JOB_ACKNOWLEDGE_ID),
+            ("JOB_ACKNOWLEDGE_QUEUE", JOB_ACKNOWLEDGE_QUEUE),
         ] {
             let steps = plan(&conn, sql);
             let scans: Vec<&String> =

@@ -242,6 +242,10 @@ struct Shared {
     /// older attempt (its lease expired) is still running in a stalled worker.
     in_flight: Mutex<HashMap<ClaimToken, Arc<Lease>>>,
     stopping: AtomicBool,
+    /// Dispatcher rounds that settled attempts, so far; `round_done` is notified after each.
+    rounds: Mutex<u64>,
+    round_done: parking_lot::Condvar,
+    poll_interval: Duration,
 }
 
 /// A running pool of worker threads for one queue; see the crate docs for an example.
@@ -311,6 +315,9 @@ impl WorkerPool {
             counters: Counters::default(),
             in_flight: Mutex::new(HashMap::new()),
             stopping: AtomicBool::new(false),
+            rounds: Mutex::new(0),
+            round_done: parking_lot::Condvar::new(),
+            poll_interval: builder.poll_interval,
         });
         let workers = builder.workers;
         // Claimed jobs never exceed the slots, so sending one never blocks the dispatcher.
@@ -377,6 +384,49 @@ impl WorkerPool {
         ids.sort();
         ids.dedup();
         ids
+    }
+
+    /// Waits until the pool's queue has nothing due and nothing running (no pending job whose
+    /// time has come, no running job of any worker or process, nothing in this pool's hands),
+    /// or until `timeout` passes: for scripts, tests and graceful restarts. Returns true when
+    /// the queue went idle, false on the timeout. Jobs delayed into the future do not count;
+    /// jobs another process adds do, once they are due. Checks after every round that
+    /// settled something, and at least every poll interval.
+    ///
+    /// ```
+    /// # use fenceq::{NewJob, Outcome, Queue, WorkerPool};
+    /// # use std::time::Duration;
+    /// let queue = Queue::open_in_memory()?;
+    /// let pool = WorkerPool::builder(queue.clone(), "q").handler(|_| Outcome::Complete).start()?;
+    /// queue.enqueue_batch((0..10).map(|n| NewJob::new("q", vec![n])))?;
+    /// assert!(pool.wait_idle(Duration::from_secs(10))?);
+    /// assert_eq!(pool.shutdown(Duration::from_secs(5))?.counters.completed, 10);
+    /// # Ok::<(), fenceq::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The read that counts due and running jobs can fail: `Pool`, `Busy`, or `NestedWrite`
+    /// when called from inside one of this queue's closures.
+    pub fn wait_idle(&self, timeout: Duration) -> Result<bool> {
+        let shared = &self.shared;
+        let deadline = Instant::now().checked_add(timeout);
+        loop {
+            let seen = *shared.rounds.lock();
+            if shared.in_flight.lock().is_empty() && shared.queue.due_or_running(&shared.queue_name)? == 0 {
+                return Ok(true);
+            }
+            let now = Instant::now();
+            let wait = match deadline {
+                Some(deadline) if deadline <= now => return Ok(false),
+                Some(deadline) => (deadline - now).min(shared.poll_interval),
+                None => shared.poll_interval,
+            };
+            let mut rounds = shared.rounds.lock();
+            if *rounds == seen {
+                shared.round_done.wait_for(&mut rounds, wait);
+            }
+        }
     }
 
     /// Stops claiming, lets in-flight attempts finish within `timeout` (their leases are
@@ -479,7 +529,12 @@ fn dispatch(shared: &Shared, worker: &str, slots: usize, poll: Duration, channel
         }
         busy -= done.len();
         let free = if jobs.is_some() { slots - busy } else { 0 };
+        let settled_any = !done.is_empty();
         let claimed = settle_and_claim(shared, worker, std::mem::take(&mut done), free);
+        if settled_any {
+            *shared.rounds.lock() += 1;
+            shared.round_done.notify_all();
+        }
         let claimed_any = !claimed.is_empty();
         for claimed in claimed {
             busy += 1;
