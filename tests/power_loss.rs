@@ -27,7 +27,7 @@
 
 use fenceq::rusqlite::Connection;
 use fenceq::{ClaimToken, Error, ManualClock, NewJob, Outcome, Queue, Synchronous, WorkerPool};
-use powerloss::{Model, Plan, CRASH_EXIT};
+use powerloss::{Fault, Model, Plan, CRASH_EXIT};
 use std::collections::{BTreeSet, HashSet};
 use std::path::Path;
 use std::process::Command;
@@ -68,6 +68,9 @@ struct Workload {
     live: Vec<ClaimToken>,
     exhausted: Vec<ClaimToken>,
     keys: u64,
+    /// Whether the last step called the queue (a step may only move the clock, or find no
+    /// token to work on).
+    touched: bool,
 }
 
 /// What a step did: `Ok(tokens claimed)` or the error it returned.
@@ -75,7 +78,7 @@ type StepResult = Result<Vec<ClaimToken>, Error>;
 
 impl Workload {
     fn new(seed: u64, clock: ManualClock) -> Workload {
-        Workload { rng: Rng::new(seed), clock, live: Vec::new(), exhausted: Vec::new(), keys: 0 }
+        Workload { rng: Rng::new(seed), clock, live: Vec::new(), exhausted: Vec::new(), keys: 0, touched: false }
     }
 
     fn pick(&mut self, from_exhausted: bool) -> Option<ClaimToken> {
@@ -88,13 +91,22 @@ impl Workload {
 
     /// Runs step `i` on `queue` (or, when `failed`, only its choices).
     fn step(&mut self, queue: &Queue, i: usize, failed: bool) -> StepResult {
+        self.touched = true;
         if i == STEPS {
             // The pool phase's jobs, one batch.
             let jobs = (0..POOL_JOBS).map(|n| NewJob::new("pool", format!("pool {n}").into_bytes()));
             return if failed { Err(Error::NestedWrite) } else { queue.enqueue_batch(jobs).map(|_| Vec::new()) };
         }
         let choice = self.rng.below(100);
-        let run = |f: &dyn Fn() -> StepResult| if failed { Err(Error::NestedWrite) } else { f() };
+        let touched = std::cell::Cell::new(false);
+        let run = |f: &dyn Fn() -> StepResult| {
+            touched.set(true);
+            if failed {
+                Err(Error::NestedWrite)
+            } else {
+                f()
+            }
+        };
         let result = match choice {
             0..=14 => {
                 self.keys += 1;
@@ -165,6 +177,7 @@ impl Workload {
                 Ok(Vec::new())
             }
         };
+        self.touched = touched.get();
         if let Ok(tokens) = &result {
             self.live.extend(tokens.iter().copied());
         }
@@ -189,11 +202,20 @@ fn power_loss_child() {
     let parts: Vec<&str> = spec.splitn(4, '|').collect();
     let (path, full, seed, plan) = (parts[0], parts[1] == "full", parts[2].parse().unwrap(), Plan::decode(parts[3]));
     let pool_phase = plan.fault_at.is_none();
+    // libtest printed "test power_loss_child ... " without a newline.
+    println!();
     powerloss::install(plan);
     let clock = ManualClock::new(T0);
     let sync = if full { Synchronous::Full } else { Synchronous::Normal };
-    let queue = Queue::builder().path(path).clock(clock.clone()).synchronous(sync).open().unwrap();
-    domain_schema(&queue).unwrap();
+    let opened = Queue::builder().path(path).clock(clock.clone()).synchronous(sync).open();
+    let queue = match opened.and_then(|queue| domain_schema(&queue).map(|()| queue)) {
+        Ok(queue) => queue,
+        // A fault while the file is created: a typed error, and nothing was acknowledged.
+        Err(e) => {
+            println!("OPENFAILED {}", kind(&e));
+            return;
+        }
+    };
     println!("OPENED");
     let mut work = Workload::new(seed, clock.clone());
     for i in 0..=STEPS {
@@ -273,6 +295,8 @@ struct Run {
     tokens: Vec<ClaimToken>,
     pool_done: Vec<i64>,
     end: Option<String>,
+    /// Opening (creating) the queue failed with this kind of error.
+    open_failed: Option<String>,
 }
 
 fn run_child(path: &Path, full: bool, seed: u64, plan: Plan) -> Run {
@@ -300,6 +324,7 @@ fn run_child(path: &Path, full: bool, seed: u64, plan: Plan) -> Run {
                 claim_id: fenceq::ClaimId(claim.parse().unwrap()),
             }),
             ["POOLDONE", id] => run.pool_done.push(id.parse().unwrap()),
+            ["OPENFAILED", kind] => run.open_failed = Some(kind.to_string()),
             [first, ..] if *first == "END" => run.end = Some(line.to_string()),
             _ => {}
         }
@@ -446,32 +471,38 @@ fn per_config() -> usize {
     std::env::var("FENCEQ_POWERLOSS_POINTS").ok().and_then(|v| v.parse().ok()).unwrap_or(40)
 }
 
-/// Crashes a child at every chosen point of one configuration; returns how many runs
-/// crashed and the failures.
+/// Crashes children at `count` points of one configuration, spread over every event of a
+/// run (and over as many seeds as that takes); returns what was found.
 fn crash_sweep(full: bool, model: Model, fake_sync: bool, count: usize, seed: u64) -> Sweep {
     let dir = tempfile::tempdir().unwrap();
-    let (events, _) = events_of(dir.path(), full, seed);
-    let mut failures = Vec::new();
-    let (mut crashed, mut lost_runs, mut lost_steps) = (0, 0, 0);
-    let points = points(events, count, seed);
-    for (n, &at) in points.iter().enumerate() {
-        let path = dir.path().join(format!("crash-{n}.db"));
-        let plan = Plan { crash_at: Some(at), fault_at: None, model, fake_sync, seed: seed ^ at };
-        let run = run_child(&path, full, seed, plan);
-        if run.exit == Some(0) {
-            continue; // the run ended before the event (the pool phase's event count varies)
+    let mut sweep = Sweep { crashed: 0, failures: Vec::new(), lost_runs: 0, lost_steps: 0 };
+    let mut runs = 0;
+    for seed in seed.. {
+        if runs >= count {
+            break;
         }
-        crashed += 1;
-        match check_crash(&path, full, seed, &run) {
-            Ok(0) => {}
-            Ok(lost) => {
-                lost_runs += 1;
-                lost_steps += lost;
+        let (events, _) = events_of(dir.path(), full, seed);
+        for at in points(events, (count - runs).min(events as usize), seed) {
+            runs += 1;
+            let path = dir.path().join(format!("crash-{runs}.db"));
+            let plan = Plan { crash_at: Some(at), fault_at: None, model, fake_sync, seed: seed ^ at };
+            let run = run_child(&path, full, seed, plan);
+            let _ = std::fs::remove_file(dir.path().join(format!("crash-{}.db", runs.saturating_sub(1))));
+            if run.exit == Some(0) {
+                continue; // the run ended before the event (the pool phase's event count varies)
             }
-            Err(why) => failures.push(format!("crash at event {at} of {events}: {why}")),
+            sweep.crashed += 1;
+            match check_crash(&path, full, seed, &run) {
+                Ok(0) => {}
+                Ok(lost) => {
+                    sweep.lost_runs += 1;
+                    sweep.lost_steps += lost;
+                }
+                Err(why) => sweep.failures.push(format!("seed {seed}, crash at event {at} of {events}: {why}")),
+            }
         }
     }
-    Sweep { crashed, failures, lost_runs, lost_steps }
+    sweep
 }
 
 /// What a sweep found.
@@ -538,4 +569,139 @@ fn under_full_sync_the_simulator_sees_a_wal_sync_for_every_commit() {
     let (_, end) = events_of(dir.path(), false, 0x5EED);
     let wal_syncs: u64 = end.split_whitespace().find_map(|w| w.strip_prefix("wal_syncs=")).unwrap().parse().unwrap();
     assert!(wal_syncs < field("commits="), "NORMAL does not sync every commit: {end}");
+}
+
+// ------------------------------------------------------------------------------- I/O faults
+
+/// Which steps of the seeded run call the queue at all.
+fn touching_steps(seed: u64, failed: &HashSet<usize>) -> Vec<bool> {
+    let clock = ManualClock::new(T0);
+    let queue = Queue::builder().clock(clock.clone()).open().unwrap();
+    domain_schema(&queue).unwrap();
+    let mut work = Workload::new(seed, clock);
+    (0..=STEPS)
+        .map(|i| {
+            let _ = work.step(&queue, i, failed.contains(&i));
+            work.touched
+        })
+        .collect()
+}
+
+/// One fault run's checks; `Err` says what broke.
+fn check_fault(path: &Path, full: bool, seed: u64, run: &Run) -> Result<(), String> {
+    if let Some(kind) = &run.open_failed {
+        if !["io", "full", "sqlite", "poisoned"].contains(&kind.as_str()) {
+            return Err(format!("opening failed with an unexpected error {kind}"));
+        }
+        return reopen_works(path, full);
+    }
+    if run.end.is_none() {
+        return Err("the child did not finish its steps".into());
+    }
+    for (i, kind) in &run.failed {
+        if !["io", "poisoned", "full", "sqlite", "lost"].contains(&kind.as_str()) {
+            return Err(format!("step {i} failed with an unexpected error {kind}"));
+        }
+    }
+    let failed: HashSet<usize> = run.failed.iter().map(|(i, _)| *i).collect();
+    // A failed sync poisons the writer: every later step that calls the queue fails too.
+    if let Some(first) = run.failed.iter().find(|(_, kind)| kind == "poisoned").map(|(i, _)| *i) {
+        let touching = touching_steps(seed, &failed);
+        for (i, touched) in touching.iter().enumerate().skip(first + 1) {
+            if *touched && !failed.contains(&i) {
+                return Err(format!("step {i} succeeded after the writer was poisoned at step {first}"));
+            }
+        }
+    }
+    let conn = Connection::open(path).map_err(|e| format!("open: {e}"))?;
+    let integrity: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).map_err(|e| e.to_string())?;
+    if integrity != "ok" {
+        return Err(format!("integrity_check: {integrity}"));
+    }
+    let got = snapshot(&conn);
+    drop(conn);
+    // Every step that returned Ok is there and no failed one is (a batch is all or nothing),
+    // except that a step whose sync failed may or may not have reached the disk.
+    let mut allowed = vec![failed.clone()];
+    if let Some(first) = run.failed.iter().find(|(_, kind)| kind == "poisoned").map(|(i, _)| *i) {
+        let mut applied = failed.clone();
+        applied.remove(&first);
+        allowed.push(applied);
+    }
+    if !allowed.iter().any(|skip| reference(seed, STEPS + 1, skip).0 == got) {
+        let expected = reference(seed, STEPS + 1, &failed).0;
+        return Err(format!(
+            "after the fault the queue is not the acknowledged steps\n got: {got:?}\nwant: {expected:?}"
+        ));
+    }
+    reopen_works(path, full)
+}
+
+/// A reopen recovers a usable queue.
+fn reopen_works(path: &Path, full: bool) -> Result<(), String> {
+    let queue =
+        Queue::builder().path(path).synchronous(if full { Synchronous::Full } else { Synchronous::Normal }).open();
+    let queue = queue.map_err(|e| format!("reopen: {e}"))?;
+    domain_schema(&queue).map_err(|e| format!("schema after reopen: {e}"))?;
+    queue.enqueue(NewJob::new("after", b"x".to_vec())).map_err(|e| format!("enqueue after reopen: {e}"))?;
+    let job = queue.claim("after", "w", LEASE).map_err(|e| e.to_string())?.ok_or("no job after reopen")?;
+    queue.complete(&job.token()).map_err(|e| format!("complete after reopen: {e}"))?;
+    Ok(())
+}
+
+/// Returns (fault points, runs where the fault reached a caller, runs that poisoned the writer,
+/// failures).
+fn fault_sweep(full: bool, fault: Fault, count: usize, seed: u64) -> (usize, usize, usize, Vec<String>) {
+    let dir = tempfile::tempdir().unwrap();
+    // Events of a run with faults on (no pool phase) that never fires.
+    let never = Plan { crash_at: None, fault_at: Some((u64::MAX, fault)), model: Model::Drop, fake_sync: false, seed };
+    let counted = run_child(&dir.path().join("count.db"), full, seed, never);
+    let end = counted.end.expect("the run ends");
+    let events: u64 = end.split_whitespace().find_map(|w| w.strip_prefix("events=")).unwrap().parse().unwrap();
+    let (mut faulted, mut poisoned, mut failures) = (0, 0, Vec::new());
+    for (n, at) in points(events, count, seed).into_iter().enumerate() {
+        let path = dir.path().join(format!("fault-{n}.db"));
+        let plan = Plan { crash_at: None, fault_at: Some((at, fault)), model: Model::Drop, fake_sync: false, seed };
+        let run = run_child(&path, full, seed, plan);
+        if run.exit != Some(0) {
+            failures.push(format!("fault at event {at}: the child exited {:?}", run.exit));
+            continue;
+        }
+        faulted += usize::from(!run.failed.is_empty() || run.open_failed.is_some());
+        poisoned += usize::from(run.failed.iter().any(|(_, kind)| kind == "poisoned"));
+        if let Err(why) = check_fault(&path, full, seed, &run) {
+            failures.push(format!("{fault:?} at event {at} of {events}: {why}"));
+        }
+    }
+    (points(events, count, seed).len(), faulted, poisoned, failures)
+}
+
+fn assert_faults(full: bool, fault: Fault) {
+    let seed = 0xFA17_0000 + u64::from(full) * 2 + u64::from(fault == Fault::Enospc);
+    let (points, faulted, poisoned, failures) = fault_sweep(full, fault, 20, seed);
+    println!(
+        "{} sync, {fault:?}: {points} fault points, {faulted} reached a caller as an error, {poisoned} poisoned the writer, {} failures",
+        if full { "full" } else { "normal" },
+        failures.len()
+    );
+    assert!(faulted > 0, "no injected fault reached a caller");
+    if full {
+        assert!(poisoned > 0, "no fault hit fenceq's own WAL sync (the poisoning path)");
+    }
+    assert!(failures.is_empty(), "{} of {points} fault points failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn an_eio_at_any_write_or_sync_is_a_typed_error_that_loses_nothing_acknowledged_under_full_sync() {
+    assert_faults(true, Fault::Eio);
+}
+
+#[test]
+fn an_enospc_at_any_write_or_sync_is_a_typed_error_that_loses_nothing_acknowledged_under_full_sync() {
+    assert_faults(true, Fault::Enospc);
+}
+
+#[test]
+fn an_eio_at_any_write_or_sync_is_a_typed_error_that_loses_nothing_acknowledged_under_normal_sync() {
+    assert_faults(false, Fault::Eio);
 }

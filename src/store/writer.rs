@@ -434,7 +434,11 @@ impl Writer {
     /// `PRAGMA wal_checkpoint(TRUNCATE)` on the writer connection, waiting (through the busy
     /// handler) as long as the caller's patience for readers; this process's writers queue
     /// behind it meanwhile.
+    ///
+    /// A poisoned writer refuses: the frames a checkpoint would copy into the database are
+    /// the ones whose sync failed, and the kernel may have dropped them.
     pub(crate) fn checkpoint(&self) -> Result<(i64, i64, i64)> {
+        self.check_usable()?;
         self.exclusive(|conn| {
             conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
                 Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?, row.get::<_, i64>(2)?))
