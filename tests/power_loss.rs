@@ -705,3 +705,62 @@ fn an_enospc_at_any_write_or_sync_is_a_typed_error_that_loses_nothing_acknowledg
 fn an_eio_at_any_write_or_sync_is_a_typed_error_that_loses_nothing_acknowledged_under_normal_sync() {
     assert_faults(false, Fault::Eio);
 }
+
+// ------------------------------------------------------------------------------- a new file
+
+const CREATE_CHILD: &str = "new_file_child";
+
+#[test]
+#[ignore = "the child process of the new-file test below, which runs it with --ignored --exact"]
+fn new_file_child() {
+    let path = std::env::var(ENV).expect("run by the new-file test");
+    println!();
+    powerloss::install(Plan { crash_at: None, fault_at: None, model: Model::Drop, fake_sync: false, seed: 1 });
+    let queue = Queue::open(&path).unwrap();
+    queue.enqueue(NewJob::new("q", b"x".to_vec())).unwrap();
+    for synced in powerloss::seen().synced {
+        println!("SYNCED {}", synced.display());
+    }
+    // While the queue is open its -wal and -shm exist.
+    for suffix in ["", "-wal", "-shm"] {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(format!("{path}{suffix}")).unwrap().permissions().mode() & 0o777;
+        println!("MODE {suffix} {mode:o}");
+    }
+    drop(queue);
+}
+
+#[test]
+fn a_new_database_file_is_owner_only_and_its_directory_entry_is_synced() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("private.db");
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", CREATE_CHILD, "--nocapture", "--test-threads=1"])
+        .env(ENV, &path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let synced: Vec<&str> = stdout.lines().filter_map(|l| l.strip_prefix("SYNCED ")).collect();
+    let dir_path = std::fs::canonicalize(dir.path()).unwrap();
+    // The directory entry is durable before SQLite writes anything: synced right after the
+    // (empty) file, before the first journal or WAL sync. (SQLite syncs the directory too, but
+    // only when it creates a journal, after the database file already holds data.)
+    let dir_at = synced.iter().position(|p| *p == dir_path.to_str().unwrap());
+    let first_log = synced.iter().position(|p| p.ends_with("-journal") || p.ends_with("-wal"));
+    let before_any_log = dir_at.is_some_and(|d| first_log.is_none_or(|log| d < log));
+    assert!(before_any_log, "the directory was not synced before SQLite wrote: {synced:?}");
+    let modes: Vec<&str> = stdout.lines().filter(|l| l.starts_with("MODE")).collect();
+    assert_eq!(
+        modes,
+        ["MODE  600", "MODE -wal 600", "MODE -shm 600"],
+        "the database, its WAL and its index are owner-only"
+    );
+    // An existing file keeps its mode.
+    let shared = dir.path().join("shared.db");
+    std::fs::write(&shared, b"").unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o640)).unwrap();
+    Queue::open(&shared).unwrap();
+    assert_eq!(std::fs::metadata(&shared).unwrap().permissions().mode() & 0o777, 0o640);
+}

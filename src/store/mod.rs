@@ -179,6 +179,7 @@ impl Store {
                     check_current(path, flags)?;
                 } else {
                     create_parent(path)?;
+                    create_private(path)?;
                     prepare_file(path, flags, builder.busy_timeout)?;
                 }
                 let manager =
@@ -304,6 +305,32 @@ fn create_parent(path: &Path) -> Result<()> {
         Some(dir) if !dir.as_os_str().is_empty() && !dir.exists() => Ok(std::fs::create_dir_all(dir)?),
         _ => Ok(()),
     }
+}
+
+/// Creates a missing database file before SQLite does, so that it is owner-only (mode 0600:
+/// payloads are often users' messages; SQLite gives its `-wal` and `-shm` files the same
+/// mode), and makes its directory entry durable: SQLite never syncs the directory after
+/// creating a main database file, so a power loss could lose a file whose every commit was
+/// synced. A file that exists (or that a racing process just created) is left as it is.
+fn create_private(path: &Path) -> Result<()> {
+    if path.to_string_lossy().starts_with("file:") || path.exists() {
+        return Ok(());
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    match options.open(path) {
+        Ok(file) => file.sync_all()?,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
+        Err(e) => return Err(e.into()),
+    }
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(())
 }
 
 /// Puts `path` into a `NotADatabase` error (SQLite's own error does not name the file).
