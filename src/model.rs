@@ -1223,6 +1223,24 @@ impl TempDb {
         TempDb { dir, path }
     }
 
+    /// A fresh path holding a copy of a current-schema database (made once per thread).
+    pub fn from_template() -> TempDb {
+        let bytes = TEMPLATE.with(|template| {
+            template
+                .borrow_mut()
+                .get_or_insert_with(|| {
+                    let db = TempDb::new("template");
+                    let queue = open_queue(&ManualClock::new(T0), Some(db.path())).expect("the template opens");
+                    drop(queue);
+                    std::fs::read(db.path()).expect("reading the template")
+                })
+                .clone()
+        });
+        let db = TempDb::new("model");
+        std::fs::write(db.path(), bytes).expect("copying the template");
+        db
+    }
+
     /// The database path.
     pub fn path(&self) -> &Path {
         &self.path
@@ -1287,9 +1305,15 @@ pub fn run_bytes(data: &[u8]) -> RunStats {
 pub fn try_run(ops: &[QueueOp]) -> Result<RunStats, String> {
     let ops = &ops[..ops.len().min(4 * MAX_OPS)];
     let file = ops.iter().any(|op| matches!(op, QueueOp::Reopen));
-    let clock = ManualClock::new(T0);
-    let db = file.then(|| TempDb::new("model"));
-    let queue = open_queue(&clock, db.as_ref().map(TempDb::path)).map_err(|e| format!("opening the queue: {e:?}"))?;
+    let (queue, clock, db) = if file {
+        let clock = ManualClock::new(T0);
+        let db = TempDb::from_template();
+        let queue = open_queue(&clock, Some(db.path())).map_err(|e| format!("opening the queue: {e:?}"))?;
+        (queue, clock, Some(db))
+    } else {
+        let (queue, clock) = spare_memory_queue().map_err(|e| format!("opening the queue: {e:?}"))?;
+        (queue, clock, None)
+    };
     let mut runner = Runner {
         ops,
         clock,
@@ -1311,10 +1335,40 @@ pub fn try_run(ops: &[QueueOp]) -> Result<RunStats, String> {
     }
     runner.step = ops.len();
     runner.full_check().map_err(|e| runner.report(&format!("final check: {e}")))?;
-    // Close the queue before the file goes.
-    runner.queue = None;
-    drop(runner.db.take());
+    // Close the queue before the file goes; an in-memory queue serves the next run.
+    let queue = runner.queue.take();
+    match runner.db.take() {
+        Some(db) => {
+            drop(queue);
+            drop(db);
+        }
+        None => SPARE.with(|spare| *spare.borrow_mut() = queue.map(|q| (q, runner.clock.clone()))),
+    }
     Ok(runner.stats)
+}
+
+thread_local! {
+    /// The in-memory queue of this thread's last run that ended without a divergence, emptied
+    /// and reused by the next one: opening a queue (its migrations, its statement caches) cost
+    /// more than most runs. A run that diverged or panicked never hands its queue on.
+    static SPARE: std::cell::RefCell<Option<(Queue, ManualClock)>> = const { std::cell::RefCell::new(None) };
+    /// A current-schema database file (with the model's domain table), copied for every
+    /// file-backed run instead of created and migrated each time.
+    static TEMPLATE: std::cell::RefCell<Option<Vec<u8>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// An empty in-memory queue at `T0`: this thread's spare, reset as a fresh one would be (no
+/// rows, no domain rows, ids from 1 again), or a new one.
+fn spare_memory_queue() -> crate::Result<(Queue, ManualClock)> {
+    if let Some((queue, clock)) = SPARE.with(|spare| spare.borrow_mut().take()) {
+        queue.transaction(|tx| {
+            Ok(tx.execute_batch("DELETE FROM fenceq_jobs; DELETE FROM model_domain; DELETE FROM sqlite_sequence;")?)
+        })?;
+        clock.set(T0);
+        return Ok((queue, clock));
+    }
+    let clock = ManualClock::new(T0);
+    Ok((open_queue(&clock, None)?, clock))
 }
 
 impl Runner<'_> {
