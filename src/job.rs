@@ -303,6 +303,15 @@ pub struct UnknownOutcome {
     pub at: i64,
 }
 
+impl UnknownOutcome {
+    /// The unknown outcome of a terminal record read like an exhaustion's (the same row
+    /// fields; its text is the evidence).
+    pub(crate) fn from_record(record: Exhaustion) -> UnknownOutcome {
+        let Exhaustion { token, queue, key, payload, reason, at } = record;
+        UnknownOutcome { token, queue, key, payload, evidence: reason, at }
+    }
+}
+
 /// Delay before a retried job runs again: an exponential policy or a fixed delay.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Backoff {

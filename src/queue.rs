@@ -651,19 +651,7 @@ impl Queue {
     /// `NestedWrite` from inside a closure holding its transaction or connection.
     pub fn unknowns(&self, cursor: Option<Cursor>, limit: u32) -> Result<Page<UnknownOutcome>> {
         let page = self.page(JOB_UNKNOWNS_PAGE, "JOB_UNKNOWNS_PAGE", cursor, limit)?;
-        let items = page
-            .items
-            .into_iter()
-            .map(|e| UnknownOutcome {
-                token: e.token,
-                queue: e.queue,
-                key: e.key,
-                payload: e.payload,
-                evidence: e.reason,
-                at: e.at,
-            })
-            .collect();
-        Ok(Page { items, next: page.next })
+        Ok(Page { items: page.items.into_iter().map(UnknownOutcome::from_record).collect(), next: page.next })
     }
 
     fn page(

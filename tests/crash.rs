@@ -18,7 +18,7 @@
 
 mod common;
 
-use common::T0;
+use common::{Rng, T0};
 use fenceq::rusqlite::{Connection, OptionalExtension};
 use fenceq::{Error, ManualClock, NewJob, Queue, SCHEMA_VERSION};
 use std::collections::{HashMap, HashSet};
@@ -38,24 +38,6 @@ const CHILD_LEASE: Duration = Duration::from_secs(30);
 
 const SETTLE_LOG: &str =
     "CREATE TABLE IF NOT EXISTS settle_log (job INTEGER NOT NULL, attempt INTEGER NOT NULL, UNIQUE (job, attempt))";
-
-/// xorshift64*: enough randomness for timings and choices, reproducible from a seed.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn wall_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64

@@ -62,6 +62,14 @@ fn the_fence_invariants_corpus_replays_cleanly() {
     });
 }
 
+/// The same inputs through the file-backed target (a file wherever they reopen the queue).
+#[test]
+fn the_fence_invariants_corpus_replays_cleanly_on_a_file() {
+    replay("fence_invariants", |bytes| {
+        fenceq::model::run_bytes_file(bytes);
+    });
+}
+
 #[test]
 fn the_hostile_input_corpus_replays_cleanly() {
     replay("hostile_input", fenceq::model::hostile);

@@ -25,6 +25,9 @@
 //!
 //! `FENCEQ_POWERLOSS_POINTS=2000 cargo test --release --test power_loss -- --nocapture` soaks.
 
+mod common;
+
+use common::{Rng, LEASE, T0};
 use fenceq::rusqlite::Connection;
 use fenceq::{ClaimToken, Error, ManualClock, NewJob, Outcome, Queue, Synchronous, WorkerPool};
 use powerloss::{Fault, Model, Plan, CRASH_EXIT};
@@ -35,28 +38,11 @@ use std::time::Duration;
 
 const ENV: &str = "FENCEQ_POWERLOSS";
 const CHILD: &str = "power_loss_child";
-const T0: i64 = 1_700_000_000_000;
-const LEASE: Duration = Duration::from_secs(30);
 /// Deterministic steps per run, then the pool phase.
 const STEPS: usize = 40;
 const POOL_JOBS: usize = 8;
 
 // ------------------------------------------------------------------------------- the workload
-
-/// xorshift64*.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
-    }
-}
 
 /// The seeded steps, run the same way by the child (on the file) and by the reference (in
 /// memory). A step's choice depends only on the seed and on earlier steps' results, which the

@@ -22,6 +22,8 @@
 
 mod common;
 
+use common::Rng;
+
 use crossbeam_channel::bounded;
 use fenceq::rusqlite::{Connection, OptionalExtension};
 use fenceq::{
@@ -53,21 +55,6 @@ const DOMAIN: &str = "
 
 /// Errors other than `OwnershipLost` that the handler's own `with_ownership` calls saw.
 static HANDLER_ERRORS: AtomicU64 = AtomicU64::new(0);
-
-/// xorshift64*, seeded per job attempt.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
-    }
-}
 
 fn seed() -> u64 {
     use std::hash::{BuildHasher, Hasher};

@@ -276,7 +276,11 @@ impl Store {
 /// spawns threads (a third of the time of a reopen, measured with the fuzz model).
 fn pool_threads() -> Arc<scheduled_thread_pool::ScheduledThreadPool> {
     static THREADS: std::sync::OnceLock<Arc<scheduled_thread_pool::ScheduledThreadPool>> = std::sync::OnceLock::new();
-    THREADS.get_or_init(|| Arc::new(scheduled_thread_pool::ScheduledThreadPool::with_name("fenceq-pool-{}", 1))).clone()
+    let start = || {
+        let threads = scheduled_thread_pool::ScheduledThreadPool::builder().num_threads(1);
+        Arc::new(threads.thread_name_pattern("fenceq-pool-{}").build())
+    };
+    THREADS.get_or_init(start).clone()
 }
 
 /// PRAGMAs and limits for every pooled connection (they are per connection, never in a

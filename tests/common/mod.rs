@@ -5,6 +5,27 @@ use fenceq::{Claimed, ManualClock, NewJob, Queue};
 use std::time::Duration;
 use tempfile::TempDir;
 
+/// xorshift64*: reproducible choices from a seed, for the tests that make many of them.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// A number in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
 /// The manual clock's start: 2023-11-14, far from zero so that subtractions stay positive.
 pub const T0: i64 = 1_700_000_000_000;
 pub const LEASE: Duration = Duration::from_secs(30);
