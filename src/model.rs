@@ -2035,8 +2035,7 @@ impl Runner<'_> {
         let queue = self.q().clone();
         let write = |tx: &rusqlite::Connection| -> crate::Result<()> {
             ran.set(true);
-            tx.execute(
-                "INSERT INTO model_domain (job, attempt, note) VALUES (?1, ?2, ?3)",
+            tx.prepare_cached("INSERT INTO model_domain (job, attempt, note) VALUES (?1, ?2, ?3)")?.execute(
                 rusqlite::params![t.id.0, t.attempt, if complete { "complete_with" } else { "with_ownership" }],
             )?;
             match act {
@@ -2231,7 +2230,7 @@ impl Runner<'_> {
         let domain: Vec<(i64, u32)> = self
             .q()
             .with_connection(|c| {
-                let mut stmt = c.prepare("SELECT job, attempt FROM model_domain ORDER BY rowid")?;
+                let mut stmt = c.prepare_cached("SELECT job, attempt FROM model_domain ORDER BY rowid")?;
                 let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
                 Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
             })
