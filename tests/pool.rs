@@ -459,3 +459,34 @@ fn wait_idle_returns_once_nothing_is_due_or_running_and_reports_a_timeout() {
     assert!(pool.wait_idle(Duration::MAX).unwrap(), "any timeout is accepted");
     pool.shutdown(HANG_GUARD).unwrap();
 }
+
+#[test]
+fn an_attempt_completed_by_its_handler_is_no_longer_renewed_and_never_counts_as_a_lost_lease() {
+    let q = temp_queue();
+    q.transaction(|tx| Ok(tx.execute_batch("CREATE TABLE replies (job INTEGER)")?)).unwrap();
+    q.add("x");
+    let (done_tx, done_rx) = bounded(1);
+    let pool = WorkerPool::builder(q.queue.clone(), "q")
+        .workers(1)
+        .lease(Duration::from_millis(300))
+        .renew_every(Duration::from_millis(2))
+        .handler(move |attempt| {
+            let id = attempt.token().id.0;
+            attempt.complete_with(|tx| Ok(tx.execute("INSERT INTO replies VALUES (?1)", [id])?)).unwrap();
+            // The attempt stays in the pool's hands a while after its completion committed:
+            // many heartbeat rounds pass (a bounded spin, not a guess at scheduling).
+            let start = std::time::Instant::now();
+            while start.elapsed() < Duration::from_millis(60) {
+                std::thread::yield_now();
+            }
+            let _ = done_tx.send(());
+            Outcome::Complete
+        })
+        .start()
+        .unwrap();
+    recv(&done_rx, "the handler finished");
+    let report = pool.shutdown(HANG_GUARD).unwrap();
+    assert_eq!(report.counters.completed, 1, "{:?}", report.counters);
+    assert_eq!(report.counters.renewals_failed, 0, "{:?}", report.counters);
+    assert_eq!(report.counters.stale_settles_rejected, 0, "{:?}", report.counters);
+}

@@ -55,6 +55,9 @@ pub(crate) struct Lease {
     pub until: AtomicI64,
     /// Set when a renewal was rejected.
     pub lost: AtomicBool,
+    /// Set once the handler's [`Attempt::complete_with`] committed: the heartbeat stops
+    /// renewing it, and a renewal that raced the completion is no lost lease.
+    pub completed: AtomicBool,
 }
 
 /// One claimed attempt, as a handler sees it.
@@ -68,8 +71,6 @@ pub struct Attempt {
     pub(crate) lease: Arc<Lease>,
     pub(crate) queue: Queue,
     pub(crate) clock: Arc<dyn Clock>,
-    /// Set once [`Attempt::complete_with`] committed: the pool has nothing left to settle.
-    pub(crate) completed: AtomicBool,
 }
 
 impl Attempt {
@@ -143,7 +144,7 @@ impl Attempt {
     pub fn complete_with<T>(&self, write: impl FnOnce(&rusqlite::Connection) -> Result<T>) -> Result<T> {
         match self.queue.complete_with(&self.claimed.token, write) {
             Ok(value) => {
-                self.completed.store(true, Ordering::SeqCst);
+                self.lease.completed.store(true, Ordering::SeqCst);
                 Ok(value)
             }
             Err(e) => {

@@ -585,15 +585,9 @@ fn work(shared: &Shared, claimed: Claimed) -> Finished {
         return Finished::Settle(Outcome::retry("internal: attempt not registered"));
     };
     let token = claimed.token;
-    let mut attempt = Attempt {
-        claimed,
-        lease,
-        queue: shared.queue.clone(),
-        clock: shared.clock.clone(),
-        completed: AtomicBool::new(false),
-    };
+    let mut attempt = Attempt { claimed, lease, queue: shared.queue.clone(), clock: shared.clock.clone() };
     let outcome = run_handler(shared, &mut attempt);
-    if attempt.completed.load(Ordering::SeqCst) {
+    if attempt.lease.completed.load(Ordering::SeqCst) {
         if outcome != Outcome::Complete {
             tracing::warn!(job = %id, attempt = token.attempt, ?outcome,
                 "the handler completed the job with complete_with and then returned another outcome; \
@@ -693,7 +687,11 @@ fn settle_and_claim(shared: &Shared, worker: &str, finished: Vec<(ClaimToken, Fi
     let mut in_flight = shared.in_flight.lock();
     for claimed in &claimed {
         bump(&c.claimed);
-        let lease = Arc::new(Lease { until: claimed.lease_until.into(), lost: AtomicBool::new(false) });
+        let lease = Arc::new(Lease {
+            until: claimed.lease_until.into(),
+            lost: AtomicBool::new(false),
+            completed: AtomicBool::new(false),
+        });
         in_flight.insert(claimed.token, lease);
     }
     claimed
@@ -739,7 +737,7 @@ fn heartbeat(shared: &Shared, every: Duration, stop: Receiver<()>) {
             .in_flight
             .lock()
             .iter()
-            .filter(|(_, lease)| !lease.lost.load(Ordering::SeqCst))
+            .filter(|(_, lease)| !lease.lost.load(Ordering::SeqCst) && !lease.completed.load(Ordering::SeqCst))
             .map(|(token, lease)| (*token, lease.clone()))
             .collect();
         if in_flight.is_empty() {
@@ -751,8 +749,11 @@ fn heartbeat(shared: &Shared, every: Duration, stop: Receiver<()>) {
                 for ((token, lease), result) in in_flight.iter().zip(results) {
                     match result {
                         Ok(until) => lease.until.store(until, Ordering::SeqCst),
-                        // Settled while this round ran: nothing was lost.
-                        Err(_) if !shared.in_flight.lock().contains_key(token) => {}
+                        // Settled (or completed by its handler) while this round ran: nothing
+                        // was lost.
+                        Err(_)
+                            if lease.completed.load(Ordering::SeqCst)
+                                || !shared.in_flight.lock().contains_key(token) => {}
                         Err(e) => {
                             lease.lost.store(true, Ordering::SeqCst);
                             bump(&shared.counters.renewals_failed);
