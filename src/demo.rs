@@ -276,8 +276,9 @@ fn run_at(path: &std::path::Path, options: &DemoOptions) -> Result<DemoSummary> 
     Ok(summary)
 }
 
-/// What the bot does with one update: reply (a domain write fenced by ownership), with
-/// deterministic trouble mixed in.
+/// What the bot does with one update: reply, with the reply row and the completion committed
+/// in one transaction fenced by ownership (`Attempt::complete_with`), with deterministic
+/// trouble mixed in.
 fn handle_update(attempt: &mut crate::Attempt) -> Outcome {
     let id: u64 =
         attempt.key().and_then(|k| k.strip_prefix("update:")).and_then(|n| n.parse().ok()).unwrap_or_default();
@@ -291,12 +292,12 @@ fn handle_update(attempt: &mut crate::Attempt) -> Outcome {
         return Outcome::retry_after(Duration::from_millis(5), "telegram 502 bad gateway");
     }
     let token = attempt.token();
-    let reply = attempt.with_ownership(|tx| {
+    let reply = attempt.complete_with(|tx| {
         tx.execute("INSERT INTO demo_replies VALUES (?1, ?2, 'hello back')", (id as i64, token.attempt))?;
         Ok(())
     });
     match reply {
-        Ok(()) => Outcome::Complete,
+        Ok(()) => Outcome::Complete, // already settled with the reply
         Err(e) => Outcome::retry(e.to_string()),
     }
 }

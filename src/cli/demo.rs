@@ -74,7 +74,7 @@ fn explain(s: &DemoSummary, kept: bool) -> Vec<String> {
         format!("  {:>7} redeliveries dropped by idempotent intake (same queue + key = same job)", s.duplicates_dropped),
         format!("  {:>7} distinct updates became jobs", s.updates),
         String::new(),
-        "Processing (a pool of worker threads; every reply is a domain write fenced by ownership)".to_string(),
+        "Processing (a pool of worker threads; each reply commits with its completion, fenced by ownership)".to_string(),
         format!("  {:>7} completed, each with exactly one reply row ({} replies written)", s.completed, s.replies),
         format!("  {:>7} retries: transient 502s on a first attempt, and the doomed updates' early attempts", s.retries),
         format!("  {:>7} exhausted after 3 attempts (chat not found): durable records, now acknowledged ({})", s.exhausted, s.acknowledged),
