@@ -79,9 +79,8 @@ impl<'q> Operator<'q> {
         self.queue.write_waking(|tx| {
             let now = self.now();
             jobs::job_write_identified(tx, statement, decided.action, token, JobState::Unknown, now, Some(&decided))?;
-            let value = write(tx)?;
-            crate::store::still_in_transaction(tx)?;
-            Ok(value)
+            // (The writer refuses to commit a transaction SQLite rolled back meanwhile.)
+            write(tx)
         })
     }
 

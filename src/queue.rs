@@ -445,9 +445,8 @@ impl Queue {
         self.write_waking(|tx| {
             let lease = self.owned_lease(tx, token)?;
             settle_in(tx, token, &Settle::Complete, self.store.now())?;
-            let value = held_briefly(token, lease, || write(tx))?;
-            crate::store::still_in_transaction(tx)?;
-            Ok(value)
+            // (The writer refuses to commit a transaction SQLite rolled back meanwhile.)
+            held_briefly(token, lease, || write(tx))
         })
     }
 
@@ -567,8 +566,8 @@ impl Queue {
     /// Storage errors: `Busy`, `StorageFull`, `ReadOnly`; `NestedWrite` from inside a
     /// closure holding the queue's transaction (or an in-memory queue's `with_connection`).
     pub fn resume(&self, token: &ClaimToken) -> Result<()> {
-        let now = || self.store.now();
-        self.store.write(|tx| job_write_identified(tx, JOB_RESUME, "resume", token, JobState::Waiting, now(), None))
+        let state = JobState::Waiting;
+        self.store.write(|tx| job_write_identified(tx, JOB_RESUME, "resume", token, state, self.store.now(), None))
     }
 
     /// Cancels a pending, waiting or running job; a running owner finds out at its next

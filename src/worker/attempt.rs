@@ -142,18 +142,9 @@ impl Attempt {
     ///
     /// Those of [`Queue::complete_with`]; on `OwnershipLost`, `owner_lost()` turns true.
     pub fn complete_with<T>(&self, write: impl FnOnce(&rusqlite::Connection) -> Result<T>) -> Result<T> {
-        match self.queue.complete_with(&self.claimed.token, write) {
-            Ok(value) => {
-                self.lease.completed.store(true, Ordering::SeqCst);
-                Ok(value)
-            }
-            Err(e) => {
-                if matches!(e, crate::Error::OwnershipLost { .. }) {
-                    self.lease.lost.store(true, Ordering::SeqCst);
-                }
-                Err(e)
-            }
-        }
+        let value = self.noting_loss(self.queue.complete_with(&self.claimed.token, write))?;
+        self.lease.completed.store(true, Ordering::SeqCst);
+        Ok(value)
     }
 
     /// Runs a domain write that commits only while this attempt still owns the job (see
@@ -167,17 +158,16 @@ impl Attempt {
     ///
     /// Those of [`Queue::with_ownership`].
     pub fn with_ownership<T>(&self, write: impl FnOnce(&rusqlite::Connection) -> Result<T>) -> Result<T> {
-        match self.queue.owned_write(&self.claimed.token, write) {
-            Ok((value, until)) => {
-                self.lease.until.fetch_max(until, Ordering::SeqCst);
-                Ok(value)
-            }
-            Err(e) => {
-                if matches!(e, crate::Error::OwnershipLost { .. }) {
-                    self.lease.lost.store(true, Ordering::SeqCst);
-                }
-                Err(e)
-            }
+        let (value, until) = self.noting_loss(self.queue.owned_write(&self.claimed.token, write))?;
+        self.lease.until.fetch_max(until, Ordering::SeqCst);
+        Ok(value)
+    }
+
+    /// Passes `result` on; an `OwnershipLost` turns `owner_lost()` true first.
+    fn noting_loss<T>(&self, result: Result<T>) -> Result<T> {
+        if matches!(result, Err(crate::Error::OwnershipLost { .. })) {
+            self.lease.lost.store(true, Ordering::SeqCst);
         }
+        result
     }
 }
