@@ -203,7 +203,8 @@ impl QueueBuilder {
     /// only, or without [`QueueBuilder::upgrade`]), `ReadOnly`, `Busy`.
     pub fn open(self) -> Result<crate::Queue> {
         self.validate()?;
-        crate::Queue::from_builder(self)
+        let store = crate::store::sqlite::SqliteStore::open(&self)?;
+        Ok(crate::Queue::from_parts(store, self.clock.clone(), self.max_payload, self.max_attempts))
     }
 
     fn validate(&self) -> Result<()> {
@@ -213,7 +214,7 @@ impl QueueBuilder {
         if self.max_payload == 0 || self.max_payload > 512 << 20 {
             return Err(Error::invalid("payload limit", format!("{} is not in 1..=512 MiB", self.max_payload)));
         }
-        check_attempts(self.max_attempts)?;
+        crate::validate::check_attempts(self.max_attempts)?;
         if self.read_only && matches!(self.location, Location::Memory) {
             return Err(Error::invalid("read only", "an in-memory queue cannot be opened read-only"));
         }
@@ -222,13 +223,6 @@ impl QueueBuilder {
         }
         Ok(())
     }
-}
-
-pub(crate) fn check_attempts(attempts: u32) -> Result<()> {
-    if attempts == 0 || attempts > MAX_ATTEMPTS_LIMIT {
-        return Err(Error::invalid("max attempts", format!("{attempts} is not in 1..={MAX_ATTEMPTS_LIMIT}")));
-    }
-    Ok(())
 }
 
 /// What `prune` deletes: completed and cancelled jobs settled, and acknowledged exhaustions
@@ -259,9 +253,6 @@ impl Retention {
 
     /// `InvalidInput` unless the batch size is in 1..=100,000.
     pub(crate) fn check(&self) -> crate::Result<()> {
-        if self.batch_size == 0 || self.batch_size > 100_000 {
-            return Err(crate::Error::invalid("prune batch size", format!("{} is not in 1..=100000", self.batch_size)));
-        }
-        Ok(())
+        crate::validate::check_prune_batch(self.batch_size)
     }
 }

@@ -1,7 +1,6 @@
 //! The one public error enum and the mapping of SQLite result codes onto it.
 
 use crate::job::{ClaimToken, JobId, JobState};
-use rusqlite::ErrorCode;
 
 /// Result type of every fallible fenceq call.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -204,57 +203,8 @@ impl Error {
         matches!(self, Error::Busy { .. })
     }
 
-    /// A copy of this error for every other member of a group transaction that it ended
-    /// (errors are not `Clone`: a rusqlite failure is rebuilt from its code and message).
-    pub(crate) fn replicate(&self) -> Error {
-        match self {
-            Error::Busy { statement } => Error::Busy { statement },
-            Error::StorageFull { statement } => Error::StorageFull { statement },
-            Error::ReadOnly { statement } => Error::ReadOnly { statement },
-            Error::OutOfMemory { statement } => Error::OutOfMemory { statement },
-            Error::TooBig { statement } => Error::TooBig { statement },
-            Error::Corrupt { statement } => Error::Corrupt { statement },
-            Error::Io(e) => Error::Io(std::io::Error::new(e.kind(), e.to_string())),
-            Error::Sqlite { statement, source: rusqlite::Error::SqliteFailure(code, message) } => {
-                Error::Sqlite { statement, source: rusqlite::Error::SqliteFailure(*code, message.clone()) }
-            }
-            other => Error::Sqlite {
-                statement: "group transaction",
-                source: rusqlite::Error::SqliteFailure(
-                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
-                    Some(format!("the transaction carrying this write was lost: {other}")),
-                ),
-            },
-        }
-    }
-
     pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
         Error::InvalidInput { what, reason: reason.into() }
-    }
-
-    /// Classifies a rusqlite error raised by `statement` into its typed variant.
-    pub(crate) fn sqlite(statement: &'static str, source: rusqlite::Error) -> Self {
-        let code = match &source {
-            rusqlite::Error::SqliteFailure(e, _) => Some(e.code),
-            _ => None,
-        };
-        match code {
-            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => Error::Busy { statement },
-            Some(ErrorCode::DiskFull) => Error::StorageFull { statement },
-            Some(ErrorCode::ReadOnly) => Error::ReadOnly { statement },
-            Some(ErrorCode::OutOfMemory) => Error::OutOfMemory { statement },
-            Some(ErrorCode::TooBig) => Error::TooBig { statement },
-            Some(ErrorCode::DatabaseCorrupt) => Error::Corrupt { statement },
-            Some(ErrorCode::NotADatabase) => Error::NotADatabase { path: String::new() },
-            _ => Error::Sqlite { statement, source },
-        }
-    }
-}
-
-/// From `r2d2::Error`: the connection pool could not hand out a connection (`Error::Pool`).
-impl From<r2d2::Error> for Error {
-    fn from(e: r2d2::Error) -> Self {
-        Error::Pool(e)
     }
 }
 
@@ -262,51 +212,5 @@ impl From<r2d2::Error> for Error {
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
         Error::Io(e)
-    }
-}
-
-/// From `rusqlite::Error`: errors raised by SQL a caller runs in a closure's transaction,
-/// classified like the engine's own (`Busy`, `StorageFull`, ... or `Sqlite`), so that `?`
-/// works inside `with_ownership`, `complete_with` and `transaction` closures.
-impl From<rusqlite::Error> for Error {
-    fn from(e: rusqlite::Error) -> Self {
-        Error::sqlite("caller transaction", e)
-    }
-}
-
-/// Adds the statement name to a rusqlite result (`.sql("JOB_CLAIM")?`).
-pub(crate) trait SqlContext<T> {
-    fn sql(self, statement: &'static str) -> Result<T>;
-}
-
-impl<T> SqlContext<T> for rusqlite::Result<T> {
-    fn sql(self, statement: &'static str) -> Result<T> {
-        self.map_err(|e| Error::sqlite(statement, e))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use rusqlite::ffi;
-
-    fn failure(code: i32) -> rusqlite::Error {
-        rusqlite::Error::SqliteFailure(ffi::Error::new(code), None)
-    }
-
-    #[test]
-    fn sqlite_codes_are_classified() {
-        assert!(matches!(Error::sqlite("s", failure(ffi::SQLITE_BUSY)), Error::Busy { .. }));
-        assert!(matches!(Error::sqlite("s", failure(517)), Error::Busy { .. })); // BUSY_SNAPSHOT
-        assert!(matches!(Error::sqlite("s", failure(ffi::SQLITE_LOCKED)), Error::Busy { .. }));
-        assert!(matches!(Error::sqlite("s", failure(ffi::SQLITE_FULL)), Error::StorageFull { .. }));
-        assert!(matches!(Error::sqlite("s", failure(ffi::SQLITE_NOMEM)), Error::OutOfMemory { .. }));
-        assert!(matches!(Error::sqlite("s", failure(ffi::SQLITE_TOOBIG)), Error::TooBig { .. }));
-        assert!(matches!(Error::sqlite("s", failure(ffi::SQLITE_CORRUPT)), Error::Corrupt { .. }));
-        assert!(matches!(Error::sqlite("s", failure(ffi::SQLITE_NOTADB)), Error::NotADatabase { .. }));
-        assert!(matches!(Error::sqlite("s", failure(ffi::SQLITE_READONLY)), Error::ReadOnly { .. }));
-        assert!(matches!(Error::sqlite("s", failure(ffi::SQLITE_IOERR)), Error::Sqlite { .. }));
-        assert!(Error::sqlite("s", failure(ffi::SQLITE_BUSY)).is_retryable());
-        assert!(!Error::sqlite("s", failure(ffi::SQLITE_FULL)).is_retryable());
     }
 }

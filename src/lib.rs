@@ -15,10 +15,10 @@ mod maintenance;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod model;
-mod operator;
 mod queue;
 mod report;
-mod store;
+pub mod store;
+mod validate;
 mod worker;
 
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -32,15 +32,17 @@ pub use job::{
     Resolution, Retried, RetryPolicy, UnknownOutcome,
 };
 pub use maintenance::{
-    Maintenance, MaintenanceConfig, MaintenanceReport, DEFAULT_CHECKPOINT_EVERY, DEFAULT_PRUNE_EVERY,
-    DEFAULT_REAP_EVERY,
+    Checkpointer, Maintenance, MaintenanceConfig, MaintenanceReport, Pruner, Reaper, DEFAULT_CHECKPOINT_EVERY,
+    DEFAULT_CHECKPOINT_PATIENCE, DEFAULT_PRUNE_EVERY, DEFAULT_REAP_EVERY,
 };
-pub use operator::Operator;
-pub use queue::{owns_in, schema_version_of, ListFilter, Queue, DEFAULT_CHECKPOINT_PATIENCE, MAX_BATCH, MAX_ERROR_LEN};
+pub use queue::operator::Operator;
+pub use queue::{ListFilter, Queue};
 pub use report::{CheckpointReport, CommitStats, PruneReport, QueueStats, ReapReport, Stats};
 /// The rusqlite version fenceq is built with, for closures that receive its `Transaction`.
 pub use rusqlite;
-pub use store::migrate::SCHEMA_VERSION;
+pub use store::sqlite::migrate::SCHEMA_VERSION;
+pub use store::sqlite::{owns_in, schema_version_of, SqliteStore};
+pub use validate::{MAX_BATCH, MAX_ERROR_LEN};
 pub use worker::{
     Attempt, Outcome, PoolCounters, ShutdownReport, WorkerPool, WorkerPoolBuilder, DEFAULT_POLL_INTERVAL,
     DEFAULT_POOL_LEASE, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WORKERS, MAX_PREFETCH,

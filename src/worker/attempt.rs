@@ -4,6 +4,8 @@ use crate::clock::Clock;
 use crate::error::Result;
 use crate::job::{ClaimToken, Claimed};
 use crate::queue::Queue;
+use crate::store::sqlite::SqliteStore;
+use crate::store::Store;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,14 +68,14 @@ pub(crate) struct Lease {
 /// the database confirmed has run out. The authority is the database check inside
 /// [`Attempt::with_ownership`] (and the settle itself).
 #[derive(Debug)]
-pub struct Attempt {
+pub struct Attempt<S: Store = SqliteStore> {
     pub(crate) claimed: Claimed,
     pub(crate) lease: Arc<Lease>,
-    pub(crate) queue: Queue,
+    pub(crate) queue: Queue<S>,
     pub(crate) clock: Arc<dyn Clock>,
 }
 
-impl Attempt {
+impl<S: Store> Attempt<S> {
     /// The job's payload.
     pub fn payload(&self) -> &[u8] {
         &self.claimed.payload
@@ -141,7 +143,7 @@ impl Attempt {
     /// # Errors
     ///
     /// Those of [`Queue::complete_with`]; on `OwnershipLost`, `owner_lost()` turns true.
-    pub fn complete_with<T>(&self, write: impl FnOnce(&rusqlite::Connection) -> Result<T>) -> Result<T> {
+    pub fn complete_with<T>(&self, write: impl FnOnce(&S::Tx) -> Result<T>) -> Result<T> {
         let value = self.noting_loss(self.queue.complete_with(&self.claimed.token, write))?;
         self.lease.completed.store(true, Ordering::SeqCst);
         Ok(value)
@@ -157,7 +159,7 @@ impl Attempt {
     /// # Errors
     ///
     /// Those of [`Queue::with_ownership`].
-    pub fn with_ownership<T>(&self, write: impl FnOnce(&rusqlite::Connection) -> Result<T>) -> Result<T> {
+    pub fn with_ownership<T>(&self, write: impl FnOnce(&S::Tx) -> Result<T>) -> Result<T> {
         let (value, until) = self.noting_loss(self.queue.owned_write(&self.claimed.token, write))?;
         self.lease.until.fetch_max(until, Ordering::SeqCst);
         Ok(value)

@@ -11,7 +11,10 @@ use super::attempt::{Attempt, Lease, Outcome};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::job::{ClaimToken, Claimed, JobId, RetryPolicy};
-use crate::queue::{Queue, Settle, Settled};
+use crate::queue::settle::{Settle, Settled};
+use crate::queue::Queue;
+use crate::store::sqlite::SqliteStore;
+use crate::store::Store;
 use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender, TryRecvError};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -33,11 +36,11 @@ pub const MAX_PREFETCH: usize = 4096;
 /// How long dropping a pool waits for in-flight attempts. Defaults to 10 seconds.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
-type Handler = Arc<dyn Fn(&mut Attempt) -> Outcome + Send + Sync>;
+type Handler<S> = Arc<dyn Fn(&mut Attempt<S>) -> Outcome + Send + Sync>;
 
 /// Builder for a [`WorkerPool`]; see [`WorkerPool::builder`].
-pub struct WorkerPoolBuilder {
-    queue: Queue,
+pub struct WorkerPoolBuilder<S: Store = SqliteStore> {
+    queue: Queue<S>,
     queue_name: String,
     workers: usize,
     lease: Duration,
@@ -46,10 +49,10 @@ pub struct WorkerPoolBuilder {
     prefetch: Option<usize>,
     worker_id: String,
     retry_policy: RetryPolicy,
-    handler: Option<Handler>,
+    handler: Option<Handler<S>>,
 }
 
-impl std::fmt::Debug for WorkerPoolBuilder {
+impl<S: Store> std::fmt::Debug for WorkerPoolBuilder<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WorkerPoolBuilder")
             .field("queue_name", &self.queue_name)
@@ -59,7 +62,7 @@ impl std::fmt::Debug for WorkerPoolBuilder {
     }
 }
 
-impl WorkerPoolBuilder {
+impl<S: Store> WorkerPoolBuilder<S> {
     /// Worker threads (1..=256). Defaults to 4.
     pub fn workers(mut self, workers: usize) -> Self {
         self.workers = workers;
@@ -122,7 +125,7 @@ impl WorkerPoolBuilder {
 
     /// The function that works one attempt. It runs on a worker thread; a panic is caught
     /// and the attempt retried with the panic message as its error.
-    pub fn handler(mut self, handler: impl Fn(&mut Attempt) -> Outcome + Send + Sync + 'static) -> Self {
+    pub fn handler(mut self, handler: impl Fn(&mut Attempt<S>) -> Outcome + Send + Sync + 'static) -> Self {
         self.handler = Some(Arc::new(handler));
         self
     }
@@ -138,12 +141,12 @@ impl WorkerPoolBuilder {
     /// 1..=256; a queue name or worker id that is empty, longer than 128 bytes or holds a
     /// NUL; a lease outside 1 ms..=24 h; `renew_every` zero or not shorter than the lease;
     /// a prefetch over 4,096; a zero poll interval.
-    pub fn start(self) -> Result<WorkerPool> {
+    pub fn start(self) -> Result<WorkerPool<S>> {
         let handler = self.handler.clone().ok_or_else(|| Error::invalid("handler", "set one with .handler(..)"))?;
         if self.workers == 0 || self.workers > 256 {
             return Err(Error::invalid("workers", format!("{} is not in 1..=256", self.workers)));
         }
-        crate::queue::check_claim(&self.queue_name, &self.worker_id, self.lease, 1)?;
+        crate::validate::check_claim(&self.queue_name, &self.worker_id, self.lease, 1)?;
         let renew_every = self.renew_every.unwrap_or(self.lease / 3);
         if renew_every.is_zero() || renew_every >= self.lease {
             return Err(Error::invalid("renew_every", "must be shorter than the lease and not zero"));
@@ -230,13 +233,13 @@ pub struct ShutdownReport {
 }
 
 /// State shared by the pool's threads.
-struct Shared {
-    queue: Queue,
+struct Shared<S: Store> {
+    queue: Queue<S>,
     queue_name: String,
     lease: Duration,
     retry_policy: RetryPolicy,
     clock: Arc<dyn Clock>,
-    handler: Handler,
+    handler: Handler<S>,
     counters: Counters,
     /// Claimed and not yet settled, by claim: the pool may hold a new claim of a job whose
     /// older attempt (its lease expired) is still running in a stalled worker.
@@ -251,8 +254,8 @@ struct Shared {
 /// A running pool of worker threads for one queue; see the crate docs for an example.
 ///
 /// Dropping the pool shuts it down, waiting up to [`DEFAULT_SHUTDOWN_TIMEOUT`].
-pub struct WorkerPool {
-    shared: Arc<Shared>,
+pub struct WorkerPool<S: Store = SqliteStore> {
+    shared: Arc<Shared<S>>,
     stop_dispatch: Option<Sender<()>>,
     stop_heartbeat: Option<Sender<()>>,
     exited: Receiver<()>,
@@ -261,13 +264,13 @@ pub struct WorkerPool {
     stopped: bool,
 }
 
-impl std::fmt::Debug for WorkerPool {
+impl<S: Store> std::fmt::Debug for WorkerPool<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WorkerPool").field("queue", &self.shared.queue_name).field("workers", &self.workers).finish()
     }
 }
 
-impl WorkerPool {
+impl<S: Store> WorkerPool<S> {
     /// A builder for a pool working `queue_name` on `queue`.
     ///
     /// ```
@@ -288,7 +291,7 @@ impl WorkerPool {
     /// assert!(report.still_running.is_empty());
     /// # Ok::<(), fenceq::Error>(())
     /// ```
-    pub fn builder(queue: Queue, queue_name: impl Into<String>) -> WorkerPoolBuilder {
+    pub fn builder(queue: Queue<S>, queue_name: impl Into<String>) -> WorkerPoolBuilder<S> {
         let queue_name = queue_name.into();
         WorkerPoolBuilder {
             worker_id: default_worker_id(&queue_name, std::process::id()),
@@ -304,7 +307,7 @@ impl WorkerPool {
         }
     }
 
-    fn start(builder: WorkerPoolBuilder, handler: Handler, renew_every: Duration) -> Result<WorkerPool> {
+    fn start(builder: WorkerPoolBuilder<S>, handler: Handler<S>, renew_every: Duration) -> Result<WorkerPool<S>> {
         let shared = Arc::new(Shared {
             clock: builder.queue.clock(),
             queue: builder.queue.clone(),
@@ -473,7 +476,7 @@ impl WorkerPool {
     }
 }
 
-impl Drop for WorkerPool {
+impl<S: Store> Drop for WorkerPool<S> {
     fn drop(&mut self) {
         self.stop(DEFAULT_SHUTDOWN_TIMEOUT);
     }
@@ -510,7 +513,7 @@ struct DispatchChannels {
 /// request per round; sleeps until an attempt finishes, an enqueue wakes it, the poll interval passes,
 /// or the pool stops. After the stop it claims nothing more and returns once every worker
 /// has ended and its last attempt is settled.
-fn dispatch(shared: &Shared, worker: &str, slots: usize, poll: Duration, channels: DispatchChannels) {
+fn dispatch<S: Store>(shared: &Shared<S>, worker: &str, slots: usize, poll: Duration, channels: DispatchChannels) {
     let DispatchChannels { jobs, finished, wake, stop } = channels;
     let mut jobs = Some(jobs);
     let mut busy = 0usize;
@@ -579,7 +582,7 @@ enum Finished {
 }
 
 /// Works one attempt: runs the handler, catching a panic as a retry.
-fn work(shared: &Shared, claimed: Claimed) -> Finished {
+fn work<S: Store>(shared: &Shared<S>, claimed: Claimed) -> Finished {
     let id = claimed.token.id;
     let Some(lease) = shared.in_flight.lock().get(&claimed.token).cloned() else {
         return Finished::Settle(Outcome::retry("internal: attempt not registered"));
@@ -599,7 +602,7 @@ fn work(shared: &Shared, claimed: Claimed) -> Finished {
 }
 
 /// Runs the handler, catching a panic as a retry.
-fn run_handler(shared: &Shared, attempt: &mut Attempt) -> Outcome {
+fn run_handler<S: Store>(shared: &Shared<S>, attempt: &mut Attempt<S>) -> Outcome {
     let (id, token) = (attempt.claimed.token.id, attempt.claimed.token);
     match catch_unwind(AssertUnwindSafe(|| (shared.handler)(attempt))) {
         Ok(outcome) => outcome,
@@ -622,7 +625,12 @@ const SETTLE_BATCH: usize = 512;
 /// Settles `batch` and claims up to `free` jobs in one request; registers the claims as in
 /// flight and returns them. When the combined request fails, the settles are tried again
 /// alone, so a failing claim never costs the finished attempts their outcomes.
-fn settle_and_claim(shared: &Shared, worker: &str, finished: Vec<(ClaimToken, Finished)>, free: usize) -> Vec<Claimed> {
+fn settle_and_claim<S: Store>(
+    shared: &Shared<S>,
+    worker: &str,
+    finished: Vec<(ClaimToken, Finished)>,
+    free: usize,
+) -> Vec<Claimed> {
     if finished.is_empty() && free == 0 {
         return Vec::new();
     }
@@ -699,7 +707,7 @@ fn settle_and_claim(shared: &Shared, worker: &str, finished: Vec<(ClaimToken, Fi
 
 /// How the engine settles each finished attempt (built again for the rare retry of a
 /// failed round rather than cloned every round).
-fn settles(shared: &Shared, batch: &[(ClaimToken, Outcome)]) -> Vec<(ClaimToken, Settle)> {
+fn settles<S: Store>(shared: &Shared<S>, batch: &[(ClaimToken, Outcome)]) -> Vec<(ClaimToken, Settle)> {
     batch
         .iter()
         .map(|(token, outcome)| {
@@ -719,7 +727,7 @@ fn settles(shared: &Shared, batch: &[(ClaimToken, Outcome)]) -> Vec<(ClaimToken,
 }
 
 /// Drops settled (or given up) attempts from the in-flight set the heartbeat renews.
-fn forget(shared: &Shared, batch: &[(ClaimToken, Finished)]) {
+fn forget<S: Store>(shared: &Shared<S>, batch: &[(ClaimToken, Finished)]) {
     let mut in_flight = shared.in_flight.lock();
     for (token, _) in batch {
         in_flight.remove(token);
@@ -727,7 +735,7 @@ fn forget(shared: &Shared, batch: &[(ClaimToken, Finished)]) {
 }
 
 /// Renews every in-flight lease in one transaction per round until told to stop.
-fn heartbeat(shared: &Shared, every: Duration, stop: Receiver<()>) {
+fn heartbeat<S: Store>(shared: &Shared<S>, every: Duration, stop: Receiver<()>) {
     loop {
         select! {
             recv(stop) -> _ => return,

@@ -3,23 +3,25 @@
 //! the job's row (`Job::decision`: what, when, by whom, why) in the same transaction, as
 //! row-level evidence of who decided.
 
+use super::fence;
+use super::Queue;
 use crate::error::{Error, Result};
 use crate::job::{ClaimToken, JobId, JobState, Resolution};
-use crate::queue::{check_expected, check_name, Queue, MAX_ERROR_LEN};
-use crate::store::jobs::{self, Decided};
-use rusqlite::Connection;
+use crate::store::sqlite::SqliteStore;
+use crate::store::{Decided, Store};
+use crate::validate::{check_expected, check_name, check_note};
 
 /// A handle for changes made on someone's behalf: every change through it records `by` and
 /// the note on the job's row. Made by [`Queue::operator`]; cheap, borrow-only.
 #[derive(Debug, Clone)]
-pub struct Operator<'q> {
-    queue: &'q Queue,
+pub struct Operator<'q, S: Store = SqliteStore> {
+    queue: &'q Queue<S>,
     by: Option<String>,
     note: Option<String>,
 }
 
-impl<'q> Operator<'q> {
-    pub(crate) fn new(queue: &'q Queue, by: Option<String>) -> Operator<'q> {
+impl<'q, S: Store> Operator<'q, S> {
+    pub(crate) fn new(queue: &'q Queue<S>, by: Option<String>) -> Operator<'q, S> {
         Operator { queue, by, note: None }
     }
 
@@ -35,18 +37,13 @@ impl<'q> Operator<'q> {
             check_name("operator name", by)?;
         }
         if let Some(note) = &self.note {
-            if note.len() > MAX_ERROR_LEN || note.contains('\0') {
-                return Err(Error::invalid(
-                    "decision note",
-                    format!("{} bytes is over {MAX_ERROR_LEN}, or it holds a NUL byte", note.len()),
-                ));
-            }
+            check_note(note)?;
         }
         Ok(Decided { action, by: self.by.as_deref(), note: self.note.as_deref() })
     }
 
     fn now(&self) -> i64 {
-        self.queue.store.now()
+        self.queue.shared.now()
     }
 
     /// [`Queue::resolve`], recording the decision.
@@ -68,18 +65,14 @@ impl<'q> Operator<'q> {
         &self,
         token: &ClaimToken,
         resolution: Resolution,
-        write: impl FnOnce(&Connection) -> Result<T>,
+        write: impl FnOnce(&S::Tx) -> Result<T>,
     ) -> Result<T> {
         let decided = self.decided(resolution.decision())?;
-        let statement = match resolution {
-            Resolution::Complete => jobs::JOB_RESOLVE_COMPLETE,
-            Resolution::Retry => jobs::JOB_RESOLVE_RETRY,
-            Resolution::Exhaust => jobs::JOB_RESOLVE_EXHAUST,
-        };
         self.queue.write_waking(|tx| {
             let now = self.now();
-            jobs::job_write_identified(tx, statement, decided.action, token, JobState::Unknown, now, Some(&decided))?;
-            // (The writer refuses to commit a transaction SQLite rolled back meanwhile.)
+            let resolved = S::resolve_if_unknown(tx, token, resolution, now, &decided)?;
+            fence::identified::<S>(tx, token, JobState::Unknown, now, decided.action, resolved)?;
+            // (The writer refuses to commit a transaction the store rolled back meanwhile.)
             write(tx)
         })
     }
@@ -91,7 +84,10 @@ impl<'q> Operator<'q> {
     /// Those of [`Queue::replay`] and [`Operator::resolve`] (the name and note).
     pub fn replay(&self, id: JobId) -> Result<()> {
         let decided = self.decided("replay")?;
-        self.queue.store.write(|tx| jobs::job_replay(tx, id, self.now(), &decided))
+        self.queue.store().write(|tx| {
+            let replayed = S::replay_if_exhausted(tx, id, self.now(), &decided)?;
+            fence::by_id::<S>(tx, id, "replay", "exhausted", replayed)
+        })
     }
 
     /// [`Queue::cancel`], recording the decision.
@@ -101,7 +97,12 @@ impl<'q> Operator<'q> {
     /// Those of [`Queue::cancel`] and [`Operator::resolve`] (the name and note).
     pub fn cancel(&self, id: JobId) -> Result<JobState> {
         let decided = self.decided("cancel")?;
-        self.queue.store.write(|tx| jobs::job_cancel(tx, id, self.now(), &decided))
+        self.queue.store().write(|tx| {
+            let before = S::identity(tx, id)?.map(|current| current.state);
+            let cancelled = S::cancel_if_active(tx, id, self.now(), &decided)?;
+            fence::by_id::<S>(tx, id, "cancel", "pending, waiting or running", cancelled)?;
+            before.ok_or_else(|| Error::domain("internal: a cancelled job had no row"))
+        })
     }
 
     /// [`Queue::acknowledge`], recording the decision (a repeat changes nothing, not even
@@ -112,10 +113,10 @@ impl<'q> Operator<'q> {
     /// Those of [`Queue::acknowledge`] and [`Operator::resolve`] (the name and note).
     pub fn acknowledge(&self, token: &ClaimToken) -> Result<()> {
         let decided = self.decided("acknowledge")?;
-        self.queue.store.write(|tx| {
-            let statement = jobs::JOB_ACKNOWLEDGE;
+        self.queue.store().write(|tx| {
             let now = self.now();
-            jobs::job_write_identified(tx, statement, "acknowledge", token, JobState::Exhausted, now, Some(&decided))
+            let acknowledged = S::acknowledge_if_exhausted(tx, token, now, &decided)?;
+            fence::identified::<S>(tx, token, JobState::Exhausted, now, "acknowledge", acknowledged)
         })
     }
 
@@ -126,8 +127,14 @@ impl<'q> Operator<'q> {
     /// Those of [`Queue::acknowledge_job`] and [`Operator::resolve`] (the name and note).
     pub fn acknowledge_job(&self, id: JobId, expected: Option<u64>) -> Result<bool> {
         let decided = self.decided("acknowledge")?;
-        self.queue.store.write(|tx| {
-            let changed = jobs::job_acknowledge_id(tx, id, self.now(), &decided)?;
+        self.queue.store().write(|tx| {
+            let acknowledged = S::acknowledge_job_if_unacknowledged(tx, id, self.now(), &decided)?;
+            let changed = match fence::by_id::<S>(tx, id, "acknowledge", "exhausted", acknowledged) {
+                Ok(()) => true,
+                // Exhausted, so acknowledged already: a repeat changes nothing.
+                Err(Error::InvalidState { state: JobState::Exhausted, .. }) => false,
+                Err(e) => return Err(e),
+            };
             check_expected("acknowledge", expected, u64::from(changed))?;
             Ok(changed)
         })
@@ -141,8 +148,8 @@ impl<'q> Operator<'q> {
     pub fn acknowledge_all(&self, queue: &str, expected: Option<u64>) -> Result<Vec<JobId>> {
         check_name("queue name", queue)?;
         let decided = self.decided("acknowledge")?;
-        self.queue.store.write(|tx| {
-            let ids = jobs::job_acknowledge_queue(tx, queue, self.now(), &decided)?;
+        self.queue.store().write(|tx| {
+            let ids = S::acknowledge_all(tx, queue, self.now(), &decided)?;
             check_expected("acknowledge", expected, ids.len() as u64)?;
             Ok(ids)
         })

@@ -1,11 +1,24 @@
-//! The maintenance thread: reaps stale leases and expired waits every minute, prunes old
-//! terminal rows every hour, checkpoints the WAL every few seconds, and stops promptly when
-//! told (it never sleeps through a stop).
+//! Maintenance: three services, each runnable once without a thread ([`Reaper`],
+//! [`Pruner`], [`Checkpointer`], one file each), and the thread that only schedules them: it
+//! reaps stale leases and expired waits every minute, prunes old terminal rows every hour,
+//! checkpoints the WAL every few seconds, and stops promptly when told (it never sleeps
+//! through a stop).
+
+mod checkpoint;
+mod reaper;
+mod retention;
+
+pub use checkpoint::{Checkpointer, DEFAULT_CHECKPOINT_PATIENCE};
+pub use reaper::Reaper;
+pub use retention::Pruner;
 
 use crate::config::Retention;
 use crate::error::Result;
 use crate::queue::Queue;
-use crate::report::{PruneReport, ReapReport};
+use crate::report::{CheckpointReport, PruneReport, ReapReport};
+use crate::store::sqlite::SqliteStore;
+use crate::store::Store;
+use crate::validate::check_interval;
 use crossbeam_channel::{bounded, select, tick, Sender};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -50,19 +63,36 @@ pub struct MaintenanceReport {
     /// The prune.
     pub pruned: PruneReport,
     /// The checkpoint.
-    pub checkpoint: crate::report::CheckpointReport,
+    pub checkpoint: CheckpointReport,
 }
 
 /// A running maintenance thread; stops on drop or [`Maintenance::stop`].
 #[derive(Debug)]
-pub struct Maintenance {
-    queue: Queue,
-    config: MaintenanceConfig,
+pub struct Maintenance<S: Store = SqliteStore> {
+    services: Services<S>,
     stop: Option<Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
 
-impl Queue {
+/// The three services of one queue.
+#[derive(Debug)]
+struct Services<S: Store> {
+    reaper: Reaper<S>,
+    pruner: Pruner<S>,
+    checkpointer: Checkpointer<S>,
+}
+
+impl<S: Store> Services<S> {
+    fn new(queue: &Queue<S>, retention: Retention) -> Result<Services<S>> {
+        Ok(Services {
+            reaper: Reaper::new(queue.clone()),
+            pruner: Pruner::new(queue.clone(), retention)?,
+            checkpointer: Checkpointer::new(queue.clone()),
+        })
+    }
+}
+
+impl<S: Store> Queue<S> {
     /// Starts the maintenance thread.
     ///
     /// ```
@@ -76,13 +106,13 @@ impl Queue {
     ///
     /// `InvalidInput` for a zero interval or a retention batch outside 1..=100,000 (which
     /// every prune would refuse).
-    pub fn start_maintenance(&self, config: MaintenanceConfig) -> Result<Maintenance> {
-        if config.reap_every.is_zero() || config.prune_every.is_zero() || config.checkpoint_every.is_zero() {
-            return Err(crate::Error::invalid("maintenance interval", "must not be zero"));
-        }
-        config.retention.check()?;
+    pub fn start_maintenance(&self, config: MaintenanceConfig) -> Result<Maintenance<S>> {
+        check_interval(config.reap_every)?;
+        check_interval(config.prune_every)?;
+        check_interval(config.checkpoint_every)?;
         let (stop, stopped) = bounded::<()>(0);
-        let queue = self.clone();
+        let services = Services::new(self, config.retention)?;
+        let scheduled = Services::new(self, config.retention)?;
         let thread = std::thread::Builder::new().name("fenceq-maintenance".into()).spawn(move || {
             let reap = tick(config.reap_every);
             let prune = tick(config.prune_every);
@@ -90,23 +120,47 @@ impl Queue {
             loop {
                 select! {
                     recv(stopped) -> _ => return,
-                    recv(reap) -> _ => log_reap(queue.reap()),
-                    recv(prune) -> _ => log_prune(queue.prune(&config.retention)),
-                    recv(checkpoint) -> _ => log_checkpoint(queue.checkpoint()),
+                    recv(reap) -> _ => log_reap(scheduled.reaper.run_once()),
+                    recv(prune) -> _ => log_prune(scheduled.pruner.run_once()),
+                    recv(checkpoint) -> _ => log_checkpoint(scheduled.checkpointer.run_once()),
                 }
             }
         })?;
-        Ok(Maintenance { queue: self.clone(), config, stop: Some(stop), thread: Some(thread) })
+        Ok(Maintenance { services, stop: Some(stop), thread: Some(thread) })
     }
 }
 
-impl Maintenance {
+/// Runs the reap, prune or checkpoint pass `batch` in a transaction of its own, again and
+/// again until one changes fewer than `size` rows; returns the rows changed and the
+/// transactions run (so that no pass holds the write lock long).
+fn in_batches<S: Store>(
+    queue: &Queue<S>,
+    size: u32,
+    mut batch: impl FnMut(&S::Tx) -> Result<u64>,
+) -> Result<(u64, u64)> {
+    let (mut changed, mut transactions) = (0, 0);
+    loop {
+        let rows = queue.store().write(&mut batch)?;
+        changed += rows;
+        transactions += 1;
+        if rows < u64::from(size) {
+            return Ok((changed, transactions));
+        }
+    }
+}
+
+impl<S: Store> Maintenance<S> {
     /// One reap, one prune and one checkpoint now, on the calling thread (for tests and the
     /// CLI).
+    ///
+    /// # Errors
+    ///
+    /// The first error of the three services ([`Queue::reap`], [`Queue::prune`],
+    /// [`Queue::checkpoint`]); the passes before it stay done.
     pub fn run_once(&self) -> Result<MaintenanceReport> {
-        let reaped = self.queue.reap()?;
-        let pruned = self.queue.prune(&self.config.retention)?;
-        let checkpoint = self.queue.checkpoint()?;
+        let reaped = self.services.reaper.run_once()?;
+        let pruned = self.services.pruner.run_once()?;
+        let checkpoint = self.services.checkpointer.run_once()?;
         Ok(MaintenanceReport { reaped, pruned, checkpoint })
     }
 
@@ -123,7 +177,7 @@ impl Maintenance {
     }
 }
 
-impl Drop for Maintenance {
+impl<S: Store> Drop for Maintenance<S> {
     fn drop(&mut self) {
         self.halt();
     }
@@ -142,7 +196,7 @@ fn log_reap(result: Result<ReapReport>) {
     }
 }
 
-fn log_checkpoint(result: Result<crate::report::CheckpointReport>) {
+fn log_checkpoint(result: Result<CheckpointReport>) {
     match result {
         Ok(r) if r.completed => {
             tracing::debug!(wal_pages = r.wal_pages, checkpointed = r.checkpointed_pages, "checkpoint")

@@ -2,11 +2,12 @@
 //! its own `BEGIN IMMEDIATE` transaction that re-reads the version under the write lock, so
 //! that several processes opening the same old file at once all succeed.
 
-use crate::error::{Error, Result, SqlContext};
+use super::error::SqlContext;
+use crate::error::{Error, Result};
 use rusqlite::{Connection, ErrorCode, TransactionBehavior};
 use std::time::Duration;
 
-/// One forward-only schema change, embedded from `schema/`.
+/// One forward-only schema change, embedded from `migrations/`.
 #[derive(Debug)]
 pub(crate) struct Migration {
     pub version: i64,
@@ -18,10 +19,10 @@ pub(crate) struct Migration {
 /// fenced claim id (added with ALTER), then the durable exhaustion columns, then the record
 /// of operators' decisions.
 pub(crate) const MIGRATIONS: &[Migration] = &[
-    Migration { version: 1, name: "create_jobs", sql: include_str!("../../schema/0001_create_jobs.sql") },
-    Migration { version: 2, name: "add_claim_id", sql: include_str!("../../schema/0002_add_claim_id.sql") },
-    Migration { version: 3, name: "durable_exhaustion", sql: include_str!("../../schema/0003_durable_exhaustion.sql") },
-    Migration { version: 4, name: "decisions", sql: include_str!("../../schema/0004_decisions.sql") },
+    Migration { version: 1, name: "create_jobs", sql: include_str!("migrations/0001_create_jobs.sql") },
+    Migration { version: 2, name: "add_claim_id", sql: include_str!("migrations/0002_add_claim_id.sql") },
+    Migration { version: 3, name: "durable_exhaustion", sql: include_str!("migrations/0003_durable_exhaustion.sql") },
+    Migration { version: 4, name: "decisions", sql: include_str!("migrations/0004_decisions.sql") },
 ];
 
 /// The schema version this build writes and understands.
@@ -200,10 +201,11 @@ mod tests {
 
     #[test]
     fn migrations_match_the_schema_directory() {
-        let mut files: Vec<String> = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/schema"))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
+        let mut files: Vec<String> =
+            std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/src/store/sqlite/migrations"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
         files.sort();
         let listed: Vec<String> = MIGRATIONS.iter().map(|m| format!("{:04}_{}.sql", m.version, m.name)).collect();
         assert_eq!(files, listed);

@@ -32,7 +32,8 @@
 //! A failed sync poisons the writer: the kernel may have dropped the dirty pages, so no
 //! later sync could prove anything, and every later write fails until the queue is reopened.
 
-use crate::error::{Error, Result, SqlContext};
+use super::error::SqlContext;
+use crate::error::{Error, Result};
 use parking_lot::{Condvar, Mutex};
 use rusqlite::Connection;
 use std::any::Any;

@@ -1,0 +1,76 @@
+//! What a guarded transition that changed nothing means, for every store: the store
+//! reports only that no row matched; this module reads the row's identity and names the
+//! reason, so that every store refuses with the same typed error.
+
+use crate::error::{Error, LostReason, Result};
+use crate::job::{ClaimToken, JobId, JobState};
+use crate::store::{Identity, Store};
+
+/// `Ok(())` when the guarded transition changed the row, else `OwnershipLost` with why.
+pub(crate) fn owned<S: Store>(tx: &S::Tx, token: &ClaimToken, now: i64, changed: bool) -> Result<()> {
+    if changed {
+        return Ok(());
+    }
+    Err(ownership_lost::<S>(tx, token, now)?)
+}
+
+/// `OwnershipLost` for `token`, with the reason its row gives at `now`.
+pub(crate) fn ownership_lost<S: Store>(tx: &S::Tx, token: &ClaimToken, now: i64) -> Result<Error> {
+    Ok(Error::OwnershipLost { token: *token, reason: lost_reason(S::identity(tx, token.id)?, token, now) })
+}
+
+/// Why `token` does not own its job, from the row's identity at `now`.
+pub(crate) fn lost_reason(current: Option<Identity>, token: &ClaimToken, now: i64) -> LostReason {
+    match current {
+        None => LostReason::Missing,
+        Some(current) if !current.matches(token) => LostReason::Superseded,
+        Some(current) if current.state != JobState::Running => LostReason::NotRunning(current.state),
+        Some(current) if current.lease_until.is_some_and(|l| l <= now) => LostReason::LeaseExpired,
+        Some(_) => LostReason::Superseded,
+    }
+}
+
+/// `Ok(())` when a transition guarded by the exact token and `expected` state changed the
+/// row, else `NotFound`, `StaleIdentity`, `WaitExpired` or `InvalidState`.
+pub(crate) fn identified<S: Store>(
+    tx: &S::Tx,
+    token: &ClaimToken,
+    expected: JobState,
+    now: i64,
+    operation: &'static str,
+    changed: bool,
+) -> Result<()> {
+    if changed {
+        return Ok(());
+    }
+    Err(match S::identity(tx, token.id)? {
+        None => Error::NotFound(token.id),
+        Some(current) if !current.matches(token) => Error::StaleIdentity { token: *token },
+        Some(Identity { state: JobState::Waiting, wait_until: Some(deadline), .. })
+            if expected == JobState::Waiting && deadline <= now =>
+        {
+            Error::WaitExpired { id: token.id, deadline }
+        }
+        Some(current) => {
+            Error::InvalidState { id: token.id, state: current.state, operation, expected: expected.as_str() }
+        }
+    })
+}
+
+/// `Ok(())` when an operator's transition of job `id` (guarded by its state) changed the
+/// row, else `NotFound` or `InvalidState` (`expected` names the states it accepts).
+pub(crate) fn by_id<S: Store>(
+    tx: &S::Tx,
+    id: JobId,
+    operation: &'static str,
+    expected: &'static str,
+    changed: bool,
+) -> Result<()> {
+    if changed {
+        return Ok(());
+    }
+    Err(match S::identity(tx, id)? {
+        None => Error::NotFound(id),
+        Some(current) => Error::InvalidState { id, state: current.state, operation, expected },
+    })
+}

@@ -1,0 +1,118 @@
+//! Inspection: counts, listings and single jobs (reads only).
+
+use super::Queue;
+use crate::error::Result;
+use crate::job::{Cursor, Job, JobId, JobState};
+use crate::report::{QueueStats, Stats};
+use crate::store::{StatsRow, Store};
+use crate::validate::{check_key, check_limit, check_name};
+
+impl<S: Store> Queue<S> {
+    /// Counts per queue and state.
+    ///
+    /// # Errors
+    ///
+    /// Only read errors: `Pool` (no pooled connection came free in time), `Busy`; on an
+    /// in-memory queue, `NestedWrite` from inside a closure holding its transaction or
+    /// connection.
+    pub fn stats(&self) -> Result<Stats> {
+        let rows = self.store().read(|tx| S::stats(tx, self.shared.now()))?;
+        Ok(Stats { queues: fold_stats(rows) })
+    }
+
+    /// Jobs in id order after `filter.after`, optionally of one queue and one state.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` when `filter.limit` is not in 1..=10,000 ([`MAX_BATCH`]) or
+    /// `filter.queue` is not a valid queue name (an unknown queue lists nothing). Read
+    /// errors: `Pool`
+    /// (no pooled connection came free in time), `Busy`; on an in-memory queue,
+    /// `NestedWrite` from inside a closure holding its transaction or connection.
+    pub fn list(&self, filter: &ListFilter) -> Result<Vec<Job>> {
+        check_limit(filter.limit)?;
+        if let Some(queue) = &filter.queue {
+            check_name("queue name", queue)?;
+        }
+        let after = filter.after.map_or(0, |c| c.0);
+        self.store().read(|tx| S::list(tx, filter.queue.as_deref(), filter.state, after, filter.limit))
+    }
+
+    /// Due pending and running jobs of `queue` (for `WorkerPool::wait_idle`).
+    pub(crate) fn due_or_running(&self, queue: &str) -> Result<u64> {
+        self.store().read(|tx| S::due_or_running(tx, queue, self.shared.now()))
+    }
+
+    /// The id of the job of `queue` whose idempotency key is `key`, while its row exists.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` when the queue name is empty, longer than 128 bytes or contains a NUL
+    /// byte, or the key is empty or longer than 512 bytes. Read errors: `Pool` (no pooled
+    /// connection came free in time), `Busy`; on an in-memory queue, `NestedWrite` from
+    /// inside a closure holding its transaction or connection.
+    pub fn find_by_key(&self, queue: &str, key: &str) -> Result<Option<JobId>> {
+        check_name("queue name", queue)?;
+        check_key(key)?;
+        self.store().read(|tx| S::find_by_key(tx, queue, key))
+    }
+
+    /// One job's whole record, or `None` when no row has this id.
+    ///
+    /// # Errors
+    ///
+    /// No row with this id is `Ok(None)`, not `NotFound`. Read errors: `Pool` (no pooled
+    /// connection came free in time), `Busy`; on an in-memory queue, `NestedWrite` from
+    /// inside a closure holding its transaction or connection.
+    pub fn job(&self, id: JobId) -> Result<Option<Job>> {
+        self.store().read(|tx| S::job(tx, id))
+    }
+}
+
+/// The store's groups, in queue order, as one `QueueStats` per queue.
+fn fold_stats(rows: Vec<StatsRow>) -> Vec<QueueStats> {
+    let mut out: Vec<QueueStats> = Vec::new();
+    for row in rows {
+        if out.last().is_none_or(|q| q.queue != row.queue) {
+            out.push(QueueStats { queue: row.queue.clone(), ..QueueStats::default() });
+        }
+        let q = out.last_mut().expect("pushed above");
+        let count = row.count;
+        match row.state {
+            JobState::Pending => {
+                q.pending += count;
+                q.oldest_pending_run_at = row.min_run_at;
+            }
+            JobState::Running => {
+                q.running += count;
+                q.expired_leases += row.expired;
+            }
+            JobState::Waiting => q.waiting += count,
+            JobState::Completed => q.completed += count,
+            JobState::Exhausted if row.acknowledged => q.exhausted_acknowledged += count,
+            JobState::Exhausted => q.exhausted_unacknowledged += count,
+            JobState::Unknown => q.unknown += count,
+            JobState::Cancelled => q.cancelled += count,
+        }
+    }
+    out
+}
+
+/// A filter for [`Queue::list`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListFilter {
+    /// Only this queue.
+    pub queue: Option<String>,
+    /// Only this state.
+    pub state: Option<JobState>,
+    /// Start after this id (`None` for the first page).
+    pub after: Option<Cursor>,
+    /// At most this many jobs. Defaults to 100.
+    pub limit: u32,
+}
+
+impl Default for ListFilter {
+    fn default() -> Self {
+        ListFilter { queue: None, state: None, after: None, limit: 100 }
+    }
+}

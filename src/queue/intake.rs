@@ -1,0 +1,113 @@
+//! Intake: idempotent by (queue, key), one job, a batch in one transaction, or a job inside
+//! a transaction the caller holds (the outbox pattern).
+
+use super::{Queue, Shared};
+use crate::clock::duration_ms;
+use crate::error::{Error, Result};
+use crate::job::{Enqueued, NewJob};
+use crate::store::{scope, NewRow, Store};
+use crate::validate::check_job;
+
+impl<S: Store> Queue<S> {
+    /// Adds a job, or finds the existing job with the same queue and key.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` when the queue name is empty, longer than 128 bytes or contains a NUL
+    /// byte, the key is empty or longer than 512 bytes, the payload is empty or larger than
+    /// the queue's payload limit ([`QueueBuilder::max_payload`], 1 MiB by default), the
+    /// attempt budget is outside 1..=10,000, the delay is over a hundred years, or an
+    /// application trigger on `fenceq_jobs` ignored the insert. A duplicate key is not an
+    /// error (`Enqueued::Duplicate`). Storage errors: `Busy`, `StorageFull`, `ReadOnly`;
+    /// `NestedWrite` from inside a closure holding the queue's transaction (or an in-memory
+    /// queue's `with_connection`).
+    pub fn enqueue(&self, job: NewJob) -> Result<Enqueued> {
+        check_job(&job, self.shared.max_payload)?;
+        let queue_name = job.queue.clone();
+        let shared = self.shared.clone();
+        let enqueued = self.store().submit(move |tx| insert(&shared, tx, &job))?;
+        self.wake(&queue_name);
+        Ok(enqueued)
+    }
+
+    /// Adds many jobs in one transaction: all of them or, on any error, none.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` when any one job would be refused by [`Queue::enqueue`] (queue name
+    /// 1..=128 bytes without a NUL byte, key 1..=512 bytes, payload within the payload
+    /// limit, attempts 1..=10,000, delay at most a hundred years, insert not ignored by a
+    /// trigger): then no job is added. Storage errors: `Busy`, `StorageFull`, `ReadOnly`;
+    /// `NestedWrite` from inside a closure holding the queue's transaction (or an in-memory
+    /// queue's `with_connection`).
+    pub fn enqueue_batch(&self, jobs: impl IntoIterator<Item = NewJob>) -> Result<Vec<Enqueued>> {
+        let jobs: Vec<NewJob> = jobs.into_iter().collect();
+        for job in &jobs {
+            check_job(job, self.shared.max_payload)?;
+        }
+        let mut queues: Vec<String> = jobs.iter().map(|j| j.queue.clone()).collect();
+        queues.sort_unstable();
+        queues.dedup();
+        let shared = self.shared.clone();
+        let results = self.store().submit(move |tx| jobs.iter().map(|job| insert(&shared, tx, job)).collect())?;
+        queues.iter().for_each(|q| self.wake(q));
+        Ok(results)
+    }
+
+    /// Adds a job inside a transaction that is already open (the outbox pattern): the job
+    /// exists exactly when that transaction's commit does.
+    ///
+    /// The way to share the file is the queue's own writer: call this inside
+    /// [`Queue::transaction`], [`Queue::with_ownership`] or [`Queue::complete_with`] (and a
+    /// pool handler's [`Attempt::with_ownership`](crate::Attempt::with_ownership)) with the
+    /// connection the closure gets. The job then commits or rolls back with the rest, and
+    /// this process's pools of its queue are woken once the commit is done.
+    ///
+    /// A transaction on a connection of the application's own (`BEGIN IMMEDIATE` on the same
+    /// file) works too, but it is another writer of the file: while it is open, this
+    /// process's queue writes wait for it in SQLite's busy handler and fail with `Busy` after
+    /// the busy timeout, and pools notice its jobs only at their next poll.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` when the queue name is empty, longer than 128 bytes or contains a NUL
+    /// byte, the key is empty or longer than 512 bytes, the payload is empty or larger than
+    /// the queue's payload limit (1 MiB by default), the attempt budget is outside
+    /// 1..=10,000, the delay is over a hundred years, or a trigger ignored the insert; the
+    /// SQLite error of the insert otherwise. A transaction that is not open is the caller's
+    /// bug: the insert then commits on its own.
+    pub fn enqueue_tx(&self, tx: &S::Tx, job: NewJob) -> Result<Enqueued> {
+        check_job(&job, self.shared.max_payload)?;
+        let enqueued = insert(&self.shared, tx, &job)?;
+        if scope::in_write() {
+            scope::note_enqueued_in_write(&job.queue);
+        }
+        Ok(enqueued)
+    }
+}
+
+/// Adds `job` (or finds the job with its key) in the transaction `tx`.
+fn insert<S: Store>(shared: &Shared<S>, tx: &S::Tx, job: &NewJob) -> Result<Enqueued> {
+    let now = shared.now();
+    let key = job.key.as_deref();
+    let row = NewRow {
+        queue: &job.queue,
+        key,
+        payload: &job.payload,
+        priority: job.priority,
+        run_at: now.saturating_add(duration_ms(job.delay)),
+        max_attempts: job.max_attempts.unwrap_or(shared.max_attempts),
+        created_at: now,
+    };
+    match S::enqueue(tx, &row)? {
+        Some(id) => Ok(Enqueued::New(id)),
+        // Nothing inserted: a key conflict, or (in a shared database file) an application
+        // trigger that ignored the insert.
+        None => key
+            .map(|key| S::find_by_key(tx, &job.queue, key))
+            .transpose()?
+            .flatten()
+            .map(Enqueued::Duplicate)
+            .ok_or_else(|| Error::invalid("job", "the insert was ignored (is there a trigger on fenceq_jobs?)")),
+    }
+}

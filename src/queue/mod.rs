@@ -1,0 +1,223 @@
+//! The `Queue` handle, what every store shares above the seam: the handle itself, its clock
+//! and limits, the wakers of this process's worker pools, and the caller's transactions.
+//! Each group of operations has its own file: intake, claims and owned writes, settles,
+//! exhaustions and unknowns (with the operator's changes), inspection; reaping, pruning and
+//! checkpoints are the maintenance services' (`maintenance/`).
+//!
+//! Every operation validates its input (`validate.rs`), runs the store's transitions inside
+//! one transaction of the store (`Store::submit` for the hot paths, `Store::write` when a
+//! caller's closure runs), and turns what the transitions report into the public result
+//! (`fence.rs` says what a guarded miss means).
+
+mod claims;
+mod exhaustions;
+pub(crate) mod fence;
+mod inspect;
+mod intake;
+pub(crate) mod operator;
+pub(crate) mod settle;
+
+pub use inspect::ListFilter;
+
+use crate::clock::Clock;
+use crate::config::QueueBuilder;
+use crate::error::Result;
+use crate::report::CommitStats;
+use crate::store::sqlite::SqliteStore;
+use crate::store::{scope, Store};
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::Mutex;
+use std::path::Path;
+use std::sync::Arc;
+
+/// A handle to one queue database: cheap to clone, `Send + Sync`, shared by threads.
+///
+/// ```
+/// use fenceq::{NewJob, Queue};
+/// use std::time::Duration;
+/// let queue = Queue::open_in_memory()?;
+/// queue.enqueue(NewJob::new("telegram", b"hello".to_vec()).key("update:1"))?;
+/// let job = queue.claim("telegram", "worker-1", Duration::from_secs(30))?.expect("a due job");
+/// queue.complete(&job.token())?;
+/// # Ok::<(), fenceq::Error>(())
+/// ```
+pub struct Queue<S: Store = SqliteStore> {
+    pub(crate) shared: Arc<Shared<S>>,
+}
+
+/// What every clone of one `Queue` shares.
+#[derive(Debug)]
+pub(crate) struct Shared<S> {
+    pub(crate) store: S,
+    pub(crate) clock: Arc<dyn Clock>,
+    /// The limits every operation checks before it touches the store.
+    pub(crate) max_payload: usize,
+    pub(crate) max_attempts: u32,
+    wakers: Mutex<Vec<Waker>>,
+}
+
+impl<S> Shared<S> {
+    /// The clock's now, in ms since the epoch.
+    pub(crate) fn now(&self) -> i64 {
+        self.clock.now_ms()
+    }
+}
+
+/// A worker pool's wake-up channel for one queue.
+type Waker = (String, Sender<()>);
+
+impl<S: Store> Clone for Queue<S> {
+    fn clone(&self) -> Self {
+        Queue { shared: self.shared.clone() }
+    }
+}
+
+impl<S: Store> std::fmt::Debug for Queue<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue").field("store", &self.shared.store).finish_non_exhaustive()
+    }
+}
+
+const _: fn() = || {
+    fn check<T: Clone + Send + Sync>() {}
+    check::<Queue>();
+};
+
+/// Opening a queue on the default store, SQLite.
+impl Queue {
+    /// Opens (creating if needed) the queue database at `path` with default settings.
+    ///
+    /// # Errors
+    ///
+    /// `NotADatabase`, `SchemaTooNew` (the file is left untouched), `ReadOnly`, `Busy`;
+    /// `Io` when the file's directory cannot be created, `Pool` when the reader connections
+    /// cannot be opened.
+    pub fn open(path: impl AsRef<Path>) -> Result<Queue> {
+        Queue::builder().path(path.as_ref()).open()
+    }
+
+    /// An in-memory queue (one shared connection), for tests and throwaway work.
+    ///
+    /// # Errors
+    ///
+    /// No input can make it fail (the default settings are valid): only an SQLite failure
+    /// creating the database, such as `OutOfMemory`.
+    pub fn open_in_memory() -> Result<Queue> {
+        Queue::builder().open()
+    }
+
+    /// A builder for every setting; see [`QueueBuilder`].
+    pub fn builder() -> QueueBuilder {
+        QueueBuilder::default()
+    }
+}
+
+impl<S: Store> Queue<S> {
+    /// A queue on an open store (every store's opener ends here).
+    pub(crate) fn from_parts(store: S, clock: Arc<dyn Clock>, max_payload: usize, max_attempts: u32) -> Queue<S> {
+        let shared = Shared { store, clock, max_payload, max_attempts, wakers: Mutex::default() };
+        Queue { shared: Arc::new(shared) }
+    }
+
+    pub(crate) fn store(&self) -> &S {
+        &self.shared.store
+    }
+
+    pub(crate) fn clock(&self) -> Arc<dyn Clock> {
+        self.shared.clock.clone()
+    }
+
+    /// The clock's now, in ms since the epoch.
+    pub fn now_ms(&self) -> i64 {
+        self.shared.now()
+    }
+
+    /// Runs `f` in a `BEGIN IMMEDIATE` transaction on the queue's own writer and commits
+    /// what it did: the application's domain writes beside the queue, and jobs added with
+    /// [`Queue::enqueue_tx`] (the outbox pattern, without a second writer of the file).
+    /// Returning `Err` (or panicking) rolls everything back. Pools of the queues it enqueued
+    /// to are woken after the commit.
+    ///
+    /// ```
+    /// # use fenceq::{NewJob, Queue};
+    /// let queue = Queue::open_in_memory()?;
+    /// queue.transaction(|tx| {
+    ///     tx.execute_batch("CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY)")?;
+    ///     tx.execute("INSERT INTO orders (id) VALUES (7)", [])?;
+    ///     queue.enqueue_tx(tx, NewJob::new("emails", b"order 7 confirmed".to_vec()).key("order:7"))
+    /// })?;
+    /// # Ok::<(), fenceq::Error>(())
+    /// ```
+    ///
+    /// The closure holds the file's only write lock: keep it short, since no lease of this
+    /// process can be renewed while it runs. Inside it, use the connection it gets, never
+    /// the queue's own write methods.
+    ///
+    /// # Errors
+    ///
+    /// The closure's own error; `NestedWrite` for a queue write from inside it (or for this
+    /// call from inside another queue closure); `TransactionLost` when SQLite rolled the
+    /// transaction back while the closure carried on; `Busy` when another process held the
+    /// write lock past the busy timeout; `StorageFull`, `ReadOnly` when the database cannot
+    /// be written.
+    pub fn transaction<T>(&self, f: impl FnOnce(&S::Tx) -> Result<T>) -> Result<T> {
+        self.write_waking(f)
+    }
+
+    /// [`Store::write`], then wakes the pools of the queues `enqueue_tx` added to in it.
+    pub(crate) fn write_waking<T>(&self, f: impl FnOnce(&S::Tx) -> Result<T>) -> Result<T> {
+        let result = self.store().write(f);
+        let queues = scope::take_enqueued_in_write();
+        if result.is_ok() {
+            queues.iter().for_each(|q| self.wake(q));
+        }
+        result
+    }
+
+    /// Registers a wake-up channel for `queue` (the worker pool's dispatcher).
+    pub(crate) fn subscribe(&self, queue: &str) -> Receiver<()> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.shared.wakers.lock().push((queue.to_string(), tx));
+        rx
+    }
+
+    pub(crate) fn wake(&self, queue: &str) {
+        let mut wakers = self.shared.wakers.lock();
+        wakers.retain(|(q, tx)| {
+            q != queue || !matches!(tx.try_send(()), Err(crossbeam_channel::TrySendError::Disconnected(_)))
+        });
+    }
+
+    /// How this handle's writes were grouped into transactions so far (group commit combines
+    /// concurrent writers of one process into one `BEGIN IMMEDIATE` transaction).
+    pub fn commit_stats(&self) -> CommitStats {
+        self.store().commit_stats()
+    }
+
+    /// The schema version of the open database (equal to [`SCHEMA_VERSION`](crate::SCHEMA_VERSION)
+    /// once open has upgraded it).
+    ///
+    /// # Errors
+    ///
+    /// Only read errors: `Pool` (no pooled connection came free in time), `Busy`; on an
+    /// in-memory queue, `NestedWrite` from inside a closure holding its transaction or
+    /// connection.
+    pub fn schema_version(&self) -> Result<i64> {
+        self.store().read(S::schema_version)
+    }
+
+    /// Runs `f` on one of the queue's pooled connections: for the application's own reads
+    /// and schema (domain tables beside the queue). Writes made here do not take the
+    /// queue's in-process write lock; prefer [`Queue::with_ownership`] for domain writes.
+    ///
+    /// # Errors
+    ///
+    /// The closure's own error (its SQLite errors typed as for any statement); `Pool` when
+    /// no pooled connection came free in time. On an in-memory queue the closure holds the
+    /// queue's only connection: this call from inside a closure holding the queue's
+    /// transaction or connection is `NestedWrite`, and so is any queue call inside the
+    /// closure that needs a connection of its own.
+    pub fn with_connection<T>(&self, f: impl FnOnce(&S::Tx) -> Result<T>) -> Result<T> {
+        self.store().read(f)
+    }
+}

@@ -1,0 +1,254 @@
+//! Settles: what a claim's owner decides (complete, retry, exhaust, mark unknown, park), each
+//! guarded by the exact live claim, and their composition: a retry with no attempts left
+//! becomes an exhaustion in the same transaction. Also `resume`, the way back from a park.
+
+use super::claims::held_briefly;
+use super::fence;
+use super::Queue;
+use crate::clock::duration_ms;
+use crate::error::{Error, Result};
+use crate::job::{Backoff, ClaimToken, Claimed, JobState, Retried};
+use crate::store::Store;
+use crate::validate::{check_claim, check_park_timeout, clip};
+use std::time::Duration;
+
+/// How a claim is settled (the engine's side of a handler's `Outcome`).
+#[derive(Debug, Clone)]
+pub(crate) enum Settle {
+    Complete,
+    Retry { delay: Duration, error: String },
+    Exhaust(String),
+    Unknown(String),
+    Park { timeout: Duration, reason: String },
+}
+
+/// What a settle did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Settled {
+    Completed,
+    Retried(i64),
+    Exhausted,
+    Unknown,
+    Parked,
+}
+
+impl Settle {
+    fn check(&self) -> Result<()> {
+        match self {
+            Settle::Park { timeout, .. } => check_park_timeout(*timeout),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl<S: Store> Queue<S> {
+    /// Completes the job. Terminal: no later write of any token changes it.
+    ///
+    /// # Errors
+    ///
+    /// `OwnershipLost` (with its `LostReason`: the lease expired, another claim replaced
+    /// it, the job is no longer running, or its row is gone) unless `token` is the exact
+    /// claim of a running job with a live lease; completing twice is `OwnershipLost` too.
+    /// Storage errors: `Busy`, `StorageFull`, `ReadOnly`; `NestedWrite` from inside a
+    /// closure holding the queue's transaction (or an in-memory queue's `with_connection`).
+    pub fn complete(&self, token: &ClaimToken) -> Result<()> {
+        self.settle(token, Settle::Complete).map(drop)
+    }
+
+    /// Completes many jobs in one transaction (for batch consumers): one result per token,
+    /// in order. A token that lost its job gets `OwnershipLost` without failing the others.
+    ///
+    /// # Errors
+    ///
+    /// A token that does not own its job gets `OwnershipLost` (with its `LostReason`) in
+    /// its own slot of the `Vec`, and the others still complete; the whole call fails
+    /// (completing nothing) only for storage errors: `Busy`, `StorageFull`, `ReadOnly`, and
+    /// `NestedWrite` from inside a closure holding the queue's transaction (or an in-memory
+    /// queue's `with_connection`).
+    pub fn complete_all(&self, tokens: &[ClaimToken]) -> Result<Vec<Result<()>>> {
+        let items: Vec<(ClaimToken, Settle)> = tokens.iter().map(|t| (*t, Settle::Complete)).collect();
+        Ok(self.settle_many(items)?.into_iter().map(|r| r.map(drop)).collect())
+    }
+
+    /// Completes the job and runs `write` in the same transaction: both commit or neither.
+    /// The ownership check is the one of [`Queue::with_ownership`] (as the lock is taken),
+    /// and so is the advice to keep the closure short. Jobs added inside with
+    /// [`Queue::enqueue_tx`] (a follow-up, a reminder) commit with the completion.
+    ///
+    /// # Errors
+    ///
+    /// `OwnershipLost` (and the closure does not run) unless `token` is the exact claim of
+    /// a running job with a live lease; the closure's own error (nothing is completed);
+    /// `NestedWrite` for a queue write from inside the closure; `TransactionLost` when
+    /// SQLite rolled the transaction back while the closure carried on; `Busy`,
+    /// `StorageFull`, `ReadOnly` when the database cannot be written.
+    pub fn complete_with<T>(&self, token: &ClaimToken, write: impl FnOnce(&S::Tx) -> Result<T>) -> Result<T> {
+        self.write_waking(|tx| {
+            let lease = self.owned_lease(tx, token)?;
+            settle_in::<S>(tx, token, &Settle::Complete, self.shared.now())?;
+            // (The writer refuses to commit a transaction the store rolled back meanwhile.)
+            held_briefly(token, lease, || write(tx))
+        })
+    }
+
+    /// Sends the job back to pending after a delay (exponential with jitter for a
+    /// [`RetryPolicy`](crate::RetryPolicy), or a fixed `Duration`), or exhausts it when no
+    /// attempts are left.
+    ///
+    /// # Errors
+    ///
+    /// `OwnershipLost` (with its `LostReason`: the lease expired, another claim replaced
+    /// it, the job is no longer running, or its row is gone) unless `token` is the exact
+    /// claim of a running job with a live lease. Running out of attempts is not an error
+    /// (`Retried::Exhausted`), no delay is refused, and an `error` longer than
+    /// [`MAX_ERROR_LEN`] (4,096 bytes) is cut, not refused. Storage errors: `Busy`,
+    /// `StorageFull`, `ReadOnly`; `NestedWrite` from inside a closure holding the queue's
+    /// transaction (or an in-memory queue's `with_connection`).
+    pub fn retry(&self, token: &ClaimToken, backoff: impl Into<Backoff>, error: &str) -> Result<Retried> {
+        let delay = match backoff.into() {
+            Backoff::After(d) => d,
+            Backoff::Policy(p) => p.next_delay(token.attempt),
+        };
+        match self.settle(token, Settle::Retry { delay, error: error.to_string() })? {
+            Settled::Retried(at) => Ok(Retried::Scheduled(at)),
+            _ => Ok(Retried::Exhausted),
+        }
+    }
+
+    /// Turns the exact live claim into an unacknowledged, durable exhaustion that keeps its
+    /// token (see [`Queue::exhaustions`] and [`Queue::acknowledge`]).
+    ///
+    /// # Errors
+    ///
+    /// `OwnershipLost` (with its `LostReason`: the lease expired, another claim replaced
+    /// it, the job is no longer running, or its row is gone) unless `token` is the exact
+    /// claim of a running job with a live lease; an `error` longer than [`MAX_ERROR_LEN`]
+    /// (4,096 bytes) is cut, not refused. Storage errors: `Busy`, `StorageFull`,
+    /// `ReadOnly`; `NestedWrite` from inside a closure holding the queue's transaction (or
+    /// an in-memory queue's `with_connection`).
+    pub fn exhaust(&self, token: &ClaimToken, error: &str) -> Result<()> {
+        self.settle(token, Settle::Exhaust(error.to_string())).map(drop)
+    }
+
+    /// Records an ambiguous outcome (the side effect may have happened): never retried or
+    /// pruned automatically; see [`Queue::unknowns`] and [`Queue::resolve`].
+    ///
+    /// # Errors
+    ///
+    /// `OwnershipLost` (with its `LostReason`: the lease expired, another claim replaced
+    /// it, the job is no longer running, or its row is gone) unless `token` is the exact
+    /// claim of a running job with a live lease; `evidence` longer than [`MAX_ERROR_LEN`]
+    /// (4,096 bytes) is cut, not refused. Storage errors: `Busy`, `StorageFull`,
+    /// `ReadOnly`; `NestedWrite` from inside a closure holding the queue's transaction (or
+    /// an in-memory queue's `with_connection`).
+    pub fn mark_unknown(&self, token: &ClaimToken, evidence: &str) -> Result<()> {
+        self.settle(token, Settle::Unknown(evidence.to_string())).map(drop)
+    }
+
+    /// Parks the job (for example awaiting an approval) for at most `timeout`: the lease is
+    /// released and the job is never reaped as stale; [`Queue::resume`] with the same token
+    /// sends it back to pending, and past the deadline the reaper exhausts it.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` when `timeout` is shorter than 1 ms or longer than a year (365 days). `OwnershipLost` (with its `LostReason`: the lease expired,
+    /// another claim replaced it, the job is no longer running, or its row is gone) unless
+    /// `token` is the exact claim of a running job with a live lease; a `reason` longer
+    /// than [`MAX_ERROR_LEN`] (4,096 bytes) is cut, not refused. Storage errors: `Busy`,
+    /// `StorageFull`, `ReadOnly`; `NestedWrite` from inside a closure holding the queue's
+    /// transaction (or an in-memory queue's `with_connection`).
+    pub fn park(&self, token: &ClaimToken, timeout: Duration, reason: &str) -> Result<()> {
+        self.settle(token, Settle::Park { timeout, reason: reason.to_string() }).map(drop)
+    }
+
+    fn settle(&self, token: &ClaimToken, settle: Settle) -> Result<Settled> {
+        settle.check()?;
+        let (token, shared) = (*token, self.shared.clone());
+        self.store().submit(move |tx| settle_in::<S>(tx, &token, &settle, shared.now()))
+    }
+
+    /// Settles many claims in one transaction: one result per item; a stale token gets
+    /// `OwnershipLost` without failing the others.
+    pub(crate) fn settle_many(&self, items: Vec<(ClaimToken, Settle)>) -> Result<Vec<Result<Settled>>> {
+        let shared = self.shared.clone();
+        self.store().submit(move |tx| settle_each::<S>(tx, &items, shared.now()))
+    }
+
+    /// The worker pool's round trip: settles the attempts that finished and claims up to
+    /// `limit` more of `queue`, in one request of one transaction. A failed claim fails the
+    /// settles too (the caller settles them again alone).
+    pub(crate) fn settle_and_claim(
+        &self,
+        items: Vec<(ClaimToken, Settle)>,
+        queue: &str,
+        worker: &str,
+        lease: Duration,
+        limit: u32,
+    ) -> Result<(Vec<Result<Settled>>, Vec<Claimed>)> {
+        if limit == 0 {
+            return Ok((self.settle_many(items)?, Vec::new()));
+        }
+        let lease_ms = check_claim(queue, worker, lease, limit)?;
+        let (queue, worker, shared) = (queue.to_string(), worker.to_string(), self.shared.clone());
+        self.store().submit(move |tx| {
+            let now = shared.now();
+            let settled = settle_each::<S>(tx, &items, now)?;
+            Ok((settled, S::claim(tx, &queue, &worker, now, now.saturating_add(lease_ms), limit)?))
+        })
+    }
+
+    /// Sends a parked job back to pending with one extra attempt, while its wait lasts.
+    ///
+    /// # Errors
+    ///
+    /// `WaitExpired` once the park's deadline has passed (by the queue's clock, whether or
+    /// not the reaper has exhausted the job yet), `StaleIdentity` for another token,
+    /// `InvalidState` when the job is not waiting, `NotFound` when no row has its id.
+    /// Storage errors: `Busy`, `StorageFull`, `ReadOnly`; `NestedWrite` from inside a
+    /// closure holding the queue's transaction (or an in-memory queue's `with_connection`).
+    pub fn resume(&self, token: &ClaimToken) -> Result<()> {
+        self.store().write(|tx| {
+            let now = self.shared.now();
+            let resumed = S::resume_if_waiting(tx, token, now)?;
+            fence::identified::<S>(tx, token, JobState::Waiting, now, "resume", resumed)
+        })
+    }
+}
+
+/// One guarded settle (two for a retry out of attempts) for the exact token.
+fn settle_in<S: Store>(tx: &S::Tx, token: &ClaimToken, settle: &Settle, now: i64) -> Result<Settled> {
+    let (changed, settled) = match settle {
+        Settle::Complete => (S::complete_if_owned(tx, token, now)?, Settled::Completed),
+        Settle::Retry { delay, error } => {
+            let error = clip(error);
+            let run_at = now.saturating_add(duration_ms(*delay));
+            if S::retry_if_owned(tx, token, now, run_at, error)? {
+                return Ok(Settled::Retried(run_at));
+            }
+            // Either no attempts are left or the token is stale; exhaust tells them apart.
+            (S::exhaust_if_owned(tx, token, now, error)?, Settled::Exhausted)
+        }
+        Settle::Exhaust(error) => (S::exhaust_if_owned(tx, token, now, clip(error))?, Settled::Exhausted),
+        Settle::Unknown(evidence) => (S::mark_unknown_if_owned(tx, token, now, clip(evidence))?, Settled::Unknown),
+        Settle::Park { timeout, reason } => {
+            let wait_until = now.saturating_add(duration_ms(*timeout));
+            (S::park_if_owned(tx, token, now, wait_until, clip(reason))?, Settled::Parked)
+        }
+    };
+    fence::owned::<S>(tx, token, now, changed)?;
+    Ok(settled)
+}
+
+/// Settles each item in `tx`: a guarded miss or bad input is that item's result (it changed
+/// nothing); any other error fails them all.
+fn settle_each<S: Store>(tx: &S::Tx, items: &[(ClaimToken, Settle)], now: i64) -> Result<Vec<Result<Settled>>> {
+    let mut results = Vec::with_capacity(items.len());
+    for (token, settle) in items {
+        match settle.check().and_then(|()| settle_in::<S>(tx, token, settle, now)) {
+            Ok(settled) => results.push(Ok(settled)),
+            Err(e @ (Error::OwnershipLost { .. } | Error::InvalidInput { .. })) => results.push(Err(e)),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(results)
+}

@@ -1,0 +1,344 @@
+//! The SQLite store, SQLite's own code in one place: the readers' connection pool, the one
+//! writer connection with group commit (`writer.rs`), per-connection PRAGMAs and the busy
+//! handler, WAL checkpoints, the open sequence (validate, WAL, migrate: `migrate.rs` and
+//! the `migrations/` it embeds), the dialect SQL (`statements.rs`), the transitions of the
+//! store contract (`jobs.rs`), and the classification of SQLite's errors (`error.rs`).
+
+pub(crate) mod error;
+mod jobs;
+pub(crate) mod migrate;
+pub(crate) mod statements;
+mod writer;
+
+use crate::config::{Location, QueueBuilder, Synchronous};
+use crate::error::{Error, Result};
+use crate::store::scope::{enter_write, WriteFlag};
+use error::SqlContext;
+use r2d2_sqlite::SqliteConnectionManager;
+use rusqlite::{config::DbConfig, limits::Limit, Connection, OpenFlags};
+use std::cell::Cell;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Prepared statements kept per connection (every named statement of the engine fits).
+const STATEMENT_CACHE: usize = 64;
+/// The WAL is truncated back to this size after a checkpoint, so it cannot stay large.
+const JOURNAL_SIZE_LIMIT: i64 = 64 << 20;
+
+/// Wraps r2d2_sqlite's manager so that a connection returned in the middle of a
+/// transaction is discarded instead of reused (r2d2_sqlite's own `has_broken` is always false).
+#[derive(Debug)]
+pub(crate) struct Manager(SqliteConnectionManager);
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = Connection;
+    type Error = rusqlite::Error;
+
+    fn connect(&self) -> rusqlite::Result<Connection> {
+        self.0.connect()
+    }
+
+    fn is_valid(&self, conn: &mut Connection) -> rusqlite::Result<()> {
+        conn.execute_batch("")
+    }
+
+    fn has_broken(&self, conn: &mut Connection) -> bool {
+        !conn.is_autocommit()
+    }
+}
+
+thread_local! {
+    /// How long (in ms, roughly one busy-handler call each) this thread's current statement
+    /// may wait for another process's lock; set from the queue's busy timeout before every
+    /// operation, and from the patience of a checkpoint.
+    static BUSY_PATIENCE_MS: Cell<u64> = const { Cell::new(5_000) };
+}
+
+/// The busy handler of every pooled and writer connection: poll for another process's lock
+/// every millisecond until the patience runs out. SQLite's own handler backs off to 100 ms
+/// between polls, and against a process that writes continuously such a sparse poll almost
+/// never finds the lock free, so the waiting process's writers starved past their timeout.
+fn poll_busy(calls: i32) -> bool {
+    if calls as u64 >= BUSY_PATIENCE_MS.with(Cell::get) {
+        return false;
+    }
+    std::thread::sleep(Duration::from_millis(1));
+    true
+}
+
+/// Sets this thread's busy patience for the duration of one operation.
+pub(crate) struct Patience(u64);
+
+impl Patience {
+    pub(crate) fn set(wait: Duration) -> Patience {
+        let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+        Patience(BUSY_PATIENCE_MS.with(|p| p.replace(ms)))
+    }
+}
+
+impl Drop for Patience {
+    fn drop(&mut self) {
+        BUSY_PATIENCE_MS.with(|p| p.set(self.0));
+    }
+}
+
+/// The SQLite store: one database file (or one in-memory database), WAL mode, readers'
+/// connections in a pool and one writer connection with group commit. The default store of
+/// [`Queue`](crate::Queue); opened by [`Queue::open`](crate::Queue::open) and
+/// [`QueueBuilder`].
+pub struct SqliteStore {
+    /// Readers' connections (file databases only; the in-memory queue reads through the
+    /// writer's connection, its only one).
+    readers: Option<r2d2::Pool<Manager>>,
+    /// The one writer connection, with group commit (see `writer.rs`).
+    writer: writer::Writer,
+    busy_timeout: Duration,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore").field("in_memory", &self.readers.is_none()).finish()
+    }
+}
+
+impl SqliteStore {
+    /// Opens (and creates, validates, upgrades) the database the builder names.
+    pub(crate) fn open(builder: &QueueBuilder) -> Result<SqliteStore> {
+        let access = if builder.read_only {
+            OpenFlags::SQLITE_OPEN_READ_ONLY
+        } else {
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE
+        };
+        let flags = access | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let (readers, writer) = match &builder.location {
+            Location::File(path) => {
+                if builder.read_only || !builder.upgrade {
+                    check_current(path, flags)?;
+                } else {
+                    create_parent(path)?;
+                    create_private(path)?;
+                    prepare_file(path, flags, builder.busy_timeout)?;
+                }
+                let manager =
+                    || SqliteConnectionManager::file(path).with_flags(flags).with_init(connection_init(builder));
+                let readers = r2d2::Pool::builder()
+                    .thread_pool(pool_threads())
+                    .max_size(builder.pool_size)
+                    .min_idle(Some(1))
+                    .idle_timeout(None)
+                    .max_lifetime(None)
+                    .connection_timeout(builder.busy_timeout + Duration::from_secs(25))
+                    .build(Manager(manager()))?;
+                let writer = r2d2::ManageConnection::connect(&Manager(manager())).sql("open writer")?;
+                // At FULL the writer syncs the WAL itself, outside the write lock (writer.rs).
+                let wal = match (builder.synchronous, builder.read_only, writer.path()) {
+                    (Synchronous::Full, false, Some(db)) if !db.is_empty() => {
+                        writer.execute_batch("PRAGMA synchronous = NORMAL").sql("PRAGMA synchronous")?;
+                        Some(PathBuf::from(format!("{db}-wal")))
+                    }
+                    _ => None,
+                };
+                (Some(readers), writer::Writer::new(writer, wal))
+            }
+            Location::Memory => {
+                let mut conn = Connection::open_in_memory().sql("open in memory")?;
+                connection_init(builder)(&mut conn).sql("connection init")?;
+                migrate::migrate(&mut conn, migrate::SCHEMA_VERSION)?;
+                (None, writer::Writer::new(conn, None))
+            }
+        };
+        Ok(SqliteStore { readers, writer, busy_timeout: builder.busy_timeout })
+    }
+
+    /// A connection for reads (autocommit statements; never a deferred write).
+    fn run_read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let _patience = Patience::set(self.busy_timeout);
+        match &self.readers {
+            Some(pool) => f(&*pool.get()?),
+            // The only connection: a nested call from inside `f` (or from inside this
+            // thread's write) would wait for itself, so it is `NestedWrite` instead.
+            None => {
+                let _flag = WriteFlag::set()?;
+                self.writer.exclusive(f)
+            }
+        }
+    }
+
+    /// Runs `f` in a `BEGIN IMMEDIATE` transaction of its own on this thread and returns once
+    /// that transaction has committed (see `writer.rs`).
+    ///
+    /// `f` returns at its first error, so no statement ever runs outside the transaction it
+    /// belongs to; the writer checks `is_autocommit` after an error, because SQLite may have
+    /// rolled the whole transaction back by itself.
+    fn run_write<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let _flag = enter_write()?;
+        let _patience = Patience::set(self.busy_timeout);
+        self.writer.write(f)
+    }
+
+    /// Like [`SqliteStore::run_write`] for owned work (the hot paths): the work may run on another
+    /// thread of this process, the leader of its commit group, together with other threads'
+    /// requests (see `writer.rs`).
+    fn run_submit<T, F>(&self, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
+        let _flag = WriteFlag::set()?;
+        let _patience = Patience::set(self.busy_timeout);
+        self.writer.submit(work)
+    }
+
+    /// `PRAGMA wal_checkpoint(TRUNCATE)`, waiting at most `patience` for readers.
+    pub(crate) fn checkpoint_wal(&self, patience: Duration) -> Result<crate::report::CheckpointReport> {
+        let _flag = WriteFlag::set()?;
+        let _patience = Patience::set(patience);
+        let (busy, wal_pages, checkpointed_pages) = self.writer.checkpoint()?;
+        Ok(crate::report::CheckpointReport { completed: busy == 0, wal_pages, checkpointed_pages })
+    }
+}
+
+/// The worker thread of every reader pool of the process. r2d2 starts three per pool by
+/// default; ours only replace a connection now and then (none is ever reaped: no idle
+/// timeout, no lifetime), so one thread shared by all serves, and opening a queue no longer
+/// spawns threads (a third of the time of a reopen, measured with the fuzz model).
+fn pool_threads() -> Arc<scheduled_thread_pool::ScheduledThreadPool> {
+    static THREADS: std::sync::OnceLock<Arc<scheduled_thread_pool::ScheduledThreadPool>> = std::sync::OnceLock::new();
+    let start = || {
+        let threads = scheduled_thread_pool::ScheduledThreadPool::builder().num_threads(1);
+        Arc::new(threads.thread_name_pattern("fenceq-pool-{}").build())
+    };
+    THREADS.get_or_init(start).clone()
+}
+
+/// PRAGMAs and limits for every pooled connection (they are per connection, never in a
+/// migration): busy timeout, synchronous, foreign keys, WAL size limit, page limit.
+pub(crate) fn connection_init(
+    builder: &QueueBuilder,
+) -> impl Fn(&mut Connection) -> rusqlite::Result<()> + Send + Sync + 'static {
+    let synchronous = builder.synchronous.pragma();
+    let max_page_count = builder.max_page_count;
+    let max_length = (builder.max_payload.saturating_mul(2)).max(64 << 20).min(i32::MAX as usize) as i32;
+    move |conn: &mut Connection| {
+        conn.busy_handler(Some(poll_busy))?;
+        // Plans that never depend on bound values: otherwise SQLite compiles a statement
+        // again at every run after a new binding of such a value (it does for `LIMIT ?`, and
+        // every claim paid a full re-prepare). Our plans are pinned by tests anyway.
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
+        conn.execute_batch(&format!(
+            "PRAGMA synchronous = {synchronous};
+             PRAGMA foreign_keys = ON;
+             PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT};"
+        ))?;
+        if let Some(pages) = max_page_count {
+            conn.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |_| Ok(()))?;
+        }
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        conn.set_limit(Limit::SQLITE_LIMIT_LENGTH, max_length)?;
+        Ok(())
+    }
+}
+
+fn create_parent(path: &Path) -> Result<()> {
+    if path.to_string_lossy().starts_with("file:") {
+        return Ok(());
+    }
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() && !dir.exists() => Ok(std::fs::create_dir_all(dir)?),
+        _ => Ok(()),
+    }
+}
+
+/// Creates a missing database file before SQLite does, so that it is owner-only (mode 0600:
+/// payloads are often users' messages; SQLite gives its `-wal` and `-shm` files the same
+/// mode), and makes its directory entry durable: SQLite never syncs the directory after
+/// creating a main database file, so a power loss could lose a file whose every commit was
+/// synced. A file that exists (or that a racing process just created) is left as it is.
+fn create_private(path: &Path) -> Result<()> {
+    if path.to_string_lossy().starts_with("file:") || path.exists() {
+        return Ok(());
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    match options.open(path) {
+        Ok(file) => file.sync_all()?,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
+        Err(e) => return Err(e.into()),
+    }
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(())
+}
+
+/// Puts `path` into a `NotADatabase` error (SQLite's own error does not name the file).
+fn naming(path: &Path) -> impl Fn(Error) -> Error + '_ {
+    move |e| match e {
+        Error::NotADatabase { .. } => Error::NotADatabase { path: path.display().to_string() },
+        other => other,
+    }
+}
+
+/// For a read-only open (or one that must not upgrade): the file must exist and be at
+/// exactly this build's schema.
+fn check_current(path: &Path, flags: OpenFlags) -> Result<()> {
+    let with_path = naming(path);
+    // Never creates the file: a check that changes nothing.
+    let flags = flags.difference(OpenFlags::SQLITE_OPEN_CREATE);
+    let conn = Connection::open_with_flags(path, flags).sql("open read-only").map_err(&with_path)?;
+    let found = migrate::check_not_newer(&conn).map_err(&with_path)?;
+    if found < migrate::SCHEMA_VERSION {
+        return Err(Error::SchemaTooOld { found, supported: migrate::SCHEMA_VERSION });
+    }
+    Ok(())
+}
+
+/// Validates a database file and brings it to the current schema with one connection,
+/// before any pooled connection exists: a file that is not a database, or is newer than
+/// this build, is refused before anything is written to it.
+fn prepare_file(path: &Path, flags: OpenFlags, busy_timeout: Duration) -> Result<()> {
+    let with_path = naming(path);
+    let mut conn = Connection::open_with_flags(path, flags).sql("open").map_err(&with_path)?;
+    conn.busy_timeout(busy_timeout).sql("busy_timeout")?;
+    // The first read of the file: garbage fails here with NotADatabase.
+    migrate::check_not_newer(&conn).map_err(&with_path)?;
+    migrate::enable_wal(&conn, busy_timeout).map_err(&with_path)?;
+    migrate::migrate(&mut conn, migrate::SCHEMA_VERSION).map_err(&with_path)?;
+    Ok(())
+}
+
+/// The schema version of the database file at `path` (0 for a new or empty file), read
+/// without changing anything: the file is opened read-only and not upgraded.
+///
+/// # Errors
+///
+/// A missing file is `Ok(0)`, not an error. `NotADatabase` (naming the file) for a file
+/// that is not an SQLite database; otherwise the SQLite error of the read-only open or read
+/// (a file that cannot be opened is `Sqlite`; a file another process holds locked is
+/// `Busy`).
+pub fn schema_version_of(path: impl AsRef<Path>) -> Result<i64> {
+    let path = path.as_ref();
+    if !path.exists() {
+        return Ok(0);
+    }
+    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).sql("open read-only")?;
+    migrate::user_version(&conn).map_err(naming(path))
+}
+
+/// True when `token` owns its job at `at`, checked inside a transaction the caller opened
+/// (ideally `BEGIN IMMEDIATE`, so that no reclaim can commit between this check and the
+/// caller's commit).
+///
+/// # Errors
+///
+/// A token that does not own its job is `Ok(false)`, never `OwnershipLost`. Only the SQLite
+/// error of its query on `conn`, typed as for any statement (`Busy`, or `Sqlite` when
+/// `conn` has no fenceq schema).
+pub fn owns_in(conn: &Connection, token: &crate::ClaimToken, at: i64) -> Result<bool> {
+    <SqliteStore as crate::store::Store>::owns(conn, token, at)
+}

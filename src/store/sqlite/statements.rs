@@ -1,0 +1,356 @@
+//! The SQLite dialect of every transition: one named statement each, named after the store
+//! method that runs it (`Store::complete_if_owned` runs `COMPLETE_IF_OWNED`), which is named
+//! after the public operation it serves.
+//!
+//! Every transition of a claimed row is guarded in its own statement by the full token and a
+//! live lease (`owned_by_token!`); a guard that fails changes nothing, and the layer above
+//! the seam reads the row's identity to say why.
+
+/// The fence: the exact token of a running job whose lease is live at `:now`.
+macro_rules! owned_by_token {
+    () => {
+        "id = :id AND attempt = :attempt AND claim_id = :claim_id
+           AND state = 'running' AND lease_until > :now"
+    };
+}
+
+/// The exact token of a job in a given non-running state (`:state`).
+macro_rules! identified_by_token {
+    () => {
+        "id = :id AND attempt = :attempt AND claim_id = :claim_id AND state = :state"
+    };
+}
+
+/// An operator's or reconciler's change records itself on the row (`Job::decision`).
+macro_rules! records_decision {
+    () => {
+        "decision = :decision, decided_at = :now, decided_by = :by, decision_note = :note"
+    };
+}
+
+/// Idempotent intake: a second row with the same (queue, key) is not inserted (`changes()`
+/// is then 0). `ON CONFLICT` (unlike `INSERT OR IGNORE`) skips only the uniqueness conflict,
+/// so a CHECK violation still fails loudly. No `RETURNING`: SQLite would open an ephemeral
+/// table for every insert; `last_insert_rowid()` is free.
+pub(crate) const ENQUEUE: &str = "
+    INSERT INTO fenceq_jobs (queue, key, payload, priority, run_at, max_attempts, created_at)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+    ON CONFLICT (queue, key) WHERE key IS NOT NULL DO NOTHING";
+
+pub(crate) const FIND_BY_KEY: &str = "
+    SELECT id FROM fenceq_jobs WHERE queue = :queue AND key = :key";
+
+/// Up to `:limit` claimable jobs of a queue, by priority, then run_at, then id: due pending
+/// jobs (partial index `fenceq_jobs_claim`) and running jobs whose lease expired with attempts
+/// left (partial index `fenceq_jobs_lease`). Two indexed branches instead of one `OR`, so the
+/// claim never scans the table however many jobs wait. The expired branch sorts the expired
+/// leases (few, unlike pending rows) in claim order, so that priority also decides among them. The chosen rows' data is read by id
+/// afterwards (`CLAIM_READ`), keeping payloads out of the sort.
+pub(crate) const CLAIM_SELECT: &str = "
+    SELECT id, priority, run_at FROM (
+        SELECT id, priority, run_at
+        FROM   fenceq_jobs
+        WHERE  queue = :queue AND state = 'pending' AND run_at <= :now
+        ORDER  BY priority DESC, run_at, id
+        LIMIT  :limit)
+    UNION ALL
+    SELECT id, priority, run_at FROM (
+        SELECT id, priority, run_at
+        FROM   fenceq_jobs
+        WHERE  queue = :queue AND state = 'running' AND lease_until <= :now
+          AND  attempt < max_attempts
+        ORDER  BY priority DESC, run_at, id
+        LIMIT  :limit)
+    ORDER BY priority DESC, run_at, id
+    LIMIT :limit";
+
+/// Claims one selected job with a fresh claim id. Runs in the same IMMEDIATE transaction as
+/// `CLAIM_SELECT`, so the selection cannot have changed in between. (No `RETURNING`:
+/// it costs an ephemeral table per row; `CLAIM_READ` reads the row instead.)
+///
+/// The lease end `?5` is computed in Rust (saturating): SQL never adds two caller-controlled
+/// integers, whose overflow SQLite would turn into a REAL.
+pub(crate) const CLAIM_UPDATE: &str = "
+    UPDATE fenceq_jobs
+    SET    state = 'running', attempt = attempt + 1, claim_id = ?2, worker = ?3,
+           lease_until = ?5, heartbeat_at = ?4, wait_until = NULL
+    WHERE  id = ?1";
+
+/// The data a claim hands out, read right after `CLAIM_UPDATE` in the same transaction.
+pub(crate) const CLAIM_READ: &str = "
+    SELECT queue, key, payload, priority, attempt, max_attempts, lease_until, last_error
+    FROM   fenceq_jobs
+    WHERE  id = ?1";
+
+/// `:lease_until` is computed in Rust, saturating (see `CLAIM_UPDATE`).
+pub(crate) const RENEW_IF_OWNED: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    lease_until = :lease_until, heartbeat_at = :now
+    WHERE  ",
+    owned_by_token!()
+);
+
+/// What an owned write checks as it takes the write lock: the exact token's live lease, and
+/// the length the claim or last renewal granted (`lease_until - heartbeat_at`).
+pub(crate) const OWNED_LEASE: &str = concat!(
+    "SELECT lease_until, heartbeat_at FROM fenceq_jobs
+    WHERE  ",
+    owned_by_token!()
+);
+
+/// An owned write's commit extends the lease from the commit by the claim's lease length, so
+/// that the owner can still settle after a write that outlasted the nominal lease (nobody
+/// could claim meanwhile: the write held the lock). Guarded by the exact token and
+/// `running`, not by the lease: the lease was checked when the lock was taken.
+pub(crate) const EXTEND_OWNED: &str = "
+    UPDATE fenceq_jobs
+    SET    lease_until = :lease_until, heartbeat_at = :now
+    WHERE  id = :id AND attempt = :attempt AND claim_id = :claim_id AND state = 'running'
+      AND  lease_until < :lease_until";
+
+pub(crate) const OWNS: &str = concat!(
+    "SELECT count(*) FROM fenceq_jobs
+    WHERE  ",
+    owned_by_token!()
+);
+
+pub(crate) const COMPLETE_IF_OWNED: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    state = 'completed', lease_until = NULL, settled_at = :now
+    WHERE  ",
+    owned_by_token!()
+);
+
+/// Back to pending while attempts are left (the caller checked and the CHECK constraint
+/// `pending_has_attempts_left` enforces it).
+pub(crate) const RETRY_IF_OWNED: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    state = 'pending', lease_until = NULL, run_at = :run_at, last_error = :error
+    WHERE  attempt < max_attempts AND ",
+    owned_by_token!()
+);
+
+/// A durable, unacknowledged terminal record that keeps the token.
+pub(crate) const EXHAUST_IF_OWNED: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    state = 'exhausted', lease_until = NULL, last_error = :error,
+           settled_at = :now, exhausted_at = :now, acknowledged_at = NULL
+    WHERE  ",
+    owned_by_token!()
+);
+
+pub(crate) const MARK_UNKNOWN_IF_OWNED: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    state = 'unknown', lease_until = NULL, last_error = :error, settled_at = :now
+    WHERE  ",
+    owned_by_token!()
+);
+
+pub(crate) const PARK_IF_OWNED: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    state = 'waiting', lease_until = NULL, wait_until = :wait_until, last_error = :error
+    WHERE  ",
+    owned_by_token!()
+);
+
+/// A resumed job gets one more attempt: the claim that parked it should not count against
+/// the budget of the work that continues.
+///
+/// Refused once the deadline has passed, whether or not the reaper has exhausted the job
+/// yet: the outcome depends on the clock, never on the reaper's timing.
+pub(crate) const RESUME_IF_WAITING: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    state = 'pending', wait_until = NULL, run_at = :now, max_attempts = max_attempts + 1
+    WHERE  wait_until > :now AND ",
+    identified_by_token!()
+);
+
+/// Idempotent: a repeat changes nothing, not even the recorded decision.
+pub(crate) const ACKNOWLEDGE_IF_EXHAUSTED: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    acknowledged_at = coalesce(acknowledged_at, :now),
+           decision      = CASE WHEN acknowledged_at IS NULL THEN :decision ELSE decision END,
+           decided_at    = CASE WHEN acknowledged_at IS NULL THEN :now ELSE decided_at END,
+           decided_by    = CASE WHEN acknowledged_at IS NULL THEN :by ELSE decided_by END,
+           decision_note = CASE WHEN acknowledged_at IS NULL THEN :note ELSE decision_note END
+    WHERE  ",
+    identified_by_token!()
+);
+
+pub(crate) const RESOLVE_COMPLETE_IF_UNKNOWN: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    state = 'completed', settled_at = :now, ",
+    records_decision!(),
+    "
+    WHERE  ",
+    identified_by_token!()
+);
+
+/// An operator's retry grants one attempt when none are left.
+pub(crate) const RESOLVE_RETRY_IF_UNKNOWN: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    state = 'pending', run_at = :now, settled_at = NULL,
+           max_attempts = max(max_attempts, attempt + 1), ",
+    records_decision!(),
+    "
+    WHERE  ",
+    identified_by_token!()
+);
+
+pub(crate) const RESOLVE_EXHAUST_IF_UNKNOWN: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    state = 'exhausted', settled_at = :now, exhausted_at = :now, acknowledged_at = NULL, ",
+    records_decision!(),
+    "
+    WHERE  ",
+    identified_by_token!()
+);
+
+/// An operator's acknowledgement of one exhaustion by id (applications acknowledge with the
+/// exact token, `ACKNOWLEDGE_IF_EXHAUSTED`).
+pub(crate) const ACKNOWLEDGE_JOB_IF_UNACKNOWLEDGED: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    acknowledged_at = :now, ",
+    records_decision!(),
+    "
+    WHERE  id = :id AND state = 'exhausted' AND acknowledged_at IS NULL"
+);
+
+/// An operator's acknowledgement of every unacknowledged exhaustion of one queue, in the
+/// transaction that counts them.
+pub(crate) const ACKNOWLEDGE_ALL: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    acknowledged_at = :now, ",
+    records_decision!(),
+    "
+    WHERE  queue = :queue AND state = 'exhausted' AND acknowledged_at IS NULL
+    RETURNING id"
+);
+
+pub(crate) const CANCEL_IF_ACTIVE: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    state = 'cancelled', lease_until = NULL, wait_until = NULL, settled_at = :now, ",
+    records_decision!(),
+    "
+    WHERE  id = :id AND state IN ('pending', 'waiting', 'running')"
+);
+
+/// Dead-letter redrive: a fresh attempt budget, due now. The attempt counter restarts, and
+/// the claim id is what keeps the old tokens dead.
+pub(crate) const REPLAY_IF_EXHAUSTED: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    state = 'pending', attempt = 0, run_at = :now, settled_at = NULL,
+           exhausted_at = NULL, acknowledged_at = NULL, ",
+    records_decision!(),
+    "
+    WHERE  id = :id AND state = 'exhausted'"
+);
+
+/// Expired leases: back to pending with attempts left, else exhausted. Guarded by state and
+/// lease in the same statement, so a completion that committed first is never overwritten.
+/// `INDEXED BY`: with plans that ignore bound values (see `connection_init`) the planner
+/// would walk the whole table in id order to honour the `LIMIT`, instead of the few rows
+/// of the partial index.
+pub(crate) const REAP_EXPIRED: &str = "
+    UPDATE fenceq_jobs
+    SET    state        = CASE WHEN attempt < max_attempts THEN 'pending' ELSE 'exhausted' END,
+           run_at       = CASE WHEN attempt < max_attempts THEN :now ELSE run_at END,
+           exhausted_at = CASE WHEN attempt < max_attempts THEN NULL ELSE :now END,
+           settled_at   = CASE WHEN attempt < max_attempts THEN NULL ELSE :now END,
+           last_error   = 'lease expired (worker ' || worker || ')',
+           lease_until  = NULL
+    WHERE  id IN (SELECT id FROM fenceq_jobs INDEXED BY fenceq_jobs_lease
+                  WHERE  state = 'running' AND lease_until <= :now
+                  ORDER  BY id LIMIT :limit)
+      AND  state = 'running' AND lease_until <= :now
+    RETURNING state";
+
+/// Parked jobs whose deadline passed are exhausted (never reclaimed). `INDEXED BY` as in
+/// `REAP_EXPIRED`.
+pub(crate) const REAP_WAITING: &str = "
+    UPDATE fenceq_jobs
+    SET    state = 'exhausted', wait_until = NULL, settled_at = :now, exhausted_at = :now,
+           acknowledged_at = NULL,
+           last_error = 'wait expired: ' || coalesce(last_error, 'no reason given')
+    WHERE  id IN (SELECT id FROM fenceq_jobs INDEXED BY fenceq_jobs_wait
+                  WHERE  state = 'waiting' AND wait_until <= :now
+                  ORDER  BY id LIMIT :limit)
+      AND  state = 'waiting' AND wait_until <= :now";
+
+pub(crate) const PRUNE_SETTLED: &str = "
+    DELETE FROM fenceq_jobs
+    WHERE  id IN (SELECT id FROM fenceq_jobs
+                  WHERE  state IN ('completed', 'cancelled') AND settled_at <= :horizon
+                  LIMIT  :limit)";
+
+pub(crate) const PRUNE_ACKNOWLEDGED: &str = "
+    DELETE FROM fenceq_jobs
+    WHERE  id IN (SELECT id FROM fenceq_jobs
+                  WHERE  state = 'exhausted' AND acknowledged_at IS NOT NULL
+                    AND  acknowledged_at <= :horizon
+                  LIMIT  :limit)";
+
+pub(crate) const EXHAUSTIONS: &str = "
+    SELECT id, attempt, claim_id, queue, key, payload, last_error, exhausted_at
+    FROM   fenceq_jobs
+    WHERE  state = 'exhausted' AND acknowledged_at IS NULL AND id > :after
+    ORDER  BY id
+    LIMIT  :limit";
+
+pub(crate) const UNKNOWNS: &str = "
+    SELECT id, attempt, claim_id, queue, key, payload, last_error, settled_at
+    FROM   fenceq_jobs
+    WHERE  state = 'unknown' AND id > :after
+    ORDER  BY id
+    LIMIT  :limit";
+
+pub(crate) const JOB: &str = "
+    SELECT id, queue, key, payload, state, priority, run_at, attempt, max_attempts, claim_id,
+           worker, lease_until, heartbeat_at, wait_until, last_error, created_at, settled_at,
+           exhausted_at, acknowledged_at, decision, decided_at, decided_by, decision_note
+    FROM   fenceq_jobs
+    WHERE  id = :id";
+
+/// Jobs in id order after `:after`, optionally of one queue and one state.
+pub(crate) const LIST: &str = "
+    SELECT id, queue, key, payload, state, priority, run_at, attempt, max_attempts, claim_id,
+           worker, lease_until, heartbeat_at, wait_until, last_error, created_at, settled_at,
+           exhausted_at, acknowledged_at, decision, decided_at, decided_by, decision_note
+    FROM   fenceq_jobs
+    WHERE  id > :after
+      AND  (:queue IS NULL OR queue = :queue)
+      AND  (:state IS NULL OR state = :state)
+    ORDER  BY id
+    LIMIT  :limit";
+
+/// What a reap pass would change now (for dry runs).
+pub(crate) const REAP_PREVIEW: &str = "
+    SELECT coalesce(sum(state = 'running' AND attempt < max_attempts), 0),
+           coalesce(sum(state = 'running' AND attempt >= max_attempts), 0),
+           (SELECT count(*) FROM fenceq_jobs WHERE state = 'waiting' AND wait_until <= :now)
+    FROM   fenceq_jobs
+    WHERE  state = 'running' AND lease_until <= :now";
+
+/// Due pending jobs and running jobs of one queue (a pool's `wait_idle`), each branch on its
+/// partial index.
+pub(crate) const DUE_OR_RUNNING: &str = "
+    SELECT (SELECT count(*) FROM fenceq_jobs WHERE queue = :queue AND state = 'pending' AND run_at <= :now)
+         + (SELECT count(*) FROM fenceq_jobs WHERE queue = :queue AND state = 'running')";
+
+/// What a prune pass would delete now (for dry runs).
+pub(crate) const PRUNE_PREVIEW: &str = "
+    SELECT (SELECT count(*) FROM fenceq_jobs
+            WHERE state IN ('completed', 'cancelled') AND settled_at <= :horizon),
+           (SELECT count(*) FROM fenceq_jobs
+            WHERE state = 'exhausted' AND acknowledged_at IS NOT NULL AND acknowledged_at <= :horizon)";
+
+/// Why a guarded write changed nothing: the row's current identity and state.
+pub(crate) const IDENTITY: &str = "
+    SELECT state, attempt, claim_id, lease_until, wait_until FROM fenceq_jobs WHERE id = :id";
+
+pub(crate) const STATS: &str = "
+    SELECT queue, state, acknowledged_at IS NOT NULL, count(*), min(run_at),
+           sum(state = 'running' AND lease_until <= :now)
+    FROM   fenceq_jobs
+    GROUP  BY queue, state, acknowledged_at IS NOT NULL
+    ORDER  BY queue";

@@ -1,0 +1,157 @@
+//! Every check of caller input, in one place, for every store: names, keys, payloads,
+//! leases, limits, attempt budgets, delays, park timeouts, notes and expected counts. Each
+//! runs before anything touches the database, and each refusal is `InvalidInput` naming what
+//! was refused and why (or `CountMismatch` for an expected count).
+
+use crate::clock::duration_ms;
+use crate::config::{MAX_ATTEMPTS_LIMIT, MAX_KEY_LEN, MAX_LEASE, MAX_NAME_LEN};
+use crate::error::{Error, Result};
+use crate::job::NewJob;
+use std::time::Duration;
+
+/// Longest error, reason or evidence text stored; longer texts are cut (at a char boundary).
+pub const MAX_ERROR_LEN: usize = 4096;
+/// Most jobs one `claim_batch` or page may return.
+pub const MAX_BATCH: u32 = 10_000;
+/// Longest delay of a new job.
+const MAX_DELAY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+/// Longest park.
+const MAX_PARK: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// A queue name, worker id or operator name: 1..=128 bytes without a NUL byte.
+pub(crate) fn check_name(what: &'static str, name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > MAX_NAME_LEN {
+        return Err(Error::invalid(what, format!("{} bytes is not in 1..={MAX_NAME_LEN}", name.len())));
+    }
+    // SQLite's length() (in the schema's CHECK) and C strings stop at a NUL byte.
+    if name.contains('\0') {
+        return Err(Error::invalid(what, "contains a NUL byte"));
+    }
+    Ok(())
+}
+
+/// An idempotency key: 1..=512 bytes.
+pub(crate) fn check_key(key: &str) -> Result<()> {
+    if key.is_empty() || key.len() > MAX_KEY_LEN {
+        return Err(Error::invalid("key", format!("{} bytes is not in 1..={MAX_KEY_LEN}", key.len())));
+    }
+    Ok(())
+}
+
+/// A lease between 1 ms and [`MAX_LEASE`]; returns it in ms.
+pub(crate) fn check_lease(lease: Duration) -> Result<i64> {
+    if lease < Duration::from_millis(1) || lease > MAX_LEASE {
+        return Err(Error::invalid("lease", format!("{lease:?} is not between 1 ms and {MAX_LEASE:?}")));
+    }
+    Ok(duration_ms(lease))
+}
+
+/// A batch or page size in 1..=[`MAX_BATCH`].
+pub(crate) fn check_limit(limit: u32) -> Result<()> {
+    if limit == 0 || limit > MAX_BATCH {
+        return Err(Error::invalid("limit", format!("{limit} is not in 1..={MAX_BATCH}")));
+    }
+    Ok(())
+}
+
+/// The arguments of a claim; returns the lease in ms.
+pub(crate) fn check_claim(queue: &str, worker: &str, lease: Duration, limit: u32) -> Result<i64> {
+    check_name("queue name", queue)?;
+    check_name("worker id", worker)?;
+    let lease_ms = check_lease(lease)?;
+    check_limit(limit)?;
+    Ok(lease_ms)
+}
+
+/// An attempt budget in 1..=10,000.
+pub(crate) fn check_attempts(attempts: u32) -> Result<()> {
+    if attempts == 0 || attempts > MAX_ATTEMPTS_LIMIT {
+        return Err(Error::invalid("max attempts", format!("{attempts} is not in 1..={MAX_ATTEMPTS_LIMIT}")));
+    }
+    Ok(())
+}
+
+/// A new job, against the queue's payload limit.
+pub(crate) fn check_job(job: &NewJob, max_payload: usize) -> Result<()> {
+    check_name("queue name", &job.queue)?;
+    if let Some(key) = &job.key {
+        check_key(key)?;
+    }
+    if job.payload.is_empty() || job.payload.len() > max_payload {
+        return Err(Error::invalid(
+            "payload",
+            format!("{} bytes is not in 1..={max_payload} (the queue's payload limit)", job.payload.len()),
+        ));
+    }
+    if let Some(attempts) = job.max_attempts {
+        check_attempts(attempts)?;
+    }
+    if job.delay > MAX_DELAY {
+        return Err(Error::invalid("delay", "longer than a hundred years"));
+    }
+    Ok(())
+}
+
+/// A park's timeout: between 1 ms and a year.
+pub(crate) fn check_park_timeout(timeout: Duration) -> Result<()> {
+    if timeout < Duration::from_millis(1) || timeout > MAX_PARK {
+        return Err(Error::invalid("park timeout", "must be between 1 ms and a year"));
+    }
+    Ok(())
+}
+
+/// An operator's note: at most [`MAX_ERROR_LEN`] bytes, without a NUL byte.
+pub(crate) fn check_note(note: &str) -> Result<()> {
+    if note.len() > MAX_ERROR_LEN || note.contains('\0') {
+        return Err(Error::invalid(
+            "decision note",
+            format!("{} bytes is over {MAX_ERROR_LEN}, or it holds a NUL byte", note.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// A prune batch in 1..=100,000.
+pub(crate) fn check_prune_batch(batch_size: u32) -> Result<()> {
+    if batch_size == 0 || batch_size > 100_000 {
+        return Err(Error::invalid("prune batch size", format!("{batch_size} is not in 1..=100000")));
+    }
+    Ok(())
+}
+
+/// A maintenance interval: not zero.
+pub(crate) fn check_interval(every: Duration) -> Result<()> {
+    if every.is_zero() {
+        return Err(Error::invalid("maintenance interval", "must not be zero"));
+    }
+    Ok(())
+}
+
+/// A checkpoint's patience: at most a minute.
+pub(crate) fn check_patience(patience: Duration) -> Result<()> {
+    if patience > Duration::from_secs(60) {
+        return Err(Error::invalid("checkpoint patience", "longer than a minute"));
+    }
+    Ok(())
+}
+
+/// `CountMismatch` unless `found` is what the caller expected (when it expected anything).
+pub(crate) fn check_expected(operation: &'static str, expected: Option<u64>, found: u64) -> Result<()> {
+    match expected {
+        Some(expected) if expected != found => Err(Error::CountMismatch { operation, expected, found }),
+        _ => Ok(()),
+    }
+}
+
+/// Cuts a stored text to [`MAX_ERROR_LEN`] bytes at a char boundary (texts are cut, never
+/// refused: an error message must not fail the settle that records it).
+pub(crate) fn clip(text: &str) -> &str {
+    if text.len() <= MAX_ERROR_LEN {
+        return text;
+    }
+    let mut end = MAX_ERROR_LEN;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
