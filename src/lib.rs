@@ -1,14 +1,8 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
-#[cfg(feature = "cli")]
-#[doc(hidden)]
-pub mod bench;
 mod clock;
 mod config;
-#[cfg(feature = "cli")]
-#[doc(hidden)]
-pub mod demo;
 mod error;
 mod job;
 mod maintenance;
