@@ -6,9 +6,6 @@ mod config;
 mod error;
 mod job;
 mod maintenance;
-#[cfg(feature = "fuzzing")]
-#[doc(hidden)]
-pub mod model;
 mod operator;
 mod queue;
 mod report;
