@@ -1,20 +1,11 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
-#[cfg(feature = "cli")]
-#[doc(hidden)]
-pub mod bench;
 mod clock;
 mod config;
-#[cfg(feature = "cli")]
-#[doc(hidden)]
-pub mod demo;
 mod error;
 mod job;
 mod maintenance;
-#[cfg(feature = "fuzzing")]
-#[doc(hidden)]
-pub mod model;
 mod queue;
 mod report;
 pub mod store;

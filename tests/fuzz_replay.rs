@@ -1,11 +1,12 @@
 //! T2 in CI: replays the committed cargo-fuzz corpus and crash artifacts
-//! (`fuzz/corpus/<target>/`, `fuzz/artifacts/<target>/`) through the library's target bodies
-//! (`fenceq::model::run_bytes` and `fenceq::model::hostile`) on the stable toolchain, so the
-//! fuzzers' findings keep being checked without nightly or cargo-fuzz. Each target's corpus
-//! must exist and be non-empty: a missing corpus fails instead of passing silently.
+//! (`fuzz/corpus/<target>/`, `fuzz/artifacts/<target>/`) through the targets' bodies
+//! (`fenceq_conformance::model::run_bytes`, `run_bytes_file` and `hostile`) on the stable
+//! toolchain, so the fuzzers' findings keep being checked without nightly or cargo-fuzz. Each
+//! target's corpus must exist and be non-empty: a missing corpus fails instead of passing
+//! silently.
 //!
 //! The tests at the end are the engine defects the hostile target found, all fixed since
-//! (`fenceq::model::FIXED_DEFECTS`), kept as regression tests.
+//! (`fenceq_conformance::model::FIXED_DEFECTS`), kept as regression tests.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -58,7 +59,7 @@ fn replay(target: &str, body: fn(&[u8])) {
 #[test]
 fn the_fence_invariants_corpus_replays_cleanly() {
     replay("fence_invariants", |bytes| {
-        fenceq::model::run_bytes(bytes);
+        fenceq_conformance::model::run_bytes(bytes);
     });
 }
 
@@ -66,13 +67,13 @@ fn the_fence_invariants_corpus_replays_cleanly() {
 #[test]
 fn the_fence_invariants_corpus_replays_cleanly_on_a_file() {
     replay("fence_invariants", |bytes| {
-        fenceq::model::run_bytes_file(bytes);
+        fenceq_conformance::model::run_bytes_file(bytes);
     });
 }
 
 #[test]
 fn the_hostile_input_corpus_replays_cleanly() {
-    replay("hostile_input", fenceq::model::hostile);
+    replay("hostile_input", fenceq_conformance::model::hostile);
 }
 
 // ------------------------------------------------------------------ fixed engine defects

@@ -1,12 +1,12 @@
 //! T1: the model-based fence property test. Generated sequences of every queue operation,
 //! clock moves (forward and back), reopens, and replays of any token ever issued (stale,
 //! forged, cross-row) run against a real queue and the reference model in
-//! `fenceq::model`; after every step the ten DESIGN invariants are checked on the real
-//! table and every row is compared with the model.
+//! `fenceq_conformance::model`; after every step the ten DESIGN invariants are checked on the
+//! real table and every row is compared with the model.
 //!
 //! `PROPTEST_CASES=10000 cargo test --test model_proptest` for a soak run (default 256).
 
-use fenceq::model::*;
+use fenceq_conformance::model::*;
 use proptest::prelude::*;
 use proptest::sample::select;
 use proptest::strategy::ValueTree;

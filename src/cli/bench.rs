@@ -1,10 +1,13 @@
 //! `fenceq bench`: fenceq's throughput and claim latency beside a raw rusqlite baseline
-//! measured in the same process and run.
+//! measured in the same process and run. The options and the output are here; the scenarios
+//! themselves are in `bench/scenarios.rs`.
+
+mod scenarios;
 
 use super::{CliResult, Context};
 use clap::{Args, ValueEnum};
-use fenceq::bench::{self, BenchOptions, Figure};
 use fenceq::Synchronous;
+use scenarios::{BenchOptions, Figure};
 use serde_json::json;
 
 /// The durability setting, as the command line spells it.
@@ -35,7 +38,8 @@ pub struct BenchArgs {
 }
 
 impl BenchArgs {
-    /// Runs every scenario; JSON lines with --json, else a table at the end.
+    /// Runs every scenario; with --json one JSON line per scenario as it finishes, else a
+    /// table at the end.
     pub fn run(self, ctx: &mut Context) -> CliResult<()> {
         let dir = if ctx.db_given {
             ctx.db.clone()
@@ -53,22 +57,22 @@ impl BenchArgs {
             dir: dir.clone(),
         };
         let progress = ctx.out.progress(11, "benchmarking");
-        let json = ctx.json();
-        let mut lines = Vec::new();
-        let result = bench::run(&options, |figure| {
+        let out = &mut ctx.out;
+        // With --json each figure is printed as soon as it is measured (one JSON line each).
+        let result = scenarios::run(&options, |figure| {
             progress.inc(1);
             progress.set_message(figure.scenario.clone());
-            lines.push(figure.clone());
+            if out.is_json() {
+                out.record(&to_json(figure, &options))?;
+            }
+            Ok(())
         });
         progress.finish_and_clear();
         if !ctx.db_given {
             let _ = std::fs::remove_dir_all(&dir);
         }
         let figures = result?;
-        if json {
-            for figure in &figures {
-                ctx.out.record(&to_json(figure, &options))?;
-            }
+        if ctx.json() {
             return Ok(());
         }
         let mut table = super::output::table(&["scenario", "value", "unit", "details"]);

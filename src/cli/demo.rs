@@ -1,8 +1,11 @@
-//! `fenceq demo`: runs the library's demo scenario and explains what happened.
+//! `fenceq demo`: runs the demo's scenario (`demo/scenario.rs`) and explains what happened,
+//! or prints its figures as one JSON document with `--json`.
+
+mod scenario;
 
 use super::{CliResult, Context};
 use clap::Args;
-use fenceq::demo::{self, DemoOptions, DemoSummary};
+use scenario::{DemoOptions, DemoSummary};
 use serde_json::json;
 use std::io::IsTerminal;
 
@@ -29,12 +32,13 @@ impl DemoArgs {
             workers: self.workers as usize,
             progress: !ctx.json() && std::io::stderr().is_terminal(),
         };
-        let summary = demo::run(&options)?;
+        let summary = scenario::run(&options)?;
         if ctx.json() {
-            return Ok(ctx.out.document(&to_json(&summary, ctx.db_given))?);
-        }
-        for line in explain(&summary, ctx.db_given) {
-            ctx.out.line(line)?;
+            ctx.out.document(&to_json(&summary, ctx.db_given))?;
+        } else {
+            for line in explain(&summary, ctx.db_given) {
+                ctx.out.line(line)?;
+            }
         }
         if !summary.adds_up() {
             return Err(super::fail("the demo's figures do not add up; this is a bug, please report it"));
@@ -46,6 +50,7 @@ impl DemoArgs {
 fn to_json(s: &DemoSummary, kept: bool) -> serde_json::Value {
     json!({
         "db": if kept { json!(s.db.display().to_string()) } else { json!(null) },
+        "queue": scenario::QUEUE,
         "deliveries": s.deliveries,
         "updates": s.updates,
         "duplicates_dropped": s.duplicates_dropped,

@@ -37,11 +37,11 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "PATH")]
     pub db: Option<PathBuf>,
 
-    /// Print JSON for scripts: JSON Lines for listings, else one document.
+    /// Print JSON for scripts: JSON Lines for listings and bench, else one document.
     ///
     /// Listings (`list`, `exhausted`, `unknown`) print one compact JSON object per line (JSON
-    /// Lines; nothing for an empty listing); every other command prints exactly one JSON
-    /// document. Commands that change rows report `dry_run`, `would_change` and `changed`.
+    /// Lines; nothing for an empty listing), and so does `bench` (one line per scenario, as it
+    /// finishes); every other command prints exactly one JSON document (`demo`: its figures). Commands that change rows report `dry_run`, `would_change` and `changed`.
     /// Times are integer milliseconds since the Unix epoch. Progress bars are off with --json.
     /// Errors still go to stderr as one `error:` line.
     #[arg(long, global = true)]
@@ -58,9 +58,19 @@ pub enum Command {
     /// The main job: records a few thousand bot updates (with redeliveries), works them
     /// with a worker pool (transient failures, exhaustions, one ambiguous outcome, one
     /// worker stalled past its lease whose late write the fence rejects) and explains it.
+    ///
+    /// With --json it prints one document with every figure instead (`deliveries`, `updates`,
+    /// `duplicates_dropped`, `completed`, `retries`, `exhausted`, `acknowledged`, `unknown`,
+    /// `stale_writes_rejected`, `replies`, `attempts`, timings, the `queue`, and the `db`
+    /// path or null without --db) and `adds_up`. Either way it exits 1 if the figures do not
+    /// add up.
     Demo(demo::DemoArgs),
     /// Measures throughput and claim latency beside a raw rusqlite baseline in the same run
     /// (scratch databases in a temporary directory, or in the --db directory if given).
+    ///
+    /// With --json it prints one JSON line per scenario as soon as it is measured: `scenario`,
+    /// `value`, `unit`, the run's `jobs`, `workers` and `sync`, and the scenario's details
+    /// (ratios, p99, grouping) as further fields.
     Bench(bench::BenchArgs),
     /// Counts per queue and state: pending (and the oldest pending age), running (and how
     /// many have expired leases), waiting, completed, exhaustions awaiting acknowledgement,

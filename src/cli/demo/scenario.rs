@@ -1,7 +1,9 @@
-//! `fenceq demo`: a realistic bot intake worked end to end, with every figure accounted for.
-//! Lives in the library (hidden) so that an integration test runs exactly this code path.
+//! The demo's scenario: a realistic bot intake worked end to end through fenceq's public API,
+//! with every figure accounted for. `tests/demo.rs` runs it through the binary
+//! (`fenceq --json demo`) and checks the figures add up.
 
-use crate::{Enqueued, Error, JobState, MaintenanceConfig, NewJob, Outcome, Queue, Result, Retention, WorkerPool};
+use crate::cli::{fail, CliResult};
+use fenceq::{Attempt, Enqueued, Error, JobState, MaintenanceConfig, NewJob, Outcome, Queue, Retention, WorkerPool};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -31,12 +33,6 @@ pub struct DemoOptions {
     pub workers: usize,
     /// Draw progress bars (stderr).
     pub progress: bool,
-}
-
-impl Default for DemoOptions {
-    fn default() -> Self {
-        DemoOptions { db: None, updates: 5000, workers: 4, progress: false }
-    }
 }
 
 /// What the demo did; every recorded delivery is accounted for.
@@ -101,9 +97,9 @@ fn bar(show: bool, len: u64, what: &str) -> indicatif::ProgressBar {
 
 /// Runs the demo: intake with redeliveries, a worker pool with transient failures,
 /// exhaustions, one ambiguous outcome and one stalled worker, then acknowledgement.
-pub fn run(options: &DemoOptions) -> Result<DemoSummary> {
+pub fn run(options: &DemoOptions) -> CliResult<DemoSummary> {
     if options.updates < 100 || options.workers == 0 {
-        return Err(Error::invalid("demo", "needs at least 100 updates and one worker"));
+        return Err(fail("the demo needs at least 100 updates and one worker"));
     }
     let temp = match &options.db {
         Some(_) => None,
@@ -117,7 +113,7 @@ pub fn run(options: &DemoOptions) -> Result<DemoSummary> {
     result
 }
 
-fn run_at(path: &std::path::Path, options: &DemoOptions) -> Result<DemoSummary> {
+fn run_at(path: &std::path::Path, options: &DemoOptions) -> CliResult<DemoSummary> {
     let queue = Queue::builder().path(path).pool_size(options.workers as u32 + 2).max_attempts(3).open()?;
     queue.with_connection(|conn| {
         conn.execute_batch(
@@ -131,10 +127,7 @@ fn run_at(path: &std::path::Path, options: &DemoOptions) -> Result<DemoSummary> 
     let mut summary = DemoSummary { db: path.to_path_buf(), ..DemoSummary::default() };
     let already = queue.stats()?.queue(QUEUE).total();
     if already > 0 {
-        return Err(Error::invalid(
-            "demo database",
-            format!("{} already holds {already} demo jobs; use a new path", path.display()),
-        ));
+        return Err(fail(format!("{} already holds {already} demo jobs; use a new path", path.display())));
     }
 
     // 1. Intake: two webhook threads deliver every update; every 7th is delivered twice.
@@ -143,12 +136,12 @@ fn run_at(path: &std::path::Path, options: &DemoOptions) -> Result<DemoSummary> 
         (1..=options.updates).flat_map(|id| if id.is_multiple_of(7) { vec![id, id] } else { vec![id] }).collect();
     let intake_bar = bar(options.progress, deliveries.len() as u64, "recording");
     let duplicates = AtomicU64::new(0);
-    std::thread::scope(|s| -> Result<()> {
+    std::thread::scope(|s| -> CliResult<()> {
         let handles: Vec<_> = deliveries
             .chunks(deliveries.len().div_ceil(2))
             .map(|chunk| {
                 let (queue, duplicates, intake_bar) = (&queue, &duplicates, &intake_bar);
-                s.spawn(move || -> Result<()> {
+                s.spawn(move || -> CliResult<()> {
                     for &id in chunk {
                         let body = format!(r#"{{"update_id":{id},"message":{{"text":"hello {id}"}}}}"#);
                         let priority = if id == STALLED_UPDATE { 10 } else { 0 };
@@ -171,9 +164,8 @@ fn run_at(path: &std::path::Path, options: &DemoOptions) -> Result<DemoSummary> 
     summary.intake_per_sec = summary.deliveries as f64 / started.elapsed().as_secs_f64();
 
     // 2. A worker stalls: it claims the stalled update first, then freezes past its lease.
-    let stalled = queue
-        .claim(QUEUE, "stalled-worker", STALLED_LEASE)?
-        .ok_or_else(|| Error::invalid("demo", "nothing to claim"))?;
+    let stalled =
+        queue.claim(QUEUE, "stalled-worker", STALLED_LEASE)?.ok_or_else(|| fail("the demo found nothing to claim"))?;
     let stale_rejections = Arc::new(AtomicU64::new(0));
 
     // 3. The pool works everything, including the stalled update once its lease runs out.
@@ -203,7 +195,7 @@ fn run_at(path: &std::path::Path, options: &DemoOptions) -> Result<DemoSummary> 
     let stalled_thread = {
         let queue = queue.clone();
         let stale_rejections = stale_rejections.clone();
-        std::thread::spawn(move || -> Result<()> {
+        std::thread::spawn(move || -> CliResult<()> {
             // The pause: until another worker has finished this very update.
             let deadline = Instant::now() + Duration::from_secs(60);
             while queue.job(stalled.id())?.is_some_and(|j| j.state != JobState::Completed) && Instant::now() < deadline
@@ -224,8 +216,8 @@ fn run_at(path: &std::path::Path, options: &DemoOptions) -> Result<DemoSummary> 
                     Err(Error::OwnershipLost { .. }) => {
                         stale_rejections.fetch_add(1, Ordering::SeqCst);
                     }
-                    Ok(()) => return Err(Error::invalid("demo", "the fence let a stale write through")),
-                    Err(e) => return Err(e),
+                    Ok(()) => return Err(fail("the fence let a stale write through")),
+                    Err(e) => return Err(e.into()),
                 }
             }
             Ok(())
@@ -238,7 +230,7 @@ fn run_at(path: &std::path::Path, options: &DemoOptions) -> Result<DemoSummary> 
             break;
         }
         if Instant::now() > deadline {
-            return Err(Error::invalid("demo", "jobs did not settle within 5 minutes"));
+            return Err(fail("the demo's jobs did not settle within 5 minutes"));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -279,7 +271,7 @@ fn run_at(path: &std::path::Path, options: &DemoOptions) -> Result<DemoSummary> 
 /// What the bot does with one update: reply, with the reply row and the completion committed
 /// in one transaction fenced by ownership (`Attempt::complete_with`), with deterministic
 /// trouble mixed in.
-fn handle_update(attempt: &mut crate::Attempt) -> Outcome {
+fn handle_update(attempt: &mut Attempt) -> Outcome {
     let id: u64 =
         attempt.key().and_then(|k| k.strip_prefix("update:")).and_then(|n| n.parse().ok()).unwrap_or_default();
     if id.is_multiple_of(POISON_EVERY) {

@@ -1,9 +1,11 @@
-//! `fenceq bench`: throughput and latency scenarios measured side by side with a raw
-//! rusqlite baseline on the same disk, in the same process and run. Lives in the library
-//! (hidden) so that a test runs every scenario at a small size.
+//! The bench's scenarios: throughput and latency measured through fenceq's public API side by
+//! side with a raw rusqlite baseline on the same disk, in the same process and run.
+//! `tests/bench_smoke.rs` runs every scenario at a small size through the binary
+//! (`fenceq --json bench`).
 
-use crate::{CommitStats, Error, NewJob, Outcome, Queue, Result, Synchronous, WorkerPool};
-use rusqlite::{params, Connection};
+use crate::cli::{fail, CliResult, ResultExt};
+use fenceq::rusqlite::{self, params, Connection};
+use fenceq::{CommitStats, NewJob, Outcome, Queue, Synchronous, WorkerPool};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -53,17 +55,17 @@ const RAW_SCHEMA: &str = "
     CREATE UNIQUE INDEX jobs_key ON jobs (queue, key) WHERE key IS NOT NULL;
     CREATE INDEX jobs_claim ON jobs (queue, run_at, id) WHERE state = 'pending';";
 
-fn raw_connection(path: &Path, sync: Synchronous) -> Result<Connection> {
-    let conn = Connection::open(path).map_err(|e| Error::sqlite("bench open", e))?;
+fn raw_connection(path: &Path, sync: Synchronous) -> CliResult<Connection> {
+    let conn = Connection::open(path).context(|| format!("opening the raw baseline {}", path.display()))?;
     conn.execute_batch(&format!("PRAGMA journal_mode = WAL; PRAGMA synchronous = {}; {RAW_SCHEMA}", sync.pragma()))
-        .map_err(|e| Error::sqlite("bench schema", e))?;
+        .context(|| "creating the raw baseline's schema".to_string())?;
     Ok(conn)
 }
 
 /// The raw baseline: enqueue, claim and settle every job through plain rusqlite on a
 /// queue-shaped table, `per_tx` operations per transaction (one phase per operation kind).
 /// Returns jobs/s end to end.
-pub fn raw_baseline(path: &Path, jobs: u64, per_tx: u64, sync: Synchronous) -> Result<f64> {
+pub fn raw_baseline(path: &Path, jobs: u64, per_tx: u64, sync: Synchronous) -> CliResult<f64> {
     let mut conn = raw_connection(path, sync)?;
     let started = Instant::now();
     let mut next = 0u64;
@@ -105,36 +107,35 @@ fn in_transactions(
     count: u64,
     per_tx: u64,
     mut op: impl FnMut(&Connection) -> rusqlite::Result<()>,
-) -> Result<()> {
-    let sql = |e| Error::sqlite("bench raw", e);
+) -> CliResult<()> {
+    let raw = || "the raw baseline".to_string();
     let mut done = 0;
     while done < count {
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sql)?;
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).context(raw)?;
         let n = per_tx.min(count - done);
         for _ in 0..n {
-            op(&tx).map_err(sql)?;
+            op(&tx).context(raw)?;
         }
-        tx.commit().map_err(sql)?;
+        tx.commit().context(raw)?;
         done += n;
     }
     Ok(())
 }
 
 /// Raw single-row INSERTs, one commit per call, from one thread (the FULL baseline).
-pub fn raw_enqueue_per_commit(path: &Path, jobs: u64, sync: Synchronous) -> Result<f64> {
+pub fn raw_enqueue_per_commit(path: &Path, jobs: u64, sync: Synchronous) -> CliResult<f64> {
     let conn = raw_connection(path, sync)?;
     let started = Instant::now();
     for j in 0..jobs {
         conn.prepare_cached("INSERT INTO jobs (queue, key, payload, run_at) VALUES ('q', ?1, ?2, 0)")
-            .map_err(|e| Error::sqlite("bench raw", e))?
-            .execute(params![format!("k{j}"), payload(j)])
-            .map_err(|e| Error::sqlite("bench raw", e))?;
+            .and_then(|mut insert| insert.execute(params![format!("k{j}"), payload(j)]))
+            .context(|| "the raw baseline".to_string())?;
     }
     Ok(jobs as f64 / started.elapsed().as_secs_f64())
 }
 
-fn open(path: &Path, sync: Synchronous, pool: u32) -> Result<Queue> {
-    Queue::builder().path(path).synchronous(sync).pool_size(pool).open()
+fn open(path: &Path, sync: Synchronous, pool: u32) -> CliResult<Queue> {
+    Ok(Queue::builder().path(path).synchronous(sync).pool_size(pool).open()?)
 }
 
 /// End to end through the public API: `producers` threads call `enqueue` once per job while
@@ -145,7 +146,7 @@ pub fn end_to_end(
     producers: u64,
     workers: usize,
     sync: Synchronous,
-) -> Result<(f64, CommitStats)> {
+) -> CliResult<(f64, CommitStats)> {
     let queue = open(path, sync, workers as u32 + 2)?;
     let completed = Arc::new(AtomicU64::new(0));
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
@@ -164,22 +165,24 @@ pub fn end_to_end(
             .start()?
     };
     enqueue_from_threads(&queue, jobs, producers)?;
-    done_rx.recv_timeout(Duration::from_secs(600)).map_err(|_| Error::invalid("bench", "jobs did not finish"))?;
+    done_rx
+        .recv_timeout(Duration::from_secs(600))
+        .map_err(|_| fail("the bench's jobs did not finish within 10 minutes"))?;
     // Every handler returned; the last settles commit before shutdown returns.
     let counters = pool.shutdown(Duration::from_secs(60))?.counters;
     let elapsed = started.elapsed();
     if counters.completed != jobs {
-        return Err(Error::invalid("bench", format!("{} of {jobs} completed", counters.completed)));
+        return Err(fail(format!("the bench completed {} of {jobs} jobs", counters.completed)));
     }
     Ok((jobs as f64 / elapsed.as_secs_f64(), queue.commit_stats()))
 }
 
 /// `threads` threads calling `enqueue` once per job, `jobs` in all (keys `k{n}`).
-fn enqueue_from_threads(queue: &Queue, jobs: u64, threads: u64) -> Result<()> {
-    std::thread::scope(|s| -> Result<()> {
+fn enqueue_from_threads(queue: &Queue, jobs: u64, threads: u64) -> CliResult<()> {
+    std::thread::scope(|s| -> CliResult<()> {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
-                s.spawn(move || -> Result<()> {
+                s.spawn(move || -> CliResult<()> {
                     let mut j = t;
                     while j < jobs {
                         queue.enqueue(NewJob::new("bench", payload(j)).key(format!("k{j}")))?;
@@ -195,7 +198,7 @@ fn enqueue_from_threads(queue: &Queue, jobs: u64, threads: u64) -> Result<()> {
 
 /// `callers` threads calling `enqueue` (one job per call). Returns jobs/s and how the
 /// writes were grouped.
-pub fn concurrent_enqueue(path: &Path, jobs: u64, callers: u64, sync: Synchronous) -> Result<(f64, CommitStats)> {
+pub fn concurrent_enqueue(path: &Path, jobs: u64, callers: u64, sync: Synchronous) -> CliResult<(f64, CommitStats)> {
     let queue = open(path, sync, 4)?;
     let started = Instant::now();
     enqueue_from_threads(&queue, jobs, callers)?;
@@ -203,7 +206,7 @@ pub fn concurrent_enqueue(path: &Path, jobs: u64, callers: u64, sync: Synchronou
 }
 
 /// `enqueue_batch` in batches of 1,000. Returns jobs/s.
-pub fn batch_enqueue(path: &Path, jobs: u64) -> Result<f64> {
+pub fn batch_enqueue(path: &Path, jobs: u64) -> CliResult<f64> {
     let queue = open(path, Synchronous::Normal, 2)?;
     let started = Instant::now();
     let mut j = 0;
@@ -216,7 +219,7 @@ pub fn batch_enqueue(path: &Path, jobs: u64) -> Result<f64> {
 }
 
 /// `claim_batch(64)` then `complete_all` of the batch, on `jobs` pending jobs. Returns jobs/s.
-pub fn claim_batch_settle(path: &Path, jobs: u64) -> Result<f64> {
+pub fn claim_batch_settle(path: &Path, jobs: u64) -> CliResult<f64> {
     let queue = open(path, Synchronous::Normal, 2)?;
     fill(&queue, jobs)?;
     let started = Instant::now();
@@ -235,7 +238,7 @@ pub fn claim_batch_settle(path: &Path, jobs: u64) -> Result<f64> {
     Ok(done as f64 / started.elapsed().as_secs_f64())
 }
 
-fn fill(queue: &Queue, jobs: u64) -> Result<()> {
+fn fill(queue: &Queue, jobs: u64) -> CliResult<()> {
     let mut j = 0;
     while j < jobs {
         let end = (j + 5000).min(jobs);
@@ -247,14 +250,14 @@ fn fill(queue: &Queue, jobs: u64) -> Result<()> {
 
 /// p50 and p99 of `claim` (each followed by a `complete`, not timed) with `pending` rows
 /// waiting, over `samples` claims. Returns microseconds.
-pub fn claim_latency(path: &Path, pending: u64, samples: usize) -> Result<(f64, f64)> {
+pub fn claim_latency(path: &Path, pending: u64, samples: usize) -> CliResult<(f64, f64)> {
     let queue = open(path, Synchronous::Normal, 2)?;
     fill(&queue, pending)?;
     let mut micros = Vec::with_capacity(samples);
     for _ in 0..samples {
         let started = Instant::now();
         let job =
-            queue.claim("bench", "w", Duration::from_secs(30))?.ok_or_else(|| Error::invalid("bench", "empty"))?;
+            queue.claim("bench", "w", Duration::from_secs(30))?.ok_or_else(|| fail("the bench's queue is empty"))?;
         micros.push(started.elapsed().as_secs_f64() * 1e6);
         queue.complete(&job.token())?;
         queue.enqueue(NewJob::new("bench", payload(0)))?; // keep the queue at `pending` rows
@@ -266,7 +269,7 @@ pub fn claim_latency(path: &Path, pending: u64, samples: usize) -> Result<(f64, 
 
 /// Fills `jobs` pending jobs in batches and works through all of them with
 /// `claim_batch(64)` + `complete_all`, returning jobs/s of the whole pass (for the RSS figure).
-pub fn work_through(path: &Path, jobs: u64) -> Result<f64> {
+pub fn work_through(path: &Path, jobs: u64) -> CliResult<f64> {
     let started = Instant::now();
     claim_batch_settle(path, jobs)?;
     Ok(jobs as f64 / started.elapsed().as_secs_f64())
@@ -275,7 +278,7 @@ pub fn work_through(path: &Path, jobs: u64) -> Result<f64> {
 /// Median time of one durable small write on the disk under `dir`: a 4 KiB write into a
 /// file, then `fdatasync` (what a `FULL` commit of one small transaction costs at least).
 /// Returns microseconds.
-pub fn sync_latency(dir: &Path, samples: usize) -> Result<f64> {
+pub fn sync_latency(dir: &Path, samples: usize) -> CliResult<f64> {
     use std::io::{Seek, SeekFrom, Write};
     let path = dir.join("sync-probe");
     let mut file = std::fs::OpenOptions::new().create(true).truncate(true).read(true).write(true).open(&path)?;
@@ -303,8 +306,9 @@ pub fn peak_rss_mib() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-/// Runs every scenario, calling `report` after each one.
-pub fn run(options: &BenchOptions, mut report: impl FnMut(&Figure)) -> Result<Vec<Figure>> {
+/// Runs every scenario, calling `report` with each figure as soon as it is measured (a failed
+/// report stops the run).
+pub fn run(options: &BenchOptions, mut report: impl FnMut(&Figure) -> CliResult<()>) -> CliResult<Vec<Figure>> {
     let dir = &options.dir;
     std::fs::create_dir_all(dir)?;
     let fresh = |name: &str| -> std::path::PathBuf {
@@ -316,9 +320,10 @@ pub fn run(options: &BenchOptions, mut report: impl FnMut(&Figure)) -> Result<Ve
     };
     let n = options.jobs;
     let mut figures: Vec<Figure> = Vec::new();
-    let mut push = |figure: Figure, figures: &mut Vec<Figure>| {
-        report(&figure);
+    let mut push = |figure: Figure, figures: &mut Vec<Figure>| -> CliResult<()> {
+        report(&figure)?;
         figures.push(figure);
+        Ok(())
     };
     let simple = |scenario: &str, value: f64, details: Vec<(String, f64)>| Figure {
         scenario: scenario.to_string(),
@@ -328,9 +333,9 @@ pub fn run(options: &BenchOptions, mut report: impl FnMut(&Figure)) -> Result<Ve
     };
 
     let raw_1 = raw_baseline(&fresh("raw_1"), n, 1, options.sync)?;
-    push(simple("raw_sqlite/1_op_per_tx", raw_1, vec![]), &mut figures);
+    push(simple("raw_sqlite/1_op_per_tx", raw_1, vec![]), &mut figures)?;
     let raw_100 = raw_baseline(&fresh("raw_100"), n, 100, options.sync)?;
-    push(simple("raw_sqlite/100_ops_per_tx", raw_100, vec![]), &mut figures);
+    push(simple("raw_sqlite/100_ops_per_tx", raw_100, vec![]), &mut figures)?;
 
     let (e2e, grouping) = end_to_end(&fresh("e2e"), n, 4, options.workers, options.sync)?;
     push(
@@ -344,16 +349,16 @@ pub fn run(options: &BenchOptions, mut report: impl FnMut(&Figure)) -> Result<Ve
             ],
         ),
         &mut figures,
-    );
+    )?;
 
     let full_n = (n / 4).max(1000);
     let sync_us = sync_latency(dir, 500)?;
     push(
         Figure { scenario: "disk/fdatasync_4k".into(), value: sync_us, unit: "us_p50", details: vec![] },
         &mut figures,
-    );
+    )?;
     let raw_full = raw_enqueue_per_commit(&fresh("raw_full"), full_n, Synchronous::Full)?;
-    push(simple("raw_sqlite/full/enqueue_1_per_commit", raw_full, vec![]), &mut figures);
+    push(simple("raw_sqlite/full/enqueue_1_per_commit", raw_full, vec![]), &mut figures)?;
     const CALLERS: u64 = 16;
     let (full16, grouping) = concurrent_enqueue(&fresh("full16"), full_n, CALLERS, Synchronous::Full)?;
     // Each caller waits for the sync covering its own write, so one sync carries at most one
@@ -371,12 +376,12 @@ pub fn run(options: &BenchOptions, mut report: impl FnMut(&Figure)) -> Result<Ve
             ],
         ),
         &mut figures,
-    );
+    )?;
 
     let batch = batch_enqueue(&fresh("batch"), n * 5)?;
-    push(simple("fenceq/enqueue_batch_1000", batch, vec![]), &mut figures);
+    push(simple("fenceq/enqueue_batch_1000", batch, vec![]), &mut figures)?;
     let claim64 = claim_batch_settle(&fresh("claim64"), n * 2)?;
-    push(simple("fenceq/claim_batch_64+complete_all", claim64, vec![]), &mut figures);
+    push(simple("fenceq/claim_batch_64+complete_all", claim64, vec![]), &mut figures)?;
 
     let (small_p50, small_p99) = claim_latency(&fresh("lat_small"), 1000, 2000)?;
     let (big_p50, big_p99) = claim_latency(&fresh("lat_big"), options.latency_rows, 2000)?;
@@ -394,9 +399,9 @@ pub fn run(options: &BenchOptions, mut report: impl FnMut(&Figure)) -> Result<Ve
             ],
         },
         &mut figures,
-    );
+    )?;
     let through = work_through(&fresh("through"), options.latency_rows)?;
-    push(simple(&format!("fenceq/work_through_{}_jobs", options.latency_rows), through, vec![]), &mut figures);
+    push(simple(&format!("fenceq/work_through_{}_jobs", options.latency_rows), through, vec![]), &mut figures)?;
     push(
         Figure {
             scenario: "process/peak_rss".into(),
@@ -405,6 +410,6 @@ pub fn run(options: &BenchOptions, mut report: impl FnMut(&Figure)) -> Result<Ve
             details: vec![("jobs_worked_through".into(), options.latency_rows as f64)],
         },
         &mut figures,
-    );
+    )?;
     Ok(figures)
 }

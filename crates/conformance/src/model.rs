@@ -1,7 +1,7 @@
 //! The reference model of the queue and the differential runners behind the fuzz targets
 //! (`fuzz/fuzz_targets/*.rs`) and the stable tests that replay their corpus
-//! (`tests/model_proptest.rs`, `tests/fuzz_replay.rs`). Test support only: hidden, behind the
-//! `fuzzing` feature, and not part of the public contract.
+//! (`tests/model_proptest.rs`, `tests/fuzz_replay.rs`). Test support only: it uses fenceq's
+//! public API only (including [`fenceq::owns_in`]) and is not part of fenceq's contract.
 //!
 //! - [`run`] applies a sequence of [`QueueOp`]s to a real [`Queue`] (on a [`ManualClock`]; a
 //!   database file when the sequence reopens the queue, else in memory) and to a small model
@@ -20,11 +20,13 @@
 //! Should a new one be found and left open, steer around it here (so that fuzzing can go on)
 //! and keep its failing case as an ignored test.
 
-use crate::{
+use arbitrary::{Arbitrary, Unstructured};
+use fenceq::rusqlite;
+use fenceq::{
     Backoff, ClaimId, ClaimToken, Claimed, Cursor, Enqueued, Error, Exhaustion, Job, JobId, JobState, ListFilter,
     LostReason, ManualClock, NewJob, Page, Queue, QueueStats, Resolution, Retention, Retried, RetryPolicy, Stats,
+    UnknownOutcome,
 };
-use arbitrary::{Arbitrary, Unstructured};
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -105,7 +107,7 @@ impl ClaimQueue {
             ClaimQueue::B => "b".into(),
             ClaimQueue::Idle => "idle".into(),
             ClaimQueue::Empty => String::new(),
-            ClaimQueue::TooLong => "q".repeat(crate::MAX_NAME_LEN + 1),
+            ClaimQueue::TooLong => "q".repeat(fenceq::MAX_NAME_LEN + 1),
         }
     }
 }
@@ -260,9 +262,9 @@ impl InvalidJob {
         let ok = NewJob::new("a", b"bad".to_vec());
         match self {
             InvalidJob::EmptyQueue => NewJob::new("", b"bad".to_vec()),
-            InvalidJob::LongQueue => NewJob::new("q".repeat(crate::MAX_NAME_LEN + 1), b"bad".to_vec()),
+            InvalidJob::LongQueue => NewJob::new("q".repeat(fenceq::MAX_NAME_LEN + 1), b"bad".to_vec()),
             InvalidJob::EmptyKey => ok.key(""),
-            InvalidJob::LongKey => ok.key("k".repeat(crate::MAX_KEY_LEN + 1)),
+            InvalidJob::LongKey => ok.key("k".repeat(fenceq::MAX_KEY_LEN + 1)),
             InvalidJob::EmptyPayload => NewJob::new("a", Vec::new()),
             InvalidJob::ZeroAttempts => ok.max_attempts(0),
             InvalidJob::HugeDelay => ok.delay(Duration::from_secs(101 * 365 * 24 * 3600)),
@@ -279,7 +281,7 @@ pub enum LeaseSel {
     OneMs,
     /// One hour.
     Hour,
-    /// The longest allowed ([`crate::MAX_LEASE`]).
+    /// The longest allowed ([`fenceq::MAX_LEASE`]).
     Max,
     /// Zero (invalid).
     Zero,
@@ -293,9 +295,9 @@ impl LeaseSel {
             LeaseSel::Standard => LEASE,
             LeaseSel::OneMs => Duration::from_millis(1),
             LeaseSel::Hour => Duration::from_secs(3600),
-            LeaseSel::Max => crate::MAX_LEASE,
+            LeaseSel::Max => fenceq::MAX_LEASE,
             LeaseSel::Zero => Duration::ZERO,
-            LeaseSel::TooLong => crate::MAX_LEASE + Duration::from_millis(1),
+            LeaseSel::TooLong => fenceq::MAX_LEASE + Duration::from_millis(1),
         }
     }
 
@@ -332,7 +334,7 @@ impl BatchLimit {
             BatchLimit::Three => 3,
             BatchLimit::Eight => 8,
             BatchLimit::Zero => 0,
-            BatchLimit::TooMany => crate::MAX_BATCH + 1,
+            BatchLimit::TooMany => fenceq::MAX_BATCH + 1,
         }
     }
 }
@@ -844,6 +846,32 @@ pub fn decode(data: &[u8]) -> Vec<QueueOp> {
 
 // ==================================================================== the model
 
+/// A job the model enqueues, with the fields of the [`NewJob`] built from it ([`NewJob`] keeps
+/// its fields to fenceq, so the model keeps its own copy of what it asked for).
+#[derive(Debug, Clone)]
+struct Planned {
+    queue: String,
+    payload: Vec<u8>,
+    key: Option<String>,
+    priority: i32,
+    delay: Duration,
+    max_attempts: Option<u32>,
+}
+
+impl Planned {
+    /// The job to enqueue.
+    fn new_job(&self) -> NewJob {
+        let mut job = NewJob::new(self.queue.clone(), self.payload.clone()).priority(self.priority).delay(self.delay);
+        if let Some(key) = &self.key {
+            job = job.key(key.clone());
+        }
+        if let Some(attempts) = self.max_attempts {
+            job = job.max_attempts(attempts);
+        }
+        job
+    }
+}
+
 /// One job of the model: the whole row, as `Queue::job` returns it.
 pub type ModelJob = Job;
 
@@ -894,7 +922,14 @@ enum Got {
     Other(String),
 }
 
-fn got_of<T>(r: &crate::Result<T>) -> Got {
+/// The unknown outcome the engine reports for a terminal record the model reads like an
+/// exhaustion's (the same row fields; its text is the evidence).
+fn unknown_of(record: Exhaustion) -> UnknownOutcome {
+    let Exhaustion { token, queue, key, payload, reason, at } = record;
+    UnknownOutcome { token, queue, key, payload, evidence: reason, at }
+}
+
+fn got_of<T>(r: &fenceq::Result<T>) -> Got {
     match r {
         Ok(_) => Got::Ok,
         Err(e) => got_err(e),
@@ -917,7 +952,7 @@ fn got_err(e: &Error) -> Got {
 
 /// Cuts a stored text as the engine does (`MAX_ERROR_LEN` bytes at a char boundary).
 fn clip(text: &str) -> String {
-    let mut end = text.len().min(crate::MAX_ERROR_LEN);
+    let mut end = text.len().min(fenceq::MAX_ERROR_LEN);
     while !text.is_char_boundary(end) {
         end -= 1;
     }
@@ -973,7 +1008,7 @@ impl Model {
 
     /// Records an unnamed operator's change on the row, as the engine does.
     fn decide(&mut self, id: JobId, action: &str, now: i64) {
-        let decision = crate::Decision { action: action.to_string(), at: now, by: None, note: None };
+        let decision = fenceq::Decision { action: action.to_string(), at: now, by: None, note: None };
         self.job_mut(id).decision = Some(decision);
     }
 
@@ -984,13 +1019,13 @@ impl Model {
     /// What an enqueue of `spec` should return: `Duplicate(id)` while a row has its key,
     /// else `New` with an id above every id ever assigned (`None` here: SQLite picks it, and a
     /// conflicting keyed insert may burn one, so ids have gaps but never repeat).
-    fn expect_insert(&self, spec: &NewJob) -> Option<JobId> {
+    fn expect_insert(&self, spec: &Planned) -> Option<JobId> {
         spec.key.as_ref().and_then(|key| self.by_key(&spec.queue, key))
     }
 
     /// Applies an enqueue the engine answered with `got`; `Err` when it is not what the
     /// model predicts.
-    fn insert(&mut self, spec: &NewJob, got: Enqueued, now: i64) -> Result<(), String> {
+    fn insert(&mut self, spec: &Planned, got: Enqueued, now: i64) -> Result<(), String> {
         match (self.expect_insert(spec), got) {
             (Some(existing), Enqueued::Duplicate(id)) if id == existing => return Ok(()),
             (None, Enqueued::New(id)) if id.0 >= self.next_id() => {}
@@ -1073,8 +1108,8 @@ impl Model {
         j.acknowledged_at = None;
     }
 
-    fn reap(&mut self, now: i64) -> crate::ReapReport {
-        let mut report = crate::ReapReport::default();
+    fn reap(&mut self, now: i64) -> fenceq::ReapReport {
+        let mut report = fenceq::ReapReport::default();
         for j in self.jobs.values_mut() {
             if j.state == JobState::Running && j.lease_until.is_some_and(|l| l <= now) {
                 j.last_error = Some(format!("lease expired (worker {})", j.worker.as_deref().unwrap_or("")));
@@ -1265,7 +1300,7 @@ impl Drop for TempDb {
     }
 }
 
-fn open_queue(clock: &ManualClock, path: Option<&Path>) -> crate::Result<Queue> {
+fn open_queue(clock: &ManualClock, path: Option<&Path>) -> fenceq::Result<Queue> {
     let mut builder = Queue::builder().clock(clock.clone()).max_attempts(DEFAULT_ATTEMPTS);
     if let Some(path) = path {
         builder = builder.path(path).pool_size(2);
@@ -1377,7 +1412,7 @@ thread_local! {
 
 /// An empty in-memory queue at `T0`: this thread's spare, reset as a fresh one would be (no
 /// rows, no domain rows, ids from 1 again), or a new one.
-fn spare_memory_queue() -> crate::Result<(Queue, ManualClock)> {
+fn spare_memory_queue() -> fenceq::Result<(Queue, ManualClock)> {
     if let Some((queue, clock)) = SPARE.with(|spare| spare.borrow_mut().take()) {
         queue.transaction(|tx| {
             Ok(tx.execute_batch("DELETE FROM fenceq_jobs; DELETE FROM model_domain; DELETE FROM sqlite_sequence;")?)
@@ -1395,7 +1430,7 @@ impl Runner<'_> {
     }
 
     fn now(&self) -> i64 {
-        use crate::Clock;
+        use fenceq::Clock;
         self.clock.now_ms()
     }
 
@@ -1406,7 +1441,7 @@ impl Runner<'_> {
             let _ = writeln!(s, "  operation: {op:?}");
         }
         let _ = writeln!(s, "  clock: T0{:+} ms, file database: {}", self.now() - T0, self.db.is_some());
-        let _ = writeln!(s, "  ops so far (replay with fenceq::model::run(&ops)):");
+        let _ = writeln!(s, "  ops so far (replay with fenceq_conformance::model::run(&ops)):");
         let _ = writeln!(s, "  {:?}", &self.ops[..(self.step + 1).min(self.ops.len())]);
         let _ = writeln!(s, "  model rows:");
         s.push_str(&self.rows());
@@ -1518,22 +1553,20 @@ impl Runner<'_> {
         }
     }
 
-    fn new_job(&mut self, spec: &JobSpec) -> NewJob {
+    fn plan(&mut self, spec: &JobSpec) -> Planned {
         self.model.seq += 1;
-        let mut job = NewJob::new(spec.queue.name(), format!("payload-{}", self.model.seq).into_bytes())
-            .priority(spec.priority.value())
-            .delay(Duration::from_millis(spec.delay.ms() as u64));
-        if let Some(key) = spec.key {
-            job = job.key(key.name());
+        Planned {
+            queue: spec.queue.name().to_string(),
+            payload: format!("payload-{}", self.model.seq).into_bytes(),
+            key: spec.key.map(|key| key.name().to_string()),
+            priority: spec.priority.value(),
+            delay: Duration::from_millis(spec.delay.ms() as u64),
+            max_attempts: spec.attempts.value(),
         }
-        if let Some(attempts) = spec.attempts.value() {
-            job = job.max_attempts(attempts);
-        }
-        job
     }
 
     /// True when enqueuing `jobs` would create more rows than [`MAX_LIVE_JOBS`].
-    fn too_many(&self, jobs: &[NewJob]) -> bool {
+    fn too_many(&self, jobs: &[Planned]) -> bool {
         let mut keys = BTreeSet::new();
         let new = jobs
             .iter()
@@ -1551,11 +1584,11 @@ impl Runner<'_> {
         let now = self.now();
         match *op {
             QueueOp::Enqueue(spec) => {
-                let job = self.new_job(&spec);
+                let job = self.plan(&spec);
                 if self.too_many(std::slice::from_ref(&job)) {
                     return Ok(());
                 }
-                let got = self.q().enqueue(job.clone());
+                let got = self.q().enqueue(job.new_job());
                 self.count("enqueue", got.is_ok());
                 match got {
                     Ok(e) => self.model.insert(&job, e, now),
@@ -1563,21 +1596,22 @@ impl Runner<'_> {
                 }
             }
             QueueOp::EnqueueBatch { ref jobs, poison } => {
-                let mut batch: Vec<NewJob> = jobs.iter().take(MAX_BATCH_JOBS).map(|s| self.new_job(s)).collect();
-                if self.too_many(&batch) {
+                let planned: Vec<Planned> = jobs.iter().take(MAX_BATCH_JOBS).map(|s| self.plan(s)).collect();
+                if self.too_many(&planned) {
                     return Ok(());
                 }
+                let mut batch: Vec<NewJob> = planned.iter().map(Planned::new_job).collect();
                 if poison {
                     batch.push(InvalidJob::EmptyPayload.job());
                 }
-                let got = self.q().enqueue_batch(batch.clone());
+                let got = self.q().enqueue_batch(batch);
                 self.count("enqueue_batch", got.is_ok());
                 if poison {
                     return self.expect("enqueue_batch with an invalid job", &Got::InvalidInput, &got_of(&got));
                 }
                 match got {
-                    Ok(results) if results.len() == batch.len() => {
-                        batch.iter().zip(results).try_for_each(|(job, e)| self.model.insert(job, e, now))
+                    Ok(results) if results.len() == planned.len() => {
+                        planned.iter().zip(results).try_for_each(|(job, e)| self.model.insert(job, e, now))
                     }
                     other => {
                         Err(format!("enqueue_batch: the model expected one Ok per job, the engine returned {other:?}"))
@@ -1590,14 +1624,14 @@ impl Runner<'_> {
                 self.expect("enqueue of an invalid job", &Got::InvalidInput, &got)
             }
             QueueOp::EnqueueTx { job: spec, commit } => {
-                let job = self.new_job(&spec);
+                let job = self.plan(&spec);
                 if self.too_many(std::slice::from_ref(&job)) {
                     return Ok(());
                 }
                 let queue = self.q().clone();
                 let got = queue.with_connection(|c| {
                     let tx = rusqlite::Transaction::new_unchecked(c, rusqlite::TransactionBehavior::Immediate)?;
-                    let enqueued = queue.enqueue_tx(&tx, job.clone())?;
+                    let enqueued = queue.enqueue_tx(&tx, job.new_job())?;
                     if commit {
                         tx.commit()?;
                     } else {
@@ -1687,7 +1721,7 @@ impl Runner<'_> {
                 let got = self.q().owns(&t);
                 self.count("owns", matches!(got, Ok(true)));
                 let expected = self.model.owned(&t, now) == Got::Ok;
-                let inside = self.q().with_connection(|c| crate::owns_in(c, &t, now));
+                let inside = self.q().with_connection(|c| fenceq::owns_in(c, &t, now));
                 if !matches!(inside, Ok(owns) if owns == expected) {
                     return Err(format!(
                         "owns_in({t:?}): the model expected Ok({expected}), the engine returned {inside:?}"
@@ -1924,7 +1958,7 @@ impl Runner<'_> {
                     return self.expect("unknowns with limit 0", &Got::InvalidInput, &got_of(&got));
                 }
                 let page = self.model.page(JobState::Unknown, cursor.map_or(0, |c| c.0), limit.value());
-                let items = page.items.into_iter().map(crate::UnknownOutcome::from_record).collect();
+                let items = page.items.into_iter().map(unknown_of).collect();
                 let expected = Page { items, next: page.next };
                 match got {
                     Ok(page) if page == expected => Ok(()),
@@ -1971,7 +2005,7 @@ impl Runner<'_> {
             Some(ms)
                 if !matches!(queue, ClaimQueue::Empty | ClaimQueue::TooLong)
                     && worker != WorkerSel::Empty
-                    && (1..=crate::MAX_BATCH).contains(&limit) =>
+                    && (1..=fenceq::MAX_BATCH).contains(&limit) =>
             {
                 ms
             }
@@ -2033,7 +2067,7 @@ impl Runner<'_> {
         let t = self.token(token);
         let ran = Cell::new(false);
         let queue = self.q().clone();
-        let write = |tx: &rusqlite::Connection| -> crate::Result<()> {
+        let write = |tx: &rusqlite::Connection| -> fenceq::Result<()> {
             ran.set(true);
             tx.prepare_cached("INSERT INTO model_domain (job, attempt, note) VALUES (?1, ?2, ?3)")?.execute(
                 rusqlite::params![t.id.0, t.attempt, if complete { "complete_with" } else { "with_ownership" }],
@@ -2104,7 +2138,7 @@ impl Runner<'_> {
         let batch = u64::from(retention.batch_size);
         let batches = (settled.len() as u64).div_ceil(batch) + (acknowledged.len() as u64).div_ceil(batch);
         let expected =
-            crate::PruneReport { settled: settled.len() as u64, acknowledged: acknowledged.len() as u64, batches };
+            fenceq::PruneReport { settled: settled.len() as u64, acknowledged: acknowledged.len() as u64, batches };
         if report != expected {
             return Err(format!("prune: the engine reported {report:?}, the model expected {expected:?}"));
         }
@@ -2177,7 +2211,7 @@ impl Runner<'_> {
         let now = self.now();
         let rows = self
             .q()
-            .list(&ListFilter { limit: crate::MAX_BATCH, ..ListFilter::default() })
+            .list(&ListFilter { limit: fenceq::MAX_BATCH, ..ListFilter::default() })
             .map_err(|e| format!("listing the table: {e:?}"))?;
         self.stats.max_rows = self.stats.max_rows.max(rows.len());
         let mut claim_ids = BTreeSet::new();
@@ -2514,17 +2548,18 @@ const CLOCK_MAX: i64 = 1 << 47;
 
 /// Rows as `list` shows them, to prove that a failed call changed nothing.
 fn rows_of(q: &Queue) -> Vec<Job> {
-    q.list(&ListFilter { limit: crate::MAX_BATCH, ..ListFilter::default() }).expect("listing a healthy in-memory queue")
+    q.list(&ListFilter { limit: fenceq::MAX_BATCH, ..ListFilter::default() })
+        .expect("listing a healthy in-memory queue")
 }
 
 /// A name `check_name` must refuse: empty, too long, or with a NUL byte.
 fn bad_name(name: &str) -> bool {
-    name.is_empty() || name.len() > crate::MAX_NAME_LEN || name.contains('\0')
+    name.is_empty() || name.len() > fenceq::MAX_NAME_LEN || name.contains('\0')
 }
 
 /// A job intake must refuse (the name, key and payload checks).
 fn bad_job(queue: &str, key: Option<&str>, payload: &[u8]) -> bool {
-    bad_name(queue) || payload.is_empty() || key.is_some_and(|k| k.is_empty() || k.len() > crate::MAX_KEY_LEN)
+    bad_name(queue) || payload.is_empty() || key.is_some_and(|k| k.is_empty() || k.len() > fenceq::MAX_KEY_LEN)
 }
 
 fn hostile_calls(data: &[u8]) {
@@ -2544,7 +2579,7 @@ fn hostile_calls(data: &[u8]) {
         let before = rows_of(&q);
         // Set for input the engine must refuse with `InvalidInput`.
         let mut invalid = false;
-        let result: crate::Result<()> = match call.clone() {
+        let result: fenceq::Result<()> = match call.clone() {
             HostileCall::Enqueue { queue, key, payload, priority, delay_ms, max_attempts } => {
                 invalid = bad_job(&queue, key.as_deref(), &payload);
                 let mut job = NewJob::new(queue, payload).priority(priority).delay(Duration::from_millis(delay_ms));
@@ -2568,7 +2603,7 @@ fn hostile_calls(data: &[u8]) {
                 .map(drop)
             }
             HostileCall::Claim { queue, worker, lease, limit } => {
-                invalid = bad_name(&queue) || bad_name(&worker) || limit == 0 || limit > crate::MAX_BATCH;
+                invalid = bad_name(&queue) || bad_name(&worker) || limit == 0 || limit > fenceq::MAX_BATCH;
                 q.claim_batch(&queue, &worker, duration_of(lease), limit).map(|claimed| {
                     issued.extend(claimed.iter().map(Claimed::token));
                 })
@@ -2625,7 +2660,7 @@ fn hostile_calls(data: &[u8]) {
                 Ok(())
             }
             HostileCall::Advance(ms) => {
-                use crate::Clock;
+                use fenceq::Clock;
                 clock.set(clock.now_ms().saturating_add(ms.min(1 << 40) as i64).min(CLOCK_MAX));
                 Ok(())
             }
