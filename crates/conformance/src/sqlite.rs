@@ -1,0 +1,100 @@
+//! The kit's harness for fenceq's SQLite store: each test gets a database file in a
+//! temporary directory of its own, and reads it raw through a second connection.
+
+use crate::harness::{Harness, RawRow};
+use fenceq::rusqlite::{Connection, TransactionBehavior};
+use fenceq::{ManualClock, Queue, SqliteStore};
+
+/// Runs the kit against [`SqliteStore`]: `fenceq_conformance::run(SqliteHarness)`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SqliteHarness;
+
+/// One test's database file (deleted with its directory when the test ends).
+#[derive(Debug)]
+pub struct SqlitePlace {
+    dir: tempfile::TempDir,
+}
+
+impl SqlitePlace {
+    /// The database file.
+    pub fn path(&self) -> std::path::PathBuf {
+        self.dir.path().join("queue.db")
+    }
+
+    fn raw(&self) -> Connection {
+        let conn = Connection::open(self.path()).expect("a raw connection to the test database");
+        conn.busy_timeout(std::time::Duration::from_secs(30)).expect("busy timeout");
+        conn
+    }
+}
+
+impl Harness for SqliteHarness {
+    type Store = SqliteStore;
+    type Place = SqlitePlace;
+
+    fn create(&self) -> SqlitePlace {
+        SqlitePlace { dir: tempfile::tempdir().expect("a temporary directory") }
+    }
+
+    fn open(&self, place: &SqlitePlace, clock: &ManualClock, max_attempts: Option<u32>) -> Queue {
+        let mut builder = Queue::builder().path(place.path()).clock(clock.clone());
+        if let Some(attempts) = max_attempts {
+            builder = builder.max_attempts(attempts);
+        }
+        builder.open().expect("opening the test database")
+    }
+
+    fn snapshot(&self, place: &SqlitePlace) -> Vec<RawRow> {
+        let conn = place.raw();
+        let mut stmt = conn
+            .prepare("SELECT id, state, attempt, claim_id, lease_until, last_error FROM fenceq_jobs ORDER BY id")
+            .unwrap();
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    fn count(&self, place: &SqlitePlace, state: &str) -> i64 {
+        place.raw().query_row("SELECT count(*) FROM fenceq_jobs WHERE state = ?1", [state], |r| r.get(0)).unwrap()
+    }
+
+    fn create_replies(&self, place: &SqlitePlace) {
+        place.raw().execute_batch("CREATE TABLE replies (job INTEGER, attempt INTEGER, text TEXT)").unwrap();
+    }
+
+    fn insert_reply(tx: &Connection, job: i64, attempt: i64, text: &str) -> fenceq::Result<()> {
+        tx.execute(
+            "INSERT INTO replies (job, attempt, text) VALUES (?1, ?2, ?3)",
+            fenceq::rusqlite::params![job, attempt, text],
+        )?;
+        Ok(())
+    }
+
+    fn replies(&self, place: &SqlitePlace) -> Vec<(i64, i64, String)> {
+        let conn = place.raw();
+        let mut stmt = conn.prepare("SELECT job, attempt, text FROM replies ORDER BY rowid").unwrap();
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).unwrap().collect::<Result<_, _>>().unwrap()
+    }
+
+    fn foreign_transaction(&self, place: &SqlitePlace, commit: bool, f: &mut dyn FnMut(&Connection)) {
+        let mut conn = place.raw();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).unwrap();
+        f(&tx);
+        if commit {
+            tx.commit().unwrap();
+        } else {
+            tx.rollback().unwrap();
+        }
+    }
+
+    fn fail_claims(&self, place: &SqlitePlace, fail: bool) {
+        let sql = if fail {
+            "CREATE TRIGGER fenceq_kit_refuse_claims BEFORE UPDATE OF attempt ON fenceq_jobs
+             WHEN NEW.attempt > OLD.attempt BEGIN SELECT RAISE(ABORT, 'claims refused by the kit'); END;"
+        } else {
+            "DROP TRIGGER fenceq_kit_refuse_claims"
+        };
+        place.raw().execute_batch(sql).unwrap();
+    }
+}
