@@ -16,12 +16,13 @@
 
 mod common;
 
+use common::child_process;
 use crossbeam_channel::{bounded, unbounded};
 use fenceq::rusqlite::Connection;
 use fenceq::{ManualClock, NewJob, Outcome, Queue, WorkerPool};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const CHILD_ENV: &str = "FENCEQ_ATOMIC_CHILD";
@@ -144,8 +145,7 @@ fn prepared(dir: &Path) -> std::path::PathBuf {
 
 /// Runs the child until it ends itself at `point`, or kills it after `Killed(n)` writes.
 fn crash_child(path: &Path, atomic: bool, point: Point) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", CHILD, "--nocapture", "--test-threads=1"])
+    let mut child = child_process(CHILD)
         .env(CHILD_ENV, format!("{}|{}|{}", path.display(), if atomic { "atomic" } else { "owned" }, point.encode()))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

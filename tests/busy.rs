@@ -6,7 +6,8 @@
 //! write lock, whatever the busy timeout; `BEGIN IMMEDIATE` in the same situation waits and
 //! succeeds.
 //!
-//! The engine's side: two processes (this binary re-spawned with `FENCEQ_BUSY_CHILD`), each
+//! The engine's side: two processes (this binary, run with `--ignored --exact` on the ignored
+//! entry point `busy_child`, its spec in `FENCEQ_BUSY_CHILD`), each
 //! with two threads running every kind of write (intake, claims, settles, renewals, domain
 //! writes under the fence, reaps, prunes, checkpoints), a third writer in the parent, and a
 //! reader that holds 100 ms snapshots back to back: no `Error::Busy` (and no other error but
@@ -14,17 +15,19 @@
 
 mod common;
 
+use common::child_process;
 use crossbeam_channel::bounded;
 use fenceq::rusqlite::{Connection, ErrorCode, TransactionBehavior};
 use fenceq::{Error, NewJob, Queue, Retention};
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const CHILD_ENV: &str = "FENCEQ_BUSY_CHILD";
+const CHILD: &str = "busy_child";
 const HANG_GUARD: Duration = Duration::from_secs(60);
 
 fn wal_table(path: &Path) -> Connection {
@@ -209,8 +212,9 @@ fn write_mix(q: &Queue, name: &str, duration: Duration, think: Duration, tally: 
 /// Child side: writer threads on one handle for the given time, with the given pause
 /// between rounds; prints its tally.
 #[test]
+#[ignore = "child process of the two-writer-process tests below; run by them with --ignored --exact"]
 fn busy_child() {
-    let Ok(spec) = std::env::var(CHILD_ENV) else { return };
+    let spec = std::env::var(CHILD_ENV).expect("run by the two-writer-process tests, which set FENCEQ_BUSY_CHILD");
     let parts: Vec<u64> = spec.split('|').skip(1).map(|p| p.parse().unwrap()).collect();
     let path = spec.split('|').next().unwrap();
     let (duration, think, threads) = (Duration::from_millis(parts[0]), Duration::from_micros(parts[1]), parts[2]);
@@ -244,8 +248,7 @@ fn two_writer_processes(think: Duration) -> Vec<(HashMap<String, u64>, String, S
     Connection::open(&path).unwrap().execute_batch("CREATE TABLE domain (job INTEGER, attempt INTEGER)").unwrap();
     let children: Vec<_> = (0..2)
         .map(|_| {
-            Command::new(std::env::current_exe().unwrap())
-                .args(["--exact", "busy_child", "--nocapture", "--test-threads=1"])
+            child_process(CHILD)
                 .env(CHILD_ENV, format!("{}|{}|{}|2", path.display(), duration.as_millis(), think.as_micros()))
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
@@ -297,9 +300,6 @@ fn two_writer_processes(think: Duration) -> Vec<(HashMap<String, u64>, String, S
 /// but fenced rejections reaches a caller, in particular no `Busy`.
 #[test]
 fn two_processes_writing_and_a_long_reader_never_see_busy() {
-    if std::env::var(CHILD_ENV).is_ok() {
-        return;
-    }
     for (result, line, stderr) in two_writer_processes(Duration::from_millis(20)) {
         assert_eq!(result["busy_instant"], 0, "an instant Busy (a deferred upgrade?): {line}\n{stderr}");
         assert_eq!(result["busy"], 0, "Busy reached a caller: {line}\n{stderr}");
@@ -314,9 +314,6 @@ fn two_processes_writing_and_a_long_reader_never_see_busy() {
 /// every millisecond.
 #[test]
 fn two_busy_writer_processes_never_see_busy() {
-    if std::env::var(CHILD_ENV).is_ok() {
-        return;
-    }
     for (result, line, stderr) in two_writer_processes(Duration::from_millis(2)) {
         assert_eq!(result["busy_instant"], 0, "an instant Busy (a deferred upgrade?): {line}\n{stderr}");
         assert_eq!(result["busy"], 0, "Busy reached a caller: {line}\n{stderr}");
@@ -331,9 +328,6 @@ fn two_busy_writer_processes_never_see_busy() {
 /// (no deferred upgrade anywhere).
 #[test]
 fn two_saturating_writer_processes_never_see_busy() {
-    if std::env::var(CHILD_ENV).is_ok() {
-        return;
-    }
     let results = two_writer_processes(Duration::ZERO);
     for (result, line, stderr) in &results {
         assert_eq!(result["busy_instant"], 0, "an instant Busy (a deferred upgrade?): {line}\n{stderr}");

@@ -1,6 +1,7 @@
 //! T5: the kill -9 crash loop (RELIABILITY.md §3 T5, harness recipe in §4).
 //!
-//! The child is this test binary, re-spawned with `FENCEQ_CRASH_CHILD` set: it opens the
+//! The child is this test binary, run with `--ignored --exact` on the ignored entry point
+//! `crash_child` (its spec in `FENCEQ_CRASH_CHILD`): it opens the
 //! queue (sometimes an old-schema file, so the kill can land inside the upgrade), enqueues
 //! keyed jobs in batches, claims, completes with a domain write in the same transaction
 //! (`complete_with` inserting into `settle_log`), retries or abandons some claims, and prints
@@ -18,17 +19,18 @@
 
 mod common;
 
-use common::{Rng, T0};
+use common::{child_process, Rng, T0};
 use fenceq::rusqlite::{Connection, OptionalExtension};
 use fenceq::{Error, ManualClock, NewJob, Queue, SCHEMA_VERSION};
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const CHILD_ENV: &str = "FENCEQ_CRASH_CHILD";
+const CHILD: &str = "crash_child";
 const DEFAULT_KILLS: u64 = 100;
 /// Kills per file; every segment ends with a drain and the §2 checks.
 const SEGMENT: u64 = 50;
@@ -45,11 +47,11 @@ fn wall_ms() -> u64 {
 
 // ------------------------------------------------------------------------ the child
 
-/// Child side: works on the queue until killed (bounded at 30 s). Does nothing when run as a
-/// normal test.
+/// Child side: works on the queue until killed (bounded at 30 s).
 #[test]
+#[ignore = "child process of the kill -9 tests below; run by them with --ignored --exact"]
 fn crash_child() {
-    let Ok(spec) = std::env::var(CHILD_ENV) else { return };
+    let spec = std::env::var(CHILD_ENV).expect("run by the kill -9 tests, which set FENCEQ_CRASH_CHILD");
     let parts: Vec<&str> = spec.split('|').collect();
     let path = PathBuf::from(parts[0]);
     let iteration: u64 = parts[1].parse().unwrap();
@@ -132,8 +134,7 @@ fn run_and_kill(path: &Path, iteration: u64, previous: Option<u64>, seed: u64, d
     let stderr_path = path.with_extension(format!("stderr-{iteration}"));
     let stderr = std::fs::File::create(&stderr_path).unwrap();
     let prev = previous.map_or_else(|| "-".to_string(), |p| p.to_string());
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
+    let mut child = child_process(CHILD)
         .env(CHILD_ENV, format!("{}|{iteration}|{prev}|{seed}", path.display()))
         .stdout(Stdio::piped())
         .stderr(Stdio::from(stderr))
@@ -384,9 +385,6 @@ fn upgrade_iteration(dir: &Path, iteration: u64, seed: u64, rng: &mut Rng, total
 
 #[test]
 fn kill_nine_at_random_points_loses_no_acknowledged_change() {
-    if std::env::var(CHILD_ENV).is_ok() {
-        return;
-    }
     let kills: u64 = std::env::var("FENCEQ_CRASH_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_KILLS);
     let seed: u64 = std::env::var("FENCEQ_CRASH_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(wall_ms);
     println!("crash loop: {kills} kills, seed {seed} (FENCEQ_CRASH_SEED={seed} replays the choices)");
@@ -438,9 +436,6 @@ fn kill_nine_at_random_points_loses_no_acknowledged_change() {
 /// crash (the child's token, replayed by a restarted process) is `OwnershipLost`.
 #[test]
 fn a_completion_acknowledged_before_a_crash_cannot_be_settled_again_after_restart() {
-    if std::env::var(CHILD_ENV).is_ok() {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("queue.db");
     Queue::open(&path).unwrap();

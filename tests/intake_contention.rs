@@ -1,8 +1,9 @@
 //! T11: idempotent intake under contention (RELIABILITY.md §3 T11), and the dedup horizon.
 //!
 //! The same 1,000 provider event ids are submitted by 8 threads (on two handles, so two
-//! writers compete inside this process) and 2 processes (this binary re-spawned with
-//! `FENCEQ_INTAKE_CHILD`), each in its own order, half of them one by one and half in
+//! writers compete inside this process) and 2 processes (this binary, run with `--ignored
+//! --exact` on the ignored entry point `intake_child`, its spec in `FENCEQ_INTAKE_CHILD`),
+//! each in its own order, half of them one by one and half in
 //! batches, all released at one instant: 10,000 contended submissions. Exactly one row per
 //! event id, exactly one caller told `New`, every caller given the same id, and the stored
 //! payload is the one of the caller that was told `New`.
@@ -17,10 +18,11 @@ mod common;
 use common::*;
 use fenceq::{Enqueued, Error, JobId, JobState, NewJob, Queue, Retention};
 use std::collections::HashMap;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const CHILD_ENV: &str = "FENCEQ_INTAKE_CHILD";
+const CHILD: &str = "intake_child";
 const KEYS: usize = 1000;
 const THREADS: usize = 8;
 const PROCESSES: usize = 2;
@@ -61,8 +63,9 @@ fn submit_all(q: &Queue, submitter: &str, seed: u64, batched: bool, start: i64) 
 
 /// Child side: one submitter process; prints one line per submission.
 #[test]
+#[ignore = "child process of ten_thousand_contended_submissions_make_one_row_per_event_and_one_answer; run by it with --ignored --exact"]
 fn intake_child() {
-    let Ok(spec) = std::env::var(CHILD_ENV) else { return };
+    let spec = std::env::var(CHILD_ENV).expect("run by the contended-intake test, which sets FENCEQ_INTAKE_CHILD");
     let parts: Vec<&str> = spec.split('|').collect();
     let (path, start, index) = (parts[0], parts[1].parse().unwrap(), parts[2].parse::<u64>().unwrap());
     let q = Queue::open(path).unwrap();
@@ -77,9 +80,6 @@ fn intake_child() {
 
 #[test]
 fn ten_thousand_contended_submissions_make_one_row_per_event_and_one_answer() {
-    if std::env::var(CHILD_ENV).is_ok() {
-        return;
-    }
     let started = Instant::now();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("intake.db");
@@ -87,8 +87,7 @@ fn ten_thousand_contended_submissions_make_one_row_per_event_and_one_answer() {
     let start = wall_ms() + 400;
     let children: Vec<_> = (0..PROCESSES)
         .map(|i| {
-            Command::new(std::env::current_exe().unwrap())
-                .args(["--exact", "intake_child", "--nocapture", "--test-threads=1"])
+            child_process(CHILD)
                 .env(CHILD_ENV, format!("{}|{start}|{i}", path.display()))
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
@@ -171,9 +170,6 @@ fn ten_thousand_contended_submissions_make_one_row_per_event_and_one_answer() {
 /// horizon keep the retention longer than the provider's redelivery window.
 #[test]
 fn the_dedup_horizon_is_the_life_of_the_row() {
-    if std::env::var(CHILD_ENV).is_ok() {
-        return;
-    }
     let q = temp_queue();
     let job = || NewJob::new("events", b"update 4711".to_vec()).key("update:4711");
     let first = q.enqueue(job()).unwrap();

@@ -3,7 +3,8 @@
 //!
 //! On one file, with the wall clock and 50 ms leases: producers enqueue keyed jobs (single
 //! and batched); pool A (8 workers) on one handle, pool B (4 workers) on a second handle,
-//! and pool C (4 workers) in a child process (this binary re-spawned) work them with a
+//! and pool C (4 workers) in a child process (this binary, run with `--ignored --exact` on
+//! the ignored entry point `stress_child`) work them with a
 //! handler that writes its side effect through `Attempt::with_ownership`, sometimes sleeps
 //! past its lease (a GC pause), retries or panics; two hand-written workers claim and settle
 //! with `complete_with` without renewing; the maintenance thread reaps, prunes and
@@ -22,7 +23,7 @@
 
 mod common;
 
-use common::Rng;
+use common::{child_process, Rng};
 
 use crossbeam_channel::bounded;
 use fenceq::rusqlite::{Connection, OptionalExtension};
@@ -33,12 +34,13 @@ use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const CHILD_ENV: &str = "FENCEQ_STRESS_CHILD";
+const CHILD: &str = "stress_child";
 const LEASE: Duration = Duration::from_millis(50);
 const HANG_GUARD: Duration = Duration::from_secs(90);
 const NO_BACKOFF: RetryPolicy = RetryPolicy { base: Duration::ZERO, max: Duration::ZERO, jitter: 0.0 };
@@ -129,8 +131,9 @@ fn format_counters(c: &PoolCounters) -> String {
 /// Child side: pool C on the same file until the stop file appears (bounded), then prints
 /// its counters.
 #[test]
+#[ignore = "child process of stress_on_a_wal_file_loses_nothing_settles_once_and_never_surfaces_busy; run by it with --ignored --exact"]
 fn stress_child() {
-    let Ok(spec) = std::env::var(CHILD_ENV) else { return };
+    let spec = std::env::var(CHILD_ENV).expect("run by the stress test, which sets FENCEQ_STRESS_CHILD");
     let (path, stop) = spec.split_once('|').unwrap();
     let q = open(Path::new(path));
     let pool = start_pool(&q, 4, "child", seed());
@@ -171,9 +174,6 @@ impl CallerErrors {
 
 #[test]
 fn stress_on_a_wal_file_loses_nothing_settles_once_and_never_surfaces_busy() {
-    if std::env::var(CHILD_ENV).is_ok() {
-        return;
-    }
     let jobs: u64 = std::env::var("FENCEQ_STRESS_JOBS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000) / 2 * 2;
     let started = Instant::now();
     let dir = tempfile::tempdir().unwrap();
@@ -185,8 +185,7 @@ fn stress_on_a_wal_file_loses_nothing_settles_once_and_never_surfaces_busy() {
     let errors = Arc::new(CallerErrors::default());
 
     // Pool C in another process.
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "stress_child", "--nocapture", "--test-threads=1"])
+    let mut child = child_process(CHILD)
         .env(CHILD_ENV, format!("{}|{}", path.display(), stop_file.display()))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

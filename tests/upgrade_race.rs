@@ -1,6 +1,7 @@
 //! T9: the schema upgrader raced by processes (RELIABILITY.md §3 T9, recipe in §4).
 //!
-//! K processes (this test binary re-spawned with `FENCEQ_RACE_CHILD`) spin until one shared
+//! K processes (this test binary, run with `--ignored --exact` on the ignored entry point
+//! `race_child`, its spec in `FENCEQ_RACE_CHILD`) spin until one shared
 //! wall-clock instant (now + 150 ms) and then open the same file. Exit codes classify each
 //! child: 0 ok, 2 `duplicate column name`, 3 busy, 4 anything else. Every iteration must end
 //! with all zeros, the target `user_version`, every column exactly once, the rows intact,
@@ -14,14 +15,15 @@
 
 mod common;
 
-use common::old_database;
+use common::{child_process, old_database};
 use fenceq::rusqlite::{Connection, TransactionBehavior};
 use fenceq::{Error, Queue, SCHEMA_VERSION};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const CHILD_ENV: &str = "FENCEQ_RACE_CHILD";
+const CHILD: &str = "race_child";
 
 fn env_or(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -33,8 +35,9 @@ fn wall_ms() -> i64 {
 
 /// Child side: spins until the start instant, opens, exits with its classification.
 #[test]
+#[ignore = "child process of the race tests below; run by them with --ignored --exact"]
 fn race_child() {
-    let Ok(spec) = std::env::var(CHILD_ENV) else { return };
+    let spec = std::env::var(CHILD_ENV).expect("run by the race tests, which set FENCEQ_RACE_CHILD");
     let (path, start) = spec.split_once('|').unwrap();
     let start: i64 = start.parse().unwrap();
     let bound = Instant::now() + Duration::from_secs(10);
@@ -71,8 +74,7 @@ fn race(path: &Path, processes: usize, meanwhile: impl FnOnce(i64)) -> Vec<i32> 
     let start = wall_ms() + 150;
     let children: Vec<_> = (0..processes)
         .map(|_| {
-            Command::new(std::env::current_exe().unwrap())
-                .args(["--exact", "race_child", "--nocapture", "--test-threads=1"])
+            child_process(CHILD)
                 .env(CHILD_ENV, format!("{}|{start}", path.display()))
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -163,9 +165,6 @@ fn check_after_race(
 
 #[test]
 fn eight_processes_racing_the_upgrade_of_an_old_file_all_succeed() {
-    if std::env::var(CHILD_ENV).is_ok() {
-        return;
-    }
     let iterations = env_or("FENCEQ_RACE_ITERS", 50);
     let processes = env_or("FENCEQ_RACE_PROCS", 8);
     let started = Instant::now();
@@ -190,9 +189,6 @@ fn eight_processes_racing_the_upgrade_of_an_old_file_all_succeed() {
 
 #[test]
 fn processes_racing_to_create_a_fresh_file_all_succeed() {
-    if std::env::var(CHILD_ENV).is_ok() {
-        return;
-    }
     let iterations = env_or("FENCEQ_RACE_FRESH_ITERS", 10);
     let processes = env_or("FENCEQ_RACE_PROCS", 8);
     let reference = reference_schema(|_| {});
@@ -214,9 +210,6 @@ fn processes_racing_to_create_a_fresh_file_all_succeed() {
 /// meets SQLITE_BUSY (which does not call the busy handler) and must be retried.
 #[test]
 fn the_wal_switch_is_retried_while_a_rollback_mode_writer_holds_the_lock() {
-    if std::env::var(CHILD_ENV).is_ok() {
-        return;
-    }
     let iterations = env_or("FENCEQ_RACE_FRESH_ITERS", 10);
     let reference = reference_schema(|p| {
         Connection::open(p).unwrap().execute_batch("CREATE TABLE app (v)").unwrap();
@@ -246,9 +239,6 @@ fn the_wal_switch_is_retried_while_a_rollback_mode_writer_holds_the_lock() {
 /// wait, then meet `duplicate column name`, re-check the column and count it as applied.
 #[test]
 fn a_column_added_by_a_foreign_writer_during_the_race_counts_as_applied() {
-    if std::env::var(CHILD_ENV).is_ok() {
-        return;
-    }
     let iterations = env_or("FENCEQ_RACE_FRESH_ITERS", 10);
     let reference = reference_schema(|p| drop(old_database(p, 1, "q")));
     for iteration in 0..iterations {

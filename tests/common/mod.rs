@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use fenceq::{Claimed, ManualClock, NewJob, Queue};
+use std::process::Command;
 use std::time::Duration;
 use tempfile::TempDir;
 
@@ -135,15 +136,23 @@ pub fn old_database(path: &std::path::Path, version: usize, queue: &str) -> fenc
     conn
 }
 
-/// Runs the test `child` of this test binary in a new process with `env` set, and asserts
-/// that it succeeded and printed `marker` (the child's last line, so that a child which
-/// returned early cannot pass).
+/// A command that runs this test binary's ignored child entry point `child`, and nothing else
+/// of the binary: `--ignored --exact <child>`. The child's own output reaches the parent
+/// (`--nocapture`) after libtest's `test <child> ... `, which has no newline: a child that
+/// prints lines for its parent prints a newline first. The caller adds the environment
+/// variable that carries the child's spec, and the child `expect`s it, so that a bare
+/// `cargo test -- --ignored` fails it at once instead of running a child without a parent.
+pub fn child_process(child: &str) -> Command {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command.args(["--ignored", "--exact", child, "--nocapture", "--test-threads=1"]);
+    command
+}
+
+/// Runs the ignored test `child` of this test binary in a new process with `env` set, and
+/// asserts that it succeeded and printed `marker` (the child's last line, so that a child
+/// which returned early cannot pass).
 pub fn run_child(child: &str, env: &str, marker: &str) {
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", child, "--nocapture", "--test-threads=1"])
-        .env(env, "1")
-        .output()
-        .unwrap();
+    let out = child_process(child).env(env, "1").output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && stdout.contains(marker),
