@@ -15,12 +15,11 @@
 
 mod common;
 
-use common::child_process;
+use common::{assert_integrity, child_process, parse_counts, sqlite_code, wal_table, HANG_GUARD};
 use crossbeam_channel::bounded;
 use fenceq::rusqlite::{Connection, ErrorCode, TransactionBehavior};
 use fenceq::{Error, NewJob, Queue, Retention};
 use std::collections::HashMap;
-use std::path::Path;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -28,21 +27,6 @@ use std::time::{Duration, Instant};
 
 const CHILD_ENV: &str = "FENCEQ_BUSY_CHILD";
 const CHILD: &str = "busy_child";
-const HANG_GUARD: Duration = Duration::from_secs(60);
-
-fn wal_table(path: &Path) -> Connection {
-    let conn = Connection::open(path).unwrap();
-    conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(())).unwrap();
-    conn.execute_batch("CREATE TABLE IF NOT EXISTS t (v)").unwrap();
-    conn
-}
-
-fn code(e: &fenceq::rusqlite::Error) -> (ErrorCode, i32) {
-    match e {
-        fenceq::rusqlite::Error::SqliteFailure(f, _) => (f.code, f.extended_code),
-        other => panic!("{other:?}"),
-    }
-}
 
 #[test]
 fn a_deferred_read_then_write_after_a_foreign_commit_fails_with_busy_snapshot() {
@@ -56,7 +40,7 @@ fn a_deferred_read_then_write_after_a_foreign_commit_fails_with_busy_snapshot() 
     b.execute("INSERT INTO t VALUES ('foreign')", []).unwrap();
     // The busy handler is not called: waiting could never make the old snapshot current.
     let e = tx.execute("INSERT INTO t VALUES ('mine')", []).unwrap_err();
-    assert_eq!(code(&e), (ErrorCode::DatabaseBusy, 517));
+    assert_eq!(sqlite_code(&e), (ErrorCode::DatabaseBusy, 517));
     assert!(Error::from(e).is_retryable());
     drop(tx);
     // The same work in an IMMEDIATE transaction takes the lock before reading: no error.
@@ -89,7 +73,7 @@ fn a_deferred_read_then_write_while_another_writer_holds_the_lock_fails_but_imme
         let tx = a.transaction_with_behavior(TransactionBehavior::Deferred).unwrap();
         let _: i64 = tx.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).unwrap();
         let e = tx.execute("INSERT INTO t VALUES ('deferred')", []).unwrap_err();
-        assert_eq!(code(&e), (ErrorCode::DatabaseBusy, 5), "the deferred upgrade does not wait");
+        assert_eq!(sqlite_code(&e), (ErrorCode::DatabaseBusy, 5), "the deferred upgrade does not wait");
     }
     release_tx.send(()).unwrap();
     // IMMEDIATE waits in the busy handler for the holder's commit, then succeeds.
@@ -230,13 +214,6 @@ fn busy_child() {
     println!("\nRESULT {}", tally.line());
 }
 
-fn parse(line: &str) -> HashMap<String, u64> {
-    line.split_whitespace()
-        .filter_map(|w| w.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
-        .collect()
-}
-
 /// Two writer processes (two threads each) and a reader holding 100 ms snapshots back to
 /// back; returns each child's tally, its line and its stderr.
 fn two_writer_processes(think: Duration) -> Vec<(HashMap<String, u64>, String, String)> {
@@ -282,13 +259,12 @@ fn two_writer_processes(think: Duration) -> Vec<(HashMap<String, u64>, String, S
         let stderr = String::from_utf8_lossy(&out.stderr).to_string();
         assert!(out.status.success(), "child failed: {:?}\n{stdout}\n{stderr}", out.status);
         let line = stdout.lines().find(|l| l.starts_with("RESULT ")).expect("the child's result line").to_string();
-        results.push((parse(&line), line, stderr));
+        results.push((parse_counts(&line), line, stderr));
     }
     stop.store(true, Ordering::SeqCst);
     let snapshots = reader.join().unwrap();
     assert!(snapshots > 0);
-    let conn = Connection::open(&path).unwrap();
-    assert_eq!(conn.query_row("PRAGMA integrity_check", [], |r| r.get::<_, String>(0)).unwrap(), "ok");
+    assert_integrity(&Connection::open(&path).unwrap());
     println!("busy run {secs} s, {think:?} between rounds, reader {snapshots} snapshots of 100 ms:");
     for (_, line, _) in &results {
         println!("  child {line}");

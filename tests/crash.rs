@@ -19,7 +19,7 @@
 
 mod common;
 
-use common::{child_process, Rng, T0};
+use common::{assert_integrity, child_process, complete_logged, wall_ms, Rng, SETTLE_LOG, T0};
 use fenceq::rusqlite::{Connection, OptionalExtension};
 use fenceq::{Error, ManualClock, NewJob, Queue, SCHEMA_VERSION};
 use std::collections::{HashMap, HashSet};
@@ -27,7 +27,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 const CHILD_ENV: &str = "FENCEQ_CRASH_CHILD";
 const CHILD: &str = "crash_child";
@@ -37,13 +37,6 @@ const SEGMENT: u64 = 50;
 /// Every this many kills (and at a segment's end) all ACKs so far are re-verified.
 const FULL_CHECK_EVERY: u64 = 10;
 const CHILD_LEASE: Duration = Duration::from_secs(30);
-
-const SETTLE_LOG: &str =
-    "CREATE TABLE IF NOT EXISTS settle_log (job INTEGER NOT NULL, attempt INTEGER NOT NULL, UNIQUE (job, attempt))";
-
-fn wall_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
-}
 
 // ------------------------------------------------------------------------ the child
 
@@ -189,16 +182,11 @@ fn record(acks: &mut Acks, run: &Run, totals: &mut Totals) -> (Vec<String>, Vec<
     (keys, done)
 }
 
-fn integrity(conn: &Connection) {
-    let result: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
-    assert_eq!(result, "ok");
-}
-
 /// The checks after every kill: integrity, the ACKs given, claim columns of running rows,
 /// completions and their domain rows committed together.
 fn check_after_kill(path: &Path, keys: &[String], done: &[(i64, u32)], context: &str) -> u64 {
     let conn = Connection::open(path).unwrap();
-    integrity(&conn);
+    assert_integrity(&conn);
     let mut by_key = conn.prepare("SELECT count(*) FROM fenceq_jobs WHERE queue = 'q' AND key = ?1").unwrap();
     for key in keys {
         let n: i64 = by_key.query_row([key], |r| r.get(0)).unwrap();
@@ -248,7 +236,7 @@ fn check_after_kill(path: &Path, keys: &[String], done: &[(i64, u32)], context: 
 
 /// Reap on a clock a day ahead, drain every job with `complete_with`, then apply §2.
 fn drain_and_check(path: &Path, acks: &Acks, iterations: std::ops::Range<u64>, totals: &mut Totals) {
-    let clock = ManualClock::new(wall_ms() as i64 + 24 * 3600 * 1000);
+    let clock = ManualClock::new(wall_ms() + 24 * 3600 * 1000);
     let q = Queue::builder().path(path).clock(clock.clone()).open().unwrap();
     let reaped = q.reap().unwrap();
     totals.reaped += reaped.total();
@@ -265,7 +253,7 @@ fn drain_and_check(path: &Path, acks: &Acks, iterations: std::ops::Range<u64>, t
     }
     drop(q);
     let conn = Connection::open(path).unwrap();
-    integrity(&conn);
+    assert_integrity(&conn);
     let count = |sql: &str| conn.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap();
     assert_eq!(count("SELECT count(*) FROM fenceq_jobs WHERE state IN ('pending', 'running', 'waiting')"), 0);
     // lost = 0: every ACKed key has exactly one row, and it is terminal.
@@ -311,15 +299,6 @@ fn drain_and_check(path: &Path, acks: &Acks, iterations: std::ops::Range<u64>, t
 }
 
 /// A database as a build of schema `version` left it, with three rows and the domain table.
-/// Completes the claim together with its row in the settle log (one row per successful
-/// settle, so a double settlement would show).
-fn complete_logged(q: &Queue, token: &fenceq::ClaimToken) -> fenceq::Result<()> {
-    q.complete_with(token, |tx| {
-        tx.execute("INSERT INTO settle_log (job, attempt) VALUES (?1, ?2)", [token.id.0, token.attempt.into()])?;
-        Ok(())
-    })
-}
-
 fn old_database(path: &Path, version: usize) {
     common::old_database(path, version, "old").execute_batch(SETTLE_LOG).unwrap();
 }
@@ -350,7 +329,7 @@ fn upgrade_iteration(dir: &Path, iteration: u64, seed: u64, rng: &mut Rng, total
     let opened = run.stdout.iter().any(|l| l == "OPENED");
     {
         let conn = Connection::open(&path).unwrap();
-        integrity(&conn);
+        assert_integrity(&conn);
         let found: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
         assert!((version as i64..=SCHEMA_VERSION).contains(&found), "user_version {found}");
         let cols = columns(&conn);
@@ -375,7 +354,7 @@ fn upgrade_iteration(dir: &Path, iteration: u64, seed: u64, rng: &mut Rng, total
     assert_eq!(q.schema_version().unwrap(), SCHEMA_VERSION);
     drop(q);
     let conn = Connection::open(&path).unwrap();
-    integrity(&conn);
+    assert_integrity(&conn);
     assert_eq!(old_rows(&conn).len(), 3);
     drop(conn);
     for suffix in ["", "-wal", "-shm"] {
@@ -386,7 +365,8 @@ fn upgrade_iteration(dir: &Path, iteration: u64, seed: u64, rng: &mut Rng, total
 #[test]
 fn kill_nine_at_random_points_loses_no_acknowledged_change() {
     let kills: u64 = std::env::var("FENCEQ_CRASH_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_KILLS);
-    let seed: u64 = std::env::var("FENCEQ_CRASH_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(wall_ms);
+    let seed: u64 =
+        std::env::var("FENCEQ_CRASH_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| wall_ms() as u64);
     println!("crash loop: {kills} kills, seed {seed} (FENCEQ_CRASH_SEED={seed} replays the choices)");
     let started = Instant::now();
     let mut rng = Rng::new(seed);

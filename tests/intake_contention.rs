@@ -19,7 +19,7 @@ use common::*;
 use fenceq::{Enqueued, Error, JobId, JobState, NewJob, Queue, Retention};
 use std::collections::HashMap;
 use std::process::Stdio;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 const CHILD_ENV: &str = "FENCEQ_INTAKE_CHILD";
 const CHILD: &str = "intake_child";
@@ -27,26 +27,16 @@ const KEYS: usize = 1000;
 const THREADS: usize = 8;
 const PROCESSES: usize = 2;
 
-fn wall_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
-}
-
 /// One submitter's pass over every key, in an order of its own (a seeded shuffle), one by
 /// one or in batches of ten. Returns (key index, new?, id).
 fn submit_all(q: &Queue, submitter: &str, seed: u64, batched: bool, start: i64) -> Vec<(usize, bool, JobId)> {
     let mut order: Vec<usize> = (0..KEYS).collect();
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut rng = Rng::new(seed);
     for i in (1..order.len()).rev() {
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        order.swap(i, (x.wrapping_mul(0x2545_F491_4F6C_DD1D) % (i as u64 + 1)) as usize);
+        order.swap(i, rng.below(i as u64 + 1) as usize);
     }
     let job = |k: usize| NewJob::new("events", submitter.as_bytes().to_vec()).key(format!("evt-{k}"));
-    let bound = Instant::now() + Duration::from_secs(10);
-    while wall_ms() < start && Instant::now() < bound {
-        std::hint::spin_loop();
-    }
+    spin_until(start);
     let mut out = Vec::with_capacity(KEYS);
     for chunk in order.chunks(if batched { 10 } else { 1 }) {
         let results: Vec<Enqueued> = if batched {

@@ -38,8 +38,7 @@ fn assert_upgraded_with_rows_intact(path: &Path) {
             ("k-completed".into(), "completed".into(), vec![3]),
         ]
     );
-    let integrity: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
-    assert_eq!(integrity, "ok");
+    assert_integrity(&conn);
 }
 
 #[test]

@@ -17,18 +17,6 @@ use fenceq::rusqlite::{Connection, TransactionBehavior};
 use fenceq::{Error, JobState, LostReason, ManualClock, NewJob, Queue, Retention};
 use std::time::Duration;
 
-const HANG_GUARD: Duration = Duration::from_secs(60);
-
-fn domain_table(q: &TestQueue) {
-    Connection::open(q.path()).unwrap().execute_batch("CREATE TABLE replies (job INTEGER, attempt INTEGER)").unwrap();
-}
-
-fn replies(q: &TestQueue) -> Vec<(i64, i64)> {
-    let conn = Connection::open(q.path()).unwrap();
-    let mut stmt = conn.prepare("SELECT job, attempt FROM replies ORDER BY rowid").unwrap();
-    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().collect::<Result<_, _>>().unwrap()
-}
-
 fn lost(result: Result<impl std::fmt::Debug, Error>) -> LostReason {
     match result {
         Err(Error::OwnershipLost { reason, .. }) => reason,
@@ -47,7 +35,7 @@ fn handle_with_clock(q: &TestQueue, now: i64) -> (Queue, ManualClock) {
 #[test]
 fn a_expired_owner_is_rejected_after_reap_and_reclaim_while_the_new_owner_settles() {
     let q = temp_queue();
-    domain_table(&q);
+    create_replies(&q.path());
     let id = q.add("job");
     let a = q.take("worker-a");
     assert_eq!(a.token.attempt, 1);
@@ -80,7 +68,7 @@ fn a_expired_owner_is_rejected_after_reap_and_reclaim_while_the_new_owner_settle
     assert_eq!(lost(q.with_ownership(&a.token(), |_| Ok(()))), LostReason::Superseded);
     assert!(!q.owns(&a.token()).unwrap());
     assert_eq!(snapshot(&q.path()), before, "A's six rejected writes changed 0 rows");
-    assert!(replies(&q).is_empty(), "A's domain write never committed");
+    assert!(reply_rows(&q.path()).is_empty(), "A's domain write never committed");
 
     // B renews, writes its domain row and completes in one transaction.
     q.renew(&b.token(), LEASE).unwrap();
@@ -91,7 +79,7 @@ fn a_expired_owner_is_rejected_after_reap_and_reclaim_while_the_new_owner_settle
     .unwrap();
     let job = q.job(id).unwrap().unwrap();
     assert_eq!((job.state, job.attempt, job.claim_id), (JobState::Completed, 2, Some(b.token.claim_id)));
-    assert_eq!(replies(&q), vec![(id.0, 2)]);
+    assert_eq!(reply_rows(&q.path()), vec![(id.0, 2)]);
     // After B's completion A stays dead, and so does B's own token for anything but reads.
     let before = snapshot(&q.path());
     assert_eq!(lost(q.complete(&a.token())), LostReason::Superseded);
@@ -292,7 +280,7 @@ fn d_a_reaper_waiting_on_another_connections_write_lock_does_not_overwrite_its_c
 #[test]
 fn d_a_reaper_waiting_on_an_engine_completion_in_progress_changes_nothing() {
     let q = temp_queue();
-    domain_table(&q);
+    create_replies(&q.path());
     let id = q.add("job");
     let owner = q.take("owner");
     let (reaper, _) = handle_with_clock(&q, T0 + LEASE.as_millis() as i64 + 1);
@@ -319,7 +307,7 @@ fn d_a_reaper_waiting_on_an_engine_completion_in_progress_changes_nothing() {
     assert_eq!(reaped.recv_timeout(HANG_GUARD).unwrap().unwrap().total(), 0);
     reaper_thread.join().unwrap();
     assert_eq!(q.job(id).unwrap().unwrap().state, JobState::Completed);
-    assert_eq!(replies(&q), vec![(id.0, 1)]);
+    assert_eq!(reply_rows(&q.path()), vec![(id.0, 1)]);
 }
 
 // ------------------------------------------------------------------------ (e)

@@ -23,7 +23,10 @@
 
 mod common;
 
-use common::{child_process, Rng};
+use common::{
+    assert_integrity, child_process, complete_logged, create_replies, parse_counts, replies, Rng, HANG_GUARD,
+    SETTLE_LOG,
+};
 
 use crossbeam_channel::bounded;
 use fenceq::rusqlite::{Connection, OptionalExtension};
@@ -42,12 +45,15 @@ use std::time::{Duration, Instant};
 const CHILD_ENV: &str = "FENCEQ_STRESS_CHILD";
 const CHILD: &str = "stress_child";
 const LEASE: Duration = Duration::from_millis(50);
-const HANG_GUARD: Duration = Duration::from_secs(90);
+/// The bound of the whole run (the drain, the loops that run until it ends, the child pool's
+/// wait for the stop file), not of one wait like `HANG_GUARD`: the 10,000 jobs take about
+/// 10 s on an idle 2-core machine, and a larger `FENCEQ_STRESS_JOBS` needs the room.
+const RUN_BOUND: Duration = Duration::from_secs(90);
 const NO_BACKOFF: RetryPolicy = RetryPolicy { base: Duration::ZERO, max: Duration::ZERO, jitter: 0.0 };
 
+/// With `SETTLE_LOG`, the hand-written workers' log.
 const DOMAIN: &str = "
     CREATE TABLE effects (job INTEGER NOT NULL, attempt INTEGER NOT NULL, UNIQUE (job, attempt));
-    CREATE TABLE settle_log (job INTEGER NOT NULL, attempt INTEGER NOT NULL, UNIQUE (job, attempt));
     CREATE TABLE finals (job INTEGER NOT NULL, attempt INTEGER NOT NULL, claim_id BLOB);
     CREATE TRIGGER finals_on_complete AFTER UPDATE OF state ON fenceq_jobs
     WHEN NEW.state = 'completed'
@@ -138,7 +144,7 @@ fn stress_child() {
     let q = open(Path::new(path));
     let pool = start_pool(&q, 4, "child", seed());
     println!("\nCHILD-STARTED");
-    let bound = Instant::now() + HANG_GUARD;
+    let bound = Instant::now() + RUN_BOUND;
     while !Path::new(stop).exists() && Instant::now() < bound {
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -150,13 +156,6 @@ fn stress_child() {
         report.still_running.len(),
         HANDLER_ERRORS.load(Ordering::SeqCst)
     );
-}
-
-fn parse_child(line: &str) -> HashMap<String, u64> {
-    line.split_whitespace()
-        .filter_map(|w| w.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
-        .collect()
 }
 
 // ------------------------------------------------------------------------ the stress run
@@ -180,7 +179,7 @@ fn stress_on_a_wal_file_loses_nothing_settles_once_and_never_surfaces_busy() {
     let path = dir.path().join("stress.db");
     let stop_file = dir.path().join("stop");
     let q1 = open(&path);
-    Connection::open(&path).unwrap().execute_batch(DOMAIN).unwrap();
+    Connection::open(&path).unwrap().execute_batch(&format!("{SETTLE_LOG}; {DOMAIN}")).unwrap();
     let q2 = open(&path);
     let errors = Arc::new(CallerErrors::default());
 
@@ -278,7 +277,7 @@ fn stress_on_a_wal_file_loses_nothing_settles_once_and_never_surfaces_busy() {
         threads.push(std::thread::spawn(move || {
             let mut rng = Rng::new(seed() ^ (w + 10));
             let worker = format!("manual-{w}");
-            let bound = Instant::now() + HANG_GUARD;
+            let bound = Instant::now() + RUN_BOUND;
             while !done.load(Ordering::SeqCst) && Instant::now() < bound {
                 let batch = match q.claim_batch("q", &worker, LEASE, 4) {
                     Ok(b) => b,
@@ -294,15 +293,7 @@ fn stress_on_a_wal_file_loses_nothing_settles_once_and_never_surfaces_busy() {
                     if rng.below(10) == 0 {
                         std::thread::sleep(LEASE + Duration::from_millis(10 + rng.below(40)));
                     }
-                    let token = job.token();
-                    let result = q.complete_with(&token, |tx| {
-                        tx.execute(
-                            "INSERT INTO settle_log (job, attempt) VALUES (?1, ?2)",
-                            [token.id.0, token.attempt.into()],
-                        )?;
-                        Ok(())
-                    });
-                    match result {
+                    match complete_logged(&q, &job.token()) {
                         Ok(()) => settles.fetch_add(1, Ordering::SeqCst),
                         Err(Error::OwnershipLost { .. }) => stale.fetch_add(1, Ordering::SeqCst),
                         Err(e) => {
@@ -320,7 +311,7 @@ fn stress_on_a_wal_file_loses_nothing_settles_once_and_never_surfaces_busy() {
         let (q, errors, done) = (q2.clone(), errors.clone(), done.clone());
         threads.push(std::thread::spawn(move || {
             let retention = Retention { older_than: Duration::from_millis(300), batch_size: 20 };
-            let bound = Instant::now() + HANG_GUARD;
+            let bound = Instant::now() + RUN_BOUND;
             while !done.load(Ordering::SeqCst) && Instant::now() < bound {
                 if let Err(e) = q.reap() {
                     errors.record("reap", &e);
@@ -341,7 +332,7 @@ fn stress_on_a_wal_file_loses_nothing_settles_once_and_never_surfaces_busy() {
     for p in producers {
         p.join().unwrap();
     }
-    let bound = Instant::now() + HANG_GUARD;
+    let bound = Instant::now() + RUN_BOUND;
     loop {
         let s = q1.stats().unwrap().queue("q");
         if s.pending + s.running + s.waiting == 0 {
@@ -363,7 +354,7 @@ fn stress_on_a_wal_file_loses_nothing_settles_once_and_never_surfaces_busy() {
     let child_stderr = child_err_reader.join().unwrap();
     assert!(status.success(), "child pool failed: {status:?}\n{child_stderr}");
     let child_counters =
-        parse_child(child_lines.iter().find(|l| l.starts_with("CHILD ")).expect("the child's counters line"));
+        parse_counts(child_lines.iter().find(|l| l.starts_with("CHILD ")).expect("the child's counters line"));
 
     // ---- checks
     let errors = errors.errors.lock().unwrap().clone();
@@ -382,7 +373,7 @@ fn stress_on_a_wal_file_loses_nothing_settles_once_and_never_surfaces_busy() {
 
     let conn = Connection::open(&path).unwrap();
     let count = |sql: &str| conn.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap();
-    assert_eq!(conn.query_row("PRAGMA integrity_check", [], |r| r.get::<_, String>(0)).unwrap(), "ok");
+    assert_integrity(&conn);
     assert_eq!(count("SELECT count(*) FROM fenceq_jobs WHERE state IN ('pending', 'running', 'waiting')"), 0);
     let acked = acked.lock().unwrap().clone();
     let submitted = submitted.lock().unwrap().clone();
@@ -461,12 +452,8 @@ fn domain_queue() -> (tempfile::TempDir, PathBuf, Queue) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("queue.db");
     let q = Queue::open(&path).unwrap();
-    Connection::open(&path).unwrap().execute_batch("CREATE TABLE replies (v INTEGER)").unwrap();
+    create_replies(&path);
     (dir, path, q)
-}
-
-fn replies(path: &Path) -> i64 {
-    Connection::open(path).unwrap().query_row("SELECT count(*) FROM replies", [], |r| r.get(0)).unwrap()
 }
 
 /// A domain write whose closure panics must not commit, not even with the next write of
@@ -478,7 +465,7 @@ fn a_panicking_closure_commits_nothing() {
     let job = q.claim("q", "w", Duration::from_secs(30)).unwrap().unwrap();
     let panicked = catch_unwind(AssertUnwindSafe(|| {
         q.with_ownership::<()>(&job.token(), |tx| {
-            tx.execute("INSERT INTO replies VALUES (1)", [])?;
+            tx.execute("INSERT INTO replies (job) VALUES (1)", [])?;
             panic!("domain bug");
         })
     }));
@@ -500,7 +487,7 @@ fn a_panicking_closure_does_not_keep_the_database_locked() {
     let other = Connection::open(&path).unwrap();
     other.busy_timeout(Duration::from_secs(2)).unwrap();
     other
-        .execute_batch("BEGIN IMMEDIATE; INSERT INTO replies VALUES (2); COMMIT;")
+        .execute_batch("BEGIN IMMEDIATE; INSERT INTO replies (job) VALUES (2); COMMIT;")
         .expect("another writer gets the lock");
 }
 
@@ -519,7 +506,7 @@ fn a_pool_handler_panicking_inside_with_ownership_commits_nothing() {
             seen_tx.send(a.attempt()).unwrap();
             if a.attempt() == 1 {
                 let _ = a.with_ownership::<()>(|tx| {
-                    tx.execute("INSERT INTO replies VALUES (1)", [])?;
+                    tx.execute("INSERT INTO replies (job) VALUES (1)", [])?;
                     panic!("handler bug inside the domain write");
                 });
             }
@@ -550,7 +537,7 @@ fn a_group_member_is_answered_when_the_next_member_panics() {
     // A: the group's first request; it holds the writer until B is queued behind it.
     let a = std::thread::spawn(move || {
         let r = qa.with_ownership(&first.token(), |tx| {
-            tx.execute("INSERT INTO replies VALUES (1)", [])?;
+            tx.execute("INSERT INTO replies (job) VALUES (1)", [])?;
             inside_tx.send(()).unwrap();
             std::thread::sleep(Duration::from_millis(300)); // lets B queue on the writer
             Ok(())

@@ -16,22 +16,18 @@
 
 mod common;
 
-use common::{child_process, old_database};
+use common::{child_process, old_database, spin_until, wall_ms};
 use fenceq::rusqlite::{Connection, TransactionBehavior};
 use fenceq::{Error, Queue, SCHEMA_VERSION};
 use std::path::Path;
 use std::process::Stdio;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 const CHILD_ENV: &str = "FENCEQ_RACE_CHILD";
 const CHILD: &str = "race_child";
 
 fn env_or(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-fn wall_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
 }
 
 /// Child side: spins until the start instant, opens, exits with its classification.
@@ -41,10 +37,7 @@ fn race_child() {
     let spec = std::env::var(CHILD_ENV).expect("run by the race tests, which set FENCEQ_RACE_CHILD");
     let (path, start) = spec.split_once('|').unwrap();
     let start: i64 = start.parse().unwrap();
-    let bound = Instant::now() + Duration::from_secs(10);
-    while wall_ms() < start && Instant::now() < bound {
-        std::hint::spin_loop();
-    }
+    spin_until(start);
     let code = match Queue::open(path) {
         Ok(q) => match q.schema_version() {
             Ok(v) if v == SCHEMA_VERSION => 0,
