@@ -171,11 +171,11 @@ impl Drop for Tmpfs {
 }
 
 #[test]
-fn b_a_real_full_disk_gives_typed_errors_and_intake_resumes_when_space_returns() {
+fn a_real_full_disk_gives_typed_errors_and_intake_resumes_when_space_returns() {
     let tmpfs = match Tmpfs::mount() {
         Ok(t) => t,
         Err(reason) => {
-            println!("SKIPPED b_a_real_full_disk: {reason}");
+            println!("SKIPPED a_real_full_disk: {reason}");
             return;
         }
     };
@@ -233,7 +233,7 @@ fn b_a_real_full_disk_gives_typed_errors_and_intake_resumes_when_space_returns()
 /// limit, every caller must still get exactly its own truth. `Ok` means the row is there,
 /// `StorageFull` means it is not, for every thread, however the requests were grouped.
 #[test]
-fn a_concurrent_writers_at_the_page_limit_each_get_their_own_truth() {
+fn concurrent_writers_at_the_page_limit_each_get_their_own_truth() {
     let q = temp_queue_with(|b| b.max_page_count(96));
     let results: Vec<(String, bool)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..4)

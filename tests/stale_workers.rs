@@ -33,7 +33,7 @@ fn handle_with_clock(q: &TestQueue, now: i64) -> (Queue, ManualClock) {
 // ------------------------------------------------------------------------ (a)
 
 #[test]
-fn a_expired_owner_is_rejected_after_reap_and_reclaim_while_the_new_owner_settles() {
+fn an_expired_owner_is_rejected_after_reap_and_reclaim_while_the_new_owner_settles() {
     let q = temp_queue();
     create_replies(&q.path());
     let id = q.add("job");
@@ -88,7 +88,7 @@ fn a_expired_owner_is_rejected_after_reap_and_reclaim_while_the_new_owner_settle
 }
 
 #[test]
-fn a_expired_owner_is_rejected_when_the_job_is_reclaimed_without_a_reaper() {
+fn an_expired_owner_is_rejected_when_the_job_is_reclaimed_without_a_reaper() {
     let q = temp_queue();
     let id = q.add("job");
     let a = q.take("worker-a");
@@ -106,7 +106,7 @@ fn a_expired_owner_is_rejected_when_the_job_is_reclaimed_without_a_reaper() {
 // ------------------------------------------------------------------------ (b)
 
 #[test]
-fn b_replay_resets_the_attempt_but_the_old_token_with_the_same_attempt_stays_dead() {
+fn a_replay_resets_the_attempt_but_the_old_token_with_the_same_attempt_stays_dead() {
     let q = temp_queue();
     let id = q.enqueue(NewJob::new("q", b"x".to_vec()).max_attempts(1)).unwrap().id();
     let a = q.take("worker-a");
@@ -138,7 +138,7 @@ fn b_replay_resets_the_attempt_but_the_old_token_with_the_same_attempt_stays_dea
 // ------------------------------------------------------------------------ (c)
 
 #[test]
-fn c_a_pruned_max_id_is_never_handed_out_again_even_after_reopen() {
+fn a_pruned_max_id_is_never_handed_out_again_even_after_reopen() {
     let q = temp_queue();
     let ids: Vec<_> = (0..3).map(|i| q.add(&format!("job-{i}"))).collect();
     let max = *ids.iter().max().unwrap();
@@ -176,7 +176,7 @@ fn c_a_pruned_max_id_is_never_handed_out_again_even_after_reopen() {
 /// lease is live at its own clock, completes first: the reaper's guarded UPDATE must not
 /// overwrite `completed`.
 #[test]
-fn d_a_completion_between_the_reapers_read_and_its_write_wins() {
+fn a_completion_between_the_reapers_read_and_its_write_wins() {
     let q = temp_queue();
     let id = q.add("job");
     let owner = q.take("owner");
@@ -194,7 +194,7 @@ fn d_a_completion_between_the_reapers_read_and_its_write_wins() {
 /// The same with a retry (River #1373's second case): the retried job is pending with its
 /// backoff; the reaper must not touch it.
 #[test]
-fn d_a_retry_between_the_reapers_read_and_its_write_wins() {
+fn a_retry_between_the_reapers_read_and_its_write_wins() {
     let q = temp_queue();
     let id = q.add("job");
     let owner = q.take("owner");
@@ -214,7 +214,7 @@ fn d_a_retry_between_the_reapers_read_and_its_write_wins() {
 /// The other order: the reap commits first, then the owner's late completion is rejected
 /// (the job is pending again) and changes nothing.
 #[test]
-fn d_a_completion_after_the_reap_is_rejected_and_changes_nothing() {
+fn a_completion_after_the_reap_is_rejected_and_changes_nothing() {
     let q = temp_queue();
     let id = q.add("job");
     let owner = q.take("owner");
@@ -230,7 +230,7 @@ fn d_a_completion_after_the_reap_is_rejected_and_changes_nothing() {
 /// job by its exact token while the reaper waits for the lock; once it commits, the reaper's
 /// transaction sees the completion and changes nothing.
 #[test]
-fn d_a_reaper_waiting_on_another_connections_write_lock_does_not_overwrite_its_completion() {
+fn a_reaper_waiting_on_another_connections_write_lock_does_not_overwrite_its_completion() {
     let q = temp_queue();
     let id = q.add("job");
     let owner = q.take("owner");
@@ -278,7 +278,7 @@ fn d_a_reaper_waiting_on_another_connections_write_lock_does_not_overwrite_its_c
 /// The engine's own `complete_with` holds the write lock (its closure is paused) while a
 /// reaper in another handle waits: the completion commits and the reaper changes nothing.
 #[test]
-fn d_a_reaper_waiting_on_an_engine_completion_in_progress_changes_nothing() {
+fn a_reaper_waiting_on_an_engine_completion_in_progress_changes_nothing() {
     let q = temp_queue();
     create_replies(&q.path());
     let id = q.add("job");
@@ -313,7 +313,7 @@ fn d_a_reaper_waiting_on_an_engine_completion_in_progress_changes_nothing() {
 // ------------------------------------------------------------------------ (e)
 
 #[test]
-fn e_the_reaper_exhausts_an_abandoned_last_attempt() {
+fn the_reaper_exhausts_an_abandoned_last_attempt() {
     let q = temp_queue();
     let id = q.enqueue(NewJob::new("q", b"x".to_vec()).max_attempts(2)).unwrap().id();
     let first = q.take("w1");
