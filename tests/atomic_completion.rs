@@ -16,20 +16,20 @@
 
 mod common;
 
+use common::{assert_integrity, child_process, wall_ms, HANG_GUARD, REPLIES};
 use crossbeam_channel::{bounded, unbounded};
 use fenceq::rusqlite::Connection;
 use fenceq::{ManualClock, NewJob, Outcome, Queue, WorkerPool};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::process::Stdio;
+use std::time::Duration;
 
 const CHILD_ENV: &str = "FENCEQ_ATOMIC_CHILD";
 const CHILD: &str = "child_pool_crashes_at_a_chosen_point";
 const JOBS: i64 = 6;
 /// The job whose handler the crash points are about.
 const VICTIM: i64 = 3;
-const HANG_GUARD: Duration = Duration::from_secs(60);
 
 /// Where the child ends itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,7 +133,7 @@ fn child_pool_crashes_at_a_chosen_point() {
 fn prepared(dir: &Path) -> std::path::PathBuf {
     let path = dir.join("bot.db");
     let queue = Queue::open(&path).unwrap();
-    queue.transaction(|tx| Ok(tx.execute_batch("CREATE TABLE replies (job INTEGER NOT NULL)")?)).unwrap();
+    queue.transaction(|tx| Ok(tx.execute_batch(REPLIES)?)).unwrap();
     for n in 1..=JOBS {
         let id =
             queue.enqueue(NewJob::new("q", format!("update {n}").into_bytes()).key(format!("update:{n}"))).unwrap();
@@ -144,8 +144,7 @@ fn prepared(dir: &Path) -> std::path::PathBuf {
 
 /// Runs the child until it ends itself at `point`, or kills it after `Killed(n)` writes.
 fn crash_child(path: &Path, atomic: bool, point: Point) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", CHILD, "--nocapture", "--test-threads=1"])
+    let mut child = child_process(CHILD)
         .env(CHILD_ENV, format!("{}|{}|{}", path.display(), if atomic { "atomic" } else { "owned" }, point.encode()))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -188,7 +187,7 @@ fn crash_child(path: &Path, atomic: bool, point: Point) {
 /// Per job: (state, replies).
 fn states_and_replies(path: &Path) -> Vec<(i64, String, i64)> {
     let conn = Connection::open(path).unwrap();
-    assert_eq!(conn.query_row("PRAGMA integrity_check", [], |r| r.get::<_, String>(0)).unwrap(), "ok");
+    assert_integrity(&conn);
     let mut stmt = conn
         .prepare(
             "SELECT id, state, (SELECT count(*) FROM replies WHERE job = fenceq_jobs.id) FROM fenceq_jobs ORDER BY id",
@@ -200,8 +199,7 @@ fn states_and_replies(path: &Path) -> Vec<(i64, String, i64)> {
 /// After a restart (a clock past every lease the child held), a pool of the same design
 /// works what is left; returns the jobs with other than exactly one reply.
 fn restart_and_drain(path: &Path, atomic: bool) -> Vec<i64> {
-    let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
-    let queue = Queue::builder().path(path).clock(ManualClock::new(wall + 120_000)).open().unwrap();
+    let queue = Queue::builder().path(path).clock(ManualClock::new(wall_ms() + 120_000)).open().unwrap();
     let left = states_and_replies(path).iter().filter(|(_, state, _)| state != "completed").count();
     let (done_tx, done_rx) = bounded(JOBS as usize);
     let pool = WorkerPool::builder(queue.clone(), "q")

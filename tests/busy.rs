@@ -6,7 +6,8 @@
 //! write lock, whatever the busy timeout; `BEGIN IMMEDIATE` in the same situation waits and
 //! succeeds.
 //!
-//! The engine's side: two processes (this binary re-spawned with `FENCEQ_BUSY_CHILD`), each
+//! The engine's side: two processes (this binary, run with `--ignored --exact` on the ignored
+//! entry point `busy_child`, its spec in `FENCEQ_BUSY_CHILD`), each
 //! with two threads running every kind of write (intake, claims, settles, renewals, domain
 //! writes under the fence, reaps, prunes, checkpoints), a third writer in the parent, and a
 //! reader that holds 100 ms snapshots back to back: no `Error::Busy` (and no other error but
@@ -14,32 +15,18 @@
 
 mod common;
 
+use common::{assert_integrity, child_process, parse_counts, sqlite_code, wal_table, HANG_GUARD};
 use crossbeam_channel::bounded;
 use fenceq::rusqlite::{Connection, ErrorCode, TransactionBehavior};
 use fenceq::{Error, NewJob, Queue, Retention};
 use std::collections::HashMap;
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const CHILD_ENV: &str = "FENCEQ_BUSY_CHILD";
-const HANG_GUARD: Duration = Duration::from_secs(60);
-
-fn wal_table(path: &Path) -> Connection {
-    let conn = Connection::open(path).unwrap();
-    conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(())).unwrap();
-    conn.execute_batch("CREATE TABLE IF NOT EXISTS t (v)").unwrap();
-    conn
-}
-
-fn code(e: &fenceq::rusqlite::Error) -> (ErrorCode, i32) {
-    match e {
-        fenceq::rusqlite::Error::SqliteFailure(f, _) => (f.code, f.extended_code),
-        other => panic!("{other:?}"),
-    }
-}
+const CHILD: &str = "busy_child";
 
 #[test]
 fn a_deferred_read_then_write_after_a_foreign_commit_fails_with_busy_snapshot() {
@@ -53,7 +40,7 @@ fn a_deferred_read_then_write_after_a_foreign_commit_fails_with_busy_snapshot() 
     b.execute("INSERT INTO t VALUES ('foreign')", []).unwrap();
     // The busy handler is not called: waiting could never make the old snapshot current.
     let e = tx.execute("INSERT INTO t VALUES ('mine')", []).unwrap_err();
-    assert_eq!(code(&e), (ErrorCode::DatabaseBusy, 517));
+    assert_eq!(sqlite_code(&e), (ErrorCode::DatabaseBusy, 517));
     assert!(Error::from(e).is_retryable());
     drop(tx);
     // The same work in an IMMEDIATE transaction takes the lock before reading: no error.
@@ -86,7 +73,7 @@ fn a_deferred_read_then_write_while_another_writer_holds_the_lock_fails_but_imme
         let tx = a.transaction_with_behavior(TransactionBehavior::Deferred).unwrap();
         let _: i64 = tx.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).unwrap();
         let e = tx.execute("INSERT INTO t VALUES ('deferred')", []).unwrap_err();
-        assert_eq!(code(&e), (ErrorCode::DatabaseBusy, 5), "the deferred upgrade does not wait");
+        assert_eq!(sqlite_code(&e), (ErrorCode::DatabaseBusy, 5), "the deferred upgrade does not wait");
     }
     release_tx.send(()).unwrap();
     // IMMEDIATE waits in the busy handler for the holder's commit, then succeeds.
@@ -209,8 +196,9 @@ fn write_mix(q: &Queue, name: &str, duration: Duration, think: Duration, tally: 
 /// Child side: writer threads on one handle for the given time, with the given pause
 /// between rounds; prints its tally.
 #[test]
+#[ignore = "child process of the two-writer-process tests below; run by them with --ignored --exact"]
 fn busy_child() {
-    let Ok(spec) = std::env::var(CHILD_ENV) else { return };
+    let spec = std::env::var(CHILD_ENV).expect("run by the two-writer-process tests, which set FENCEQ_BUSY_CHILD");
     let parts: Vec<u64> = spec.split('|').skip(1).map(|p| p.parse().unwrap()).collect();
     let path = spec.split('|').next().unwrap();
     let (duration, think, threads) = (Duration::from_millis(parts[0]), Duration::from_micros(parts[1]), parts[2]);
@@ -226,13 +214,6 @@ fn busy_child() {
     println!("\nRESULT {}", tally.line());
 }
 
-fn parse(line: &str) -> HashMap<String, u64> {
-    line.split_whitespace()
-        .filter_map(|w| w.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
-        .collect()
-}
-
 /// Two writer processes (two threads each) and a reader holding 100 ms snapshots back to
 /// back; returns each child's tally, its line and its stderr.
 fn two_writer_processes(think: Duration) -> Vec<(HashMap<String, u64>, String, String)> {
@@ -244,8 +225,7 @@ fn two_writer_processes(think: Duration) -> Vec<(HashMap<String, u64>, String, S
     Connection::open(&path).unwrap().execute_batch("CREATE TABLE domain (job INTEGER, attempt INTEGER)").unwrap();
     let children: Vec<_> = (0..2)
         .map(|_| {
-            Command::new(std::env::current_exe().unwrap())
-                .args(["--exact", "busy_child", "--nocapture", "--test-threads=1"])
+            child_process(CHILD)
                 .env(CHILD_ENV, format!("{}|{}|{}|2", path.display(), duration.as_millis(), think.as_micros()))
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
@@ -279,13 +259,12 @@ fn two_writer_processes(think: Duration) -> Vec<(HashMap<String, u64>, String, S
         let stderr = String::from_utf8_lossy(&out.stderr).to_string();
         assert!(out.status.success(), "child failed: {:?}\n{stdout}\n{stderr}", out.status);
         let line = stdout.lines().find(|l| l.starts_with("RESULT ")).expect("the child's result line").to_string();
-        results.push((parse(&line), line, stderr));
+        results.push((parse_counts(&line), line, stderr));
     }
     stop.store(true, Ordering::SeqCst);
     let snapshots = reader.join().unwrap();
     assert!(snapshots > 0);
-    let conn = Connection::open(&path).unwrap();
-    assert_eq!(conn.query_row("PRAGMA integrity_check", [], |r| r.get::<_, String>(0)).unwrap(), "ok");
+    assert_integrity(&Connection::open(&path).unwrap());
     println!("busy run {secs} s, {think:?} between rounds, reader {snapshots} snapshots of 100 ms:");
     for (_, line, _) in &results {
         println!("  child {line}");
@@ -297,9 +276,6 @@ fn two_writer_processes(think: Duration) -> Vec<(HashMap<String, u64>, String, S
 /// but fenced rejections reaches a caller, in particular no `Busy`.
 #[test]
 fn two_processes_writing_and_a_long_reader_never_see_busy() {
-    if std::env::var(CHILD_ENV).is_ok() {
-        return;
-    }
     for (result, line, stderr) in two_writer_processes(Duration::from_millis(20)) {
         assert_eq!(result["busy_instant"], 0, "an instant Busy (a deferred upgrade?): {line}\n{stderr}");
         assert_eq!(result["busy"], 0, "Busy reached a caller: {line}\n{stderr}");
@@ -314,9 +290,6 @@ fn two_processes_writing_and_a_long_reader_never_see_busy() {
 /// every millisecond.
 #[test]
 fn two_busy_writer_processes_never_see_busy() {
-    if std::env::var(CHILD_ENV).is_ok() {
-        return;
-    }
     for (result, line, stderr) in two_writer_processes(Duration::from_millis(2)) {
         assert_eq!(result["busy_instant"], 0, "an instant Busy (a deferred upgrade?): {line}\n{stderr}");
         assert_eq!(result["busy"], 0, "Busy reached a caller: {line}\n{stderr}");
@@ -331,9 +304,6 @@ fn two_busy_writer_processes_never_see_busy() {
 /// (no deferred upgrade anywhere).
 #[test]
 fn two_saturating_writer_processes_never_see_busy() {
-    if std::env::var(CHILD_ENV).is_ok() {
-        return;
-    }
     let results = two_writer_processes(Duration::ZERO);
     for (result, line, stderr) in &results {
         assert_eq!(result["busy_instant"], 0, "an instant Busy (a deferred upgrade?): {line}\n{stderr}");

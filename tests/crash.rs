@@ -1,6 +1,7 @@
 //! T5: the kill -9 crash loop (RELIABILITY.md §3 T5, harness recipe in §4).
 //!
-//! The child is this test binary, re-spawned with `FENCEQ_CRASH_CHILD` set: it opens the
+//! The child is this test binary, run with `--ignored --exact` on the ignored entry point
+//! `crash_child` (its spec in `FENCEQ_CRASH_CHILD`): it opens the
 //! queue (sometimes an old-schema file, so the kill can land inside the upgrade), enqueues
 //! keyed jobs in batches, claims, completes with a domain write in the same transaction
 //! (`complete_with` inserting into `settle_log`), retries or abandons some claims, and prints
@@ -18,17 +19,18 @@
 
 mod common;
 
-use common::{Rng, T0};
+use common::{assert_integrity, child_process, complete_logged, wall_ms, Rng, SETTLE_LOG, T0};
 use fenceq::rusqlite::{Connection, OptionalExtension};
 use fenceq::{Error, ManualClock, NewJob, Queue, SCHEMA_VERSION};
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
 
 const CHILD_ENV: &str = "FENCEQ_CRASH_CHILD";
+const CHILD: &str = "crash_child";
 const DEFAULT_KILLS: u64 = 100;
 /// Kills per file; every segment ends with a drain and the §2 checks.
 const SEGMENT: u64 = 50;
@@ -36,20 +38,13 @@ const SEGMENT: u64 = 50;
 const FULL_CHECK_EVERY: u64 = 10;
 const CHILD_LEASE: Duration = Duration::from_secs(30);
 
-const SETTLE_LOG: &str =
-    "CREATE TABLE IF NOT EXISTS settle_log (job INTEGER NOT NULL, attempt INTEGER NOT NULL, UNIQUE (job, attempt))";
-
-fn wall_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
-}
-
 // ------------------------------------------------------------------------ the child
 
-/// Child side: works on the queue until killed (bounded at 30 s). Does nothing when run as a
-/// normal test.
+/// Child side: works on the queue until killed (bounded at 30 s).
 #[test]
+#[ignore = "child process of the kill -9 tests below; run by them with --ignored --exact"]
 fn crash_child() {
-    let Ok(spec) = std::env::var(CHILD_ENV) else { return };
+    let spec = std::env::var(CHILD_ENV).expect("run by the kill -9 tests, which set FENCEQ_CRASH_CHILD");
     let parts: Vec<&str> = spec.split('|').collect();
     let path = PathBuf::from(parts[0]);
     let iteration: u64 = parts[1].parse().unwrap();
@@ -132,8 +127,7 @@ fn run_and_kill(path: &Path, iteration: u64, previous: Option<u64>, seed: u64, d
     let stderr_path = path.with_extension(format!("stderr-{iteration}"));
     let stderr = std::fs::File::create(&stderr_path).unwrap();
     let prev = previous.map_or_else(|| "-".to_string(), |p| p.to_string());
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
+    let mut child = child_process(CHILD)
         .env(CHILD_ENV, format!("{}|{iteration}|{prev}|{seed}", path.display()))
         .stdout(Stdio::piped())
         .stderr(Stdio::from(stderr))
@@ -188,16 +182,11 @@ fn record(acks: &mut Acks, run: &Run, totals: &mut Totals) -> (Vec<String>, Vec<
     (keys, done)
 }
 
-fn integrity(conn: &Connection) {
-    let result: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
-    assert_eq!(result, "ok");
-}
-
 /// The checks after every kill: integrity, the ACKs given, claim columns of running rows,
 /// completions and their domain rows committed together.
 fn check_after_kill(path: &Path, keys: &[String], done: &[(i64, u32)], context: &str) -> u64 {
     let conn = Connection::open(path).unwrap();
-    integrity(&conn);
+    assert_integrity(&conn);
     let mut by_key = conn.prepare("SELECT count(*) FROM fenceq_jobs WHERE queue = 'q' AND key = ?1").unwrap();
     for key in keys {
         let n: i64 = by_key.query_row([key], |r| r.get(0)).unwrap();
@@ -247,7 +236,7 @@ fn check_after_kill(path: &Path, keys: &[String], done: &[(i64, u32)], context: 
 
 /// Reap on a clock a day ahead, drain every job with `complete_with`, then apply §2.
 fn drain_and_check(path: &Path, acks: &Acks, iterations: std::ops::Range<u64>, totals: &mut Totals) {
-    let clock = ManualClock::new(wall_ms() as i64 + 24 * 3600 * 1000);
+    let clock = ManualClock::new(wall_ms() + 24 * 3600 * 1000);
     let q = Queue::builder().path(path).clock(clock.clone()).open().unwrap();
     let reaped = q.reap().unwrap();
     totals.reaped += reaped.total();
@@ -264,7 +253,7 @@ fn drain_and_check(path: &Path, acks: &Acks, iterations: std::ops::Range<u64>, t
     }
     drop(q);
     let conn = Connection::open(path).unwrap();
-    integrity(&conn);
+    assert_integrity(&conn);
     let count = |sql: &str| conn.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap();
     assert_eq!(count("SELECT count(*) FROM fenceq_jobs WHERE state IN ('pending', 'running', 'waiting')"), 0);
     // lost = 0: every ACKed key has exactly one row, and it is terminal.
@@ -310,15 +299,6 @@ fn drain_and_check(path: &Path, acks: &Acks, iterations: std::ops::Range<u64>, t
 }
 
 /// A database as a build of schema `version` left it, with three rows and the domain table.
-/// Completes the claim together with its row in the settle log (one row per successful
-/// settle, so a double settlement would show).
-fn complete_logged(q: &Queue, token: &fenceq::ClaimToken) -> fenceq::Result<()> {
-    q.complete_with(token, |tx| {
-        tx.execute("INSERT INTO settle_log (job, attempt) VALUES (?1, ?2)", [token.id.0, token.attempt.into()])?;
-        Ok(())
-    })
-}
-
 fn old_database(path: &Path, version: usize) {
     common::old_database(path, version, "old").execute_batch(SETTLE_LOG).unwrap();
 }
@@ -349,7 +329,7 @@ fn upgrade_iteration(dir: &Path, iteration: u64, seed: u64, rng: &mut Rng, total
     let opened = run.stdout.iter().any(|l| l == "OPENED");
     {
         let conn = Connection::open(&path).unwrap();
-        integrity(&conn);
+        assert_integrity(&conn);
         let found: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
         assert!((version as i64..=SCHEMA_VERSION).contains(&found), "user_version {found}");
         let cols = columns(&conn);
@@ -374,7 +354,7 @@ fn upgrade_iteration(dir: &Path, iteration: u64, seed: u64, rng: &mut Rng, total
     assert_eq!(q.schema_version().unwrap(), SCHEMA_VERSION);
     drop(q);
     let conn = Connection::open(&path).unwrap();
-    integrity(&conn);
+    assert_integrity(&conn);
     assert_eq!(old_rows(&conn).len(), 3);
     drop(conn);
     for suffix in ["", "-wal", "-shm"] {
@@ -384,11 +364,9 @@ fn upgrade_iteration(dir: &Path, iteration: u64, seed: u64, rng: &mut Rng, total
 
 #[test]
 fn kill_nine_at_random_points_loses_no_acknowledged_change() {
-    if std::env::var(CHILD_ENV).is_ok() {
-        return;
-    }
     let kills: u64 = std::env::var("FENCEQ_CRASH_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_KILLS);
-    let seed: u64 = std::env::var("FENCEQ_CRASH_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(wall_ms);
+    let seed: u64 =
+        std::env::var("FENCEQ_CRASH_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| wall_ms() as u64);
     println!("crash loop: {kills} kills, seed {seed} (FENCEQ_CRASH_SEED={seed} replays the choices)");
     let started = Instant::now();
     let mut rng = Rng::new(seed);
@@ -438,9 +416,6 @@ fn kill_nine_at_random_points_loses_no_acknowledged_change() {
 /// crash (the child's token, replayed by a restarted process) is `OwnershipLost`.
 #[test]
 fn a_completion_acknowledged_before_a_crash_cannot_be_settled_again_after_restart() {
-    if std::env::var(CHILD_ENV).is_ok() {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("queue.db");
     Queue::open(&path).unwrap();

@@ -20,12 +20,6 @@ use std::time::Duration;
 const DAY: Duration = Duration::from_secs(24 * 3600);
 const HOUR: Duration = Duration::from_secs(3600);
 
-fn integrity(path: &Path) {
-    let conn = Connection::open(path).unwrap();
-    let result: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
-    assert_eq!(result, "ok");
-}
-
 fn keys_present(path: &Path, prefix: &str) -> Vec<String> {
     let conn = Connection::open(path).unwrap();
     let mut stmt = conn.prepare("SELECT key FROM fenceq_jobs WHERE key LIKE ?1 || '%' ORDER BY id").unwrap();
@@ -115,7 +109,7 @@ fn a_page_limit_gives_typed_storage_full_and_settles_reaps_and_prunes_still_work
     bigger.enqueue(job("after-raise", 1000)).expect("intake after raising the limit");
     assert_eq!(keys_present(&path, "fill-"), acked, "every ACKed row survived");
     assert_eq!(keys_present(&path, "after-prune-"), more);
-    integrity(&path);
+    assert_integrity(&Connection::open(&path).unwrap());
 }
 
 #[test]
@@ -138,7 +132,7 @@ fn a_batch_whose_prefix_fits_is_rolled_back_whole() {
     q.enqueue_batch((0..2).map(|i| job(&format!("batch-{i}"), 1000))).expect("a prefix of the batch fits");
     assert_eq!(keys_present(&q.path(), "batch-").len(), 2);
     assert_eq!(keys_present(&q.path(), "fill-").len(), acked.len() - 4);
-    integrity(&q.path());
+    assert_integrity(&Connection::open(q.path()).unwrap());
 }
 
 // ------------------------------------------------------------------------ (b) real ENOSPC
@@ -177,11 +171,11 @@ impl Drop for Tmpfs {
 }
 
 #[test]
-fn b_a_real_full_disk_gives_typed_errors_and_intake_resumes_when_space_returns() {
+fn a_real_full_disk_gives_typed_errors_and_intake_resumes_when_space_returns() {
     let tmpfs = match Tmpfs::mount() {
         Ok(t) => t,
         Err(reason) => {
-            println!("SKIPPED b_a_real_full_disk: {reason}");
+            println!("SKIPPED a_real_full_disk: {reason}");
             return;
         }
     };
@@ -225,7 +219,7 @@ fn b_a_real_full_disk_gives_typed_errors_and_intake_resumes_when_space_returns()
     assert!(checkpoint.completed, "{checkpoint:?}");
     drop(q);
 
-    integrity(&path);
+    assert_integrity(&Connection::open(&path).unwrap());
     assert_eq!(keys_present(&path, "fill-"), acked, "every ACKed row survived the full disk and a reopen");
     assert!(keys_present(&path, "batch-").is_empty(), "no partial batch");
     assert_eq!(keys_present(&path, "after-free").len(), 1);
@@ -239,7 +233,7 @@ fn b_a_real_full_disk_gives_typed_errors_and_intake_resumes_when_space_returns()
 /// limit, every caller must still get exactly its own truth. `Ok` means the row is there,
 /// `StorageFull` means it is not, for every thread, however the requests were grouped.
 #[test]
-fn a_concurrent_writers_at_the_page_limit_each_get_their_own_truth() {
+fn concurrent_writers_at_the_page_limit_each_get_their_own_truth() {
     let q = temp_queue_with(|b| b.max_page_count(96));
     let results: Vec<(String, bool)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..4)
@@ -278,7 +272,7 @@ fn a_concurrent_writers_at_the_page_limit_each_get_their_own_truth() {
         assert_eq!(present.contains(key), *ok, "{key}: the caller was told {ok}");
     }
     assert_eq!(present.len(), ok, "no row that nobody was told about");
-    integrity(&q.path());
+    assert_integrity(&Connection::open(q.path()).unwrap());
     let stats = q.commit_stats();
     println!("{} intakes ({ok} ok) in {} group transactions: {stats:?}", results.len(), stats.transactions);
 }

@@ -7,14 +7,11 @@
 
 mod common;
 
-use common::{snapshot, temp_queue, temp_queue_with, LEASE, T0};
+use common::{snapshot, temp_queue, temp_queue_with, HANG_GUARD, LEASE, T0};
 use crossbeam_channel::bounded;
 use fenceq::rusqlite::Connection;
 use fenceq::{Error, JobState, ManualClock, NewJob, Outcome, Queue, Retention, WorkerPool};
 use std::time::Duration;
-
-/// Long enough for any step of these tests on a loaded 2-core machine; a hang fails here.
-const HANG_GUARD: Duration = Duration::from_secs(30);
 
 fn domain_rows(conn: &Connection) -> i64 {
     conn.query_row("SELECT count(*) FROM domain", [], |r| r.get(0)).unwrap()

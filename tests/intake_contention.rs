@@ -1,8 +1,9 @@
 //! T11: idempotent intake under contention (RELIABILITY.md §3 T11), and the dedup horizon.
 //!
 //! The same 1,000 provider event ids are submitted by 8 threads (on two handles, so two
-//! writers compete inside this process) and 2 processes (this binary re-spawned with
-//! `FENCEQ_INTAKE_CHILD`), each in its own order, half of them one by one and half in
+//! writers compete inside this process) and 2 processes (this binary, run with `--ignored
+//! --exact` on the ignored entry point `intake_child`, its spec in `FENCEQ_INTAKE_CHILD`),
+//! each in its own order, half of them one by one and half in
 //! batches, all released at one instant: 10,000 contended submissions. Exactly one row per
 //! event id, exactly one caller told `New`, every caller given the same id, and the stored
 //! payload is the one of the caller that was told `New`.
@@ -17,34 +18,25 @@ mod common;
 use common::*;
 use fenceq::{Enqueued, Error, JobId, JobState, NewJob, Queue, Retention};
 use std::collections::HashMap;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
 
 const CHILD_ENV: &str = "FENCEQ_INTAKE_CHILD";
+const CHILD: &str = "intake_child";
 const KEYS: usize = 1000;
 const THREADS: usize = 8;
 const PROCESSES: usize = 2;
-
-fn wall_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
-}
 
 /// One submitter's pass over every key, in an order of its own (a seeded shuffle), one by
 /// one or in batches of ten. Returns (key index, new?, id).
 fn submit_all(q: &Queue, submitter: &str, seed: u64, batched: bool, start: i64) -> Vec<(usize, bool, JobId)> {
     let mut order: Vec<usize> = (0..KEYS).collect();
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut rng = Rng::new(seed);
     for i in (1..order.len()).rev() {
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        order.swap(i, (x.wrapping_mul(0x2545_F491_4F6C_DD1D) % (i as u64 + 1)) as usize);
+        order.swap(i, rng.below(i as u64 + 1) as usize);
     }
     let job = |k: usize| NewJob::new("events", submitter.as_bytes().to_vec()).key(format!("evt-{k}"));
-    let bound = Instant::now() + Duration::from_secs(10);
-    while wall_ms() < start && Instant::now() < bound {
-        std::hint::spin_loop();
-    }
+    spin_until(start);
     let mut out = Vec::with_capacity(KEYS);
     for chunk in order.chunks(if batched { 10 } else { 1 }) {
         let results: Vec<Enqueued> = if batched {
@@ -61,8 +53,9 @@ fn submit_all(q: &Queue, submitter: &str, seed: u64, batched: bool, start: i64) 
 
 /// Child side: one submitter process; prints one line per submission.
 #[test]
+#[ignore = "child process of ten_thousand_contended_submissions_make_one_row_per_event_and_one_answer; run by it with --ignored --exact"]
 fn intake_child() {
-    let Ok(spec) = std::env::var(CHILD_ENV) else { return };
+    let spec = std::env::var(CHILD_ENV).expect("run by the contended-intake test, which sets FENCEQ_INTAKE_CHILD");
     let parts: Vec<&str> = spec.split('|').collect();
     let (path, start, index) = (parts[0], parts[1].parse().unwrap(), parts[2].parse::<u64>().unwrap());
     let q = Queue::open(path).unwrap();
@@ -77,9 +70,6 @@ fn intake_child() {
 
 #[test]
 fn ten_thousand_contended_submissions_make_one_row_per_event_and_one_answer() {
-    if std::env::var(CHILD_ENV).is_ok() {
-        return;
-    }
     let started = Instant::now();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("intake.db");
@@ -87,8 +77,7 @@ fn ten_thousand_contended_submissions_make_one_row_per_event_and_one_answer() {
     let start = wall_ms() + 400;
     let children: Vec<_> = (0..PROCESSES)
         .map(|i| {
-            Command::new(std::env::current_exe().unwrap())
-                .args(["--exact", "intake_child", "--nocapture", "--test-threads=1"])
+            child_process(CHILD)
                 .env(CHILD_ENV, format!("{}|{start}|{i}", path.display()))
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
@@ -171,9 +160,6 @@ fn ten_thousand_contended_submissions_make_one_row_per_event_and_one_answer() {
 /// horizon keep the retention longer than the provider's redelivery window.
 #[test]
 fn the_dedup_horizon_is_the_life_of_the_row() {
-    if std::env::var(CHILD_ENV).is_ok() {
-        return;
-    }
     let q = temp_queue();
     let job = || NewJob::new("events", b"update 4711".to_vec()).key("update:4711");
     let first = q.enqueue(job()).unwrap();

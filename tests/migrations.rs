@@ -1,6 +1,6 @@
 //! The schema upgrader: databases left at every older version upgrade with their rows intact,
-//! several processes racing the same upgrade all succeed, and files that are newer or not
-//! databases at all are refused untouched.
+//! and files that are newer or not databases at all are refused untouched. Processes racing
+//! the same upgrade are in tests/upgrade_race.rs.
 
 mod common;
 
@@ -8,8 +8,6 @@ use common::*;
 use fenceq::rusqlite::Connection;
 use fenceq::{Error, JobState, Queue, SCHEMA_VERSION};
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::Duration;
 
 fn assert_upgraded_with_rows_intact(path: &Path) {
     let conn = Connection::open(path).unwrap();
@@ -40,8 +38,7 @@ fn assert_upgraded_with_rows_intact(path: &Path) {
             ("k-completed".into(), "completed".into(), vec![3]),
         ]
     );
-    let integrity: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
-    assert_eq!(integrity, "ok");
+    assert_integrity(&conn);
 }
 
 #[test]
@@ -109,81 +106,4 @@ fn a_file_that_is_not_a_database_is_refused_untouched() {
     assert!(matches!(&err, Error::NotADatabase { path: p } if p.contains("notes.txt")), "{err:?}");
     assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
     assert_eq!(fenceq::schema_version_of(&path).map_err(|e| e.to_string()), Err(err.to_string()));
-}
-
-// ------------------------------------------------------------------------ the upgrade race
-
-const CHILD_ENV: &str = "FENCEQ_UPGRADE_RACE_CHILD";
-
-/// Child side of the race: opens the database at the shared start instant. Exit code 0 ok,
-/// 3 busy, 4 any other error. Does nothing when run as a normal test.
-#[test]
-fn upgrade_race_child() {
-    let Ok(spec) = std::env::var(CHILD_ENV) else { return };
-    let (path, start) = spec.split_once('|').unwrap();
-    let start: i64 = start.parse().unwrap();
-    let now = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while now() < start && std::time::Instant::now() < deadline {
-        std::hint::spin_loop();
-    }
-    let code = match Queue::open(path) {
-        Ok(q) => match q.schema_version() {
-            Ok(v) if v == SCHEMA_VERSION => 0,
-            other => {
-                eprintln!("child: version {other:?}");
-                4
-            }
-        },
-        Err(e @ Error::Busy { .. }) => {
-            eprintln!("child: {e}");
-            3
-        }
-        Err(e) => {
-            eprintln!("child: {e:?}");
-            4
-        }
-    };
-    std::process::exit(code);
-}
-
-/// Releases `processes` copies of this test binary at one instant on `path`; returns their
-/// exit codes.
-pub fn race_open(path: &Path, processes: usize) -> Vec<i32> {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
-    let start = now + 300;
-    let children: Vec<_> = (0..processes)
-        .map(|_| {
-            Command::new(std::env::current_exe().unwrap())
-                .args(["--exact", "upgrade_race_child", "--nocapture", "--test-threads=1"])
-                .env(CHILD_ENV, format!("{}|{start}", path.display()))
-                .stdout(Stdio::null())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    children.into_iter().map(|mut c| c.wait().unwrap().code().unwrap_or(-1)).collect()
-}
-
-#[test]
-fn processes_racing_the_upgrade_of_an_old_file_all_succeed() {
-    for iteration in 0..4 {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("old.db");
-        old_database(&path, 1, "q");
-        let codes = race_open(&path, 6);
-        assert!(codes.iter().all(|&c| c == 0), "iteration {iteration}: exit codes {codes:?}");
-        assert_upgraded_with_rows_intact(&path);
-    }
-}
-
-#[test]
-fn processes_racing_to_create_a_fresh_file_all_succeed() {
-    for iteration in 0..2 {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("fresh.db");
-        let codes = race_open(&path, 6);
-        assert!(codes.iter().all(|&c| c == 0), "iteration {iteration}: exit codes {codes:?}");
-        assert_eq!(fenceq::schema_version_of(&path).unwrap(), SCHEMA_VERSION);
-    }
 }

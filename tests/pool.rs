@@ -10,8 +10,6 @@ use fenceq::{JobState, NewJob, Outcome, RetryPolicy, WorkerPool};
 use std::collections::HashSet;
 use std::time::Duration;
 
-const HANG_GUARD: Duration = Duration::from_secs(60);
-
 fn recv<T>(rx: &Receiver<T>, what: &str) -> T {
     rx.recv_timeout(HANG_GUARD).unwrap_or_else(|_| panic!("timed out waiting for {what}"))
 }
@@ -60,10 +58,7 @@ fn every_job_is_settled_exactly_once_with_many_workers() {
 #[test]
 fn a_handler_that_outlives_its_lease_is_fenced_off_while_the_reclaiming_attempt_commits() {
     let q = temp_queue();
-    fenceq::rusqlite::Connection::open(q.path())
-        .unwrap()
-        .execute_batch("CREATE TABLE replies (attempt INTEGER)")
-        .unwrap();
+    create_replies(&q.path());
     let id = q.add("slow");
     let (started_tx, started) = bounded(1);
     let (release, released) = bounded::<()>(1);
@@ -76,9 +71,9 @@ fn a_handler_that_outlives_its_lease_is_fenced_off_while_the_reclaiming_attempt_
         .handler(move |a| {
             started_tx.send(a.owner_lost()).unwrap();
             released.recv().unwrap(); // a stall: GC pause, swap, a slow API
-            let attempt = a.attempt();
+            let token = a.token();
             let write = a.with_ownership(|tx| {
-                tx.execute("INSERT INTO replies VALUES (?1)", [attempt])?;
+                tx.execute("INSERT INTO replies (job, attempt) VALUES (?1, ?2)", [token.id.0, token.attempt.into()])?;
                 Ok(())
             });
             result_tx.send((a.owner_lost(), write.map_err(|e| e.to_string()))).unwrap();
@@ -90,7 +85,10 @@ fn a_handler_that_outlives_its_lease_is_fenced_off_while_the_reclaiming_attempt_
     q.advance(Duration::from_secs(7200));
     let reclaim = q.claim("q", "rescuer", LEASE).unwrap().expect("the expired lease is reclaimable");
     q.complete_with(&reclaim.token(), |tx| {
-        tx.execute("INSERT INTO replies VALUES (?1)", [reclaim.token.attempt])?;
+        tx.execute(
+            "INSERT INTO replies (job, attempt) VALUES (?1, ?2)",
+            [reclaim.token.id.0, reclaim.token.attempt.into()],
+        )?;
         Ok(())
     })
     .unwrap();
@@ -101,15 +99,7 @@ fn a_handler_that_outlives_its_lease_is_fenced_off_while_the_reclaiming_attempt_
     let report = pool.shutdown(HANG_GUARD).unwrap();
     assert_eq!(report.counters.stale_settles_rejected, 1, "the late settle was rejected");
     assert_eq!(report.counters.completed, 0);
-    let conn = fenceq::rusqlite::Connection::open(q.path()).unwrap();
-    let attempts: Vec<i64> = conn
-        .prepare("SELECT attempt FROM replies")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    assert_eq!(attempts, vec![2], "only the reclaiming attempt wrote");
+    assert_eq!(reply_rows(&q.path()), vec![(id.0, 2)], "only the reclaiming attempt wrote");
     assert_eq!(q.job(id).unwrap().unwrap().state, JobState::Completed);
 }
 
@@ -463,7 +453,7 @@ fn wait_idle_returns_once_nothing_is_due_or_running_and_reports_a_timeout() {
 #[test]
 fn an_attempt_completed_by_its_handler_is_no_longer_renewed_and_never_counts_as_a_lost_lease() {
     let q = temp_queue();
-    q.transaction(|tx| Ok(tx.execute_batch("CREATE TABLE replies (job INTEGER)")?)).unwrap();
+    q.transaction(|tx| Ok(tx.execute_batch(REPLIES)?)).unwrap();
     q.add("x");
     let (done_tx, done_rx) = bounded(1);
     let pool = WorkerPool::builder(q.queue.clone(), "q")
@@ -472,7 +462,7 @@ fn an_attempt_completed_by_its_handler_is_no_longer_renewed_and_never_counts_as_
         .renew_every(Duration::from_millis(2))
         .handler(move |attempt| {
             let id = attempt.token().id.0;
-            attempt.complete_with(|tx| Ok(tx.execute("INSERT INTO replies VALUES (?1)", [id])?)).unwrap();
+            attempt.complete_with(|tx| Ok(tx.execute("INSERT INTO replies (job) VALUES (?1)", [id])?)).unwrap();
             // The attempt stays in the pool's hands a while after its completion committed:
             // many heartbeat rounds pass (a bounded spin, not a guess at scheduling).
             let start = std::time::Instant::now();

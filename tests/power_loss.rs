@@ -27,13 +27,12 @@
 
 mod common;
 
-use common::{Rng, LEASE, T0};
+use common::{child_process, Rng, LEASE, T0};
 use fenceq::rusqlite::Connection;
 use fenceq::{ClaimToken, Error, ManualClock, NewJob, Outcome, Queue, Synchronous, WorkerPool};
 use powerloss::{Fault, Model, Plan, CRASH_EXIT};
 use std::collections::{BTreeSet, HashSet};
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 const ENV: &str = "FENCEQ_POWERLOSS";
@@ -286,8 +285,7 @@ struct Run {
 }
 
 fn run_child(path: &Path, full: bool, seed: u64, plan: Plan) -> Run {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", CHILD, "--nocapture", "--test-threads=1"])
+    let out = child_process(CHILD)
         .env(ENV, format!("{}|{}|{seed}|{}", path.display(), if full { "full" } else { "normal" }, plan.encode()))
         .output()
         .unwrap();
@@ -721,11 +719,7 @@ fn a_new_database_file_is_owner_only_and_its_directory_entry_is_synced() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("private.db");
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", CREATE_CHILD, "--nocapture", "--test-threads=1"])
-        .env(ENV, &path)
-        .output()
-        .unwrap();
+    let out = child_process(CREATE_CHILD).env(ENV, &path).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let synced: Vec<&str> = stdout.lines().filter_map(|l| l.strip_prefix("SYNCED ")).collect();

@@ -17,18 +17,6 @@ use fenceq::rusqlite::{Connection, TransactionBehavior};
 use fenceq::{Error, JobState, LostReason, ManualClock, NewJob, Queue, Retention};
 use std::time::Duration;
 
-const HANG_GUARD: Duration = Duration::from_secs(60);
-
-fn domain_table(q: &TestQueue) {
-    Connection::open(q.path()).unwrap().execute_batch("CREATE TABLE replies (job INTEGER, attempt INTEGER)").unwrap();
-}
-
-fn replies(q: &TestQueue) -> Vec<(i64, i64)> {
-    let conn = Connection::open(q.path()).unwrap();
-    let mut stmt = conn.prepare("SELECT job, attempt FROM replies ORDER BY rowid").unwrap();
-    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().collect::<Result<_, _>>().unwrap()
-}
-
 fn lost(result: Result<impl std::fmt::Debug, Error>) -> LostReason {
     match result {
         Err(Error::OwnershipLost { reason, .. }) => reason,
@@ -45,9 +33,9 @@ fn handle_with_clock(q: &TestQueue, now: i64) -> (Queue, ManualClock) {
 // ------------------------------------------------------------------------ (a)
 
 #[test]
-fn a_expired_owner_is_rejected_after_reap_and_reclaim_while_the_new_owner_settles() {
+fn an_expired_owner_is_rejected_after_reap_and_reclaim_while_the_new_owner_settles() {
     let q = temp_queue();
-    domain_table(&q);
+    create_replies(&q.path());
     let id = q.add("job");
     let a = q.take("worker-a");
     assert_eq!(a.token.attempt, 1);
@@ -80,7 +68,7 @@ fn a_expired_owner_is_rejected_after_reap_and_reclaim_while_the_new_owner_settle
     assert_eq!(lost(q.with_ownership(&a.token(), |_| Ok(()))), LostReason::Superseded);
     assert!(!q.owns(&a.token()).unwrap());
     assert_eq!(snapshot(&q.path()), before, "A's six rejected writes changed 0 rows");
-    assert!(replies(&q).is_empty(), "A's domain write never committed");
+    assert!(reply_rows(&q.path()).is_empty(), "A's domain write never committed");
 
     // B renews, writes its domain row and completes in one transaction.
     q.renew(&b.token(), LEASE).unwrap();
@@ -91,7 +79,7 @@ fn a_expired_owner_is_rejected_after_reap_and_reclaim_while_the_new_owner_settle
     .unwrap();
     let job = q.job(id).unwrap().unwrap();
     assert_eq!((job.state, job.attempt, job.claim_id), (JobState::Completed, 2, Some(b.token.claim_id)));
-    assert_eq!(replies(&q), vec![(id.0, 2)]);
+    assert_eq!(reply_rows(&q.path()), vec![(id.0, 2)]);
     // After B's completion A stays dead, and so does B's own token for anything but reads.
     let before = snapshot(&q.path());
     assert_eq!(lost(q.complete(&a.token())), LostReason::Superseded);
@@ -100,7 +88,7 @@ fn a_expired_owner_is_rejected_after_reap_and_reclaim_while_the_new_owner_settle
 }
 
 #[test]
-fn a_expired_owner_is_rejected_when_the_job_is_reclaimed_without_a_reaper() {
+fn an_expired_owner_is_rejected_when_the_job_is_reclaimed_without_a_reaper() {
     let q = temp_queue();
     let id = q.add("job");
     let a = q.take("worker-a");
@@ -118,7 +106,7 @@ fn a_expired_owner_is_rejected_when_the_job_is_reclaimed_without_a_reaper() {
 // ------------------------------------------------------------------------ (b)
 
 #[test]
-fn b_replay_resets_the_attempt_but_the_old_token_with_the_same_attempt_stays_dead() {
+fn a_replay_resets_the_attempt_but_the_old_token_with_the_same_attempt_stays_dead() {
     let q = temp_queue();
     let id = q.enqueue(NewJob::new("q", b"x".to_vec()).max_attempts(1)).unwrap().id();
     let a = q.take("worker-a");
@@ -150,7 +138,7 @@ fn b_replay_resets_the_attempt_but_the_old_token_with_the_same_attempt_stays_dea
 // ------------------------------------------------------------------------ (c)
 
 #[test]
-fn c_a_pruned_max_id_is_never_handed_out_again_even_after_reopen() {
+fn a_pruned_max_id_is_never_handed_out_again_even_after_reopen() {
     let q = temp_queue();
     let ids: Vec<_> = (0..3).map(|i| q.add(&format!("job-{i}"))).collect();
     let max = *ids.iter().max().unwrap();
@@ -188,7 +176,7 @@ fn c_a_pruned_max_id_is_never_handed_out_again_even_after_reopen() {
 /// lease is live at its own clock, completes first: the reaper's guarded UPDATE must not
 /// overwrite `completed`.
 #[test]
-fn d_a_completion_between_the_reapers_read_and_its_write_wins() {
+fn a_completion_between_the_reapers_read_and_its_write_wins() {
     let q = temp_queue();
     let id = q.add("job");
     let owner = q.take("owner");
@@ -206,7 +194,7 @@ fn d_a_completion_between_the_reapers_read_and_its_write_wins() {
 /// The same with a retry (River #1373's second case): the retried job is pending with its
 /// backoff; the reaper must not touch it.
 #[test]
-fn d_a_retry_between_the_reapers_read_and_its_write_wins() {
+fn a_retry_between_the_reapers_read_and_its_write_wins() {
     let q = temp_queue();
     let id = q.add("job");
     let owner = q.take("owner");
@@ -226,7 +214,7 @@ fn d_a_retry_between_the_reapers_read_and_its_write_wins() {
 /// The other order: the reap commits first, then the owner's late completion is rejected
 /// (the job is pending again) and changes nothing.
 #[test]
-fn d_a_completion_after_the_reap_is_rejected_and_changes_nothing() {
+fn a_completion_after_the_reap_is_rejected_and_changes_nothing() {
     let q = temp_queue();
     let id = q.add("job");
     let owner = q.take("owner");
@@ -242,7 +230,7 @@ fn d_a_completion_after_the_reap_is_rejected_and_changes_nothing() {
 /// job by its exact token while the reaper waits for the lock; once it commits, the reaper's
 /// transaction sees the completion and changes nothing.
 #[test]
-fn d_a_reaper_waiting_on_another_connections_write_lock_does_not_overwrite_its_completion() {
+fn a_reaper_waiting_on_another_connections_write_lock_does_not_overwrite_its_completion() {
     let q = temp_queue();
     let id = q.add("job");
     let owner = q.take("owner");
@@ -290,9 +278,9 @@ fn d_a_reaper_waiting_on_another_connections_write_lock_does_not_overwrite_its_c
 /// The engine's own `complete_with` holds the write lock (its closure is paused) while a
 /// reaper in another handle waits: the completion commits and the reaper changes nothing.
 #[test]
-fn d_a_reaper_waiting_on_an_engine_completion_in_progress_changes_nothing() {
+fn a_reaper_waiting_on_an_engine_completion_in_progress_changes_nothing() {
     let q = temp_queue();
-    domain_table(&q);
+    create_replies(&q.path());
     let id = q.add("job");
     let owner = q.take("owner");
     let (reaper, _) = handle_with_clock(&q, T0 + LEASE.as_millis() as i64 + 1);
@@ -319,13 +307,13 @@ fn d_a_reaper_waiting_on_an_engine_completion_in_progress_changes_nothing() {
     assert_eq!(reaped.recv_timeout(HANG_GUARD).unwrap().unwrap().total(), 0);
     reaper_thread.join().unwrap();
     assert_eq!(q.job(id).unwrap().unwrap().state, JobState::Completed);
-    assert_eq!(replies(&q), vec![(id.0, 1)]);
+    assert_eq!(reply_rows(&q.path()), vec![(id.0, 1)]);
 }
 
 // ------------------------------------------------------------------------ (e)
 
 #[test]
-fn e_the_reaper_exhausts_an_abandoned_last_attempt() {
+fn the_reaper_exhausts_an_abandoned_last_attempt() {
     let q = temp_queue();
     let id = q.enqueue(NewJob::new("q", b"x".to_vec()).max_attempts(2)).unwrap().id();
     let first = q.take("w1");

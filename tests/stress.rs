@@ -3,7 +3,8 @@
 //!
 //! On one file, with the wall clock and 50 ms leases: producers enqueue keyed jobs (single
 //! and batched); pool A (8 workers) on one handle, pool B (4 workers) on a second handle,
-//! and pool C (4 workers) in a child process (this binary re-spawned) work them with a
+//! and pool C (4 workers) in a child process (this binary, run with `--ignored --exact` on
+//! the ignored entry point `stress_child`) work them with a
 //! handler that writes its side effect through `Attempt::with_ownership`, sometimes sleeps
 //! past its lease (a GC pause), retries or panics; two hand-written workers claim and settle
 //! with `complete_with` without renewing; the maintenance thread reaps, prunes and
@@ -22,7 +23,10 @@
 
 mod common;
 
-use common::Rng;
+use common::{
+    assert_integrity, child_process, complete_logged, create_replies, parse_counts, replies, Rng, HANG_GUARD,
+    SETTLE_LOG,
+};
 
 use crossbeam_channel::bounded;
 use fenceq::rusqlite::{Connection, OptionalExtension};
@@ -33,19 +37,23 @@ use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const CHILD_ENV: &str = "FENCEQ_STRESS_CHILD";
+const CHILD: &str = "stress_child";
 const LEASE: Duration = Duration::from_millis(50);
-const HANG_GUARD: Duration = Duration::from_secs(90);
+/// The bound of the whole run (the drain, the loops that run until it ends, the child pool's
+/// wait for the stop file), not of one wait like `HANG_GUARD`: the 10,000 jobs take about
+/// 10 s on an idle 2-core machine, and a larger `FENCEQ_STRESS_JOBS` needs the room.
+const RUN_BOUND: Duration = Duration::from_secs(90);
 const NO_BACKOFF: RetryPolicy = RetryPolicy { base: Duration::ZERO, max: Duration::ZERO, jitter: 0.0 };
 
+/// With `SETTLE_LOG`, the hand-written workers' log.
 const DOMAIN: &str = "
     CREATE TABLE effects (job INTEGER NOT NULL, attempt INTEGER NOT NULL, UNIQUE (job, attempt));
-    CREATE TABLE settle_log (job INTEGER NOT NULL, attempt INTEGER NOT NULL, UNIQUE (job, attempt));
     CREATE TABLE finals (job INTEGER NOT NULL, attempt INTEGER NOT NULL, claim_id BLOB);
     CREATE TRIGGER finals_on_complete AFTER UPDATE OF state ON fenceq_jobs
     WHEN NEW.state = 'completed'
@@ -129,13 +137,14 @@ fn format_counters(c: &PoolCounters) -> String {
 /// Child side: pool C on the same file until the stop file appears (bounded), then prints
 /// its counters.
 #[test]
+#[ignore = "child process of stress_on_a_wal_file_loses_nothing_settles_once_and_never_surfaces_busy; run by it with --ignored --exact"]
 fn stress_child() {
-    let Ok(spec) = std::env::var(CHILD_ENV) else { return };
+    let spec = std::env::var(CHILD_ENV).expect("run by the stress test, which sets FENCEQ_STRESS_CHILD");
     let (path, stop) = spec.split_once('|').unwrap();
     let q = open(Path::new(path));
     let pool = start_pool(&q, 4, "child", seed());
     println!("\nCHILD-STARTED");
-    let bound = Instant::now() + HANG_GUARD;
+    let bound = Instant::now() + RUN_BOUND;
     while !Path::new(stop).exists() && Instant::now() < bound {
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -147,13 +156,6 @@ fn stress_child() {
         report.still_running.len(),
         HANDLER_ERRORS.load(Ordering::SeqCst)
     );
-}
-
-fn parse_child(line: &str) -> HashMap<String, u64> {
-    line.split_whitespace()
-        .filter_map(|w| w.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
-        .collect()
 }
 
 // ------------------------------------------------------------------------ the stress run
@@ -171,22 +173,18 @@ impl CallerErrors {
 
 #[test]
 fn stress_on_a_wal_file_loses_nothing_settles_once_and_never_surfaces_busy() {
-    if std::env::var(CHILD_ENV).is_ok() {
-        return;
-    }
     let jobs: u64 = std::env::var("FENCEQ_STRESS_JOBS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000) / 2 * 2;
     let started = Instant::now();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("stress.db");
     let stop_file = dir.path().join("stop");
     let q1 = open(&path);
-    Connection::open(&path).unwrap().execute_batch(DOMAIN).unwrap();
+    Connection::open(&path).unwrap().execute_batch(&format!("{SETTLE_LOG}; {DOMAIN}")).unwrap();
     let q2 = open(&path);
     let errors = Arc::new(CallerErrors::default());
 
     // Pool C in another process.
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "stress_child", "--nocapture", "--test-threads=1"])
+    let mut child = child_process(CHILD)
         .env(CHILD_ENV, format!("{}|{}", path.display(), stop_file.display()))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -279,7 +277,7 @@ fn stress_on_a_wal_file_loses_nothing_settles_once_and_never_surfaces_busy() {
         threads.push(std::thread::spawn(move || {
             let mut rng = Rng::new(seed() ^ (w + 10));
             let worker = format!("manual-{w}");
-            let bound = Instant::now() + HANG_GUARD;
+            let bound = Instant::now() + RUN_BOUND;
             while !done.load(Ordering::SeqCst) && Instant::now() < bound {
                 let batch = match q.claim_batch("q", &worker, LEASE, 4) {
                     Ok(b) => b,
@@ -295,15 +293,7 @@ fn stress_on_a_wal_file_loses_nothing_settles_once_and_never_surfaces_busy() {
                     if rng.below(10) == 0 {
                         std::thread::sleep(LEASE + Duration::from_millis(10 + rng.below(40)));
                     }
-                    let token = job.token();
-                    let result = q.complete_with(&token, |tx| {
-                        tx.execute(
-                            "INSERT INTO settle_log (job, attempt) VALUES (?1, ?2)",
-                            [token.id.0, token.attempt.into()],
-                        )?;
-                        Ok(())
-                    });
-                    match result {
+                    match complete_logged(&q, &job.token()) {
                         Ok(()) => settles.fetch_add(1, Ordering::SeqCst),
                         Err(Error::OwnershipLost { .. }) => stale.fetch_add(1, Ordering::SeqCst),
                         Err(e) => {
@@ -321,7 +311,7 @@ fn stress_on_a_wal_file_loses_nothing_settles_once_and_never_surfaces_busy() {
         let (q, errors, done) = (q2.clone(), errors.clone(), done.clone());
         threads.push(std::thread::spawn(move || {
             let retention = Retention { older_than: Duration::from_millis(300), batch_size: 20 };
-            let bound = Instant::now() + HANG_GUARD;
+            let bound = Instant::now() + RUN_BOUND;
             while !done.load(Ordering::SeqCst) && Instant::now() < bound {
                 if let Err(e) = q.reap() {
                     errors.record("reap", &e);
@@ -342,7 +332,7 @@ fn stress_on_a_wal_file_loses_nothing_settles_once_and_never_surfaces_busy() {
     for p in producers {
         p.join().unwrap();
     }
-    let bound = Instant::now() + HANG_GUARD;
+    let bound = Instant::now() + RUN_BOUND;
     loop {
         let s = q1.stats().unwrap().queue("q");
         if s.pending + s.running + s.waiting == 0 {
@@ -364,7 +354,7 @@ fn stress_on_a_wal_file_loses_nothing_settles_once_and_never_surfaces_busy() {
     let child_stderr = child_err_reader.join().unwrap();
     assert!(status.success(), "child pool failed: {status:?}\n{child_stderr}");
     let child_counters =
-        parse_child(child_lines.iter().find(|l| l.starts_with("CHILD ")).expect("the child's counters line"));
+        parse_counts(child_lines.iter().find(|l| l.starts_with("CHILD ")).expect("the child's counters line"));
 
     // ---- checks
     let errors = errors.errors.lock().unwrap().clone();
@@ -383,7 +373,7 @@ fn stress_on_a_wal_file_loses_nothing_settles_once_and_never_surfaces_busy() {
 
     let conn = Connection::open(&path).unwrap();
     let count = |sql: &str| conn.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap();
-    assert_eq!(conn.query_row("PRAGMA integrity_check", [], |r| r.get::<_, String>(0)).unwrap(), "ok");
+    assert_integrity(&conn);
     assert_eq!(count("SELECT count(*) FROM fenceq_jobs WHERE state IN ('pending', 'running', 'waiting')"), 0);
     let acked = acked.lock().unwrap().clone();
     let submitted = submitted.lock().unwrap().clone();
@@ -462,12 +452,8 @@ fn domain_queue() -> (tempfile::TempDir, PathBuf, Queue) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("queue.db");
     let q = Queue::open(&path).unwrap();
-    Connection::open(&path).unwrap().execute_batch("CREATE TABLE replies (v INTEGER)").unwrap();
+    create_replies(&path);
     (dir, path, q)
-}
-
-fn replies(path: &Path) -> i64 {
-    Connection::open(path).unwrap().query_row("SELECT count(*) FROM replies", [], |r| r.get(0)).unwrap()
 }
 
 /// A domain write whose closure panics must not commit, not even with the next write of
@@ -479,7 +465,7 @@ fn a_panicking_closure_commits_nothing() {
     let job = q.claim("q", "w", Duration::from_secs(30)).unwrap().unwrap();
     let panicked = catch_unwind(AssertUnwindSafe(|| {
         q.with_ownership::<()>(&job.token(), |tx| {
-            tx.execute("INSERT INTO replies VALUES (1)", [])?;
+            tx.execute("INSERT INTO replies (job) VALUES (1)", [])?;
             panic!("domain bug");
         })
     }));
@@ -501,7 +487,7 @@ fn a_panicking_closure_does_not_keep_the_database_locked() {
     let other = Connection::open(&path).unwrap();
     other.busy_timeout(Duration::from_secs(2)).unwrap();
     other
-        .execute_batch("BEGIN IMMEDIATE; INSERT INTO replies VALUES (2); COMMIT;")
+        .execute_batch("BEGIN IMMEDIATE; INSERT INTO replies (job) VALUES (2); COMMIT;")
         .expect("another writer gets the lock");
 }
 
@@ -520,7 +506,7 @@ fn a_pool_handler_panicking_inside_with_ownership_commits_nothing() {
             seen_tx.send(a.attempt()).unwrap();
             if a.attempt() == 1 {
                 let _ = a.with_ownership::<()>(|tx| {
-                    tx.execute("INSERT INTO replies VALUES (1)", [])?;
+                    tx.execute("INSERT INTO replies (job) VALUES (1)", [])?;
                     panic!("handler bug inside the domain write");
                 });
             }
@@ -551,7 +537,7 @@ fn a_group_member_is_answered_when_the_next_member_panics() {
     // A: the group's first request; it holds the writer until B is queued behind it.
     let a = std::thread::spawn(move || {
         let r = qa.with_ownership(&first.token(), |tx| {
-            tx.execute("INSERT INTO replies VALUES (1)", [])?;
+            tx.execute("INSERT INTO replies (job) VALUES (1)", [])?;
             inside_tx.send(()).unwrap();
             std::thread::sleep(Duration::from_millis(300)); // lets B queue on the writer
             Ok(())

@@ -1,10 +1,12 @@
 //! T9: the schema upgrader raced by processes (RELIABILITY.md §3 T9, recipe in §4).
 //!
-//! K processes (this test binary re-spawned with `FENCEQ_RACE_CHILD`) spin until one shared
-//! wall-clock instant (now + 150 ms) and then open the same file. Exit codes classify each
-//! child: 0 ok, 2 `duplicate column name`, 3 busy, 4 anything else. Every iteration must end
-//! with all zeros, the target `user_version`, every column exactly once, the rows intact,
-//! `integrity_check = ok`, and a second open that changes nothing.
+//! K processes (this test binary, run with `--ignored --exact` on the ignored entry point
+//! `race_child`, its spec in `FENCEQ_RACE_CHILD`) spin until one shared wall-clock instant
+//! (now + 150 ms) and then open the same file. Exit codes classify each child: 0 ok, 2
+//! `duplicate column name`, 3 busy, 4 anything else. Every iteration must end with all zeros,
+//! the target `user_version` (also as `schema_version_of` reads it), the schema of an
+//! uncontended upgrade with every column exactly once (the columns of every migration among
+//! them), the rows intact, `integrity_check = ok`, and a second open that changes nothing.
 //!
 //! Variants: an old file (level 1 or 2), a fresh file, a fresh file whose first writer is in
 //! rollback mode while the children switch it to WAL, and an old file whose column a foreign
@@ -14,33 +16,28 @@
 
 mod common;
 
-use common::old_database;
+use common::{child_process, old_database, spin_until, wall_ms};
 use fenceq::rusqlite::{Connection, TransactionBehavior};
 use fenceq::{Error, Queue, SCHEMA_VERSION};
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
 
 const CHILD_ENV: &str = "FENCEQ_RACE_CHILD";
+const CHILD: &str = "race_child";
 
 fn env_or(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-fn wall_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
-}
-
 /// Child side: spins until the start instant, opens, exits with its classification.
 #[test]
+#[ignore = "child process of the race tests below; run by them with --ignored --exact"]
 fn race_child() {
-    let Ok(spec) = std::env::var(CHILD_ENV) else { return };
+    let spec = std::env::var(CHILD_ENV).expect("run by the race tests, which set FENCEQ_RACE_CHILD");
     let (path, start) = spec.split_once('|').unwrap();
     let start: i64 = start.parse().unwrap();
-    let bound = Instant::now() + Duration::from_secs(10);
-    while wall_ms() < start && Instant::now() < bound {
-        std::hint::spin_loop();
-    }
+    spin_until(start);
     let code = match Queue::open(path) {
         Ok(q) => match q.schema_version() {
             Ok(v) if v == SCHEMA_VERSION => 0,
@@ -65,23 +62,36 @@ fn race_child() {
     std::process::exit(code);
 }
 
+/// The children's exit codes, and what they wrote to stderr (their reasons), for the failure
+/// message.
+struct Race {
+    codes: Vec<i32>,
+    stderr: String,
+}
+
 /// Releases `processes` children at now + 150 ms on `path`, runs `meanwhile` (with the start
-/// instant) in the parent, and returns the children's exit codes.
-fn race(path: &Path, processes: usize, meanwhile: impl FnOnce(i64)) -> Vec<i32> {
+/// instant) in the parent, and returns the children's exit codes and stderr.
+fn race(path: &Path, processes: usize, meanwhile: impl FnOnce(i64)) -> Race {
     let start = wall_ms() + 150;
     let children: Vec<_> = (0..processes)
         .map(|_| {
-            Command::new(std::env::current_exe().unwrap())
-                .args(["--exact", "race_child", "--nocapture", "--test-threads=1"])
+            child_process(CHILD)
                 .env(CHILD_ENV, format!("{}|{start}", path.display()))
                 .stdout(Stdio::null())
-                .stderr(Stdio::null())
+                .stderr(Stdio::piped())
                 .spawn()
                 .unwrap()
         })
         .collect();
     meanwhile(start);
-    children.into_iter().map(|mut c| c.wait().unwrap().code().unwrap_or(-1)).collect()
+    let mut race = Race { codes: Vec::new(), stderr: String::new() };
+    for child in children {
+        // Each child ends on its own: the open is bounded by the busy timeout, the spin by 10 s.
+        let out = child.wait_with_output().unwrap();
+        race.codes.push(out.status.code().unwrap_or(-1));
+        race.stderr.push_str(&String::from_utf8_lossy(&out.stderr));
+    }
+    race
 }
 
 /// The schema as a whole: version, columns (each exactly once), triggers and indexes.
@@ -125,16 +135,27 @@ fn reference_schema(prepare: impl Fn(&Path)) -> (i64, Vec<String>, Vec<String>) 
 
 fn check_after_race(
     path: &Path,
-    codes: &[i32],
+    race: &Race,
     reference: &(i64, Vec<String>, Vec<String>),
     with_rows: bool,
     label: &str,
 ) {
-    assert!(codes.iter().all(|&c| c == 0), "{label}: exit codes {codes:?} (2 duplicate column, 3 busy, 4 other)");
+    let codes = &race.codes;
+    assert!(
+        codes.iter().all(|&c| c == 0),
+        "{label}: exit codes {codes:?} (2 duplicate column, 3 busy, 4 other)\n{}",
+        race.stderr
+    );
     let schema = schema_of(path);
     assert_eq!(&schema, reference, "{label}: the schema equals an uncontended upgrade's");
+    assert_eq!(schema.0, SCHEMA_VERSION, "{label}: user_version");
+    assert_eq!(fenceq::schema_version_of(path).unwrap(), SCHEMA_VERSION, "{label}: schema_version_of");
     for column in &schema.1 {
         assert_eq!(schema.1.iter().filter(|c| *c == column).count(), 1, "{label}: column {column} twice");
+    }
+    // Every migration's column is there (and, as every column, once).
+    for column in ["claim_id", "exhausted_at", "acknowledged_at"] {
+        assert!(schema.1.iter().any(|c| c == column), "{label}: column {column} missing");
     }
     let conn = Connection::open(path).unwrap();
     let integrity: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
@@ -163,9 +184,6 @@ fn check_after_race(
 
 #[test]
 fn eight_processes_racing_the_upgrade_of_an_old_file_all_succeed() {
-    if std::env::var(CHILD_ENV).is_ok() {
-        return;
-    }
     let iterations = env_or("FENCEQ_RACE_ITERS", 50);
     let processes = env_or("FENCEQ_RACE_PROCS", 8);
     let started = Instant::now();
@@ -178,9 +196,9 @@ fn eight_processes_racing_the_upgrade_of_an_old_file_all_succeed() {
         let path = dir.path().join("old.db");
         let version = 1 + iteration % 2;
         old_database(&path, version, "q");
-        let codes = race(&path, processes, |_| {});
-        children += codes.len();
-        check_after_race(&path, &codes, &references[0], true, &format!("iteration {iteration} (from level {version})"));
+        let run = race(&path, processes, |_| {});
+        children += run.codes.len();
+        check_after_race(&path, &run, &references[0], true, &format!("iteration {iteration} (from level {version})"));
     }
     println!(
         "upgrade race: {iterations} iterations x {processes} processes = {children} opens, 0 failures, {:.1?}",
@@ -190,9 +208,6 @@ fn eight_processes_racing_the_upgrade_of_an_old_file_all_succeed() {
 
 #[test]
 fn processes_racing_to_create_a_fresh_file_all_succeed() {
-    if std::env::var(CHILD_ENV).is_ok() {
-        return;
-    }
     let iterations = env_or("FENCEQ_RACE_FRESH_ITERS", 10);
     let processes = env_or("FENCEQ_RACE_PROCS", 8);
     let reference = reference_schema(|_| {});
@@ -200,8 +215,8 @@ fn processes_racing_to_create_a_fresh_file_all_succeed() {
     for iteration in 0..iterations {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("fresh.db");
-        let codes = race(&path, processes, |_| {});
-        check_after_race(&path, &codes, &reference, false, &format!("fresh iteration {iteration}"));
+        let run = race(&path, processes, |_| {});
+        check_after_race(&path, &run, &reference, false, &format!("fresh iteration {iteration}"));
         let conn = Connection::open(&path).unwrap();
         let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
         assert_eq!(mode, "wal");
@@ -214,9 +229,6 @@ fn processes_racing_to_create_a_fresh_file_all_succeed() {
 /// meets SQLITE_BUSY (which does not call the busy handler) and must be retried.
 #[test]
 fn the_wal_switch_is_retried_while_a_rollback_mode_writer_holds_the_lock() {
-    if std::env::var(CHILD_ENV).is_ok() {
-        return;
-    }
     let iterations = env_or("FENCEQ_RACE_FRESH_ITERS", 10);
     let reference = reference_schema(|p| {
         Connection::open(p).unwrap().execute_batch("CREATE TABLE app (v)").unwrap();
@@ -226,7 +238,7 @@ fn the_wal_switch_is_retried_while_a_rollback_mode_writer_holds_the_lock() {
         let path = dir.path().join("fresh.db");
         let mut app = Connection::open(&path).unwrap();
         app.execute_batch("PRAGMA journal_mode = DELETE; CREATE TABLE app (v)").unwrap();
-        let codes = race(&path, 4, |start| {
+        let run = race(&path, 4, |start| {
             let tx = app.transaction_with_behavior(TransactionBehavior::Immediate).unwrap();
             tx.execute("INSERT INTO app VALUES (1)", []).unwrap();
             while wall_ms() < start + 100 {
@@ -235,7 +247,7 @@ fn the_wal_switch_is_retried_while_a_rollback_mode_writer_holds_the_lock() {
             tx.commit().unwrap();
         });
         drop(app);
-        check_after_race(&path, &codes, &reference, false, &format!("rollback-mode iteration {iteration}"));
+        check_after_race(&path, &run, &reference, false, &format!("rollback-mode iteration {iteration}"));
         let conn = Connection::open(&path).unwrap();
         assert_eq!(conn.query_row("SELECT count(*) FROM app", [], |r| r.get::<_, i64>(0)).unwrap(), 1);
     }
@@ -246,9 +258,6 @@ fn the_wal_switch_is_retried_while_a_rollback_mode_writer_holds_the_lock() {
 /// wait, then meet `duplicate column name`, re-check the column and count it as applied.
 #[test]
 fn a_column_added_by_a_foreign_writer_during_the_race_counts_as_applied() {
-    if std::env::var(CHILD_ENV).is_ok() {
-        return;
-    }
     let iterations = env_or("FENCEQ_RACE_FRESH_ITERS", 10);
     let reference = reference_schema(|p| drop(old_database(p, 1, "q")));
     for iteration in 0..iterations {
@@ -256,7 +265,7 @@ fn a_column_added_by_a_foreign_writer_during_the_race_counts_as_applied() {
         let path = dir.path().join("old.db");
         old_database(&path, 1, "q");
         let mut foreign = Connection::open(&path).unwrap();
-        let codes = race(&path, 4, |start| {
+        let run = race(&path, 4, |start| {
             let tx = foreign.transaction_with_behavior(TransactionBehavior::Immediate).unwrap();
             tx.execute_batch("ALTER TABLE fenceq_jobs ADD COLUMN claim_id BLOB").unwrap();
             while wall_ms() < start + 100 {
@@ -265,7 +274,7 @@ fn a_column_added_by_a_foreign_writer_during_the_race_counts_as_applied() {
             tx.commit().unwrap();
         });
         drop(foreign);
-        check_after_race(&path, &codes, &reference, false, &format!("foreign-column iteration {iteration}"));
+        check_after_race(&path, &run, &reference, false, &format!("foreign-column iteration {iteration}"));
         // The migration's own UPDATE still ran: the old running row carries a claim id.
         assert!(rows(&path)[1].3.is_some());
     }

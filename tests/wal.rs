@@ -16,6 +16,7 @@
 
 mod common;
 
+use common::assert_integrity;
 use fenceq::rusqlite::Connection;
 use fenceq::{MaintenanceConfig, NewJob, Queue};
 use std::path::{Path, PathBuf};
@@ -146,8 +147,7 @@ fn run(checkpointer: Checkpointer, read_tx: Duration) -> WalRun {
     }
     drop(maintenance);
     let final_wal = std::fs::metadata(wal_path(&path)).map(|m| m.len()).unwrap_or(0);
-    let conn = Connection::open(&path).unwrap();
-    assert_eq!(conn.query_row("PRAGMA integrity_check", [], |r| r.get::<_, String>(0)).unwrap(), "ok");
+    assert_integrity(&Connection::open(&path).unwrap());
     WalRun {
         max_wal: max_wal.load(Ordering::SeqCst),
         final_wal,

@@ -1,9 +1,33 @@
-//! Fixtures shared by the integration tests: a queue on its own temp file with a manual clock.
+//! Fixtures shared by the integration tests: a queue on its own temp file with a manual clock,
+//! the domain tables the tests write under the fence, and the child processes of the
+//! multi-process tests.
 #![allow(dead_code)]
 
-use fenceq::{Claimed, ManualClock, NewJob, Queue};
-use std::time::Duration;
+use fenceq::rusqlite::{self, Connection, ErrorCode};
+use fenceq::{ClaimToken, Claimed, ManualClock, NewJob, Queue};
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tempfile::TempDir;
+
+/// The bound of every wait for another thread or process: only a guard against a hang (the
+/// wait should end at once), never a timing assertion.
+pub const HANG_GUARD: Duration = Duration::from_secs(60);
+
+/// Milliseconds since the Unix epoch: the instant that processes (and a test's clocks) agree on.
+pub fn wall_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+/// Spins until the wall clock reaches `start` (at most 10 s): threads and processes released
+/// at one shared instant start together.
+pub fn spin_until(start: i64) {
+    let bound = Instant::now() + Duration::from_secs(10);
+    while wall_ms() < start && Instant::now() < bound {
+        std::hint::spin_loop();
+    }
+}
 
 /// xorshift64*: reproducible choices from a seed, for the tests that make many of them.
 pub struct Rng(u64);
@@ -135,15 +159,25 @@ pub fn old_database(path: &std::path::Path, version: usize, queue: &str) -> fenc
     conn
 }
 
-/// Runs the test `child` of this test binary in a new process with `env` set, and asserts
-/// that it succeeded and printed `marker` (the child's last line, so that a child which
-/// returned early cannot pass).
+// ------------------------------------------------------------------------ child processes
+
+/// A command that runs this test binary's ignored child entry point `child`, and nothing else
+/// of the binary: `--ignored --exact <child>`. The child's own output reaches the parent
+/// (`--nocapture`) after libtest's `test <child> ... `, which has no newline: a child that
+/// prints lines for its parent prints a newline first. The caller adds the environment
+/// variable that carries the child's spec, and the child `expect`s it, so that a bare
+/// `cargo test -- --ignored` fails it at once instead of running a child without a parent.
+pub fn child_process(child: &str) -> Command {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command.args(["--ignored", "--exact", child, "--nocapture", "--test-threads=1"]);
+    command
+}
+
+/// Runs the ignored test `child` of this test binary in a new process with `env` set, and
+/// asserts that it succeeded and printed `marker` (the child's last line, so that a child
+/// which returned early cannot pass).
 pub fn run_child(child: &str, env: &str, marker: &str) {
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", child, "--nocapture", "--test-threads=1"])
-        .env(env, "1")
-        .output()
-        .unwrap();
+    let out = child_process(child).env(env, "1").output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && stdout.contains(marker),
@@ -151,4 +185,71 @@ pub fn run_child(child: &str, env: &str, marker: &str) {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The `key=value` words of a child's report line (`RESULT ops=12 busy=0 ...`), by key.
+pub fn parse_counts(line: &str) -> HashMap<String, u64> {
+    line.split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
+        .collect()
+}
+
+// ------------------------------------------------------------------------ raw SQLite
+
+/// `PRAGMA integrity_check` answers `ok`.
+pub fn assert_integrity(conn: &Connection) {
+    let result: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+    assert_eq!(result, "ok");
+}
+
+/// The (primary, extended) result code of an SQLite failure; panics on any other error.
+pub fn sqlite_code(e: &rusqlite::Error) -> (ErrorCode, i32) {
+    match e {
+        rusqlite::Error::SqliteFailure(f, _) => (f.code, f.extended_code),
+        other => panic!("not an sqlite failure: {other:?}"),
+    }
+}
+
+/// A raw connection on a WAL file at `path` with a table `t (v)`.
+pub fn wal_table(path: &Path) -> Connection {
+    let conn = Connection::open(path).unwrap();
+    conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(())).unwrap();
+    conn.execute_batch("CREATE TABLE IF NOT EXISTS t (v)").unwrap();
+    conn
+}
+
+// ------------------------------------------------------------------------ domain tables
+
+/// The domain table a handler writes its reply to, under the fence: one row per reply sent.
+/// A test that knows no attempt leaves it NULL.
+pub const REPLIES: &str = "CREATE TABLE replies (job INTEGER, attempt INTEGER)";
+
+/// Creates the `replies` table in the file at `path`, through a raw connection.
+pub fn create_replies(path: &Path) {
+    Connection::open(path).unwrap().execute_batch(REPLIES).unwrap();
+}
+
+/// How many replies were sent (committed).
+pub fn replies(path: &Path) -> i64 {
+    Connection::open(path).unwrap().query_row("SELECT count(*) FROM replies", [], |r| r.get(0)).unwrap()
+}
+
+/// Every reply as (job, attempt), in the order they were committed.
+pub fn reply_rows(path: &Path) -> Vec<(i64, i64)> {
+    let conn = Connection::open(path).unwrap();
+    let mut stmt = conn.prepare("SELECT job, attempt FROM replies ORDER BY rowid").unwrap();
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().collect::<Result<_, _>>().unwrap()
+}
+
+/// One row per successful settle of a (job, attempt): a double settlement would show.
+pub const SETTLE_LOG: &str =
+    "CREATE TABLE IF NOT EXISTS settle_log (job INTEGER NOT NULL, attempt INTEGER NOT NULL, UNIQUE (job, attempt))";
+
+/// Completes the claim together with its row in the settle log (one transaction).
+pub fn complete_logged(q: &Queue, token: &ClaimToken) -> fenceq::Result<()> {
+    q.complete_with(token, |tx| {
+        tx.execute("INSERT INTO settle_log (job, attempt) VALUES (?1, ?2)", [token.id.0, token.attempt.into()])?;
+        Ok(())
+    })
 }
