@@ -24,7 +24,7 @@ pub struct Checkpointer<S: Store = SqliteStore> {
 }
 
 impl<S: Store> Checkpointer<S> {
-    /// Checkpoints `queue`, waiting at most [`DEFAULT_CHECKPOINT_PATIENCE`] for readers.
+    /// Checkpoints `queue`, waiting at most [`DEFAULT_CHECKPOINT_PATIENCE`](crate::DEFAULT_CHECKPOINT_PATIENCE) for readers.
     pub fn new(queue: Queue<S>) -> Self {
         Checkpointer { queue, patience: DEFAULT_CHECKPOINT_PATIENCE }
     }
@@ -44,7 +44,7 @@ impl<S: Store> Checkpointer<S> {
 /// Checkpoints of the SQLite store's WAL.
 impl Queue {
     /// Copies the WAL back into the database and truncates it, waiting at most
-    /// [`DEFAULT_CHECKPOINT_PATIENCE`] for readers to move off the old WAL (this process's
+    /// [`DEFAULT_CHECKPOINT_PATIENCE`](crate::DEFAULT_CHECKPOINT_PATIENCE) for readers to move off the old WAL (this process's
     /// writers queue meanwhile). Readers whose transactions overlap without a break starve
     /// SQLite's automatic checkpoints and let the WAL grow without bound; the maintenance
     /// thread runs this every few seconds.

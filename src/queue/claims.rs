@@ -31,7 +31,7 @@ impl<S: Store> Queue<S> {
     ///
     /// `InvalidInput` when the queue name or worker id is empty, longer than 128 bytes or
     /// contains a NUL byte, `lease` is not between 1 ms and 24 hours, or `limit` is not in
-    /// 1..=10,000 ([`MAX_BATCH`]). Storage errors: `Busy`, `StorageFull`, `ReadOnly`;
+    /// 1..=10,000 ([`MAX_BATCH`](crate::MAX_BATCH)). Storage errors: `Busy`, `StorageFull`, `ReadOnly`;
     /// `NestedWrite` from inside a closure holding the queue's transaction (or an in-memory
     /// queue's `with_connection`).
     pub fn claim_batch(&self, queue: &str, worker: &str, lease: Duration, limit: u32) -> Result<Vec<Claimed>> {

@@ -73,7 +73,7 @@ impl<S: Store> Queue<S> {
     ///
     /// # Errors
     ///
-    /// `InvalidInput` when `limit` is not in 1..=10,000 ([`MAX_BATCH`]). Read errors:
+    /// `InvalidInput` when `limit` is not in 1..=10,000 ([`MAX_BATCH`](crate::MAX_BATCH)). Read errors:
     /// `Pool` (no pooled connection came free in time), `Busy`; on an in-memory queue,
     /// `NestedWrite` from inside a closure holding its transaction or connection.
     pub fn exhaustions(&self, cursor: Option<Cursor>, limit: u32) -> Result<Page<Exhaustion>> {
@@ -84,7 +84,7 @@ impl<S: Store> Queue<S> {
     ///
     /// # Errors
     ///
-    /// `InvalidInput` when `limit` is not in 1..=10,000 ([`MAX_BATCH`]). Read errors:
+    /// `InvalidInput` when `limit` is not in 1..=10,000 ([`MAX_BATCH`](crate::MAX_BATCH)). Read errors:
     /// `Pool` (no pooled connection came free in time), `Busy`; on an in-memory queue,
     /// `NestedWrite` from inside a closure holding its transaction or connection.
     pub fn unknowns(&self, cursor: Option<Cursor>, limit: u32) -> Result<Page<UnknownOutcome>> {

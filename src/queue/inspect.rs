@@ -24,7 +24,7 @@ impl<S: Store> Queue<S> {
     ///
     /// # Errors
     ///
-    /// `InvalidInput` when `filter.limit` is not in 1..=10,000 ([`MAX_BATCH`]) or
+    /// `InvalidInput` when `filter.limit` is not in 1..=10,000 ([`MAX_BATCH`](crate::MAX_BATCH)) or
     /// `filter.queue` is not a valid queue name (an unknown queue lists nothing). Read
     /// errors: `Pool`
     /// (no pooled connection came free in time), `Busy`; on an in-memory queue,

@@ -15,7 +15,7 @@ impl<S: Store> Queue<S> {
     ///
     /// `InvalidInput` when the queue name is empty, longer than 128 bytes or contains a NUL
     /// byte, the key is empty or longer than 512 bytes, the payload is empty or larger than
-    /// the queue's payload limit ([`QueueBuilder::max_payload`], 1 MiB by default), the
+    /// the queue's payload limit ([`QueueBuilder::max_payload`](crate::QueueBuilder::max_payload), 1 MiB by default), the
     /// attempt budget is outside 1..=10,000, the delay is over a hundred years, or an
     /// application trigger on `fenceq_jobs` ignored the insert. A duplicate key is not an
     /// error (`Enqueued::Duplicate`). Storage errors: `Busy`, `StorageFull`, `ReadOnly`;

@@ -194,7 +194,7 @@ impl<S: Store> Queue<S> {
         self.store().commit_stats()
     }
 
-    /// The schema version of the open database (equal to [`SCHEMA_VERSION`](crate::SCHEMA_VERSION)
+    /// The schema version of the open database (equal to [`SCHEMA_VERSION`](crate::SCHEMA_VERSION)(crate::SCHEMA_VERSION)
     /// once open has upgraded it).
     ///
     /// # Errors

@@ -101,7 +101,7 @@ impl<S: Store> Queue<S> {
     /// it, the job is no longer running, or its row is gone) unless `token` is the exact
     /// claim of a running job with a live lease. Running out of attempts is not an error
     /// (`Retried::Exhausted`), no delay is refused, and an `error` longer than
-    /// [`MAX_ERROR_LEN`] (4,096 bytes) is cut, not refused. Storage errors: `Busy`,
+    /// [`MAX_ERROR_LEN`](crate::MAX_ERROR_LEN) (4,096 bytes) is cut, not refused. Storage errors: `Busy`,
     /// `StorageFull`, `ReadOnly`; `NestedWrite` from inside a closure holding the queue's
     /// transaction (or an in-memory queue's `with_connection`).
     pub fn retry(&self, token: &ClaimToken, backoff: impl Into<Backoff>, error: &str) -> Result<Retried> {
@@ -122,7 +122,7 @@ impl<S: Store> Queue<S> {
     ///
     /// `OwnershipLost` (with its `LostReason`: the lease expired, another claim replaced
     /// it, the job is no longer running, or its row is gone) unless `token` is the exact
-    /// claim of a running job with a live lease; an `error` longer than [`MAX_ERROR_LEN`]
+    /// claim of a running job with a live lease; an `error` longer than [`MAX_ERROR_LEN`](crate::MAX_ERROR_LEN)
     /// (4,096 bytes) is cut, not refused. Storage errors: `Busy`, `StorageFull`,
     /// `ReadOnly`; `NestedWrite` from inside a closure holding the queue's transaction (or
     /// an in-memory queue's `with_connection`).
@@ -137,7 +137,7 @@ impl<S: Store> Queue<S> {
     ///
     /// `OwnershipLost` (with its `LostReason`: the lease expired, another claim replaced
     /// it, the job is no longer running, or its row is gone) unless `token` is the exact
-    /// claim of a running job with a live lease; `evidence` longer than [`MAX_ERROR_LEN`]
+    /// claim of a running job with a live lease; `evidence` longer than [`MAX_ERROR_LEN`](crate::MAX_ERROR_LEN)
     /// (4,096 bytes) is cut, not refused. Storage errors: `Busy`, `StorageFull`,
     /// `ReadOnly`; `NestedWrite` from inside a closure holding the queue's transaction (or
     /// an in-memory queue's `with_connection`).
@@ -154,7 +154,7 @@ impl<S: Store> Queue<S> {
     /// `InvalidInput` when `timeout` is shorter than 1 ms or longer than a year (365 days). `OwnershipLost` (with its `LostReason`: the lease expired,
     /// another claim replaced it, the job is no longer running, or its row is gone) unless
     /// `token` is the exact claim of a running job with a live lease; a `reason` longer
-    /// than [`MAX_ERROR_LEN`] (4,096 bytes) is cut, not refused. Storage errors: `Busy`,
+    /// than [`MAX_ERROR_LEN`](crate::MAX_ERROR_LEN) (4,096 bytes) is cut, not refused. Storage errors: `Busy`,
     /// `StorageFull`, `ReadOnly`; `NestedWrite` from inside a closure holding the queue's
     /// transaction (or an in-memory queue's `with_connection`).
     pub fn park(&self, token: &ClaimToken, timeout: Duration, reason: &str) -> Result<()> {
