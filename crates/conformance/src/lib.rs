@@ -43,6 +43,8 @@
 //! dev-dependency only.
 
 #![warn(missing_docs)]
+// The example above is a test target's `main` (`harness = false`): the `fn main` is the point.
+#![allow(clippy::needless_doctest_main)]
 
 pub mod base;
 pub mod controls;

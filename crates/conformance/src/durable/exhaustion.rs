@@ -1,26 +1,34 @@
-//! Capability level 3, durable exhaustion: a job out of attempts is an unacknowledged terminal
-//! record that keeps its token, found again by cursor pages after a restart, and prunable only
-//! after an acknowledgement with that exact token. Unknown outcomes wait for a resolution.
+//! Exhaustion records and their exact acknowledgement, from `tests/durable_exhaustion.rs`:
+//! a record keeps its token and survives a restart; acknowledgement needs that exact token
+//! and is idempotent; only acknowledged exhaustions are pruned, unknown outcomes never;
+//! a replay sends a record back with a fresh budget; unknown outcomes are paged and resolved
+//! with their exact token, and `resolve_with` commits the reconciler's own write with the
+//! decision or neither; the reaper's exhaustion keeps the expired claim's token.
 
-mod common;
-
-use common::*;
-use fenceq::{ClaimToken, Cursor, Error, JobState, NewJob, Resolution, Retention};
-use std::collections::BTreeSet;
+use super::exhaust_one;
+use crate::controls::forged_claim_id;
+use crate::fixture::{Db, LEASE, T0};
+use crate::harness::Harness;
+use crate::Rule;
+use fenceq::{ClaimToken, Error, JobState, NewJob, Resolution, Retention};
 use std::time::Duration;
 
 const WEEK_AND_A_DAY: Duration = Duration::from_secs(8 * 24 * 3600);
 
-fn exhaust_one(q: &TestQueue, payload: &str) -> ClaimToken {
-    q.enqueue(NewJob::new("q", payload.as_bytes().to_vec()).max_attempts(1)).unwrap();
-    let job = q.take("w");
-    q.exhaust(&job.token(), &format!("{payload} failed")).unwrap();
-    job.token()
+pub(super) fn rules<H: Harness>() -> Vec<Rule<H>> {
+    crate::rules![
+        an_exhaustion_keeps_its_token_and_survives_a_restart,
+        acknowledge_needs_the_exact_token_and_is_idempotent,
+        only_acknowledged_exhaustions_are_pruned_and_unknowns_never,
+        replay_sends_an_exhaustion_back_with_a_fresh_budget,
+        unknowns_are_paged_and_resolved_with_their_exact_token,
+        an_exhaustion_by_the_reaper_is_acknowledged_with_the_expired_claims_token,
+        resolve_with_commits_the_reconcilers_record_with_the_decision_or_neither,
+    ]
 }
 
-#[test]
-fn an_exhaustion_keeps_its_token_and_survives_a_restart() {
-    let q = temp_queue();
+fn an_exhaustion_keeps_its_token_and_survives_a_restart<H: Harness>(h: &H) {
+    let q = Db::new(h);
     let token = exhaust_one(&q, "a");
     let reopened = q.reopen();
     let page = reopened.exhaustions(None, 10).unwrap();
@@ -33,19 +41,17 @@ fn an_exhaustion_keeps_its_token_and_survives_a_restart() {
     assert_eq!(item.at, T0);
 }
 
-#[test]
-fn acknowledge_needs_the_exact_token_and_is_idempotent() {
-    let q = temp_queue();
+fn acknowledge_needs_the_exact_token_and_is_idempotent<H: Harness>(h: &H) {
+    let q = Db::new(h);
     let token = exhaust_one(&q, "a");
-    let before = snapshot(&q.path());
-    for stale in [
-        ClaimToken { attempt: token.attempt + 1, ..token },
-        ClaimToken { claim_id: fenceq::ClaimId("00000000-0000-4000-8000-000000000000".parse().unwrap()), ..token },
-    ] {
+    let before = q.snapshot();
+    for stale in
+        [ClaimToken { attempt: token.attempt + 1, ..token }, ClaimToken { claim_id: forged_claim_id(), ..token }]
+    {
         assert!(matches!(q.acknowledge(&stale), Err(Error::StaleIdentity { .. })));
     }
     assert!(matches!(q.acknowledge(&ClaimToken { id: fenceq::JobId(4242), ..token }), Err(Error::NotFound(_))));
-    assert_eq!(snapshot(&q.path()), before, "stale acknowledgements changed nothing");
+    assert_eq!(q.snapshot(), before, "stale acknowledgements changed nothing");
     q.acknowledge(&token).unwrap();
     q.advance(Duration::from_secs(5));
     q.acknowledge(&token).unwrap();
@@ -53,9 +59,8 @@ fn acknowledge_needs_the_exact_token_and_is_idempotent() {
     assert!(q.exhaustions(None, 10).unwrap().items.is_empty());
 }
 
-#[test]
-fn only_acknowledged_exhaustions_are_pruned_and_unknowns_never() {
-    let q = temp_queue();
+fn only_acknowledged_exhaustions_are_pruned_and_unknowns_never<H: Harness>(h: &H) {
+    let q = Db::new(h);
     let acked = exhaust_one(&q, "acked");
     let unacked = exhaust_one(&q, "unacked");
     q.add("u");
@@ -71,51 +76,8 @@ fn only_acknowledged_exhaustions_are_pruned_and_unknowns_never() {
     assert_eq!(q.reap().unwrap().total(), 0, "unknown is never retried automatically");
 }
 
-#[test]
-fn a_full_pass_of_pages_returns_every_exhaustion_once_while_others_are_acknowledged_and_added() {
-    let q = temp_queue();
-    let initial: Vec<ClaimToken> = (0..25).map(|i| exhaust_one(&q, &format!("j{i}"))).collect();
-    let mut seen = Vec::new();
-    let mut cursor: Option<Cursor> = None;
-    let mut round = 0;
-    loop {
-        let page = q.exhaustions(cursor, 4).unwrap();
-        seen.extend(page.items.iter().map(|e| e.token));
-        // Meanwhile: acknowledge what this page returned, and add a new exhaustion.
-        for item in &page.items {
-            q.acknowledge(&item.token).unwrap();
-        }
-        exhaust_one(&q, &format!("new{round}"));
-        round += 1;
-        match page.next {
-            Some(next) => cursor = Some(next),
-            None => break,
-        }
-        assert!(round < 100, "the pass ends");
-    }
-    let unique: BTreeSet<_> = seen.iter().map(|t| t.id).collect();
-    assert_eq!(unique.len(), seen.len(), "no exhaustion returned twice");
-    for token in &initial {
-        assert!(seen.contains(token), "{token:?} missed");
-    }
-}
-
-#[test]
-fn acknowledging_a_middle_item_does_not_shift_the_cursor() {
-    let q = temp_queue();
-    let tokens: Vec<_> = (0..6).map(|i| exhaust_one(&q, &format!("{i}"))).collect();
-    let first = q.exhaustions(None, 3).unwrap();
-    assert_eq!(first.items.iter().map(|e| e.token).collect::<Vec<_>>(), tokens[..3]);
-    q.acknowledge(&tokens[1]).unwrap();
-    q.acknowledge(&tokens[4]).unwrap();
-    let second = q.exhaustions(first.next, 3).unwrap();
-    assert_eq!(second.items.iter().map(|e| e.token).collect::<Vec<_>>(), vec![tokens[3], tokens[5]]);
-    assert_eq!(second.next, None);
-}
-
-#[test]
-fn replay_sends_an_exhaustion_back_with_a_fresh_budget() {
-    let q = temp_queue();
+fn replay_sends_an_exhaustion_back_with_a_fresh_budget<H: Harness>(h: &H) {
+    let q = Db::new(h);
     let token = exhaust_one(&q, "a");
     q.acknowledge(&token).unwrap();
     q.replay(token.id).unwrap();
@@ -126,9 +88,8 @@ fn replay_sends_an_exhaustion_back_with_a_fresh_budget() {
     assert!(matches!(q.replay(token.id), Err(Error::InvalidState { state: JobState::Running, .. })));
 }
 
-#[test]
-fn unknowns_are_paged_and_resolved_with_their_exact_token() {
-    let q = temp_queue();
+fn unknowns_are_paged_and_resolved_with_their_exact_token<H: Harness>(h: &H) {
+    let q = Db::new(h);
     let mut tokens = Vec::new();
     for i in 0..3 {
         q.enqueue(NewJob::new("q", format!("{i}").into_bytes()).max_attempts(1)).unwrap();
@@ -154,9 +115,8 @@ fn unknowns_are_paged_and_resolved_with_their_exact_token() {
     assert_eq!(q.take("w").id(), tokens[1].id);
 }
 
-#[test]
-fn an_exhaustion_by_the_reaper_is_acknowledged_with_the_expired_claims_token() {
-    let q = temp_queue();
+fn an_exhaustion_by_the_reaper_is_acknowledged_with_the_expired_claims_token<H: Harness>(h: &H) {
+    let q = Db::new(h);
     q.enqueue(NewJob::new("q", b"x".to_vec()).max_attempts(1)).unwrap();
     let job = q.take("w");
     q.advance(LEASE);
@@ -166,13 +126,11 @@ fn an_exhaustion_by_the_reaper_is_acknowledged_with_the_expired_claims_token() {
     q.acknowledge(&job.token()).unwrap();
 }
 
-#[test]
-fn resolve_with_commits_the_reconcilers_record_with_the_decision_or_neither() {
-    let q = temp_queue();
-    q.transaction(|tx| Ok(tx.execute_batch("CREATE TABLE reconciled (job INTEGER, how TEXT)")?)).unwrap();
-    let rows = || -> i64 {
-        q.with_connection(|c| Ok(c.query_row("SELECT count(*) FROM reconciled", [], |r| r.get(0))?)).unwrap()
-    };
+/// The reconciler's record is a row of the harness's domain table `replies`.
+fn resolve_with_commits_the_reconcilers_record_with_the_decision_or_neither<H: Harness>(h: &H) {
+    let q = Db::new(h);
+    q.create_replies();
+    let rows = || q.replies().len();
     let mut unknown = Vec::new();
     for n in 0..2 {
         q.add(&format!("send {n}"));
@@ -180,9 +138,10 @@ fn resolve_with_commits_the_reconcilers_record_with_the_decision_or_neither() {
         q.mark_unknown(&c.token(), "timeout after send").unwrap();
         unknown.push(c.token());
     }
+    let record = |tx: &_| H::insert_reply(tx, unknown[0].id.0, i64::from(unknown[0].attempt), "chat log");
     // A failing record rolls the decision back.
     let failed = q.resolve_with(&unknown[0], Resolution::Complete, |tx| {
-        tx.execute("INSERT INTO reconciled VALUES (?1, 'chat log')", [unknown[0].id.0])?;
+        record(tx)?;
         Err::<(), _>(Error::domain("the chat log was unreadable"))
     });
     assert!(matches!(failed, Err(Error::Domain(_))));
@@ -200,8 +159,8 @@ fn resolve_with_commits_the_reconcilers_record_with_the_decision_or_neither() {
     q.operator("reconciler")
         .note("found in the chat log")
         .resolve_with(&unknown[0], Resolution::Complete, |tx| {
-            tx.execute("INSERT INTO reconciled VALUES (?1, 'chat log')", [unknown[0].id.0])?;
-            q.enqueue_tx(tx, fenceq::NewJob::new("audit", b"resolved".to_vec()).key("audit:1"))
+            record(tx)?;
+            q.enqueue_tx(tx, NewJob::new("audit", b"resolved".to_vec()).key("audit:1"))
         })
         .unwrap();
     let job = q.job(unknown[0].id).unwrap().unwrap();
@@ -227,7 +186,7 @@ fn resolve_with_commits_the_reconcilers_record_with_the_decision_or_neither() {
     assert!(q.job(c.id()).unwrap().unwrap().acknowledged_at.is_none());
     // A repeated acknowledgement keeps the first decision.
     q.operator("first").acknowledge(&c.token()).unwrap();
-    q.advance(std::time::Duration::from_secs(5));
+    q.advance(Duration::from_secs(5));
     q.operator("second").acknowledge(&c.token()).unwrap();
     assert_eq!(q.job(c.id()).unwrap().unwrap().decision.unwrap().by.as_deref(), Some("first"));
 }

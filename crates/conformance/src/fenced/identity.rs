@@ -1,20 +1,36 @@
-//! Capability level 2, fenced identity: every token-taking call compares {id, attempt,
-//! claim_id}, so a stale or forged token never writes, whatever it shares with the current one.
+//! The full identity on `renew`, `owns` and every settle: a token with the right id and
+//! attempt but another claim id is refused; every claim gets a claim id never seen before;
+//! a replay or a pruned and re-enqueued key brings back an (id, attempt) pair but not the old
+//! claim; a completed job stays completed whatever late write arrives; ids are never reused.
+//! (From `tests/fenced_identity.rs`.)
 
-mod common;
-
-use common::*;
-use fenceq::{ClaimId, ClaimToken, Error, JobState, LostReason, NewJob, Resolution, Retention};
+use crate::controls::forged_claim_id;
+use crate::fixture::{Db, LEASE};
+use crate::harness::Harness;
+use crate::Rule;
+use fenceq::{ClaimToken, Error, JobState, LostReason, NewJob, Resolution, Retention};
 use std::time::Duration;
 
-#[test]
-fn a_token_with_the_right_id_and_attempt_but_another_claim_id_is_rejected() {
-    let q = temp_queue();
+pub(super) fn rules<H: Harness>() -> Vec<Rule<H>> {
+    crate::rules![
+        a_token_with_the_right_id_and_attempt_but_another_claim_id_is_rejected,
+        every_claim_gets_a_claim_id_never_seen_before,
+        a_settle_after_reclaim_is_rejected_and_the_new_owner_settles,
+        completed_stays_completed_after_every_kind_of_late_write,
+        a_replay_resets_the_attempt_counter_but_the_old_token_stays_dead,
+        pruning_then_re_enqueueing_the_same_key_makes_a_new_job_that_old_tokens_cannot_touch,
+        the_max_id_is_not_reused_after_it_is_pruned,
+        tokens_of_pruned_rows_are_lost_with_reason_missing,
+    ]
+}
+
+fn a_token_with_the_right_id_and_attempt_but_another_claim_id_is_rejected<H: Harness>(h: &H) {
+    let q = Db::new(h);
     q.add("x");
     let job = q.take("w");
     let mut other = job.token();
     other.claim_id = forged_claim_id();
-    let before = snapshot(&q.path());
+    let before = q.snapshot();
     assert!(!q.owns(&other).unwrap());
     for result in [
         q.renew(&other, LEASE).map(|_| ()),
@@ -27,18 +43,12 @@ fn a_token_with_the_right_id_and_attempt_but_another_claim_id_is_rejected() {
     ] {
         assert!(matches!(result, Err(Error::OwnershipLost { reason: LostReason::Superseded, .. })), "{result:?}");
     }
-    assert_eq!(snapshot(&q.path()), before, "rejected calls changed nothing");
+    assert_eq!(q.snapshot(), before, "rejected calls changed nothing");
     assert!(q.owns(&job.token()).unwrap(), "the real owner is untouched");
 }
 
-fn forged_claim_id() -> ClaimId {
-    // A claim id that no claim ever returned (claim ids are random v4 UUIDs).
-    ClaimId("00000000-0000-4000-8000-000000000000".parse().unwrap())
-}
-
-#[test]
-fn every_claim_gets_a_claim_id_never_seen_before() {
-    let q = temp_queue();
+fn every_claim_gets_a_claim_id_never_seen_before<H: Harness>(h: &H) {
+    let q = Db::new(h);
     q.enqueue(NewJob::new("q", b"x".to_vec()).max_attempts(50)).unwrap();
     let mut seen = std::collections::HashSet::new();
     for attempt in 1..=50 {
@@ -51,29 +61,27 @@ fn every_claim_gets_a_claim_id_never_seen_before() {
     }
 }
 
-#[test]
-fn a_settle_after_reclaim_is_rejected_and_the_new_owner_settles() {
-    let q = temp_queue();
+fn a_settle_after_reclaim_is_rejected_and_the_new_owner_settles<H: Harness>(h: &H) {
+    let q = Db::new(h);
     let id = q.add("x");
     let old = q.take("w1");
     q.advance(LEASE);
     q.reap().unwrap();
     let new = q.take("w2");
-    let before = snapshot(&q.path());
+    let before = q.snapshot();
     assert!(matches!(q.complete(&old.token()), Err(Error::OwnershipLost { .. })));
     assert!(matches!(q.renew(&old.token(), LEASE), Err(Error::OwnershipLost { .. })));
-    assert_eq!(snapshot(&q.path()), before);
+    assert_eq!(q.snapshot(), before);
     q.complete(&new.token()).unwrap();
     assert_eq!(q.job(id).unwrap().unwrap().state, JobState::Completed);
 }
 
-#[test]
-fn completed_stays_completed_after_every_kind_of_late_write() {
-    let q = temp_queue();
+fn completed_stays_completed_after_every_kind_of_late_write<H: Harness>(h: &H) {
+    let q = Db::new(h);
     let id = q.enqueue(NewJob::new("q", b"x".to_vec()).key("k")).unwrap().id();
     let job = q.take("w");
     q.complete(&job.token()).unwrap();
-    let before = snapshot(&q.path());
+    let before = q.snapshot();
     let t = job.token();
     let results = [
         q.complete(&t),
@@ -97,13 +105,12 @@ fn completed_stays_completed_after_every_kind_of_late_write() {
     assert_eq!(q.reap().unwrap().total(), 0);
     assert!(q.claim("q", "w", LEASE).unwrap().is_none());
     assert_eq!(q.enqueue(NewJob::new("q", b"again".to_vec()).key("k")).unwrap(), fenceq::Enqueued::Duplicate(id));
-    assert_eq!(snapshot(&q.path()), before);
+    assert_eq!(q.snapshot(), before);
     assert_eq!(q.job(id).unwrap().unwrap().state, JobState::Completed);
 }
 
-#[test]
-fn a_replay_resets_the_attempt_counter_but_the_old_token_stays_dead() {
-    let q = temp_queue();
+fn a_replay_resets_the_attempt_counter_but_the_old_token_stays_dead<H: Harness>(h: &H) {
+    let q = Db::new(h);
     let id = q.enqueue(NewJob::new("q", b"x".to_vec()).max_attempts(1)).unwrap().id();
     let first = q.take("w");
     q.exhaust(&first.token(), "gave up").unwrap();
@@ -111,16 +118,15 @@ fn a_replay_resets_the_attempt_counter_but_the_old_token_stays_dead() {
     let second = q.take("w");
     assert_eq!(second.token.attempt, first.token.attempt, "same (id, attempt) pair again");
     assert_ne!(second.token.claim_id, first.token.claim_id);
-    let before = snapshot(&q.path());
+    let before = q.snapshot();
     assert!(matches!(q.complete(&first.token()), Err(Error::OwnershipLost { reason: LostReason::Superseded, .. })));
     assert!(matches!(q.acknowledge(&first.token()), Err(Error::StaleIdentity { .. })));
-    assert_eq!(snapshot(&q.path()), before);
+    assert_eq!(q.snapshot(), before);
     q.complete(&second.token()).unwrap();
 }
 
-#[test]
-fn pruning_then_re_enqueueing_the_same_key_makes_a_new_job_that_old_tokens_cannot_touch() {
-    let q = temp_queue();
+fn pruning_then_re_enqueueing_the_same_key_makes_a_new_job_that_old_tokens_cannot_touch<H: Harness>(h: &H) {
+    let q = Db::new(h);
     let old_id = q.enqueue(NewJob::new("q", b"v1".to_vec()).key("update:1")).unwrap().id();
     let old = q.take("w");
     q.complete(&old.token()).unwrap();
@@ -139,9 +145,8 @@ fn pruning_then_re_enqueueing_the_same_key_makes_a_new_job_that_old_tokens_canno
     q.complete(&new.token()).unwrap();
 }
 
-#[test]
-fn the_max_id_is_not_reused_after_it_is_pruned() {
-    let q = temp_queue();
+fn the_max_id_is_not_reused_after_it_is_pruned<H: Harness>(h: &H) {
+    let q = Db::new(h);
     q.add("a");
     let max = q.add("b");
     q.cancel(max).unwrap();
@@ -151,9 +156,8 @@ fn the_max_id_is_not_reused_after_it_is_pruned() {
     assert!(q.add("c") > max);
 }
 
-#[test]
-fn tokens_of_pruned_rows_are_lost_with_reason_missing() {
-    let q = temp_queue();
+fn tokens_of_pruned_rows_are_lost_with_reason_missing<H: Harness>(h: &H) {
+    let q = Db::new(h);
     q.add("x");
     let job = q.take("w");
     q.complete(&job.token()).unwrap();
@@ -161,18 +165,4 @@ fn tokens_of_pruned_rows_are_lost_with_reason_missing() {
     q.prune(&Retention::default()).unwrap();
     assert!(matches!(q.complete(&job.token()), Err(Error::OwnershipLost { reason: LostReason::Missing, .. })));
     assert!(matches!(q.acknowledge(&job.token()), Err(Error::NotFound(_))));
-}
-
-#[test]
-fn owns_in_checks_inside_the_callers_transaction() {
-    let q = temp_queue();
-    q.add("x");
-    let job = q.take("w");
-    let mut conn = fenceq::rusqlite::Connection::open(q.path()).unwrap();
-    let tx = conn.transaction_with_behavior(fenceq::rusqlite::TransactionBehavior::Immediate).unwrap();
-    assert!(fenceq::owns_in(&tx, &job.token(), T0).unwrap());
-    assert!(!fenceq::owns_in(&tx, &job.token(), T0 + 30_000).unwrap(), "expired at the lease's end");
-    let mut other = job.token();
-    other.attempt += 1;
-    assert!(!fenceq::owns_in(&tx, &other, T0).unwrap());
 }

@@ -1,0 +1,42 @@
+//! The *durable* level: a job out of attempts is an unacknowledged terminal record that keeps
+//! its exact token, survives a restart, and is prunable only after an acknowledgement with
+//! that exact token; an unknown outcome waits for a resolution with its exact token; cursor
+//! pages make a full pass over the records while others are acknowledged and added.
+//!
+//! - `exhaustion`: exhaustion records and their tokens, exact and idempotent
+//!   acknowledgement, what retention may prune, replay, unknown outcomes and their
+//!   resolution (with the reconciler's own write in the same transaction), the reaper's
+//!   exhaustions;
+//! - `pages`: cursor pages under concurrent acknowledgement and addition, the documented
+//!   ordering (ids ascending after the cursor) checked page by page against a model in a
+//!   seeded interleaving.
+//!
+//! The level also runs the durable side of the [controls](crate::controls).
+
+use crate::fixture::LEASE;
+use crate::harness::Harness;
+use crate::Rule;
+use fenceq::store::Store;
+use fenceq::{ClaimToken, NewJob, Queue};
+
+mod exhaustion;
+mod pages;
+
+/// Every rule of this level, the controls included.
+pub fn rules<H: Harness>() -> Vec<Rule<H>> {
+    let mut rules: Vec<Rule<H>> = Vec::new();
+    rules.extend(exhaustion::rules::<H>());
+    rules.extend(pages::rules::<H>());
+    rules.extend(crate::controls::rules::<H, { crate::controls::DURABLE }>());
+    rules
+}
+
+/// Enqueues a one-attempt job with `payload` on "q", claims it and exhausts it with the
+/// reason "`payload` failed"; returns its token. Every other job of "q" must be settled.
+fn exhaust_one<S: Store>(q: &Queue<S>, payload: &str) -> ClaimToken {
+    let id = q.enqueue(NewJob::new("q", payload.as_bytes().to_vec()).max_attempts(1)).unwrap().id();
+    let job = q.claim("q", "w", LEASE).unwrap().expect("a claimable job");
+    assert_eq!(job.id(), id, "the job just enqueued is the one claimed");
+    q.exhaust(&job.token(), &format!("{payload} failed")).unwrap();
+    job.token()
+}
