@@ -43,6 +43,8 @@
 //! dev-dependency only.
 
 #![warn(missing_docs)]
+// The crate doc's example is the `main` of a `harness = false` test target: the `fn main` is the point.
+#![allow(clippy::needless_doctest_main)]
 
 pub mod base;
 pub mod controls;
