@@ -11,6 +11,7 @@
 //!
 //! Each rule is named after the behaviour it checks (`base::claim_orders_by_priority_then_run_at_then_id`).
 
+mod intake;
 mod lifecycle;
 
 use crate::harness::Harness;
@@ -20,6 +21,7 @@ use crate::Rule;
 pub fn rules<H: Harness>() -> Vec<Rule<H>> {
     let mut rules: Vec<Rule<H>> = Vec::new();
     rules.extend(lifecycle::rules::<H>());
+    rules.extend(intake::rules::<H>());
     rules.extend(crate::controls::rules::<H, { crate::controls::BASE }>());
     rules
 }
