@@ -13,6 +13,7 @@
 
 mod intake;
 mod lifecycle;
+mod retention;
 
 use crate::harness::Harness;
 use crate::Rule;
@@ -22,6 +23,7 @@ pub fn rules<H: Harness>() -> Vec<Rule<H>> {
     let mut rules: Vec<Rule<H>> = Vec::new();
     rules.extend(lifecycle::rules::<H>());
     rules.extend(intake::rules::<H>());
+    rules.extend(retention::rules::<H>());
     rules.extend(crate::controls::rules::<H, { crate::controls::BASE }>());
     rules
 }
