@@ -13,6 +13,7 @@
 
 mod intake;
 mod lifecycle;
+mod maintenance;
 mod retention;
 
 use crate::harness::Harness;
@@ -24,6 +25,7 @@ pub fn rules<H: Harness>() -> Vec<Rule<H>> {
     rules.extend(lifecycle::rules::<H>());
     rules.extend(intake::rules::<H>());
     rules.extend(retention::rules::<H>());
+    rules.extend(maintenance::rules::<H>());
     rules.extend(crate::controls::rules::<H, { crate::controls::BASE }>());
     rules
 }
