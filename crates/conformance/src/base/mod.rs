@@ -14,6 +14,7 @@
 mod intake;
 mod lifecycle;
 mod maintenance;
+mod pool;
 mod retention;
 
 use crate::harness::Harness;
@@ -26,6 +27,7 @@ pub fn rules<H: Harness>() -> Vec<Rule<H>> {
     rules.extend(intake::rules::<H>());
     rules.extend(retention::rules::<H>());
     rules.extend(maintenance::rules::<H>());
+    rules.extend(pool::rules::<H>());
     rules.extend(crate::controls::rules::<H, { crate::controls::BASE }>());
     rules
 }
