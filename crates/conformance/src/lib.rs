@@ -37,7 +37,7 @@
 //!
 //! Why a `publish = false` member crate rather than a cargo feature of fenceq: fenceq's feature
 //! list and its docs stay what applications use (no hidden module behind a test-only feature);
-//! the kit can depend on test-only crates (`arbitrary` now, a property-test library later)
+//! the kit can depend on test-only crates (`arbitrary`, `proptest`, `crossbeam-channel`)
 //! without making them optional dependencies of the library; and it is never published, so it
 //! may change with every commit without a semver promise. fenceq lists it as a
 //! dev-dependency only.

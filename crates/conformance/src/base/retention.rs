@@ -1,4 +1,4 @@
-//! T10: retention (RELIABILITY.md §3 T10).
+//! Retention (RELIABILITY.md §3 T10).
 //!
 //! A property test over jobs in every state, created between clock jumps (forwards by up
 //! to weeks, and backwards, as a wall clock can), pruned with a random horizon and batch
@@ -6,16 +6,26 @@
 //! acknowledged, at or before the horizon are deleted; unknown, unacknowledged exhausted,
 //! pending, running (live or expired) and waiting rows never are, and every kept row is
 //! unchanged. The report's counts match, and its batch count is what batches of the given
-//! size need. A second test prunes while other threads keep enqueueing and settling on
+//! size need. A second rule prunes while other threads keep enqueueing and settling on
 //! another handle: nothing they were told is committed goes missing.
 
-mod common;
-
-use common::*;
+use crate::fixture::{Db, LEASE};
+use crate::harness::Harness;
+use crate::Rule;
+use fenceq::store::Store;
 use fenceq::{JobId, JobState, ListFilter, ManualClock, NewJob, Queue, Retention, MAX_LEASE};
 use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use std::collections::HashMap;
 use std::time::Duration;
+
+/// The rules of this file.
+pub(super) fn rules<H: Harness>() -> Vec<Rule<H>> {
+    crate::rules![
+        prune_deletes_exactly_the_old_settled_and_acknowledged_rows,
+        intake_and_settles_during_pruning_lose_nothing
+    ]
+}
 
 const DAY_MS: i64 = 24 * 3600 * 1000;
 
@@ -70,7 +80,7 @@ struct Modelled {
 }
 
 /// Creates one job of `kind` on its own queue (so that claims take exactly it).
-fn create(q: &Queue, clock: &ManualClock, n: usize, kind: Kind, ack_jump: i64) -> (JobId, Modelled) {
+fn create<S: Store>(q: &Queue<S>, clock: &ManualClock, n: usize, kind: Kind, ack_jump: i64) -> (JobId, Modelled) {
     let queue = format!("q{n}");
     let job = NewJob::new(queue.clone(), vec![n as u8 + 1]).key(format!("k{n}"));
     let job = if kind == Kind::Delayed { job.delay(Duration::from_secs(3600)) } else { job };
@@ -132,110 +142,144 @@ fn clock_now(clock: &ManualClock) -> i64 {
     clock.now_ms()
 }
 
-fn all_jobs(q: &Queue) -> HashMap<JobId, fenceq::Job> {
+fn all_jobs<S: Store>(q: &Queue<S>) -> HashMap<JobId, fenceq::Job> {
     q.list(&ListFilter { limit: 10_000, ..ListFilter::default() }).unwrap().into_iter().map(|j| (j.id, j)).collect()
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+/// One generated history: `(kind, jump before it, jump before its acknowledgement)` per job.
+type Steps = Vec<(Kind, i64, i64)>;
 
-    #[test]
-    fn prune_deletes_exactly_the_old_settled_and_acknowledged_rows(
-        steps in prop::collection::vec((kind(), jump(), (0..5i64).prop_map(|d| d * DAY_MS)), 1..40),
-        older_than_days in 0u64..30,
-        batch_size in 1u32..12,
-        final_jump in jump(),
-    ) {
-        let clock = ManualClock::new(T0);
-        let q = Queue::builder().clock(clock.clone()).open().unwrap();
-        let mut model: Vec<(JobId, Modelled)> = Vec::new();
-        for (n, (kind, jump, ack_jump)) in steps.into_iter().enumerate() {
-            clock.set(clock_now(&clock) + jump);
-            model.push(create(&q, &clock, n, kind, ack_jump));
-        }
-        clock.set(clock_now(&clock) + final_jump);
-        let retention = Retention { older_than: Duration::from_secs(older_than_days * 24 * 3600), batch_size };
-        let horizon = clock_now(&clock) - older_than_days as i64 * DAY_MS;
+fn prune_deletes_exactly_the_old_settled_and_acknowledged_rows<H: Harness>(h: &H) {
+    // The case proptest once shrank a failure to (the regressions file of the old
+    // tests/retention.rs), before any new one.
+    prune_case(h, vec![(Kind::Pending, 0, 0)], 0, 1, 0).unwrap_or_else(|e| panic!("the saved case: {e}"));
+    let strategy = (
+        prop::collection::vec((kind(), jump(), (0..5i64).prop_map(|d| d * DAY_MS)), 1..40),
+        0u64..30,
+        1u32..12,
+        jump(),
+    );
+    let mut runner = TestRunner::new(Config { cases: 128, failure_persistence: None, ..Config::default() });
+    let result = runner.run(&strategy, |(steps, older_than_days, batch_size, final_jump)| {
+        prune_case(h, steps, older_than_days, batch_size, final_jump)
+    });
+    if let Err(e) = result {
+        panic!("{e}\n{runner}");
+    }
+}
 
-        let expected: HashMap<JobId, Kind> = model
-            .iter()
-            .filter(|(_, m)| m.prunable_since.is_some_and(|t| t <= horizon))
-            .map(|(id, m)| (*id, m.kind))
-            .collect();
-        let expected_acknowledged = expected.values().filter(|k| **k == Kind::Acknowledged).count() as u64;
-        let expected_settled = expected.len() as u64 - expected_acknowledged;
+/// One case of the property, on a fresh database.
+fn prune_case<H: Harness>(
+    h: &H,
+    steps: Steps,
+    older_than_days: u64,
+    batch_size: u32,
+    final_jump: i64,
+) -> Result<(), TestCaseError> {
+    let db = Db::new(h);
+    let (q, clock) = (&db.queue, &db.clock);
+    let mut model: Vec<(JobId, Modelled)> = Vec::new();
+    for (n, (kind, jump, ack_jump)) in steps.into_iter().enumerate() {
+        clock.set(clock_now(clock) + jump);
+        model.push(create(q, clock, n, kind, ack_jump));
+    }
+    clock.set(clock_now(clock) + final_jump);
+    let retention = Retention { older_than: Duration::from_secs(older_than_days * 24 * 3600), batch_size };
+    let horizon = clock_now(clock) - older_than_days as i64 * DAY_MS;
 
-        let before = all_jobs(&q);
-        prop_assert_eq!(before.len(), model.len());
-        let preview = q.prune_preview(&retention).unwrap();
-        prop_assert_eq!((preview.settled, preview.acknowledged), (expected_settled, expected_acknowledged));
-        let report = q.prune(&retention).unwrap();
-        prop_assert_eq!((report.settled, report.acknowledged), (expected_settled, expected_acknowledged));
-        let b = u64::from(batch_size);
-        // Transactions that deleted rows: none when nothing was pruned.
-        prop_assert_eq!(report.batches, expected_settled.div_ceil(b) + expected_acknowledged.div_ceil(b),
-            "batches of at most {} rows", batch_size);
+    let expected: HashMap<JobId, Kind> = model
+        .iter()
+        .filter(|(_, m)| m.prunable_since.is_some_and(|t| t <= horizon))
+        .map(|(id, m)| (*id, m.kind))
+        .collect();
+    let expected_acknowledged = expected.values().filter(|k| **k == Kind::Acknowledged).count() as u64;
+    let expected_settled = expected.len() as u64 - expected_acknowledged;
 
-        let after = all_jobs(&q);
-        for (id, m) in &model {
-            match (expected.contains_key(id), after.get(id)) {
-                (true, None) => {}
-                (true, Some(job)) => prop_assert!(false, "job {} ({:?}) should have been pruned: {:?}", id, m.kind, job),
-                (false, None) => prop_assert!(false, "job {} ({:?}, prunable since {:?}, horizon {}) was wrongly pruned",
-                    id, m.kind, m.prunable_since, horizon),
-                (false, Some(job)) => prop_assert_eq!(job, &before[id], "a kept row changed"),
-            }
-        }
-        // Protected states are never pruned, whatever their age.
-        for job in after.values() {
-            let protected = matches!(job.state, JobState::Pending | JobState::Running | JobState::Waiting | JobState::Unknown)
-                || (job.state == JobState::Exhausted && job.acknowledged_at.is_none());
-            let old_enough = job.settled_at.is_some_and(|t| t <= horizon);
-            prop_assert!(protected || !old_enough || job.state == JobState::Exhausted,
-                "a prunable row survived: {:?}", job);
-        }
-        // A second pass finds nothing and uses one batch per statement.
-        let again = q.prune(&retention).unwrap();
-        prop_assert_eq!((again.deleted(), again.batches), (0, 0));
-        // A pruned key can be enqueued again, as a new job with a new, greater id.
-        let max_id = model.iter().map(|(id, _)| *id).max().unwrap();
-        for (id, m) in model.iter().filter(|(id, _)| expected.contains_key(id)).take(3) {
-            let n = model.iter().position(|(i, _)| i == id).unwrap();
-            let again = q.enqueue(NewJob::new(format!("q{n}"), b"again".to_vec()).key(format!("k{n}"))).unwrap();
-            prop_assert!(!again.is_duplicate() && again.id() > max_id, "{:?} {:?}", m.kind, again);
+    let before = all_jobs(q);
+    prop_assert_eq!(before.len(), model.len());
+    let preview = q.prune_preview(&retention).unwrap();
+    prop_assert_eq!((preview.settled, preview.acknowledged), (expected_settled, expected_acknowledged));
+    let report = q.prune(&retention).unwrap();
+    prop_assert_eq!((report.settled, report.acknowledged), (expected_settled, expected_acknowledged));
+    let b = u64::from(batch_size);
+    // Transactions that deleted rows: none when nothing was pruned.
+    prop_assert_eq!(
+        report.batches,
+        expected_settled.div_ceil(b) + expected_acknowledged.div_ceil(b),
+        "batches of at most {} rows",
+        batch_size
+    );
+
+    let after = all_jobs(q);
+    for (id, m) in &model {
+        match (expected.contains_key(id), after.get(id)) {
+            (true, None) => {}
+            (true, Some(job)) => prop_assert!(false, "job {} ({:?}) should have been pruned: {:?}", id, m.kind, job),
+            (false, None) => prop_assert!(
+                false,
+                "job {} ({:?}, prunable since {:?}, horizon {}) was wrongly pruned",
+                id,
+                m.kind,
+                m.prunable_since,
+                horizon
+            ),
+            (false, Some(job)) => prop_assert_eq!(job, &before[id], "a kept row changed"),
         }
     }
+    // Protected states are never pruned, whatever their age.
+    for job in after.values() {
+        let protected =
+            matches!(job.state, JobState::Pending | JobState::Running | JobState::Waiting | JobState::Unknown)
+                || (job.state == JobState::Exhausted && job.acknowledged_at.is_none());
+        let old_enough = job.settled_at.is_some_and(|t| t <= horizon);
+        prop_assert!(
+            protected || !old_enough || job.state == JobState::Exhausted,
+            "a prunable row survived: {:?}",
+            job
+        );
+    }
+    // A second pass finds nothing and uses one batch per statement.
+    let again = q.prune(&retention).unwrap();
+    prop_assert_eq!((again.deleted(), again.batches), (0, 0));
+    // A pruned key can be enqueued again, as a new job with a new, greater id.
+    let max_id = model.iter().map(|(id, _)| *id).max().unwrap();
+    for (id, m) in model.iter().filter(|(id, _)| expected.contains_key(id)).take(3) {
+        let n = model.iter().position(|(i, _)| i == id).unwrap();
+        let again = q.enqueue(NewJob::new(format!("q{n}"), b"again".to_vec()).key(format!("k{n}"))).unwrap();
+        prop_assert!(!again.is_duplicate() && again.id() > max_id, "{:?} {:?}", m.kind, again);
+    }
+    Ok(())
 }
 
 /// Intake, claims and settles keep going on another handle while the pruner deletes old
 /// rows in small batches: every acknowledged intake is there afterwards, every new
 /// completion too (it is younger than the horizon), and exactly the old rows are gone.
-#[test]
-fn intake_and_settles_during_pruning_lose_nothing() {
+fn intake_and_settles_during_pruning_lose_nothing<H: Harness>(h: &H) {
     const OLD: usize = 2000;
-    let q = temp_queue();
+    let db = Db::new(h);
     // Old rows: completed, cancelled, acknowledged; and protected ones of the same age.
-    q.enqueue_batch((0..OLD).map(|i| NewJob::new("q", vec![1]).key(format!("old-{i}")))).unwrap();
+    db.enqueue_batch((0..OLD).map(|i| NewJob::new("q", vec![1]).key(format!("old-{i}")))).unwrap();
     for _ in 0..OLD / 100 {
-        for job in q.claim_batch("q", "w", LEASE, 100).unwrap() {
+        for job in db.claim_batch("q", "w", LEASE, 100).unwrap() {
             match job.id().0 % 10 {
                 0 => {
-                    q.cancel(job.id()).unwrap();
+                    db.cancel(job.id()).unwrap();
                 }
                 1 => {
-                    q.exhaust(&job.token(), "x").unwrap();
-                    q.acknowledge(&job.token()).unwrap();
+                    db.exhaust(&job.token(), "x").unwrap();
+                    db.acknowledge(&job.token()).unwrap();
                 }
-                2 => q.mark_unknown(&job.token(), "?").unwrap(),
-                3 => q.exhaust(&job.token(), "unacknowledged").unwrap(),
-                _ => q.complete(&job.token()).unwrap(),
+                2 => db.mark_unknown(&job.token(), "?").unwrap(),
+                3 => db.exhaust(&job.token(), "unacknowledged").unwrap(),
+                _ => db.complete(&job.token()).unwrap(),
             }
         }
     }
-    let protected = raw_count(&q.path(), "unknown") + raw_count(&q.path(), "exhausted") - (OLD as i64 / 10);
-    q.advance(Duration::from_secs(8 * 24 * 3600));
-    let other = q.reopen();
+    let protected = db.count("unknown") + db.count("exhausted") - (OLD as i64 / 10);
+    db.advance(Duration::from_secs(8 * 24 * 3600));
+    let other = db.reopen();
     let retention = Retention { older_than: Duration::from_secs(7 * 24 * 3600), batch_size: 25 };
+    let q = &db.queue;
     let (report, acked) = std::thread::scope(|s| {
         let pruner = s.spawn(|| q.prune(&retention).unwrap());
         let producers: Vec<_> = (0..2)
@@ -265,10 +309,10 @@ fn intake_and_settles_during_pruning_lose_nothing() {
     assert!(report.batches >= pruned_old / 25, "{report:?}");
     assert_eq!(acked.len(), 600);
     for (key, id) in &acked {
-        let job = q.job(*id).unwrap().unwrap_or_else(|| panic!("{key} (job {id}) is gone"));
+        let job = db.job(*id).unwrap().unwrap_or_else(|| panic!("{key} (job {id}) is gone"));
         assert_eq!(job.key.as_deref(), Some(key.as_str()));
     }
-    let remaining_old = raw_count(&q.path(), "unknown") + raw_count(&q.path(), "exhausted");
+    let remaining_old = db.count("unknown") + db.count("exhausted");
     assert_eq!(remaining_old, protected, "unknown and unacknowledged exhausted rows stay");
-    assert_eq!(snapshot(&q.path()).len(), 600 + protected as usize);
+    assert_eq!(db.snapshot().len(), 600 + protected as usize);
 }

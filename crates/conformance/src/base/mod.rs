@@ -1,0 +1,33 @@
+//! Base rules, for every store: the job lifecycle, idempotent intake, retention, maintenance
+//! and the worker pool.
+//!
+//! - `lifecycle`: intake to completion, claim order, leases, renew, settles after the lease
+//!   ran out, retry, cancel, park and resume, reap, prune, stats;
+//! - `intake`: one row per (queue, key), also under contention; all-or-nothing batches;
+//!   `enqueue_tx` in the application's own transaction;
+//! - `retention`: a property test over every state and clock jumps; pruning under intake;
+//! - `maintenance`: the maintenance services' passes and their thread;
+//! - `pool`: the worker pool, from exactly-once settles to shutdown and `wait_idle`.
+//!
+//! Each rule is named after the behaviour it checks (`base::claim_orders_by_priority_then_run_at_then_id`).
+
+mod intake;
+mod lifecycle;
+mod maintenance;
+mod pool;
+mod retention;
+
+use crate::harness::Harness;
+use crate::Rule;
+
+/// Every rule of this level, the controls included.
+pub fn rules<H: Harness>() -> Vec<Rule<H>> {
+    let mut rules: Vec<Rule<H>> = Vec::new();
+    rules.extend(lifecycle::rules::<H>());
+    rules.extend(intake::rules::<H>());
+    rules.extend(retention::rules::<H>());
+    rules.extend(maintenance::rules::<H>());
+    rules.extend(pool::rules::<H>());
+    rules.extend(crate::controls::rules::<H, { crate::controls::BASE }>());
+    rules
+}
