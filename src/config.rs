@@ -106,6 +106,12 @@ pub struct QueueBuilder {
     pub(crate) max_page_count: Option<u64>,
     pub(crate) read_only: bool,
     pub(crate) upgrade: bool,
+    /// The PostgreSQL server (`QueueBuilder::url`), shown without its password.
+    #[cfg(feature = "postgres")]
+    pub(crate) url: Option<crate::store::postgres::Url>,
+    /// The PostgreSQL schema (`QueueBuilder::schema`).
+    #[cfg(feature = "postgres")]
+    pub(crate) schema: Option<String>,
 }
 
 impl Default for QueueBuilder {
@@ -121,6 +127,10 @@ impl Default for QueueBuilder {
             max_page_count: None,
             read_only: false,
             upgrade: true,
+            #[cfg(feature = "postgres")]
+            url: None,
+            #[cfg(feature = "postgres")]
+            schema: None,
         }
     }
 }
@@ -208,6 +218,15 @@ impl QueueBuilder {
     }
 
     fn validate(&self) -> Result<()> {
+        self.validate_common()?;
+        if self.read_only && matches!(self.location, Location::Memory) {
+            return Err(Error::invalid("read only", "an in-memory queue cannot be opened read-only"));
+        }
+        Ok(())
+    }
+
+    /// The checks of settings every store reads.
+    pub(crate) fn validate_common(&self) -> Result<()> {
         if self.pool_size == 0 || self.pool_size > 64 {
             return Err(Error::invalid("pool size", format!("{} is not in 1..=64", self.pool_size)));
         }
@@ -215,9 +234,6 @@ impl QueueBuilder {
             return Err(Error::invalid("payload limit", format!("{} is not in 1..=512 MiB", self.max_payload)));
         }
         crate::validate::check_attempts(self.max_attempts)?;
-        if self.read_only && matches!(self.location, Location::Memory) {
-            return Err(Error::invalid("read only", "an in-memory queue cannot be opened read-only"));
-        }
         if self.busy_timeout > Duration::from_secs(3600) {
             return Err(Error::invalid("busy timeout", "longer than an hour"));
         }

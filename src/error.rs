@@ -183,6 +183,29 @@ pub enum Error {
         #[source]
         source: rusqlite::Error,
     },
+    /// Any other PostgreSQL error (feature `postgres`); `statement` names the statement that
+    /// failed. The server's message is in the source; it never carries the URL's password.
+    #[cfg(feature = "postgres")]
+    #[error("postgresql error in {statement}")]
+    Postgres {
+        /// The statement that failed.
+        statement: &'static str,
+        /// diesel's error, with the server's message.
+        #[source]
+        source: diesel::result::Error,
+    },
+    /// The connection to the PostgreSQL server was lost during the call (feature
+    /// `postgres`): the server went down or restarted, or the session was ended by a
+    /// timeout. The connection is discarded and the pool opens a new one. The transaction
+    /// was rolled back, except when the connection broke during its commit: then whether it
+    /// committed is unknown, and the call may be retried (every fenceq write is fenced or
+    /// idempotent).
+    #[cfg(feature = "postgres")]
+    #[error("lost the connection to the postgresql server in {statement}; the pool reconnects, retry the call")]
+    ConnectionLost {
+        /// The statement that failed.
+        statement: &'static str,
+    },
     /// The connection pool could not hand out a connection in time.
     #[error("connection pool")]
     Pool(#[source] r2d2::Error),
@@ -200,6 +223,10 @@ impl Error {
 
     /// True for errors that a later retry of the same call may not see (busy, locked).
     pub fn is_retryable(&self) -> bool {
+        #[cfg(feature = "postgres")]
+        if matches!(self, Error::ConnectionLost { .. }) {
+            return true;
+        }
         matches!(self, Error::Busy { .. })
     }
 

@@ -17,6 +17,10 @@ pub use config::{
     QueueBuilder, Retention, Synchronous, DEFAULT_BUSY_TIMEOUT, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD,
     DEFAULT_POOL_SIZE, DEFAULT_PRUNE_BATCH, DEFAULT_RETENTION, MAX_KEY_LEN, MAX_LEASE, MAX_NAME_LEN,
 };
+/// The diesel version the PostgreSQL store is built with, for closures that receive its
+/// [`PgTx`] (feature `postgres`).
+#[cfg(feature = "postgres")]
+pub use diesel;
 pub use error::{Error, LostReason, Result};
 pub use job::{
     Backoff, ClaimId, ClaimToken, Claimed, Cursor, Decision, Enqueued, Exhaustion, Job, JobId, JobState, NewJob, Page,
@@ -31,6 +35,10 @@ pub use queue::{ListFilter, Queue};
 pub use report::{CheckpointReport, CommitStats, PruneReport, QueueStats, ReapReport, Stats};
 /// The rusqlite version fenceq is built with, for closures that receive its `Transaction`.
 pub use rusqlite;
+#[cfg(feature = "postgres")]
+pub use store::postgres::{
+    PgTx, PostgresStore, POSTGRES_CONNECT_TIMEOUT, POSTGRES_IDLE_IN_TRANSACTION_TIMEOUT, POSTGRES_STATEMENT_TIMEOUT,
+};
 pub use store::sqlite::migrate::SCHEMA_VERSION;
 pub use store::sqlite::{owns_in, schema_version_of, SqliteStore};
 pub use validate::{MAX_BATCH, MAX_ERROR_LEN};

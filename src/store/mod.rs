@@ -30,6 +30,8 @@
 //! kit (`crates/conformance`). Applications never use it. It is not yet stable: it may
 //! change in any 0.x release.
 
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub(crate) mod scope;
 pub mod sqlite;
 

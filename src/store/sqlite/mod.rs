@@ -203,7 +203,7 @@ impl SqliteStore {
 /// default; ours only replace a connection now and then (none is ever reaped: no idle
 /// timeout, no lifetime), so one thread shared by all serves, and opening a queue no longer
 /// spawns threads (a third of the time of a reopen, measured with the fuzz model).
-fn pool_threads() -> Arc<scheduled_thread_pool::ScheduledThreadPool> {
+pub(crate) fn pool_threads() -> Arc<scheduled_thread_pool::ScheduledThreadPool> {
     static THREADS: std::sync::OnceLock<Arc<scheduled_thread_pool::ScheduledThreadPool>> = std::sync::OnceLock::new();
     let start = || {
         let threads = scheduled_thread_pool::ScheduledThreadPool::builder().num_threads(1);

@@ -1,0 +1,590 @@
+//! The store contract on PostgreSQL: each method binds its parameters and runs its named
+//! statement (`statements.rs`) on the connection of the transaction it was given.
+
+use super::error::PgContext;
+use super::statements::*;
+use super::{PgTx, PostgresStore};
+use crate::error::{Error, Result};
+use crate::job::{ClaimId, ClaimToken, Claimed, Decision, Exhaustion, Job, JobId, JobState, Resolution};
+use crate::report::{CheckpointReport, CommitStats, ReapReport};
+use crate::store::{Decided, Identity, NewRow, OwnedLease, StatsRow, Store};
+use diesel::pg::Pg;
+use diesel::query_builder::{BoxedSqlQuery, SqlQuery};
+use diesel::sql_types::{BigInt, Binary, Bool, Integer, Nullable, Text, Uuid as SqlUuid};
+use diesel::{sql_query, OptionalExtension, PgConnection, QueryableByName, RunQueryDsl};
+use std::time::Duration;
+
+type Query<'a> = BoxedSqlQuery<'a, Pg, SqlQuery>;
+
+/// A statement with the token guard's parameters bound: `$1` id, `$2` attempt, `$3` claim
+/// id, `$4` now.
+fn token_query<'a>(statement: &'static str, token: &ClaimToken, now: i64) -> Query<'a> {
+    sql_query(statement)
+        .into_boxed::<Pg>()
+        .bind::<BigInt, _>(token.id.0)
+        .bind::<Integer, _>(attempt(token.attempt))
+        .bind::<SqlUuid, _>(token.claim_id.0)
+        .bind::<BigInt, _>(now)
+}
+
+/// An operator's statement by id: `$1` id, `$2` now, `$3` decision, `$4` by, `$5` note.
+fn decided_query<'a>(statement: &'static str, id: JobId, now: i64, decided: &Decided<'a>) -> Query<'a> {
+    sql_query(statement)
+        .into_boxed::<Pg>()
+        .bind::<BigInt, _>(id.0)
+        .bind::<BigInt, _>(now)
+        .bind::<Text, _>(decided.action)
+        .bind::<Nullable<Text>, _>(decided.by)
+        .bind::<Nullable<Text>, _>(decided.note)
+}
+
+/// Attempts are at most 10,000; a forged larger one matches no row.
+fn attempt(n: u32) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+fn limit(n: u32) -> i64 {
+    i64::from(n)
+}
+
+fn count(tx: &PgTx, query: Query<'_>, name: &'static str) -> Result<usize> {
+    tx.with(|conn| query.execute(conn).pg(name))
+}
+
+fn changed(tx: &PgTx, query: Query<'_>, name: &'static str) -> Result<bool> {
+    Ok(count(tx, query, name)? == 1)
+}
+
+#[derive(QueryableByName)]
+struct IdRow {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+}
+
+#[derive(QueryableByName)]
+struct N {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+#[derive(QueryableByName)]
+struct StateRow {
+    #[diesel(sql_type = Text)]
+    state: String,
+}
+
+#[derive(QueryableByName)]
+struct LeaseRow {
+    #[diesel(sql_type = BigInt)]
+    lease_until: i64,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    heartbeat_at: Option<i64>,
+}
+
+#[derive(QueryableByName)]
+struct ClaimRow {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = Text)]
+    queue: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    key: Option<String>,
+    #[diesel(sql_type = Binary)]
+    payload: Vec<u8>,
+    #[diesel(sql_type = Integer)]
+    priority: i32,
+    #[diesel(sql_type = BigInt)]
+    run_at: i64,
+    #[diesel(sql_type = Integer)]
+    attempt: i32,
+    #[diesel(sql_type = Integer)]
+    max_attempts: i32,
+    #[diesel(sql_type = BigInt)]
+    lease_until: i64,
+    #[diesel(sql_type = Nullable<Text>)]
+    last_error: Option<String>,
+    #[diesel(sql_type = SqlUuid)]
+    claim_id: uuid::Uuid,
+}
+
+#[derive(QueryableByName)]
+struct IdentityRow {
+    #[diesel(sql_type = Text)]
+    state: String,
+    #[diesel(sql_type = Integer)]
+    attempt: i32,
+    #[diesel(sql_type = Nullable<SqlUuid>)]
+    claim_id: Option<uuid::Uuid>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    lease_until: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    wait_until: Option<i64>,
+}
+
+#[derive(QueryableByName)]
+struct PageRow {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = Integer)]
+    attempt: i32,
+    #[diesel(sql_type = Nullable<SqlUuid>)]
+    claim_id: Option<uuid::Uuid>,
+    #[diesel(sql_type = Text)]
+    queue: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    key: Option<String>,
+    #[diesel(sql_type = Binary)]
+    payload: Vec<u8>,
+    #[diesel(sql_type = Nullable<Text>)]
+    reason: Option<String>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    at: Option<i64>,
+}
+
+#[derive(QueryableByName)]
+struct JobRow {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = Text)]
+    queue: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    key: Option<String>,
+    #[diesel(sql_type = Binary)]
+    payload: Vec<u8>,
+    #[diesel(sql_type = Text)]
+    state: String,
+    #[diesel(sql_type = Integer)]
+    priority: i32,
+    #[diesel(sql_type = BigInt)]
+    run_at: i64,
+    #[diesel(sql_type = Integer)]
+    attempt: i32,
+    #[diesel(sql_type = Integer)]
+    max_attempts: i32,
+    #[diesel(sql_type = Nullable<SqlUuid>)]
+    claim_id: Option<uuid::Uuid>,
+    #[diesel(sql_type = Nullable<Text>)]
+    worker: Option<String>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    lease_until: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    heartbeat_at: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    wait_until: Option<i64>,
+    #[diesel(sql_type = Nullable<Text>)]
+    last_error: Option<String>,
+    #[diesel(sql_type = BigInt)]
+    created_at: i64,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    settled_at: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    exhausted_at: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    acknowledged_at: Option<i64>,
+    #[diesel(sql_type = Nullable<Text>)]
+    decision: Option<String>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    decided_at: Option<i64>,
+    #[diesel(sql_type = Nullable<Text>)]
+    decided_by: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    decision_note: Option<String>,
+}
+
+#[derive(QueryableByName)]
+struct StatsDbRow {
+    #[diesel(sql_type = Text)]
+    queue: String,
+    #[diesel(sql_type = Text)]
+    state: String,
+    #[diesel(sql_type = Bool)]
+    acknowledged: bool,
+    #[diesel(sql_type = BigInt)]
+    count: i64,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    min_run_at: Option<i64>,
+    #[diesel(sql_type = BigInt)]
+    expired: i64,
+}
+
+#[derive(QueryableByName)]
+struct ReapPreviewRow {
+    #[diesel(sql_type = BigInt)]
+    requeued: i64,
+    #[diesel(sql_type = BigInt)]
+    exhausted: i64,
+    #[diesel(sql_type = BigInt)]
+    waits_expired: i64,
+}
+
+#[derive(QueryableByName)]
+struct PrunePreviewRow {
+    #[diesel(sql_type = BigInt)]
+    settled: i64,
+    #[diesel(sql_type = BigInt)]
+    acknowledged: i64,
+}
+
+fn parse_state(text: &str) -> Result<JobState> {
+    text.parse().map_err(|_| Error::invalid("state", format!("unknown state {text:?} in the database")))
+}
+
+fn unsigned(n: i32) -> u32 {
+    u32::try_from(n).unwrap_or(0)
+}
+
+fn count_u64(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+/// The exact token's live lease at `now`, locking its row until the transaction ends.
+pub(super) fn owned_lease_on(conn: &mut PgConnection, token: &ClaimToken, now: i64) -> Result<Option<OwnedLease>> {
+    let row = token_query(OWNED_LEASE, token, now).get_result::<LeaseRow>(conn).optional().pg("OWNED_LEASE")?;
+    Ok(row.map(|r| OwnedLease {
+        until: r.lease_until,
+        length_ms: r.heartbeat_at.map_or(0, |at| r.lease_until.saturating_sub(at).max(0)),
+    }))
+}
+
+impl Store for PostgresStore {
+    type Tx = PgTx;
+
+    fn read<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
+        self.run_read(f)
+    }
+
+    fn write<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
+        self.write_scoped(f)
+    }
+
+    /// No group commit yet: the work runs on the calling thread, in a transaction of its own.
+    fn submit<T, F>(&self, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&PgTx) -> Result<T> + Send + 'static,
+    {
+        self.submit_scoped(work)
+    }
+
+    /// PostgreSQL never leaves a transaction by itself: after an error it refuses every
+    /// statement until the rollback, and the store's commit turns that into
+    /// `TransactionLost` (see `run_write`).
+    fn still_in_transaction(_tx: &PgTx) -> Result<()> {
+        Ok(())
+    }
+
+    fn commit_stats(&self) -> CommitStats {
+        let transactions = super::transactions(self);
+        CommitStats { transactions, requests: transactions, wal_syncs: 0 }
+    }
+
+    /// The server keeps its own files: nothing to do.
+    fn checkpoint(&self, _patience: Duration) -> Result<Option<CheckpointReport>> {
+        Ok(None)
+    }
+
+    fn schema_version(tx: &PgTx) -> Result<i64> {
+        tx.with(super::migrate::version)
+    }
+
+    fn enqueue(tx: &PgTx, row: &NewRow<'_>) -> Result<Option<JobId>> {
+        let query = sql_query(ENQUEUE)
+            .into_boxed::<Pg>()
+            .bind::<Text, _>(row.queue)
+            .bind::<Nullable<Text>, _>(row.key)
+            .bind::<Binary, _>(row.payload)
+            .bind::<Integer, _>(row.priority)
+            .bind::<BigInt, _>(row.run_at)
+            .bind::<Integer, _>(attempt(row.max_attempts))
+            .bind::<BigInt, _>(row.created_at);
+        let id = tx.with(|conn| query.get_result::<IdRow>(conn).optional().pg("ENQUEUE"))?;
+        Ok(id.map(|r| JobId(r.id)))
+    }
+
+    fn find_by_key(tx: &PgTx, queue: &str, key: &str) -> Result<Option<JobId>> {
+        let query = sql_query(FIND_BY_KEY).into_boxed::<Pg>().bind::<Text, _>(queue).bind::<Text, _>(key);
+        let id = tx.with(|conn| query.get_result::<IdRow>(conn).optional().pg("FIND_BY_KEY"))?;
+        Ok(id.map(|r| JobId(r.id)))
+    }
+
+    /// One statement (`CLAIM`); the claimed rows are sorted into claim order here.
+    fn claim(tx: &PgTx, queue: &str, worker: &str, now: i64, lease_until: i64, limit_: u32) -> Result<Vec<Claimed>> {
+        let query = sql_query(CLAIM)
+            .into_boxed::<Pg>()
+            .bind::<Text, _>(queue)
+            .bind::<BigInt, _>(now)
+            .bind::<BigInt, _>(limit(limit_))
+            .bind::<Text, _>(worker)
+            .bind::<BigInt, _>(lease_until);
+        let mut rows = tx.with(|conn| query.load::<ClaimRow>(conn).pg("CLAIM"))?;
+        rows.sort_by_key(|r| (std::cmp::Reverse(r.priority), r.run_at, r.id));
+        Ok(rows
+            .into_iter()
+            .map(|r| Claimed {
+                token: ClaimToken { id: JobId(r.id), attempt: unsigned(r.attempt), claim_id: ClaimId(r.claim_id) },
+                queue: r.queue,
+                key: r.key,
+                payload: r.payload,
+                priority: r.priority,
+                max_attempts: unsigned(r.max_attempts),
+                lease_until: r.lease_until,
+                last_error: r.last_error,
+            })
+            .collect())
+    }
+
+    fn renew_if_owned(tx: &PgTx, token: &ClaimToken, now: i64, lease_until: i64) -> Result<bool> {
+        let query = token_query(RENEW_IF_OWNED, token, now).bind::<BigInt, _>(lease_until);
+        changed(tx, query, "RENEW_IF_OWNED")
+    }
+
+    fn owns(tx: &PgTx, token: &ClaimToken, at: i64) -> Result<bool> {
+        let query = token_query(OWNS, token, at);
+        Ok(tx.with(|conn| query.get_result::<N>(conn).pg("OWNS"))?.n == 1)
+    }
+
+    /// Locks the row (`SELECT … FOR UPDATE`) until `tx` ends: a concurrent claim or reap
+    /// skips it, a cancel or settle waits for it.
+    fn owned_lease(tx: &PgTx, token: &ClaimToken, now: i64) -> Result<Option<OwnedLease>> {
+        tx.with(|conn| owned_lease_on(conn, token, now))
+    }
+
+    fn extend_owned(tx: &PgTx, token: &ClaimToken, now: i64, lease_until: i64) -> Result<bool> {
+        let query = token_query(EXTEND_OWNED, token, now).bind::<BigInt, _>(lease_until);
+        changed(tx, query, "EXTEND_OWNED")
+    }
+
+    fn identity(tx: &PgTx, id: JobId) -> Result<Option<Identity>> {
+        let query = sql_query(IDENTITY).into_boxed::<Pg>().bind::<BigInt, _>(id.0);
+        let row = tx.with(|conn| query.get_result::<IdentityRow>(conn).optional().pg("IDENTITY"))?;
+        row.map(|r| {
+            Ok(Identity {
+                state: parse_state(&r.state)?,
+                attempt: unsigned(r.attempt),
+                claim_id: r.claim_id.map(ClaimId),
+                lease_until: r.lease_until,
+                wait_until: r.wait_until,
+            })
+        })
+        .transpose()
+    }
+
+    fn complete_if_owned(tx: &PgTx, token: &ClaimToken, now: i64) -> Result<bool> {
+        changed(tx, token_query(COMPLETE_IF_OWNED, token, now), "COMPLETE_IF_OWNED")
+    }
+
+    fn retry_if_owned(tx: &PgTx, token: &ClaimToken, now: i64, run_at: i64, error: &str) -> Result<bool> {
+        let query = token_query(RETRY_IF_OWNED, token, now).bind::<BigInt, _>(run_at).bind::<Text, _>(error);
+        changed(tx, query, "RETRY_IF_OWNED")
+    }
+
+    fn exhaust_if_owned(tx: &PgTx, token: &ClaimToken, now: i64, error: &str) -> Result<bool> {
+        changed(tx, token_query(EXHAUST_IF_OWNED, token, now).bind::<Text, _>(error), "EXHAUST_IF_OWNED")
+    }
+
+    fn mark_unknown_if_owned(tx: &PgTx, token: &ClaimToken, now: i64, evidence: &str) -> Result<bool> {
+        let query = token_query(MARK_UNKNOWN_IF_OWNED, token, now).bind::<Text, _>(evidence);
+        changed(tx, query, "MARK_UNKNOWN_IF_OWNED")
+    }
+
+    fn park_if_owned(tx: &PgTx, token: &ClaimToken, now: i64, wait_until: i64, reason: &str) -> Result<bool> {
+        let query = token_query(PARK_IF_OWNED, token, now).bind::<BigInt, _>(wait_until).bind::<Text, _>(reason);
+        changed(tx, query, "PARK_IF_OWNED")
+    }
+
+    fn resume_if_waiting(tx: &PgTx, token: &ClaimToken, now: i64) -> Result<bool> {
+        changed(tx, token_query(RESUME_IF_WAITING, token, now), "RESUME_IF_WAITING")
+    }
+
+    fn acknowledge_if_exhausted(tx: &PgTx, token: &ClaimToken, now: i64, decided: &Decided<'_>) -> Result<bool> {
+        let query = token_query(ACKNOWLEDGE_IF_EXHAUSTED, token, now)
+            .bind::<Text, _>(decided.action)
+            .bind::<Nullable<Text>, _>(decided.by)
+            .bind::<Nullable<Text>, _>(decided.note);
+        changed(tx, query, "ACKNOWLEDGE_IF_EXHAUSTED")
+    }
+
+    fn resolve_if_unknown(
+        tx: &PgTx,
+        token: &ClaimToken,
+        resolution: Resolution,
+        now: i64,
+        decided: &Decided<'_>,
+    ) -> Result<bool> {
+        let (statement, name) = match resolution {
+            Resolution::Complete => (RESOLVE_COMPLETE_IF_UNKNOWN, "RESOLVE_COMPLETE_IF_UNKNOWN"),
+            Resolution::Retry => (RESOLVE_RETRY_IF_UNKNOWN, "RESOLVE_RETRY_IF_UNKNOWN"),
+            Resolution::Exhaust => (RESOLVE_EXHAUST_IF_UNKNOWN, "RESOLVE_EXHAUST_IF_UNKNOWN"),
+        };
+        let query = token_query(statement, token, now)
+            .bind::<Text, _>(decided.action)
+            .bind::<Nullable<Text>, _>(decided.by)
+            .bind::<Nullable<Text>, _>(decided.note);
+        changed(tx, query, name)
+    }
+
+    fn cancel_if_active(tx: &PgTx, id: JobId, now: i64, decided: &Decided<'_>) -> Result<bool> {
+        changed(tx, decided_query(CANCEL_IF_ACTIVE, id, now, decided), "CANCEL_IF_ACTIVE")
+    }
+
+    fn replay_if_exhausted(tx: &PgTx, id: JobId, now: i64, decided: &Decided<'_>) -> Result<bool> {
+        changed(tx, decided_query(REPLAY_IF_EXHAUSTED, id, now, decided), "REPLAY_IF_EXHAUSTED")
+    }
+
+    fn acknowledge_job_if_unacknowledged(tx: &PgTx, id: JobId, now: i64, decided: &Decided<'_>) -> Result<bool> {
+        let query = decided_query(ACKNOWLEDGE_JOB_IF_UNACKNOWLEDGED, id, now, decided);
+        changed(tx, query, "ACKNOWLEDGE_JOB_IF_UNACKNOWLEDGED")
+    }
+
+    fn acknowledge_all(tx: &PgTx, queue: &str, now: i64, decided: &Decided<'_>) -> Result<Vec<JobId>> {
+        let query = sql_query(ACKNOWLEDGE_ALL)
+            .into_boxed::<Pg>()
+            .bind::<Text, _>(queue)
+            .bind::<BigInt, _>(now)
+            .bind::<Text, _>(decided.action)
+            .bind::<Nullable<Text>, _>(decided.by)
+            .bind::<Nullable<Text>, _>(decided.note);
+        let rows = tx.with(|conn| query.load::<IdRow>(conn).pg("ACKNOWLEDGE_ALL"))?;
+        let mut ids: Vec<JobId> = rows.into_iter().map(|r| JobId(r.id)).collect();
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    fn reap_expired(tx: &PgTx, now: i64, limit_: u32) -> Result<(u64, u64)> {
+        let query = sql_query(REAP_EXPIRED).into_boxed::<Pg>().bind::<BigInt, _>(now).bind::<BigInt, _>(limit(limit_));
+        let states = tx.with(|conn| query.load::<StateRow>(conn).pg("REAP_EXPIRED"))?;
+        let requeued = states.iter().filter(|s| s.state == "pending").count() as u64;
+        Ok((requeued, states.len() as u64 - requeued))
+    }
+
+    fn reap_waiting(tx: &PgTx, now: i64, limit_: u32) -> Result<u64> {
+        let query = sql_query(REAP_WAITING).into_boxed::<Pg>().bind::<BigInt, _>(now).bind::<BigInt, _>(limit(limit_));
+        Ok(count(tx, query, "REAP_WAITING")? as u64)
+    }
+
+    fn reap_preview(tx: &PgTx, now: i64) -> Result<ReapReport> {
+        let query = sql_query(REAP_PREVIEW).into_boxed::<Pg>().bind::<BigInt, _>(now);
+        let row = tx.with(|conn| query.get_result::<ReapPreviewRow>(conn).pg("REAP_PREVIEW"))?;
+        Ok(ReapReport {
+            requeued: count_u64(row.requeued),
+            exhausted: count_u64(row.exhausted),
+            waits_expired: count_u64(row.waits_expired),
+        })
+    }
+
+    fn prune_settled(tx: &PgTx, horizon: i64, limit_: u32) -> Result<u64> {
+        let query =
+            sql_query(PRUNE_SETTLED).into_boxed::<Pg>().bind::<BigInt, _>(horizon).bind::<BigInt, _>(limit(limit_));
+        Ok(count(tx, query, "PRUNE_SETTLED")? as u64)
+    }
+
+    fn prune_acknowledged(tx: &PgTx, horizon: i64, limit_: u32) -> Result<u64> {
+        let query = sql_query(PRUNE_ACKNOWLEDGED)
+            .into_boxed::<Pg>()
+            .bind::<BigInt, _>(horizon)
+            .bind::<BigInt, _>(limit(limit_));
+        Ok(count(tx, query, "PRUNE_ACKNOWLEDGED")? as u64)
+    }
+
+    fn prune_preview(tx: &PgTx, horizon: i64) -> Result<(u64, u64)> {
+        let query = sql_query(PRUNE_PREVIEW).into_boxed::<Pg>().bind::<BigInt, _>(horizon);
+        let row = tx.with(|conn| query.get_result::<PrunePreviewRow>(conn).pg("PRUNE_PREVIEW"))?;
+        Ok((count_u64(row.settled), count_u64(row.acknowledged)))
+    }
+
+    fn exhaustions(tx: &PgTx, after: i64, limit_: u32) -> Result<Vec<Exhaustion>> {
+        page(tx, EXHAUSTIONS, "EXHAUSTIONS", after, limit_)
+    }
+
+    fn unknowns(tx: &PgTx, after: i64, limit_: u32) -> Result<Vec<Exhaustion>> {
+        page(tx, UNKNOWNS, "UNKNOWNS", after, limit_)
+    }
+
+    fn job(tx: &PgTx, id: JobId) -> Result<Option<Job>> {
+        let query = sql_query(JOB).into_boxed::<Pg>().bind::<BigInt, _>(id.0);
+        let row = tx.with(|conn| query.get_result::<JobRow>(conn).optional().pg("JOB"))?;
+        row.map(job_from_row).transpose()
+    }
+
+    fn list(tx: &PgTx, queue: Option<&str>, state: Option<JobState>, after: i64, limit_: u32) -> Result<Vec<Job>> {
+        let query = sql_query(LIST)
+            .into_boxed::<Pg>()
+            .bind::<BigInt, _>(after)
+            .bind::<Nullable<Text>, _>(queue)
+            .bind::<Nullable<Text>, _>(state.map(JobState::as_str))
+            .bind::<BigInt, _>(limit(limit_));
+        let rows = tx.with(|conn| query.load::<JobRow>(conn).pg("LIST"))?;
+        rows.into_iter().map(job_from_row).collect()
+    }
+
+    fn stats(tx: &PgTx, now: i64) -> Result<Vec<StatsRow>> {
+        let query = sql_query(STATS).into_boxed::<Pg>().bind::<BigInt, _>(now);
+        let rows = tx.with(|conn| query.load::<StatsDbRow>(conn).pg("STATS"))?;
+        rows.into_iter()
+            .map(|r| {
+                Ok(StatsRow {
+                    queue: r.queue,
+                    state: parse_state(&r.state)?,
+                    acknowledged: r.acknowledged,
+                    count: count_u64(r.count),
+                    min_run_at: r.min_run_at,
+                    expired: count_u64(r.expired),
+                })
+            })
+            .collect()
+    }
+
+    fn due_or_running(tx: &PgTx, queue: &str, now: i64) -> Result<u64> {
+        let query = sql_query(DUE_OR_RUNNING).into_boxed::<Pg>().bind::<Text, _>(queue).bind::<BigInt, _>(now);
+        Ok(count_u64(tx.with(|conn| query.get_result::<N>(conn).pg("DUE_OR_RUNNING"))?.n))
+    }
+}
+
+/// One page of exhaustions or unknowns (`statement` is one of the two page queries).
+fn page(tx: &PgTx, statement: &'static str, name: &'static str, after: i64, limit_: u32) -> Result<Vec<Exhaustion>> {
+    let query = sql_query(statement).into_boxed::<Pg>().bind::<BigInt, _>(after).bind::<BigInt, _>(limit(limit_));
+    let rows = tx.with(|conn| query.load::<PageRow>(conn).pg(name))?;
+    Ok(rows
+        .into_iter()
+        .map(|r| Exhaustion {
+            token: ClaimToken {
+                id: JobId(r.id),
+                attempt: unsigned(r.attempt),
+                claim_id: ClaimId(r.claim_id.unwrap_or_else(uuid::Uuid::nil)),
+            },
+            queue: r.queue,
+            key: r.key,
+            payload: r.payload,
+            reason: r.reason,
+            at: r.at.unwrap_or_default(),
+        })
+        .collect())
+}
+
+fn job_from_row(r: JobRow) -> Result<Job> {
+    Ok(Job {
+        id: JobId(r.id),
+        queue: r.queue,
+        key: r.key,
+        payload: r.payload,
+        state: parse_state(&r.state)?,
+        priority: r.priority,
+        run_at: r.run_at,
+        attempt: unsigned(r.attempt),
+        max_attempts: unsigned(r.max_attempts),
+        claim_id: r.claim_id.map(ClaimId),
+        worker: r.worker,
+        lease_until: r.lease_until,
+        heartbeat_at: r.heartbeat_at,
+        wait_until: r.wait_until,
+        last_error: r.last_error,
+        created_at: r.created_at,
+        settled_at: r.settled_at,
+        exhausted_at: r.exhausted_at,
+        acknowledged_at: r.acknowledged_at,
+        decision: match (r.decision, r.decided_at) {
+            (Some(action), Some(at)) => Some(Decision { action, at, by: r.decided_by, note: r.decision_note }),
+            _ => None,
+        },
+    })
+}

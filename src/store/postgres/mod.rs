@@ -1,0 +1,442 @@
+//! The PostgreSQL store (feature `postgres`): a pool of diesel `PgConnection`s (libpq,
+//! synchronous, no async runtime), the session settings every connection gets (timeouts,
+//! `search_path`), the open sequence (validate, migrate: `migrate.rs` and the `migrations/`
+//! it embeds, with SQLite's version numbers), the dialect SQL (`statements.rs`), the
+//! transitions of the store contract (`jobs.rs`), and the classification of the server's
+//! errors (`error.rs`).
+//!
+//! ## Transactions
+//!
+//! Every write runs in a `READ COMMITTED` transaction of its own on a pooled connection,
+//! begun through diesel's transaction manager, so that a caller's closure may nest
+//! `conn.transaction(..)` (a savepoint). There is no group commit yet: [`Store::submit`]
+//! runs the work on the calling thread in its own transaction, like [`Store::write`].
+//! Ownership is a row lock: an owned write (`with_ownership`, `complete_with`) first reads
+//! the exact token's live lease with `SELECT … FOR UPDATE`, and holds that lock until it
+//! commits, so no claim, reap or cancel of another process can change the job in between
+//! (claims and reaps skip the locked row, the others wait for it).
+//!
+//! ## Time
+//!
+//! In this version leases, deadlines and retention are judged by the queue's clock, as on
+//! SQLite (the [`Clock`](crate::Clock) of [`QueueBuilder::clock`], the system clock by
+//! default), and passed to every statement as a parameter. With several hosts that means
+//! every host's clock must agree within a small fraction of the shortest lease. Judging by
+//! the database server's clock for every host (River's `coalesce(@now, now())`, with an
+//! injected clock only for tests) is the planned default for multi-host deployments and is
+//! not done yet.
+
+pub(crate) mod error;
+mod jobs;
+pub(crate) mod migrate;
+pub(crate) mod statements;
+
+use crate::config::QueueBuilder;
+use crate::error::{Error, Result};
+use crate::store::scope::{enter_write, WriteFlag};
+use diesel::connection::{AnsiTransactionManager, SimpleConnection, TransactionManager};
+use diesel::r2d2::{ConnectionManager, CustomizeConnection, PooledConnection};
+use diesel::PgConnection;
+use error::PgContext;
+use std::cell::{RefCell, RefMut};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+pub(crate) type PgConn = PgConnection;
+type Manager = ConnectionManager<PgConnection>;
+
+/// How long opening a connection may take (libpq's `connect_timeout`, unless the URL sets
+/// its own). 10 seconds.
+pub const POSTGRES_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest any one statement may run (`statement_timeout`): 30 seconds.
+pub const POSTGRES_STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a transaction may sit idle between statements, a caller's closure included,
+/// before the server ends the session (`idle_in_transaction_session_timeout`): 60 seconds.
+pub const POSTGRES_IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A database URL, shown with its password replaced (`Debug`, errors).
+#[derive(Clone)]
+pub(crate) struct Url(pub(crate) String);
+
+impl std::fmt::Debug for Url {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&error::redact(&self.0))
+    }
+}
+
+/// The transaction a caller's closure gets on PostgreSQL (`with_ownership`, `complete_with`,
+/// `transaction`, `enqueue_tx`, `with_connection`): one connection of the queue's pool, in
+/// the transaction the queue opened (in `with_connection`, in autocommit mode).
+///
+/// Run SQL on it through [`PgTx::conn`], which lends the connection to diesel:
+///
+/// ```no_run
+/// # fn demo(queue: &fenceq::Queue<fenceq::PostgresStore>, token: &fenceq::ClaimToken) -> fenceq::Result<()> {
+/// use fenceq::diesel::{sql_query, sql_types::Text, RunQueryDsl};
+/// queue.with_ownership(token, |tx| {
+///     sql_query("INSERT INTO replies (text) VALUES ($1)").bind::<Text, _>("hi").execute(&mut *tx.conn())?;
+///     Ok(())
+/// })?;
+/// # Ok(()) }
+/// ```
+///
+/// The borrow must end before the closure calls the queue again (`enqueue_tx` with the same
+/// `tx`): a queue call that finds the connection still lent out fails with `InvalidInput`
+/// instead of waiting. Never `COMMIT` or `ROLLBACK` by hand; nested `conn.transaction(..)`
+/// calls are savepoints and fine.
+pub struct PgTx {
+    conn: RefCell<Held>,
+}
+
+enum Held {
+    Pooled(PooledConnection<Manager>),
+    Own(PgConnection),
+}
+
+impl std::fmt::Debug for PgTx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgTx").finish_non_exhaustive()
+    }
+}
+
+impl PgTx {
+    /// Wraps a connection of the application's own, in whatever transaction the caller
+    /// began on it, so that the store's functions (`<PostgresStore as Store>::owns`) and a
+    /// queue's `enqueue_tx` can run on it. The caller commits or rolls back (take the
+    /// connection back with [`PgTx::into_connection`]).
+    pub fn new(conn: PgConnection) -> PgTx {
+        PgTx { conn: RefCell::new(Held::Own(conn)) }
+    }
+
+    fn pooled(conn: PooledConnection<Manager>) -> PgTx {
+        PgTx { conn: RefCell::new(Held::Pooled(conn)) }
+    }
+
+    /// The connection, lent to the caller until the guard is dropped.
+    ///
+    /// # Panics
+    ///
+    /// When the connection is already lent out (a second guard alive at the same time).
+    pub fn conn(&self) -> RefMut<'_, PgConnection> {
+        RefMut::map(self.conn.borrow_mut(), Held::connection)
+    }
+
+    /// The connection given to [`PgTx::new`] (`None` for one of the queue's own).
+    pub fn into_connection(self) -> Option<PgConnection> {
+        match self.conn.into_inner() {
+            Held::Own(conn) => Some(conn),
+            Held::Pooled(_) => None,
+        }
+    }
+
+    /// Runs `f` on the connection; `InvalidInput` when the caller still holds it.
+    pub(crate) fn with<T>(&self, f: impl FnOnce(&mut PgConnection) -> Result<T>) -> Result<T> {
+        let mut held = self.conn.try_borrow_mut().map_err(|_| {
+            Error::invalid("transaction", "its connection is still lent out by PgTx::conn: drop that guard first")
+        })?;
+        f(held.connection())
+    }
+}
+
+impl Held {
+    fn connection(&mut self) -> &mut PgConnection {
+        match self {
+            Held::Pooled(conn) => conn,
+            Held::Own(conn) => conn,
+        }
+    }
+}
+
+/// The PostgreSQL store (feature `postgres`): one database (and schema) on a server, a pool
+/// of connections, and row locks for ownership. Opened by
+/// [`Queue::open_postgres`](crate::Queue::open_postgres) and
+/// [`QueueBuilder::open_postgres`].
+pub struct PostgresStore {
+    pool: r2d2::Pool<Manager>,
+    url: Url,
+    schema: Option<String>,
+    transactions: AtomicU64,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore").field("url", &self.url).field("schema", &self.schema).finish()
+    }
+}
+
+/// The session settings of every pooled connection.
+#[derive(Debug)]
+struct Session {
+    settings: String,
+}
+
+impl CustomizeConnection<PgConnection, diesel::r2d2::Error> for Session {
+    fn on_acquire(&self, conn: &mut PgConnection) -> std::result::Result<(), diesel::r2d2::Error> {
+        conn.batch_execute(&self.settings).map_err(diesel::r2d2::Error::QueryError)
+    }
+}
+
+/// `SET` statements for a session: the timeouts, the schema, read-only.
+fn session_settings(builder: &QueueBuilder) -> String {
+    let ms = |d: Duration| d.as_millis().min(i32::MAX as u128);
+    let mut sql = format!(
+        "SET statement_timeout = {}; SET lock_timeout = {}; SET idle_in_transaction_session_timeout = {};",
+        ms(POSTGRES_STATEMENT_TIMEOUT),
+        ms(builder.busy_timeout).max(1),
+        ms(POSTGRES_IDLE_IN_TRANSACTION_TIMEOUT),
+    );
+    if let Some(schema) = &builder.schema {
+        // Unqualified names resolve in the queue's schema first (where the migrations
+        // create the tables), then in `public`, where an application's own tables often are.
+        sql.push_str(&format!(" SET search_path TO \"{schema}\", public;"));
+    }
+    if builder.read_only {
+        sql.push_str(" SET default_transaction_read_only = on;");
+    }
+    sql
+}
+
+/// The URL with a connect timeout and an application name, unless it sets its own.
+fn with_defaults(url: &str) -> String {
+    let mut url = url.to_string();
+    let is_uri = url.starts_with("postgres://") || url.starts_with("postgresql://");
+    for (key, value) in
+        [("connect_timeout", POSTGRES_CONNECT_TIMEOUT.as_secs().to_string()), ("application_name", "fenceq".into())]
+    {
+        if url.contains(&format!("{key}=")) {
+            continue;
+        }
+        if is_uri {
+            let separator = if url.contains('?') { '&' } else { '?' };
+            url.push_str(&format!("{separator}{key}={value}"));
+        } else {
+            url.push_str(&format!(" {key}={value}"));
+        }
+    }
+    url
+}
+
+/// A schema name fenceq quotes into SQL itself: a plain lowercase identifier.
+pub(crate) fn check_schema(schema: &str) -> Result<()> {
+    let valid = !schema.is_empty()
+        && schema.len() <= 63
+        && schema.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && !schema.starts_with(|c: char| c.is_ascii_digit())
+        && !schema.starts_with("pg_");
+    if valid {
+        Ok(())
+    } else {
+        Err(Error::invalid("schema", format!("{schema:?} is not 1..=63 of [a-z0-9_], starting with a letter or _")))
+    }
+}
+
+impl PostgresStore {
+    /// Connects to the builder's URL and validates and upgrades the schema.
+    pub(crate) fn open(builder: &QueueBuilder) -> Result<PostgresStore> {
+        let url = builder
+            .url
+            .clone()
+            .ok_or_else(|| Error::invalid("url", "open_postgres needs a postgres:// URL (QueueBuilder::url)"))?;
+        if let Some(schema) = &builder.schema {
+            check_schema(schema)?;
+        }
+        let manager = Manager::new(with_defaults(&url.0));
+        let pool = r2d2::Pool::builder()
+            .thread_pool(crate::store::sqlite::pool_threads())
+            .max_size(builder.pool_size.saturating_mul(2))
+            .min_idle(Some(1))
+            .connection_timeout(builder.busy_timeout + POSTGRES_CONNECT_TIMEOUT + Duration::from_secs(15))
+            // Every checkout pings the server (one round trip), so that connections a
+            // server restart broke are replaced before a call uses them.
+            .test_on_check_out(true)
+            .connection_customizer(Box::new(Session { settings: session_settings(builder) }))
+            .build(manager)?;
+        let store = PostgresStore { pool, url, schema: builder.schema.clone(), transactions: AtomicU64::new(0) };
+        let mut conn = store.pool.get()?;
+        if builder.read_only || !builder.upgrade {
+            let found = match &builder.schema {
+                Some(name) if !migrate_schema_exists(&mut conn, name)? => 0,
+                _ => migrate::check_not_newer(&mut conn)?,
+            };
+            if found < migrate::SCHEMA_VERSION {
+                return Err(Error::SchemaTooOld { found, supported: migrate::SCHEMA_VERSION });
+            }
+        } else {
+            migrate::migrate(&mut conn, builder.schema.as_deref(), migrate::SCHEMA_VERSION)?;
+        }
+        Ok(store)
+    }
+
+    /// True when `token` owns its job at `at`, checked inside a transaction the caller
+    /// began on `conn` (of the application's own), and, when it does, locks the job's row
+    /// until that transaction ends, so that no reclaim can commit between this check and
+    /// the caller's commit.
+    ///
+    /// # Errors
+    ///
+    /// A token that does not own its job is `Ok(false)`, never `OwnershipLost`. Only the
+    /// server's error for the query (`Busy` after the lock timeout when another
+    /// transaction holds the row).
+    pub fn owns_in(conn: &mut PgConnection, token: &crate::ClaimToken, at: i64) -> Result<bool> {
+        Ok(jobs::owned_lease_on(conn, token, at)?.is_some())
+    }
+
+    fn run_read<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
+        let tx = PgTx::pooled(self.pool.get()?);
+        f(&tx)
+    }
+
+    /// Runs `f` in a transaction of its own and commits it when `f` returns `Ok`.
+    ///
+    /// The commit is `SELECT 1; COMMIT` in one round trip: in a transaction that an earlier
+    /// error aborted (a statement the closure ran failed, and it carried on), the `SELECT`
+    /// fails and the `COMMIT` never runs, so the call reports `TransactionLost` instead of
+    /// the success PostgreSQL's `COMMIT` of an aborted transaction would report while
+    /// rolling it back.
+    fn run_write<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
+        let tx = PgTx::pooled(self.pool.get()?);
+        tx.with(|conn| AnsiTransactionManager::begin_transaction(conn).pg("BEGIN"))?;
+        let result = f(&tx);
+        let mut held = tx.conn.try_borrow_mut().map_err(|_| Error::invalid("transaction", "still lent out"))?;
+        let conn = held.connection();
+        match result {
+            Ok(value) => match conn.batch_execute("SELECT 1; COMMIT").pg("COMMIT") {
+                Ok(()) => {
+                    self.transactions.fetch_add(1, Ordering::Relaxed);
+                    Ok(value)
+                }
+                Err(e) => {
+                    let _ = AnsiTransactionManager::rollback_transaction(conn);
+                    Err(e)
+                }
+            },
+            Err(e) => {
+                // A failed rollback marks the connection broken; the pool then discards it.
+                let _ = AnsiTransactionManager::rollback_transaction(conn);
+                Err(e)
+            }
+        }
+    }
+
+    fn write_scoped<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
+        let _flag = enter_write()?;
+        self.run_write(f)
+    }
+
+    fn submit_scoped<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
+        let _flag = WriteFlag::set()?;
+        self.run_write(f)
+    }
+}
+
+fn migrate_schema_exists(conn: &mut PgConnection, name: &str) -> Result<bool> {
+    use diesel::sql_types::Text;
+    use diesel::{sql_query, OptionalExtension, QueryableByName, RunQueryDsl};
+    #[derive(QueryableByName)]
+    struct Found {
+        #[diesel(sql_type = Text)]
+        #[allow(dead_code)]
+        nspname: String,
+    }
+    sql_query("SELECT nspname::text AS nspname FROM pg_namespace WHERE nspname = $1")
+        .bind::<Text, _>(name)
+        .get_result::<Found>(conn)
+        .optional()
+        .map(|f| f.is_some())
+        .pg("schema exists")
+}
+
+/// Opening a queue on PostgreSQL (feature `postgres`).
+impl crate::Queue<PostgresStore> {
+    /// Opens the queue in the PostgreSQL database at `url`
+    /// (`postgres://user@host:5432/dbname`), creating or upgrading its tables, with default
+    /// settings. See [`QueueBuilder::url`] for the URL and [`QueueBuilder::schema`] to keep
+    /// the queue in a schema of its own.
+    ///
+    /// # Errors
+    ///
+    /// `Pool` when no connection could be opened (the server's reason inside, never the
+    /// password); `SchemaTooNew` (the schema is left untouched); the server's errors while
+    /// migrating.
+    pub fn open_postgres(url: &str) -> Result<crate::Queue<PostgresStore>> {
+        crate::Queue::builder().url(url).open_postgres()
+    }
+}
+
+/// The PostgreSQL settings of the builder (feature `postgres`).
+impl QueueBuilder {
+    /// The PostgreSQL server and database for [`QueueBuilder::open_postgres`]: a libpq URL
+    /// (`postgres://user:password@host:5432/dbname?sslmode=require`) or key/value string.
+    /// The password never appears in errors, logs or `Debug` output; prefer a `~/.pgpass`
+    /// file or `PGPASSWORD` over a password in the URL. Unless the URL says otherwise, a
+    /// connection attempt gives up after [`POSTGRES_CONNECT_TIMEOUT`].
+    pub fn url(mut self, url: impl Into<String>) -> Self {
+        self.url = Some(Url(url.into()));
+        self
+    }
+
+    /// The schema the queue's tables live in (created if missing), so that the queue can
+    /// sit inside the application's own database: a lowercase identifier of `[a-z0-9_]`.
+    /// Every connection of the queue gets `search_path` = this schema, then `public`.
+    /// Without it, the tables go in the connection's current schema (usually `public`).
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = Some(schema.into());
+        self
+    }
+
+    /// Opens the queue on PostgreSQL, applying pending schema upgrades.
+    ///
+    /// The pool holds up to twice [`QueueBuilder::pool_size`] connections; the busy timeout
+    /// is the session's `lock_timeout` (how long a statement waits for a row lock another
+    /// transaction holds); every session also gets [`POSTGRES_STATEMENT_TIMEOUT`] and
+    /// [`POSTGRES_IDLE_IN_TRANSACTION_TIMEOUT`]. `synchronous` does not apply: durability is
+    /// the server's `synchronous_commit` (on by default: a commit returns once its WAL is
+    /// flushed on the server).
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for bad settings (no URL, a bad schema name), `Pool` when no connection
+    /// could be opened, `SchemaTooNew`, `SchemaTooOld` (read only, or without
+    /// [`QueueBuilder::upgrade`]), the server's errors while migrating.
+    pub fn open_postgres(self) -> Result<crate::Queue<PostgresStore>> {
+        self.validate_common()?;
+        let store = PostgresStore::open(&self)?;
+        Ok(crate::Queue::from_parts(store, self.clock.clone(), self.max_payload, self.max_attempts))
+    }
+}
+
+pub(crate) fn transactions(store: &PostgresStore) -> u64 {
+    store.transactions.load(Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_get_a_connect_timeout_unless_they_set_one() {
+        assert_eq!(with_defaults("postgres://u@h/d"), "postgres://u@h/d?connect_timeout=10&application_name=fenceq");
+        assert_eq!(
+            with_defaults("postgres://u@h/d?connect_timeout=3"),
+            "postgres://u@h/d?connect_timeout=3&application_name=fenceq"
+        );
+        assert_eq!(with_defaults("host=h dbname=d"), "host=h dbname=d connect_timeout=10 application_name=fenceq");
+    }
+
+    #[test]
+    fn schema_names_are_plain_identifiers() {
+        assert!(check_schema("fenceq").is_ok());
+        assert!(check_schema("_q1").is_ok());
+        for bad in ["", "Fenceq", "a\"b", "1a", "pg_catalog", "a b", &"x".repeat(64)] {
+            assert!(check_schema(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn debug_output_hides_the_password() {
+        let builder = QueueBuilder::default().url("postgres://bot:s3cret@localhost/app");
+        let shown = format!("{builder:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("bot:***@localhost"), "{shown}");
+    }
+}

@@ -1,0 +1,314 @@
+//! The PostgreSQL dialect of every transition: one named statement each, named as SQLite's
+//! (`Store::complete_if_owned` runs `COMPLETE_IF_OWNED`).
+//!
+//! Parameters are positional. Every statement guarded by a token binds it first, in the
+//! same order: `$1` id, `$2` attempt, `$3` claim id, `$4` now; the statement's own values
+//! follow from `$5`. Concurrency comes from row locks: a guarded `UPDATE` that waited for
+//! another transaction's lock re-reads the row and evaluates its `WHERE` again on the
+//! committed version (READ COMMITTED), so a guard never passes on a row that changed under
+//! it.
+
+/// The fence: the exact token of a running job whose lease is live at `$4`.
+macro_rules! owned_by_token {
+    () => {
+        "id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'running' AND lease_until > $4"
+    };
+}
+
+/// Idempotent intake through the unique index `fenceq_jobs_queue_key`: a conflict returns no
+/// row (and the caller looks the existing job up); any other violation fails loudly.
+pub(crate) const ENQUEUE: &str = "
+    INSERT INTO fenceq_jobs (queue, key, payload, priority, run_at, max_attempts, created_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7)
+    ON CONFLICT (queue, key) WHERE key IS NOT NULL DO NOTHING
+    RETURNING id";
+
+pub(crate) const FIND_BY_KEY: &str = "
+    SELECT id FROM fenceq_jobs WHERE queue = $1 AND key = $2";
+
+/// The claim, one statement: the CTE picks up to `$3` claimable jobs of queue `$1` in
+/// priority, run_at, id order (due pending jobs, and running jobs whose lease ended at or
+/// before `$2` with attempts left), locking them and skipping rows another transaction holds
+/// (`FOR UPDATE SKIP LOCKED`: a concurrent claimer, or an owned write that locked its row),
+/// and the `UPDATE` claims each with a fresh claim id (`gen_random_uuid()`), returning the
+/// claimed rows. A CTE rather than `WHERE id IN (subquery)`: the planner may not keep a
+/// subquery's `LIMIT` (awa's note), and the CTE is evaluated once.
+///
+/// A row that a concurrent transaction changed after the CTE's snapshot is re-checked
+/// against the CTE's `WHERE` as it is locked, so a lease another claim just renewed or took
+/// is never handed out. `RETURNING` order is unspecified; the store sorts.
+pub(crate) const CLAIM: &str = "
+    WITH due AS (
+        SELECT id
+        FROM   fenceq_jobs
+        WHERE  queue = $1
+          AND  ((state = 'pending' AND run_at <= $2)
+                OR (state = 'running' AND lease_until <= $2 AND attempt < max_attempts))
+        ORDER  BY priority DESC, run_at, id
+        LIMIT  $3
+        FOR UPDATE SKIP LOCKED
+    )
+    UPDATE fenceq_jobs AS j
+    SET    state = 'running', attempt = j.attempt + 1, claim_id = gen_random_uuid(), worker = $4,
+           lease_until = $5, heartbeat_at = $2, wait_until = NULL
+    FROM   due
+    WHERE  j.id = due.id
+    RETURNING j.id, j.queue, j.key, j.payload, j.priority, j.run_at, j.attempt, j.max_attempts,
+              j.lease_until, j.last_error, j.claim_id";
+
+/// `$5` is the new lease end (computed in Rust, saturating).
+pub(crate) const RENEW_IF_OWNED: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    lease_until = $5, heartbeat_at = $4
+    WHERE  ",
+    owned_by_token!()
+);
+
+/// What an owned write checks first in its transaction: the exact token's live lease, with
+/// the row locked (`FOR UPDATE`) until the transaction ends, so that no claim, reap, cancel
+/// or settle of another transaction can change the job before this one commits (claims and
+/// reaps skip the locked row; the others wait for it).
+pub(crate) const OWNED_LEASE: &str = concat!(
+    "SELECT lease_until, heartbeat_at FROM fenceq_jobs
+    WHERE  ",
+    owned_by_token!(),
+    "
+    FOR UPDATE"
+);
+
+/// An owned write's commit extends the lease from the commit by the claim's lease length
+/// (`$5`), guarded by the exact token and `running` (the lease was checked, and the row
+/// locked, by `OWNED_LEASE`).
+pub(crate) const EXTEND_OWNED: &str = "
+    UPDATE fenceq_jobs
+    SET    lease_until = $5, heartbeat_at = $4
+    WHERE  id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'running' AND lease_until < $5";
+
+pub(crate) const OWNS: &str = concat!(
+    "SELECT count(*) AS n FROM fenceq_jobs
+    WHERE  ",
+    owned_by_token!()
+);
+
+pub(crate) const COMPLETE_IF_OWNED: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    state = 'completed', lease_until = NULL, settled_at = $4
+    WHERE  ",
+    owned_by_token!()
+);
+
+/// Back to pending at `$5` with error `$6` while attempts are left (the constraint
+/// `pending_has_attempts_left` enforces it too).
+pub(crate) const RETRY_IF_OWNED: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    state = 'pending', lease_until = NULL, run_at = $5, last_error = $6
+    WHERE  attempt < max_attempts AND ",
+    owned_by_token!()
+);
+
+pub(crate) const EXHAUST_IF_OWNED: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    state = 'exhausted', lease_until = NULL, last_error = $5,
+           settled_at = $4, exhausted_at = $4, acknowledged_at = NULL
+    WHERE  ",
+    owned_by_token!()
+);
+
+pub(crate) const MARK_UNKNOWN_IF_OWNED: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    state = 'unknown', lease_until = NULL, last_error = $5, settled_at = $4
+    WHERE  ",
+    owned_by_token!()
+);
+
+/// Parked until `$5` with reason `$6`.
+pub(crate) const PARK_IF_OWNED: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    state = 'waiting', lease_until = NULL, wait_until = $5, last_error = $6
+    WHERE  ",
+    owned_by_token!()
+);
+
+/// One more attempt for the resumed work; refused once the deadline has passed, whether or
+/// not the reaper has run.
+pub(crate) const RESUME_IF_WAITING: &str = "
+    UPDATE fenceq_jobs
+    SET    state = 'pending', wait_until = NULL, run_at = $4, max_attempts = max_attempts + 1
+    WHERE  id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'waiting' AND wait_until > $4";
+
+/// Idempotent: a repeat changes nothing, not even the recorded decision (`$5` decision, `$6`
+/// by, `$7` note).
+pub(crate) const ACKNOWLEDGE_IF_EXHAUSTED: &str = "
+    UPDATE fenceq_jobs
+    SET    acknowledged_at = coalesce(acknowledged_at, $4),
+           decision      = CASE WHEN acknowledged_at IS NULL THEN $5 ELSE decision END,
+           decided_at    = CASE WHEN acknowledged_at IS NULL THEN $4 ELSE decided_at END,
+           decided_by    = CASE WHEN acknowledged_at IS NULL THEN $6 ELSE decided_by END,
+           decision_note = CASE WHEN acknowledged_at IS NULL THEN $7 ELSE decision_note END
+    WHERE  id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'exhausted'";
+
+pub(crate) const RESOLVE_COMPLETE_IF_UNKNOWN: &str = "
+    UPDATE fenceq_jobs
+    SET    state = 'completed', settled_at = $4,
+           decision = $5, decided_at = $4, decided_by = $6, decision_note = $7
+    WHERE  id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'unknown'";
+
+/// An operator's retry grants one attempt when none are left.
+pub(crate) const RESOLVE_RETRY_IF_UNKNOWN: &str = "
+    UPDATE fenceq_jobs
+    SET    state = 'pending', run_at = $4, settled_at = NULL,
+           max_attempts = greatest(max_attempts, attempt + 1),
+           decision = $5, decided_at = $4, decided_by = $6, decision_note = $7
+    WHERE  id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'unknown'";
+
+pub(crate) const RESOLVE_EXHAUST_IF_UNKNOWN: &str = "
+    UPDATE fenceq_jobs
+    SET    state = 'exhausted', settled_at = $4, exhausted_at = $4, acknowledged_at = NULL,
+           decision = $5, decided_at = $4, decided_by = $6, decision_note = $7
+    WHERE  id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'unknown'";
+
+// Operators' changes by id: `$1` id, `$2` now, `$3` decision, `$4` by, `$5` note.
+
+pub(crate) const ACKNOWLEDGE_JOB_IF_UNACKNOWLEDGED: &str = "
+    UPDATE fenceq_jobs
+    SET    acknowledged_at = $2, decision = $3, decided_at = $2, decided_by = $4, decision_note = $5
+    WHERE  id = $1 AND state = 'exhausted' AND acknowledged_at IS NULL";
+
+pub(crate) const CANCEL_IF_ACTIVE: &str = "
+    UPDATE fenceq_jobs
+    SET    state = 'cancelled', lease_until = NULL, wait_until = NULL, settled_at = $2,
+           decision = $3, decided_at = $2, decided_by = $4, decision_note = $5
+    WHERE  id = $1 AND state IN ('pending', 'waiting', 'running')";
+
+/// Dead-letter redrive: a fresh attempt budget, due now; the claim id keeps old tokens dead.
+pub(crate) const REPLAY_IF_EXHAUSTED: &str = "
+    UPDATE fenceq_jobs
+    SET    state = 'pending', attempt = 0, run_at = $2, settled_at = NULL,
+           exhausted_at = NULL, acknowledged_at = NULL,
+           decision = $3, decided_at = $2, decided_by = $4, decision_note = $5
+    WHERE  id = $1 AND state = 'exhausted'";
+
+/// Every unacknowledged exhaustion of queue `$1` (`$2` now, `$3` decision, `$4` by, `$5` note).
+pub(crate) const ACKNOWLEDGE_ALL: &str = "
+    UPDATE fenceq_jobs
+    SET    acknowledged_at = $2, decision = $3, decided_at = $2, decided_by = $4, decision_note = $5
+    WHERE  queue = $1 AND state = 'exhausted' AND acknowledged_at IS NULL
+    RETURNING id";
+
+/// Up to `$2` expired leases (at `$1`): back to pending with attempts left, else exhausted.
+/// Rows held by an owned write are skipped (`SKIP LOCKED`): that write extends the lease as
+/// it commits. The guard is repeated in the `UPDATE`, so a settle that committed first is
+/// never overwritten.
+pub(crate) const REAP_EXPIRED: &str = "
+    WITH expired AS (
+        SELECT id FROM fenceq_jobs
+        WHERE  state = 'running' AND lease_until <= $1
+        ORDER  BY id
+        LIMIT  $2
+        FOR UPDATE SKIP LOCKED
+    )
+    UPDATE fenceq_jobs AS j
+    SET    state        = CASE WHEN j.attempt < j.max_attempts THEN 'pending' ELSE 'exhausted' END,
+           run_at       = CASE WHEN j.attempt < j.max_attempts THEN $1 ELSE j.run_at END,
+           exhausted_at = CASE WHEN j.attempt < j.max_attempts THEN NULL ELSE $1 END,
+           settled_at   = CASE WHEN j.attempt < j.max_attempts THEN NULL ELSE $1 END,
+           last_error   = 'lease expired (worker ' || j.worker || ')',
+           lease_until  = NULL
+    FROM   expired
+    WHERE  j.id = expired.id AND j.state = 'running' AND j.lease_until <= $1
+    RETURNING j.state";
+
+/// Parked jobs whose deadline passed (at `$1`, at most `$2`) are exhausted, never reclaimed.
+pub(crate) const REAP_WAITING: &str = "
+    WITH expired AS (
+        SELECT id FROM fenceq_jobs
+        WHERE  state = 'waiting' AND wait_until <= $1
+        ORDER  BY id
+        LIMIT  $2
+        FOR UPDATE SKIP LOCKED
+    )
+    UPDATE fenceq_jobs AS j
+    SET    state = 'exhausted', wait_until = NULL, settled_at = $1, exhausted_at = $1,
+           acknowledged_at = NULL,
+           last_error = 'wait expired: ' || coalesce(j.last_error, 'no reason given')
+    FROM   expired
+    WHERE  j.id = expired.id AND j.state = 'waiting' AND j.wait_until <= $1";
+
+pub(crate) const PRUNE_SETTLED: &str = "
+    DELETE FROM fenceq_jobs
+    WHERE  id IN (SELECT id FROM fenceq_jobs
+                  WHERE  state IN ('completed', 'cancelled') AND settled_at <= $1
+                  LIMIT  $2)
+      AND  state IN ('completed', 'cancelled') AND settled_at <= $1";
+
+pub(crate) const PRUNE_ACKNOWLEDGED: &str = "
+    DELETE FROM fenceq_jobs
+    WHERE  id IN (SELECT id FROM fenceq_jobs
+                  WHERE  state = 'exhausted' AND acknowledged_at IS NOT NULL AND acknowledged_at <= $1
+                  LIMIT  $2)
+      AND  state = 'exhausted' AND acknowledged_at IS NOT NULL AND acknowledged_at <= $1";
+
+pub(crate) const EXHAUSTIONS: &str = "
+    SELECT id, attempt, claim_id, queue, key, payload, last_error AS reason, exhausted_at AS at
+    FROM   fenceq_jobs
+    WHERE  state = 'exhausted' AND acknowledged_at IS NULL AND id > $1
+    ORDER  BY id
+    LIMIT  $2";
+
+pub(crate) const UNKNOWNS: &str = "
+    SELECT id, attempt, claim_id, queue, key, payload, last_error AS reason, settled_at AS at
+    FROM   fenceq_jobs
+    WHERE  state = 'unknown' AND id > $1
+    ORDER  BY id
+    LIMIT  $2";
+
+pub(crate) const JOB: &str = "
+    SELECT id, queue, key, payload, state, priority, run_at, attempt, max_attempts, claim_id,
+           worker, lease_until, heartbeat_at, wait_until, last_error, created_at, settled_at,
+           exhausted_at, acknowledged_at, decision, decided_at, decided_by, decision_note
+    FROM   fenceq_jobs
+    WHERE  id = $1";
+
+/// Jobs in id order after `$1`, optionally of queue `$2` and state `$3`, at most `$4`.
+pub(crate) const LIST: &str = "
+    SELECT id, queue, key, payload, state, priority, run_at, attempt, max_attempts, claim_id,
+           worker, lease_until, heartbeat_at, wait_until, last_error, created_at, settled_at,
+           exhausted_at, acknowledged_at, decision, decided_at, decided_by, decision_note
+    FROM   fenceq_jobs
+    WHERE  id > $1
+      AND  ($2::text IS NULL OR queue = $2)
+      AND  ($3::text IS NULL OR state = $3)
+    ORDER  BY id
+    LIMIT  $4";
+
+/// What a reap pass would change at `$1` (for dry runs).
+pub(crate) const REAP_PREVIEW: &str = "
+    SELECT count(*) FILTER (WHERE attempt < max_attempts) AS requeued,
+           count(*) FILTER (WHERE attempt >= max_attempts) AS exhausted,
+           (SELECT count(*) FROM fenceq_jobs WHERE state = 'waiting' AND wait_until <= $1) AS waits_expired
+    FROM   fenceq_jobs
+    WHERE  state = 'running' AND lease_until <= $1";
+
+/// Due pending jobs and running jobs of queue `$1` at `$2` (a pool's `wait_idle`).
+pub(crate) const DUE_OR_RUNNING: &str = "
+    SELECT (SELECT count(*) FROM fenceq_jobs WHERE queue = $1 AND state = 'pending' AND run_at <= $2)
+         + (SELECT count(*) FROM fenceq_jobs WHERE queue = $1 AND state = 'running') AS n";
+
+/// What a prune pass would delete at horizon `$1` (for dry runs).
+pub(crate) const PRUNE_PREVIEW: &str = "
+    SELECT (SELECT count(*) FROM fenceq_jobs
+            WHERE state IN ('completed', 'cancelled') AND settled_at <= $1) AS settled,
+           (SELECT count(*) FROM fenceq_jobs
+            WHERE state = 'exhausted' AND acknowledged_at IS NOT NULL AND acknowledged_at <= $1) AS acknowledged";
+
+/// Why a guarded write changed nothing: the row's current identity and state.
+pub(crate) const IDENTITY: &str = "
+    SELECT state, attempt, claim_id, lease_until, wait_until FROM fenceq_jobs WHERE id = $1";
+
+pub(crate) const STATS: &str = "
+    SELECT queue, state, acknowledged_at IS NOT NULL AS acknowledged, count(*) AS count,
+           min(run_at) AS min_run_at,
+           count(*) FILTER (WHERE state = 'running' AND lease_until <= $1) AS expired
+    FROM   fenceq_jobs
+    GROUP  BY queue, state, acknowledged_at IS NOT NULL
+    ORDER  BY queue";
