@@ -53,10 +53,14 @@ pub mod fenced;
 mod fixture;
 mod harness;
 pub mod model;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod sqlite;
 
 pub use fixture::{Db, HANG_GUARD, LEASE, T0};
 pub use harness::{Harness, RawRow};
+#[cfg(feature = "postgres")]
+pub use postgres::{PostgresHarness, PostgresPlace, URL_VARIABLE as POSTGRES_URL_VARIABLE};
 pub use sqlite::{SqliteHarness, SqlitePlace};
 
 /// One rule of the contract: a test generic over the store.
