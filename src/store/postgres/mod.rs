@@ -245,7 +245,7 @@ impl PostgresStore {
             .thread_pool(crate::store::sqlite::pool_threads())
             .max_size(builder.pool_size.saturating_mul(2))
             .min_idle(Some(1))
-            .connection_timeout(builder.busy_timeout + POSTGRES_CONNECT_TIMEOUT + Duration::from_secs(15))
+            .connection_timeout(builder.busy_timeout + POSTGRES_CONNECT_TIMEOUT)
             // Every checkout pings the server (one round trip), so that connections a
             // server restart broke are replaced before a call uses them.
             .test_on_check_out(true)
