@@ -9,8 +9,8 @@
 //!
 //! Every write runs in a `READ COMMITTED` transaction of its own on a pooled connection,
 //! begun through diesel's transaction manager, so that a caller's closure may nest
-//! `conn.transaction(..)` (a savepoint). There is no group commit yet: [`Store::submit`]
-//! runs the work on the calling thread in its own transaction, like [`Store::write`].
+//! `conn.transaction(..)` (a savepoint). There is no group commit yet: [`Store::submit`](crate::store::Store::submit)
+//! runs the work on the calling thread in its own transaction, like [`Store::write`](crate::store::Store::write).
 //! Ownership is a row lock: an owned write (`with_ownership`, `complete_with`) first reads
 //! the exact token's live lease with `SELECT … FOR UPDATE`, and holds that lock until it
 //! commits, so no claim, reap or cancel of another process can change the job in between
