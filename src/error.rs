@@ -186,7 +186,7 @@ pub enum Error {
     /// A backup did not finish within its time limit
     /// ([`BackupOptions::time_limit`](crate::BackupOptions::time_limit)). Nothing was left at
     /// the target path, and the queue is unchanged: raise the limit and back up again.
-    #[error("backup did not finish within {limit:?} ({copied_pages} of {total_pages} pages copied); nothing was written: raise the time limit")]
+    #[error("backup did not finish within {limit:?} ({copied_pages} of {total_pages} pages copied); nothing was left at the target: raise the time limit")]
     BackupTimedOut {
         /// The time limit that ran out.
         limit: std::time::Duration,
