@@ -23,14 +23,16 @@ pub use job::{
     Resolution, Retried, RetryPolicy, UnknownOutcome,
 };
 pub use maintenance::{
-    Checkpointer, Maintenance, MaintenanceConfig, MaintenanceReport, Pruner, Reaper, DEFAULT_CHECKPOINT_EVERY,
-    DEFAULT_CHECKPOINT_PATIENCE, DEFAULT_PRUNE_EVERY, DEFAULT_REAP_EVERY,
+    BackupOptions, Checkpointer, Maintenance, MaintenanceConfig, MaintenanceReport, Pruner, Reaper,
+    DEFAULT_BACKUP_PAGES_PER_STEP, DEFAULT_BACKUP_TIME_LIMIT, DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHECKPOINT_PATIENCE,
+    DEFAULT_PRUNE_EVERY, DEFAULT_REAP_EVERY,
 };
 pub use queue::operator::Operator;
 pub use queue::{ListFilter, Queue};
-pub use report::{CheckpointReport, CommitStats, PruneReport, QueueStats, ReapReport, Stats};
+pub use report::{BackupReport, CheckpointReport, CommitStats, PruneReport, QueueStats, ReapReport, Stats};
 /// The rusqlite version fenceq is built with, for closures that receive its `Transaction`.
 pub use rusqlite;
+pub use store::sqlite::backup::backup_file;
 pub use store::sqlite::migrate::SCHEMA_VERSION;
 pub use store::sqlite::{owns_in, schema_version_of, SqliteStore};
 pub use validate::{MAX_BATCH, MAX_ERROR_LEN};

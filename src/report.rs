@@ -131,3 +131,19 @@ impl CommitStats {
         }
     }
 }
+
+/// What one backup wrote (see [`Queue::backup`](crate::Queue::backup)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackupReport {
+    /// The backup file: a complete SQLite database, owner-only (mode 0600), synced.
+    pub path: std::path::PathBuf,
+    /// Database pages copied (the database's size in pages at the backup's instant).
+    pub pages: u64,
+    /// Size of the backup file in bytes.
+    pub bytes: u64,
+    /// Copy steps taken (each copies at most
+    /// [`pages_per_step`](crate::BackupOptions::pages_per_step) pages).
+    pub steps: u64,
+    /// How long the backup took, from the first check to the synced directory entry.
+    pub elapsed: std::time::Duration,
+}

@@ -7,6 +7,7 @@
 //! `run(self, &mut Context)` method.
 
 pub mod admin;
+pub mod backup;
 pub mod bench;
 pub mod demo;
 pub mod inspect;
@@ -14,8 +15,9 @@ pub mod maintenance;
 pub mod output;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use fenceq::{Job, JobId, JobState, Queue};
+use fenceq::{BackupReport, Job, JobId, JobState, Queue};
 use output::Output;
+use serde_json::Value;
 use std::error::Error as StdError;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -24,8 +26,9 @@ use std::time::Duration;
 /// Operator tool for a fenceq queue database (an embedded durable work queue in SQLite).
 ///
 /// Exit codes: 0 success, 1 error (one line on stderr starting with `error:`), 2 usage error.
-/// Every command that changes rows takes `--dry-run` (print what would change, change nothing)
-/// and `--expect N` (abort with exit 1, changing nothing, unless exactly N jobs would change).
+/// Every command that changes rows takes `--dry-run` (print what would change, change nothing),
+/// `--expect N` (abort with exit 1, changing nothing, unless exactly N jobs would change) and
+/// `--backup PATH` (back the database up to PATH first; `fenceq backup` alone takes one).
 #[derive(Debug, Parser)]
 #[command(name = "fenceq", version, propagate_version = true, max_term_width = 100)]
 pub struct Cli {
@@ -109,6 +112,13 @@ pub enum Command {
     /// version before and after. (No other command upgrades a file: those that read or change
     /// rows refuse an older schema and say to run this.)
     Migrate(maintenance::MigrateArgs),
+    /// Writes an online backup of the database to OUT: consistent while the application keeps
+    /// writing, read-only on the database (any schema version, never upgraded), a new
+    /// owner-only file that appears only once it is whole and synced.
+    ///
+    /// A PostgreSQL queue is backed up by its server (pg_dump), not by fenceq: a
+    /// postgres:// URL is refused with that advice.
+    Backup(backup::BackupArgs),
 }
 
 impl Command {
@@ -130,6 +140,7 @@ impl Command {
             Command::Reap(args) => args.run(ctx),
             Command::Prune(args) => args.run(ctx),
             Command::Migrate(args) => args.run(ctx),
+            Command::Backup(args) => args.run(ctx),
         }
     }
 }
@@ -138,7 +149,7 @@ impl Command {
 pub fn run(cli: Cli) -> CliResult<()> {
     let db_given = cli.db.is_some();
     let db = cli.db.unwrap_or_else(|| PathBuf::from("fenceq.db"));
-    let mut ctx = Context { db, db_given, out: Output::new(cli.json) };
+    let mut ctx = Context { db, db_given, out: Output::new(cli.json), backup: None };
     cli.command.run(&mut ctx)?;
     ctx.out.flush()?;
     Ok(())
@@ -154,12 +165,23 @@ pub struct Context {
     pub db_given: bool,
     /// Standard output, in the mode `--json` chose.
     pub out: Output,
+    /// The backup `--backup` took before the change, if any.
+    pub backup: Option<BackupReport>,
 }
 
 impl Context {
     /// True with `--json`.
     pub fn json(&self) -> bool {
         self.out.is_json()
+    }
+
+    /// Prints the JSON document of a command that changes rows, with the backup `--backup`
+    /// took as `backup` (`null` when none was).
+    pub fn change_document(&mut self, mut document: Value) -> std::io::Result<()> {
+        if let Value::Object(fields) = &mut document {
+            fields.insert("backup".to_string(), self.backup.as_ref().map_or(Value::Null, backup::backup_json));
+        }
+        self.out.document(&document)
     }
 
     /// Opens a database that must already exist and hold this build's fenceq schema, to
@@ -207,8 +229,9 @@ impl Context {
         Ok(Queue::open(&self.db)?)
     }
 
-    /// Fails when the database path names a directory.
+    /// Fails when the database path names a directory (or is a server's URL).
     pub fn check_not_dir(&self) -> CliResult<()> {
+        check_not_server_url(&self.db)?;
         if self.db.is_dir() {
             return Err(fail(format!("{} is a directory, not a database file", self.db.display())));
         }
@@ -218,11 +241,24 @@ impl Context {
 
 /// Fails unless `path` is an existing file.
 pub fn check_existing(path: &Path) -> CliResult<()> {
+    check_not_server_url(path)?;
     if !path.exists() {
         return Err(fail(format!("no database at {}", path.display())));
     }
     if path.is_dir() {
         return Err(fail(format!("{} is a directory, not a database file", path.display())));
+    }
+    Ok(())
+}
+
+/// Fails for a PostgreSQL URL, which would otherwise name a file (and its directories). The
+/// URL is not repeated: it may hold a password.
+fn check_not_server_url(path: &Path) -> CliResult<()> {
+    if backup::is_server_url(path) {
+        return Err(fail(
+            "--db is a PostgreSQL URL, but this fenceq works on SQLite database files only \
+             (a PostgreSQL queue's backups are the server's job: pg_dump)",
+        ));
     }
     Ok(())
 }

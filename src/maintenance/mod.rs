@@ -4,10 +4,12 @@
 //! checkpoints the WAL every few seconds, and stops promptly when told (it never sleeps
 //! through a stop).
 
+mod backup;
 mod checkpoint;
 mod reaper;
 mod retention;
 
+pub use backup::{BackupOptions, DEFAULT_BACKUP_PAGES_PER_STEP, DEFAULT_BACKUP_TIME_LIMIT};
 pub use checkpoint::{Checkpointer, DEFAULT_CHECKPOINT_PATIENCE};
 pub use reaper::Reaper;
 pub use retention::Pruner;

@@ -354,3 +354,15 @@ pub(crate) const STATS: &str = "
     FROM   fenceq_jobs
     GROUP  BY queue, state, acknowledged_at IS NOT NULL
     ORDER  BY queue";
+
+/// The backup's read transaction on its source (`backup.rs`): every step copies from the one
+/// snapshot this fixes, so the copy is consistent while writers keep committing (a WAL
+/// reader never blocks them).
+pub(crate) const BACKUP_SNAPSHOT_BEGIN: &str = "BEGIN DEFERRED";
+
+/// A deferred transaction reads nothing until its first statement: this one starts the
+/// read transaction, and with it the snapshot.
+pub(crate) const BACKUP_SNAPSHOT_READ: &str = "SELECT count(*) FROM sqlite_schema";
+
+/// Ends the backup's read transaction (it wrote nothing, so there is nothing to undo).
+pub(crate) const BACKUP_SNAPSHOT_END: &str = "ROLLBACK";
