@@ -133,7 +133,10 @@ fn bad_expressions_zones_and_intervals_are_invalid_input() {
         Err(Error::InvalidInput { what, reason }) => format!("{what}: {reason}"),
         other => panic!("not InvalidInput: {other:?}"),
     };
-    assert_eq!(reason(Schedule::cron("61 * * * *", "UTC")), "cron expression: `61 * * * *`: Component error: Number out of bounds.");
+    assert_eq!(
+        reason(Schedule::cron("61 * * * *", "UTC")),
+        "cron expression: `61 * * * *`: Component error: Number out of bounds."
+    );
     assert!(reason(Schedule::cron("* * * *", "UTC")).starts_with("cron expression: `* * * *`"));
     assert!(reason(Schedule::cron("", "UTC")).starts_with("cron expression"));
     assert!(reason(Schedule::cron("every day", "UTC")).starts_with("cron expression"));

@@ -5,7 +5,7 @@
 //! registration changes nothing. Every rule drives the scheduler with
 //! `Queue::enqueue_schedules` (the service's `run_once`) at times the manual clock sets.
 //!
-//! The clock starts at [`T0`](crate::T0), 2023-11-14 22:13:20 UTC.
+//! The clock starts at [`T0`], 2023-11-14 22:13:20 UTC.
 
 use crate::fixture::{Db, LEASE, T0};
 use crate::harness::Harness;
