@@ -37,6 +37,25 @@ impl PruneReport {
     }
 }
 
+/// What one pass of the periodic-job scheduler did (feature `schedule`; always zero without
+/// it). Each registered schedule counts once, in exactly one of the first four fields.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ScheduleReport {
+    /// Schedules whose latest tick was enqueued as a new job.
+    pub enqueued: u64,
+    /// Schedules whose latest tick was recorded now, but a job with its key already existed
+    /// (enqueued by hand, or before the record was lost): nothing new was added.
+    pub duplicates: u64,
+    /// Schedules whose latest tick, or a later one, had already been enqueued (by this
+    /// handle, another handle or process, or before a restart): the normal case.
+    pub up_to_date: u64,
+    /// Schedules with no tick at or before the clock's now.
+    pub not_due: u64,
+    /// Of `up_to_date`, the schedules whose recorded tick is later than the clock's now: the
+    /// clock stepped back, and they enqueue nothing until it passes that tick again.
+    pub clock_behind: u64,
+}
+
 /// Counts for one queue.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct QueueStats {

@@ -358,6 +358,27 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     ///
     /// The store's error.
     fn due_or_running(tx: &Self::Tx, queue: &str, now: i64) -> Result<u64>;
+
+    // ------------------------------------------------------------ periodic jobs
+
+    /// Records `tick` (ms since the epoch) as the latest tick enqueued for the schedule
+    /// `name`, at `now`, when none is recorded for it or the recorded one is earlier: true
+    /// when it did, and the caller then enqueues the tick's job in the same transaction;
+    /// false when an equal or later tick is recorded (enqueued before a restart, by another
+    /// process, or before the clock stepped back), and nothing changed. A server store makes
+    /// it one guarded upsert, so that of several racing transactions exactly one wins.
+    ///
+    /// # Errors
+    ///
+    /// The store's error.
+    fn advance_schedule_if_later(tx: &Self::Tx, name: &str, tick: i64, now: i64) -> Result<bool>;
+
+    /// The latest tick recorded for the schedule `name`.
+    ///
+    /// # Errors
+    ///
+    /// The store's error.
+    fn schedule_last_tick(tx: &Self::Tx, name: &str) -> Result<Option<i64>>;
 }
 
 /// A job to insert, with every default resolved above the seam.

@@ -53,6 +53,8 @@ pub mod fenced;
 mod fixture;
 mod harness;
 pub mod model;
+#[cfg(feature = "schedule")]
+pub mod schedule;
 mod sqlite;
 
 pub use fixture::{Db, HANG_GUARD, LEASE, T0};
@@ -82,6 +84,8 @@ pub fn all_rules<H: Harness>() -> Vec<(&'static str, Rule<H>)> {
     rules.extend(crate::base::rules::<H>().into_iter().map(|r| ("base", r)));
     rules.extend(crate::fenced::rules::<H>().into_iter().map(|r| ("fenced", r)));
     rules.extend(crate::durable::rules::<H>().into_iter().map(|r| ("durable", r)));
+    #[cfg(feature = "schedule")]
+    rules.extend(crate::schedule::rules::<H>().into_iter().map(|r| ("base", r)));
     rules
 }
 

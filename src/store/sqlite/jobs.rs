@@ -356,6 +356,19 @@ impl Store for SqliteStore {
             .map(|n| n as u64)
             .sql("DUE_OR_RUNNING")
     }
+
+    fn advance_schedule_if_later(tx: &Connection, name: &str, tick: i64, now: i64) -> Result<bool> {
+        let params = named_params! { ":name": name, ":tick": tick, ":now": now };
+        Ok(count_changes(tx, ADVANCE_SCHEDULE_IF_LATER, "ADVANCE_SCHEDULE_IF_LATER", params)? == 1)
+    }
+
+    fn schedule_last_tick(tx: &Connection, name: &str) -> Result<Option<i64>> {
+        tx.prepare_cached(SCHEDULE_LAST_TICK)
+            .sql("SCHEDULE_LAST_TICK")?
+            .query_row(named_params! { ":name": name }, |row| row.get(0))
+            .optional()
+            .sql("SCHEDULE_LAST_TICK")
+    }
 }
 
 /// Runs a statement guarded by `owned_by_token!`: true when it changed the row.

@@ -337,6 +337,19 @@ pub(crate) const DUE_OR_RUNNING: &str = "
     SELECT (SELECT count(*) FROM fenceq_jobs WHERE queue = :queue AND state = 'pending' AND run_at <= :now)
          + (SELECT count(*) FROM fenceq_jobs WHERE queue = :queue AND state = 'running')";
 
+/// A periodic job's tick is recorded only when it is later than the schedule's recorded one
+/// (`changes()` is 1 when it was): the upsert's `WHERE` leaves an equal or later tick alone,
+/// so a tick is enqueued once whoever races for it and whatever the clock did.
+pub(crate) const ADVANCE_SCHEDULE_IF_LATER: &str = "
+    INSERT INTO fenceq_schedules (name, last_tick, enqueued_at)
+    VALUES (:name, :tick, :now)
+    ON CONFLICT (name) DO UPDATE
+    SET    last_tick = excluded.last_tick, enqueued_at = excluded.enqueued_at
+    WHERE  excluded.last_tick > fenceq_schedules.last_tick";
+
+pub(crate) const SCHEDULE_LAST_TICK: &str = "
+    SELECT last_tick FROM fenceq_schedules WHERE name = :name";
+
 /// What a prune pass would delete now (for dry runs).
 pub(crate) const PRUNE_PREVIEW: &str = "
     SELECT (SELECT count(*) FROM fenceq_jobs
