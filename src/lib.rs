@@ -28,7 +28,7 @@ pub use maintenance::{
 };
 pub use queue::operator::Operator;
 pub use queue::{ListFilter, Queue};
-pub use report::{CheckpointReport, CommitStats, PruneReport, QueueStats, ReapReport, Stats};
+pub use report::{CheckpointReport, CommitStats, PausedQueue, PruneReport, QueueStats, ReapReport, Stats};
 /// The rusqlite version fenceq is built with, for closures that receive its `Transaction`.
 pub use rusqlite;
 pub use store::sqlite::migrate::SCHEMA_VERSION;

@@ -1,8 +1,8 @@
 //! The `Queue` handle, what every store shares above the seam: the handle itself, its clock
 //! and limits, the wakers of this process's worker pools, and the caller's transactions.
 //! Each group of operations has its own file: intake, claims and owned writes, settles,
-//! exhaustions and unknowns (with the operator's changes), inspection; reaping, pruning and
-//! checkpoints are the maintenance services' (`maintenance/`).
+//! exhaustions and unknowns (with the operator's changes), paused queues, inspection;
+//! reaping, pruning and checkpoints are the maintenance services' (`maintenance/`).
 //!
 //! Every operation validates its input (`validate.rs`), runs the store's transitions inside
 //! one transaction of the store (`Store::submit` for the hot paths, `Store::write` when a
@@ -15,6 +15,7 @@ pub(crate) mod fence;
 mod inspect;
 mod intake;
 pub(crate) mod operator;
+mod pause;
 pub(crate) mod settle;
 
 pub use inspect::ListFilter;
