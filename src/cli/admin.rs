@@ -377,7 +377,7 @@ pub struct DecisionOpts {
 
 impl DecisionOpts {
     /// The operator handle that records this decision.
-    fn operator<'q>(&self, queue: &'q Queue) -> fenceq::Operator<'q> {
+    pub fn operator<'q>(&self, queue: &'q Queue) -> fenceq::Operator<'q> {
         let by = self.by.clone().unwrap_or_else(os_user);
         let operator = queue.operator(by);
         match &self.note {

@@ -12,6 +12,7 @@ pub mod demo;
 pub mod inspect;
 pub mod maintenance;
 pub mod output;
+pub mod pause;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use fenceq::{Job, JobId, JobState, Queue};
@@ -25,7 +26,8 @@ use std::time::Duration;
 ///
 /// Exit codes: 0 success, 1 error (one line on stderr starting with `error:`), 2 usage error.
 /// Every command that changes rows takes `--dry-run` (print what would change, change nothing)
-/// and `--expect N` (abort with exit 1, changing nothing, unless exactly N jobs would change).
+/// and `--expect N` (abort with exit 1, changing nothing, unless exactly N jobs would change;
+/// for `pause` and `unpause`, N queues).
 #[derive(Debug, Parser)]
 #[command(name = "fenceq", version, propagate_version = true, max_term_width = 100)]
 pub struct Cli {
@@ -74,7 +76,8 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// Counts per queue and state: pending (and the oldest pending age), running (and how
     /// many have expired leases), waiting, completed, exhaustions awaiting acknowledgement,
-    /// acknowledged exhaustions, unknown outcomes, cancelled.
+    /// acknowledged exhaustions, unknown outcomes, cancelled; and which queues are paused
+    /// (since when, by whom, why), a paused queue with no jobs too.
     Stats(inspect::StatsArgs),
     /// Jobs in id order, optionally of one queue and one state.
     List(inspect::ListArgs),
@@ -99,6 +102,20 @@ pub enum Command {
     /// Cancels a pending, waiting or running job (a running owner finds out at its next
     /// renew or settle).
     Cancel(admin::CancelArgs),
+    /// Pauses a queue: claims of it find nothing, in every process, until `fenceq unpause`.
+    /// Enqueues still land, running attempts finish and settle, and `reap` still returns
+    /// expired leases to pending. A queue with no jobs can be paused. Records --by and --note
+    /// on the queue; pausing a paused queue changes nothing (its first record stays).
+    ///
+    /// --expect counts queues here: 1 when the command pauses the queue, 0 when it is paused
+    /// already.
+    Pause(pause::PauseArgs),
+    /// Unpauses a paused queue: its due jobs are claimable again (worker pools find them at
+    /// their next poll). Records --by and --note on the queue in place of the pause.
+    ///
+    /// --expect counts queues here: 1 when the command unpauses the queue, 0 when it is not
+    /// paused.
+    Unpause(pause::UnpauseArgs),
     /// Returns running jobs with expired leases to pending (exhausted when no attempts are
     /// left) and exhausts waiting jobs past their deadline.
     Reap(maintenance::ReapArgs),
@@ -127,6 +144,8 @@ impl Command {
             Command::Replay(args) => args.run(ctx),
             Command::Resolve(args) => args.run(ctx),
             Command::Cancel(args) => args.run(ctx),
+            Command::Pause(args) => args.run(ctx),
+            Command::Unpause(args) => args.run(ctx),
             Command::Reap(args) => args.run(ctx),
             Command::Prune(args) => args.run(ctx),
             Command::Migrate(args) => args.run(ctx),
@@ -251,10 +270,16 @@ pub struct ChangeOpts {
 }
 
 impl ChangeOpts {
-    /// Compares the count that would change with `--expect`.
+    /// Compares the count of jobs that would change with `--expect`.
     pub fn check(&self, would_change: u64) -> CliResult<()> {
+        self.check_counted(would_change, ("job", "jobs"))
+    }
+
+    /// Compares the count that would change with `--expect`, counting `what` (one, many):
+    /// `("queue", "queues")` for `pause` and `unpause`.
+    pub fn check_counted(&self, would_change: u64, what: (&'static str, &'static str)) -> CliResult<()> {
         match self.expect {
-            Some(expected) if expected != would_change => Err(mismatch(expected, would_change)),
+            Some(expected) if expected != would_change => Err(mismatch_of(expected, would_change, what)),
             _ => Ok(()),
         }
     }
@@ -270,7 +295,11 @@ impl ChangeOpts {
 }
 
 fn mismatch(expected: u64, found: u64) -> BoxError {
-    fail(format!("--expect {expected} but {found} {} would change; nothing was changed", plural(found, "job", "jobs")))
+    mismatch_of(expected, found, ("job", "jobs"))
+}
+
+fn mismatch_of(expected: u64, found: u64, (one, many): (&'static str, &'static str)) -> BoxError {
+    fail(format!("--expect {expected} but {found} {} would change; nothing was changed", plural(found, one, many)))
 }
 
 /// A job state, as the command line spells it.

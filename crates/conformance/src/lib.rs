@@ -51,6 +51,7 @@ pub mod fenced;
 mod fixture;
 mod harness;
 pub mod model;
+pub mod paused;
 mod sqlite;
 
 pub use fixture::{Db, HANG_GUARD, LEASE, T0};
@@ -80,6 +81,7 @@ pub fn all_rules<H: Harness>() -> Vec<(&'static str, Rule<H>)> {
     rules.extend(crate::base::rules::<H>().into_iter().map(|r| ("base", r)));
     rules.extend(crate::fenced::rules::<H>().into_iter().map(|r| ("fenced", r)));
     rules.extend(crate::durable::rules::<H>().into_iter().map(|r| ("durable", r)));
+    rules.extend(crate::paused::rules::<H>().into_iter().map(|r| ("base", r)));
     rules
 }
 
