@@ -365,8 +365,8 @@ impl ReplayArgs {
 /// changes (`fenceq show` and `--json` print it).
 #[derive(Debug, Clone, Args)]
 pub struct DecisionOpts {
-    /// Who makes the change, recorded on the job's row. Defaults to the OS user ($USER,
-    /// $LOGNAME or $USERNAME).
+    /// Who makes the change, recorded on the job's row (for `pause` and `unpause`, the
+    /// queue's). Defaults to the OS user ($USER, $LOGNAME or $USERNAME).
     #[arg(long, value_name = "NAME")]
     pub by: Option<String>,
 

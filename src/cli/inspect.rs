@@ -106,7 +106,7 @@ impl StatsArgs {
                 let by = pause.by.as_deref().map_or_else(String::new, |by| format!(" by {}", output::sanitize(by)));
                 let note = pause.note.as_deref().map_or_else(String::new, |n| format!(": {}", output::sanitize(n)));
                 attention.push(format!(
-                    "queue {} paused {}{by}{note}, claims find nothing (fenceq unpause {})",
+                    "queue {} is paused ({}{by}{note}): its claims find nothing (fenceq unpause {})",
                     q.queue,
                     relative(pause.since, now),
                     q.queue

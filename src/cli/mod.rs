@@ -260,7 +260,8 @@ pub struct ChangeOpts {
     #[arg(long)]
     pub dry_run: bool,
 
-    /// Abort with exit code 1, changing nothing, unless exactly N jobs would change.
+    /// Abort with exit code 1, changing nothing, unless exactly N jobs (for `pause` and
+    /// `unpause`: queues) would change.
     ///
     /// The count and the change are one transaction: if the change would touch another
     /// number of jobs, it is rolled back. With --dry-run the expectation is checked against
