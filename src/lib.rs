@@ -34,7 +34,8 @@ pub use maintenance::{
 pub use queue::operator::Operator;
 pub use queue::{ListFilter, Queue};
 pub use report::{
-    BackupReport, CheckpointReport, CommitStats, PruneReport, QueueStats, ReapReport, ScheduleReport, Stats,
+    BackupReport, CheckpointReport, CommitStats, PausedQueue, PruneReport, QueueStats, ReapReport, ScheduleReport,
+    Stats,
 };
 /// The rusqlite version fenceq is built with, for closures that receive its `Transaction`.
 pub use rusqlite;

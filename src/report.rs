@@ -81,6 +81,9 @@ pub struct QueueStats {
     pub cancelled: u64,
     /// The earliest `run_at` among pending jobs (ms since the epoch).
     pub oldest_pending_run_at: Option<i64>,
+    /// The queue's pause, while it is paused: claims of it find nothing (see
+    /// [`Queue::pause`](crate::Queue::pause)).
+    pub paused: Option<PausedQueue>,
 }
 
 impl QueueStats {
@@ -100,12 +103,12 @@ impl QueueStats {
 /// Counts per queue, as `Queue::stats` returns them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stats {
-    /// One entry per queue that has rows, by name.
+    /// One entry per queue that has rows or is paused, by name.
     pub queues: Vec<QueueStats>,
 }
 
 impl Stats {
-    /// The counts of one queue (all zero when it has no rows).
+    /// The counts of one queue (all zero, and not paused, when it has no entry).
     pub fn queue(&self, name: &str) -> QueueStats {
         self.queues
             .iter()
@@ -113,6 +116,21 @@ impl Stats {
             .cloned()
             .unwrap_or_else(|| QueueStats { queue: name.to_string(), ..QueueStats::default() })
     }
+}
+
+/// A paused queue, as [`Queue::paused_queues`](crate::Queue::paused_queues) and
+/// [`QueueStats::paused`] report it: who paused it, when and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PausedQueue {
+    /// The queue's name.
+    pub queue: String,
+    /// When it was paused, ms since the epoch (the queue's clock).
+    pub since: i64,
+    /// Who paused it: the name given to [`Queue::operator`](crate::Queue::operator) (the
+    /// CLI's `--by`, defaulting to the OS user), `None` for the plain [`Queue::pause`](crate::Queue::pause).
+    pub by: Option<String>,
+    /// Why, when a note was given.
+    pub note: Option<String>,
 }
 
 /// What one WAL checkpoint did (`PRAGMA wal_checkpoint(TRUNCATE)`).

@@ -187,7 +187,7 @@ fn the_schedules_table_records_one_tick_per_name_and_survives_pruning() {
     drop(old_database(&path, 4, "q"));
     let clock = ManualClock::new(T0);
     let q = Queue::builder().path(&path).clock(clock.clone()).open().unwrap();
-    assert_eq!(q.schema_version().unwrap(), 5);
+    assert_eq!(q.schema_version().unwrap(), fenceq::SCHEMA_VERSION);
     q.schedule("a", Schedule::every(Duration::from_secs(60)).unwrap(), NewJob::new("s", b"a".to_vec())).unwrap();
     q.schedule("b", Schedule::cron("0 0 * * *", "UTC").unwrap(), NewJob::new("s", b"b".to_vec())).unwrap();
     q.enqueue_schedules().unwrap();

@@ -396,8 +396,8 @@ impl ReplayArgs {
 /// changes (`fenceq show` and `--json` print it).
 #[derive(Debug, Clone, Args)]
 pub struct DecisionOpts {
-    /// Who makes the change, recorded on the job's row. Defaults to the OS user ($USER,
-    /// $LOGNAME or $USERNAME).
+    /// Who makes the change, recorded on the job's row (for `pause` and `unpause`, the
+    /// queue's). Defaults to the OS user ($USER, $LOGNAME or $USERNAME).
     #[arg(long, value_name = "NAME")]
     pub by: Option<String>,
 
@@ -408,7 +408,7 @@ pub struct DecisionOpts {
 
 impl DecisionOpts {
     /// The operator handle that records this decision.
-    fn operator<'q>(&self, queue: &'q Queue) -> fenceq::Operator<'q> {
+    pub fn operator<'q>(&self, queue: &'q Queue) -> fenceq::Operator<'q> {
         let by = self.by.clone().unwrap_or_else(os_user);
         let operator = queue.operator(by);
         match &self.note {

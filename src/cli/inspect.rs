@@ -38,8 +38,16 @@ impl StatsArgs {
             let mut totals = stats_json(&totals, now);
             if let Some(object) = totals.as_object_mut() {
                 object.remove("queue");
+                object.remove("paused");
             }
-            return Ok(ctx.out.document(&json!({ "now": now, "queues": queues, "totals": totals }))?);
+            let paused: Vec<&str> =
+                stats.queues.iter().filter(|q| q.paused.is_some()).map(|q| q.queue.as_str()).collect();
+            return Ok(ctx.out.document(&json!({
+                "now": now,
+                "queues": queues,
+                "totals": totals,
+                "paused_queues": paused,
+            }))?);
         }
         if stats.queues.is_empty() {
             return Ok(ctx.out.line(format!("no jobs in {}", ctx.db.display()))?);
@@ -61,7 +69,7 @@ impl StatsArgs {
         let rows = stats.queues.iter().chain((stats.queues.len() > 1).then_some(&totals));
         for q in rows {
             t.add_row(vec![
-                q.queue.clone(),
+                if q.paused.is_some() { format!("{} (paused)", q.queue) } else { q.queue.clone() },
                 q.pending.to_string(),
                 q.oldest_pending_run_at.map_or_else(|| "-".to_string(), |at| relative(at, now)),
                 q.running.to_string(),
@@ -93,6 +101,18 @@ impl StatsArgs {
             let n = totals.expired_leases;
             attention.push(format!("{n} running {} with an expired lease (fenceq reap)", plural(n, "job", "jobs")));
         }
+        for q in &stats.queues {
+            if let Some(pause) = &q.paused {
+                let by = pause.by.as_deref().map_or_else(String::new, |by| format!(" by {}", output::sanitize(by)));
+                let note = pause.note.as_deref().map_or_else(String::new, |n| format!(": {}", output::sanitize(n)));
+                attention.push(format!(
+                    "queue {} is paused ({}{by}{note}): its claims find nothing (fenceq unpause {})",
+                    q.queue,
+                    relative(pause.since, now),
+                    q.queue
+                ));
+            }
+        }
         if !attention.is_empty() {
             ctx.out.line(format!("attention: {}", attention.join("; ")))?;
         }
@@ -115,6 +135,7 @@ fn stats_json(q: &QueueStats, now: i64) -> Value {
         "total": q.total(),
         "oldest_pending_run_at": q.oldest_pending_run_at,
         "oldest_pending_age_ms": q.oldest_pending_run_at.map(|at| now.saturating_sub(at)),
+        "paused": super::pause::pause_json(q.paused.as_ref(), now),
     })
 }
 

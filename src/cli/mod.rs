@@ -13,6 +13,7 @@ pub mod demo;
 pub mod inspect;
 pub mod maintenance;
 pub mod output;
+pub mod pause;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use fenceq::{BackupReport, Job, JobId, JobState, Queue};
@@ -27,8 +28,9 @@ use std::time::Duration;
 ///
 /// Exit codes: 0 success, 1 error (one line on stderr starting with `error:`), 2 usage error.
 /// Every command that changes rows takes `--dry-run` (print what would change, change nothing),
-/// `--expect N` (abort with exit 1, changing nothing, unless exactly N jobs would change) and
-/// `--backup PATH` (back the database up to PATH first; `fenceq backup` alone takes one).
+/// `--expect N` (abort with exit 1, changing nothing, unless exactly N jobs would change; for
+/// `pause` and `unpause`, N queues) and `--backup PATH` (back the database up to PATH first;
+/// `fenceq backup` alone takes one).
 #[derive(Debug, Parser)]
 #[command(name = "fenceq", version, propagate_version = true, max_term_width = 100)]
 pub struct Cli {
@@ -77,7 +79,8 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// Counts per queue and state: pending (and the oldest pending age), running (and how
     /// many have expired leases), waiting, completed, exhaustions awaiting acknowledgement,
-    /// acknowledged exhaustions, unknown outcomes, cancelled.
+    /// acknowledged exhaustions, unknown outcomes, cancelled; and which queues are paused
+    /// (since when, by whom, why), a paused queue with no jobs too.
     Stats(inspect::StatsArgs),
     /// Jobs in id order, optionally of one queue and one state.
     List(inspect::ListArgs),
@@ -102,6 +105,20 @@ pub enum Command {
     /// Cancels a pending, waiting or running job (a running owner finds out at its next
     /// renew or settle).
     Cancel(admin::CancelArgs),
+    /// Pauses a queue: claims of it find nothing, in every process, until `fenceq unpause`.
+    /// Enqueues still land, running attempts finish and settle, and `reap` still returns
+    /// expired leases to pending. A queue with no jobs can be paused. Records --by and --note
+    /// on the queue; pausing a paused queue changes nothing (its first record stays).
+    ///
+    /// --expect counts queues here: 1 when the command pauses the queue, 0 when it is paused
+    /// already.
+    Pause(pause::PauseArgs),
+    /// Unpauses a paused queue: its due jobs are claimable again (worker pools find them at
+    /// their next poll). Records --by and --note on the queue in place of the pause.
+    ///
+    /// --expect counts queues here: 1 when the command unpauses the queue, 0 when it is not
+    /// paused.
+    Unpause(pause::UnpauseArgs),
     /// Returns running jobs with expired leases to pending (exhausted when no attempts are
     /// left) and exhausts waiting jobs past their deadline.
     Reap(maintenance::ReapArgs),
@@ -137,6 +154,8 @@ impl Command {
             Command::Replay(args) => args.run(ctx),
             Command::Resolve(args) => args.run(ctx),
             Command::Cancel(args) => args.run(ctx),
+            Command::Pause(args) => args.run(ctx),
+            Command::Unpause(args) => args.run(ctx),
             Command::Reap(args) => args.run(ctx),
             Command::Prune(args) => args.run(ctx),
             Command::Migrate(args) => args.run(ctx),
@@ -277,7 +296,8 @@ pub struct ChangeOpts {
     #[arg(long)]
     pub dry_run: bool,
 
-    /// Abort with exit code 1, changing nothing, unless exactly N jobs would change.
+    /// Abort with exit code 1, changing nothing, unless exactly N jobs (for `pause` and
+    /// `unpause`: queues) would change.
     ///
     /// The count and the change are one transaction: if the change would touch another
     /// number of jobs, it is rolled back. With --dry-run the expectation is checked against
@@ -287,10 +307,16 @@ pub struct ChangeOpts {
 }
 
 impl ChangeOpts {
-    /// Compares the count that would change with `--expect`.
+    /// Compares the count of jobs that would change with `--expect`.
     pub fn check(&self, would_change: u64) -> CliResult<()> {
+        self.check_counted(would_change, ("job", "jobs"))
+    }
+
+    /// Compares the count that would change with `--expect`, counting `what` (one, many):
+    /// `("queue", "queues")` for `pause` and `unpause`.
+    pub fn check_counted(&self, would_change: u64, what: (&'static str, &'static str)) -> CliResult<()> {
         match self.expect {
-            Some(expected) if expected != would_change => Err(mismatch(expected, would_change)),
+            Some(expected) if expected != would_change => Err(mismatch_of(expected, would_change, what)),
             _ => Ok(()),
         }
     }
@@ -306,7 +332,11 @@ impl ChangeOpts {
 }
 
 fn mismatch(expected: u64, found: u64) -> BoxError {
-    fail(format!("--expect {expected} but {found} {} would change; nothing was changed", plural(found, "job", "jobs")))
+    mismatch_of(expected, found, ("job", "jobs"))
+}
+
+fn mismatch_of(expected: u64, found: u64, (one, many): (&'static str, &'static str)) -> BoxError {
+    fail(format!("--expect {expected} but {found} {} would change; nothing was changed", plural(found, one, many)))
 }
 
 /// A job state, as the command line spells it.

@@ -1,9 +1,9 @@
 //! The `Queue` handle, what every store shares above the seam: the handle itself, its clock
 //! and limits, the wakers of this process's worker pools, and the caller's transactions.
 //! Each group of operations has its own file: intake, claims and owned writes, settles,
-//! exhaustions and unknowns (with the operator's changes), inspection, the registry of
-//! periodic jobs (feature `schedule`); reaping, pruning, checkpoints and enqueueing the
-//! periodic jobs' ticks are the maintenance services' (`maintenance/`).
+//! exhaustions and unknowns (with the operator's changes), paused queues, inspection, the
+//! registry of periodic jobs (feature `schedule`); reaping, pruning, checkpoints and
+//! enqueueing the periodic jobs' ticks are the maintenance services' (`maintenance/`).
 //!
 //! Every operation validates its input (`validate.rs`), runs the store's transitions inside
 //! one transaction of the store (`Store::submit` for the hot paths, `Store::write` when a
@@ -16,6 +16,7 @@ pub(crate) mod fence;
 mod inspect;
 pub(crate) mod intake;
 pub(crate) mod operator;
+mod pause;
 #[cfg(feature = "schedule")]
 pub(crate) mod schedules;
 pub(crate) mod settle;

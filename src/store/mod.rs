@@ -35,7 +35,7 @@ pub mod sqlite;
 
 use crate::error::Result;
 use crate::job::{ClaimId, ClaimToken, Claimed, Exhaustion, Job, JobId, JobState, Resolution};
-use crate::report::{CheckpointReport, CommitStats, ReapReport};
+use crate::report::{CheckpointReport, CommitStats, PausedQueue, ReapReport};
 use std::time::Duration;
 
 /// The store contract: transactions, and one method per transition of a job's row.
@@ -128,7 +128,8 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// Claims up to `limit` due jobs of `queue` in priority, run_at, id order: pending jobs
     /// due at `now`, and running jobs whose lease ended at or before `now` with attempts
     /// left. Each gets `attempt + 1`, a fresh claim id, `worker`, and a lease to
-    /// `lease_until`. A live lease is never handed out.
+    /// `lease_until`. A live lease is never handed out. A paused queue
+    /// ([`Store::pause_queue`]) claims nothing; the check is part of the claim's own read.
     ///
     /// # Errors
     ///
@@ -269,10 +270,44 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// The store's error.
     fn acknowledge_all(tx: &Self::Tx, queue: &str, now: i64, decided: &Decided<'_>) -> Result<Vec<JobId>>;
 
+    // ------------------------------------------------------------ paused queues
+
+    /// Pauses `queue` from `now` on, recording `decided` (`"pause"`): afterwards
+    /// [`Store::claim`] of it claims nothing, on every handle and process, until
+    /// [`Store::unpause_queue`]. True when this call paused it; a queue paused already is
+    /// left as it is, its record too (false). A queue with no jobs can be paused.
+    ///
+    /// # Errors
+    ///
+    /// The store's error.
+    fn pause_queue(tx: &Self::Tx, queue: &str, now: i64, decided: &Decided<'_>) -> Result<bool>;
+
+    /// Unpauses `queue`, recording `decided` (`"unpause"`): true when it was paused.
+    ///
+    /// # Errors
+    ///
+    /// The store's error.
+    fn unpause_queue(tx: &Self::Tx, queue: &str, now: i64, decided: &Decided<'_>) -> Result<bool>;
+
+    /// The pause of `queue`, while it is paused.
+    ///
+    /// # Errors
+    ///
+    /// The store's error.
+    fn queue_pause(tx: &Self::Tx, queue: &str) -> Result<Option<PausedQueue>>;
+
+    /// Every paused queue, in queue order.
+    ///
+    /// # Errors
+    ///
+    /// The store's error.
+    fn paused_queues(tx: &Self::Tx) -> Result<Vec<PausedQueue>>;
+
     // ------------------------------------------------------------ maintenance
 
-    /// Up to `limit` running jobs whose lease ended at or before `now`: back to pending
-    /// with attempts left, else exhausted. Returns (requeued, exhausted).
+    /// Up to `limit` running jobs whose lease ended at or before `now`, of every queue (a
+    /// paused one too, so that its attempts are never stuck): back to pending with attempts
+    /// left, else exhausted. Returns (requeued, exhausted).
     ///
     /// # Errors
     ///
@@ -352,7 +387,8 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// The store's error.
     fn stats(tx: &Self::Tx, now: i64) -> Result<Vec<StatsRow>>;
 
-    /// Due pending jobs plus running jobs of `queue`.
+    /// Due pending jobs plus running jobs of `queue` (a paused queue's pending jobs are not
+    /// due).
     ///
     /// # Errors
     ///

@@ -53,6 +53,7 @@ pub mod fenced;
 mod fixture;
 mod harness;
 pub mod model;
+pub mod paused;
 #[cfg(feature = "schedule")]
 pub mod schedule;
 mod sqlite;
@@ -86,6 +87,7 @@ pub fn all_rules<H: Harness>() -> Vec<(&'static str, Rule<H>)> {
     rules.extend(crate::durable::rules::<H>().into_iter().map(|r| ("durable", r)));
     #[cfg(feature = "schedule")]
     rules.extend(crate::schedule::rules::<H>().into_iter().map(|r| ("base", r)));
+    rules.extend(crate::paused::rules::<H>().into_iter().map(|r| ("base", r)));
     rules
 }
 
