@@ -18,7 +18,7 @@
 //! pool's acknowledged completions are completed under `Full`, and every completed pool job
 //! has exactly one domain row under both. The reference is fenceq itself on an in-memory
 //! database, running the same seeded steps (the transitions are checked against an
-//! independent model by `tests/model_proptest.rs`; what this file checks is what survives).
+//! independent model by the conformance kit's model rules; what this file checks is what survives).
 //!
 //! Negative controls: with syncs faked, the checker finds lost acknowledgements; under `Full`
 //! the simulator sees at least one WAL sync per commit.

@@ -32,8 +32,9 @@
 //! and `cargo test --test conformance -- fenced::` runs one level.
 //!
 //! Not for applications. The fuzz targets (`fuzz/fuzz_targets/`) and the stable tests that
-//! replay their corpus or generate histories (`tests/fuzz_replay.rs`, `tests/model_proptest.rs`)
-//! use it; everything in it goes through fenceq's public API.
+//! replay their corpus on SQLite's fast paths (`tests/fuzz_replay.rs`) use it too; the corpus
+//! replay through any store and the model-based property test are rules of the kit
+//! ([`model_rules`]). Everything in it goes through fenceq's public API.
 //!
 //! Why a `publish = false` member crate rather than a cargo feature of fenceq: fenceq's feature
 //! list and its docs stay what applications use (no hidden module behind a test-only feature);
@@ -56,6 +57,7 @@ pub mod model;
 pub mod paused;
 #[cfg(feature = "schedule")]
 pub mod schedule;
+pub mod model_rules;
 mod sqlite;
 
 pub use fixture::{Db, HANG_GUARD, LEASE, T0};
@@ -88,6 +90,7 @@ pub fn all_rules<H: Harness>() -> Vec<(&'static str, Rule<H>)> {
     #[cfg(feature = "schedule")]
     rules.extend(crate::schedule::rules::<H>().into_iter().map(|r| ("base", r)));
     rules.extend(crate::paused::rules::<H>().into_iter().map(|r| ("base", r)));
+    rules.extend(crate::model_rules::rules::<H>().into_iter().map(|r| ("durable", r)));
     rules
 }
 
