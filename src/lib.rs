@@ -6,6 +6,7 @@ mod config;
 mod error;
 mod job;
 mod maintenance;
+mod metrics;
 mod queue;
 mod report;
 pub mod store;

@@ -16,7 +16,13 @@ impl<S: Store> Queue<S> {
     /// in-memory queue, `NestedWrite` from inside a closure holding its transaction or
     /// connection.
     pub fn stats(&self) -> Result<Stats> {
-        let rows = self.store().read(|tx| S::stats(tx, self.shared.now()))?;
+        self.stats_at(self.shared.now())
+    }
+
+    /// The counts with expired leases judged at `now` (one reading of the clock for callers
+    /// that also need it, as [`Queue::metrics_text`] does for the pending age).
+    pub(crate) fn stats_at(&self, now: i64) -> Result<Stats> {
+        let rows = self.store().read(|tx| S::stats(tx, now))?;
         Ok(Stats { queues: fold_stats(rows) })
     }
 

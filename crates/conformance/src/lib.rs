@@ -10,6 +10,8 @@
 //! - [`durable`]: exhaustion records, exact acknowledgement, cursor pages under concurrent
 //!   acknowledgement and addition.
 //!
+//! Run as `base` rules too: [`metrics`] (the Prometheus text of `Queue::metrics_text`).
+//!
 //! Every level also runs the positive and stale-identity controls of [`controls`]: expiry,
 //! reclaim, reclaim by the same worker id, pruning followed by the same key, and a token with
 //! the right id and attempt but another claim id. Each rule is one test named
@@ -50,6 +52,7 @@ pub mod durable;
 pub mod fenced;
 mod fixture;
 mod harness;
+pub mod metrics;
 pub mod model;
 mod sqlite;
 
@@ -80,6 +83,7 @@ pub fn all_rules<H: Harness>() -> Vec<(&'static str, Rule<H>)> {
     rules.extend(crate::base::rules::<H>().into_iter().map(|r| ("base", r)));
     rules.extend(crate::fenced::rules::<H>().into_iter().map(|r| ("fenced", r)));
     rules.extend(crate::durable::rules::<H>().into_iter().map(|r| ("durable", r)));
+    rules.extend(crate::metrics::rules::<H>().into_iter().map(|r| ("base", r)));
     rules
 }
 
