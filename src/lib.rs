@@ -7,6 +7,8 @@ mod error;
 mod job;
 mod maintenance;
 mod metrics;
+#[cfg(feature = "serde")]
+mod payload;
 mod queue;
 mod report;
 pub mod store;

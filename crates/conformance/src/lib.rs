@@ -10,7 +10,9 @@
 //! - [`durable`]: exhaustion records, exact acknowledgement, cursor pages under concurrent
 //!   acknowledgement and addition.
 //!
-//! Run as `base` rules too: [`metrics`] (the Prometheus text of `Queue::metrics_text`).
+//! Run as `base` rules too: [`metrics`] (the Prometheus text of `Queue::metrics_text`) and,
+//! with this crate's feature `serde` (fenceq's own tests turn it on), `typed_payloads`
+//! (`NewJob::json`, `payload_json`, and `json_handler` exhausting poison messages).
 //!
 //! Every level also runs the positive and stale-identity controls of [`controls`]: expiry,
 //! reclaim, reclaim by the same worker id, pruning followed by the same key, and a token with
@@ -55,6 +57,8 @@ mod harness;
 pub mod metrics;
 pub mod model;
 mod sqlite;
+#[cfg(feature = "serde")]
+pub mod typed_payloads;
 
 pub use fixture::{Db, HANG_GUARD, LEASE, T0};
 pub use harness::{Harness, RawRow};
@@ -84,6 +88,8 @@ pub fn all_rules<H: Harness>() -> Vec<(&'static str, Rule<H>)> {
     rules.extend(crate::fenced::rules::<H>().into_iter().map(|r| ("fenced", r)));
     rules.extend(crate::durable::rules::<H>().into_iter().map(|r| ("durable", r)));
     rules.extend(crate::metrics::rules::<H>().into_iter().map(|r| ("base", r)));
+    #[cfg(feature = "serde")]
+    rules.extend(crate::typed_payloads::rules::<H>().into_iter().map(|r| ("base", r)));
     rules
 }
 
