@@ -195,6 +195,22 @@ pub enum Error {
         /// Pages of the database.
         total_pages: u64,
     },
+    /// A job's payload did not decode as the type asked for (`payload_json` and
+    /// `WorkerPoolBuilder::json_handler`, feature `serde`): it is not JSON, or not JSON of
+    /// that shape. Nothing was read into the type and nothing was written; decoding the same
+    /// payload again fails the same way, so a handler should exhaust the job rather than
+    /// retry it (`json_handler` does).
+    #[cfg(feature = "serde")]
+    #[error("job {id}'s payload does not decode as {type_name}: {reason}")]
+    Decode {
+        /// The job whose payload it is.
+        id: JobId,
+        /// The type it was decoded as (`std::any::type_name`).
+        type_name: &'static str,
+        /// serde_json's message, with the line and column where decoding stopped (cut to
+        /// [`MAX_ERROR_LEN`](crate::MAX_ERROR_LEN) bytes).
+        reason: String,
+    },
     /// An error returned by a caller's closure (a domain write); the transaction was rolled back.
     #[error("caller's closure failed")]
     Domain(#[source] Box<dyn std::error::Error + Send + Sync>),

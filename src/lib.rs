@@ -6,6 +6,9 @@ mod config;
 mod error;
 mod job;
 mod maintenance;
+mod metrics;
+#[cfg(feature = "serde")]
+mod payload;
 mod queue;
 mod report;
 #[cfg(feature = "schedule")]

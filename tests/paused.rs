@@ -1,7 +1,7 @@
 //! Paused queues on SQLite: the upgrade from schema 4 that adds them keeps every row, the
 //! schema's CHECKs refuse an inconsistent pause, and the SQLite-specific refusals (a pause
 //! inside the queue's own transaction, on a read-only handle). The store-independent rules
-//! are the kit's (`crates/conformance/src/paused.rs`); the CLI's are in tests/cli.rs.
+//! are the kit's (`crates/conformance/src/base/paused.rs`); the CLI's are in tests/cli.rs.
 
 mod common;
 

@@ -4,7 +4,7 @@
 //! file; the maintenance thread on its own; the `fenceq_schedules` table and its upgrade; and
 //! the refusals of bad expressions, zones and intervals. The store-independent rules
 //! (downtime, restarts, two handles, clock steps, pruning, intervals, templates, bad
-//! registrations) are the conformance kit's (`crates/conformance/src/schedule.rs`).
+//! registrations) are the conformance kit's (`crates/conformance/src/base/schedule.rs`).
 #![cfg(feature = "schedule")]
 
 mod common;

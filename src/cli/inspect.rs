@@ -3,18 +3,49 @@
 
 use super::output::{self, cell, payload_preview, relative, table, when, PayloadView, PAYLOAD_LIMIT};
 use super::{load_job, plural, CliResult, Context, StateArg};
-use clap::Args;
+use clap::{Args, ValueEnum};
 use fenceq::{Cursor, Exhaustion, Job, JobState, ListFilter, Page, QueueStats, MAX_BATCH};
 use serde_json::{json, Value};
 
 /// Arguments of `stats`.
 #[derive(Debug, Args)]
-pub struct StatsArgs {}
+pub struct StatsArgs {
+    /// What to print: `text` (a table; the default), `json` (one document, as --json) or
+    /// `prometheus` (the text exposition format 0.0.4, for node-exporter's textfile
+    /// collector or any scraper).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Option<StatsFormat>,
+}
+
+/// How `stats` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StatsFormat {
+    /// A table for people, and a line on what needs attention.
+    Text,
+    /// One JSON document (the same as --json).
+    Json,
+    /// Prometheus' text exposition format 0.0.4: gauges per queue and state.
+    Prometheus,
+}
 
 impl StatsArgs {
     /// Prints the counts per queue and state.
     pub fn run(self, ctx: &mut Context) -> CliResult<()> {
+        let format = match (self.format, ctx.json()) {
+            (None, false) => StatsFormat::Text,
+            (None, true) | (Some(StatsFormat::Json), _) => StatsFormat::Json,
+            (Some(format), false) => format,
+            (Some(format), true) => {
+                let name = format.to_possible_value().map_or_else(String::new, |v| v.get_name().to_string());
+                let message = format!("--json asks for JSON but --format asks for {name}; give one of them");
+                clap::Error::raw(clap::error::ErrorKind::ArgumentConflict, format!("{message}\n")).exit()
+            }
+        };
         let queue = ctx.open_read_only()?;
+        if format == StatsFormat::Prometheus {
+            // The library's own rendering: stats and the pending age at one reading of the clock.
+            return Ok(ctx.out.text(&queue.metrics_text()?)?);
+        }
         let stats = queue.stats()?;
         let now = queue.now_ms();
         let mut totals = QueueStats { queue: "TOTAL".to_string(), ..QueueStats::default() };
@@ -33,7 +64,7 @@ impl StatsArgs {
                 (a, b) => a.or(b),
             };
         }
-        if ctx.json() {
+        if format == StatsFormat::Json {
             let queues: Vec<Value> = stats.queues.iter().map(|q| stats_json(q, now)).collect();
             let mut totals = stats_json(&totals, now);
             if let Some(object) = totals.as_object_mut() {

@@ -81,6 +81,11 @@ pub enum Command {
     /// many have expired leases), waiting, completed, exhaustions awaiting acknowledgement,
     /// acknowledged exhaustions, unknown outcomes, cancelled; and which queues are paused
     /// (since when, by whom, why), a paused queue with no jobs too.
+    ///
+    /// `--format prometheus` prints them as Prometheus metrics (text format 0.0.4; see the
+    /// README for node-exporter's textfile collector): `fenceq_jobs{queue,state}`,
+    /// `fenceq_oldest_pending_age_seconds`, `fenceq_exhaustions_unacknowledged`,
+    /// `fenceq_unknown_outcomes_unresolved` and `fenceq_expired_leases`, each per queue.
     Stats(inspect::StatsArgs),
     /// Jobs in id order, optionally of one queue and one state.
     List(inspect::ListArgs),

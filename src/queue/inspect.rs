@@ -17,7 +17,14 @@ impl<S: Store> Queue<S> {
     /// in-memory queue, `NestedWrite` from inside a closure holding its transaction or
     /// connection.
     pub fn stats(&self) -> Result<Stats> {
-        let (rows, paused) = self.store().read(|tx| Ok((S::stats(tx, self.shared.now())?, S::paused_queues(tx)?)))?;
+        self.stats_at(self.shared.now())
+    }
+
+    /// The counts with expired leases judged at `now` (one reading of the clock for callers
+    /// that also need it, as [`Queue::metrics_text`] does for the pending age), and which
+    /// queues are paused.
+    pub(crate) fn stats_at(&self, now: i64) -> Result<Stats> {
+        let (rows, paused) = self.store().read(|tx| Ok((S::stats(tx, now)?, S::paused_queues(tx)?)))?;
         let mut queues = fold_stats(rows);
         for pause in paused {
             // Both are in queue order (byte order, as SQLite's BINARY collation sorts).

@@ -4,11 +4,14 @@
 //!
 //! ## The kit
 //!
-//! - [`base`]: the job lifecycle, idempotent intake, retention, maintenance, the worker pool;
+//! - [`base`]: the job lifecycle, idempotent intake, retention, maintenance, the worker pool,
+//!   paused queues, the Prometheus text, and with this crate's features `schedule` and
+//!   `serde` (fenceq's own tests turn both on) periodic jobs and typed payloads;
 //! - [`fenced`]: the full identity on renew, owns and settle; stale workers; ownership inside
 //!   the caller's transaction;
 //! - [`durable`]: exhaustion records, exact acknowledgement, cursor pages under concurrent
-//!   acknowledgement and addition.
+//!   acknowledgement and addition, and the reference model over the fuzz corpus and
+//!   generated histories.
 //!
 //! Every level also runs the positive and stale-identity controls of [`controls`]: expiry,
 //! reclaim, reclaim by the same worker id, pruning followed by the same key, and a token with
@@ -34,7 +37,7 @@
 //! Not for applications. The fuzz targets (`fuzz/fuzz_targets/`) and the stable tests that
 //! replay their corpus on SQLite's fast paths (`tests/fuzz_replay.rs`) use it too; the corpus
 //! replay through any store and the model-based property test are rules of the kit
-//! ([`model_rules`]). Everything in it goes through fenceq's public API.
+//! (the `durable::model` rules). Everything in it goes through fenceq's public API.
 //!
 //! Why a `publish = false` member crate rather than a cargo feature of fenceq: fenceq's feature
 //! list and its docs stay what applications use (no hidden module behind a test-only feature);
@@ -54,10 +57,6 @@ pub mod fenced;
 mod fixture;
 mod harness;
 pub mod model;
-pub mod paused;
-#[cfg(feature = "schedule")]
-pub mod schedule;
-pub mod model_rules;
 mod sqlite;
 
 pub use fixture::{Db, HANG_GUARD, LEASE, T0};
@@ -87,10 +86,6 @@ pub fn all_rules<H: Harness>() -> Vec<(&'static str, Rule<H>)> {
     rules.extend(crate::base::rules::<H>().into_iter().map(|r| ("base", r)));
     rules.extend(crate::fenced::rules::<H>().into_iter().map(|r| ("fenced", r)));
     rules.extend(crate::durable::rules::<H>().into_iter().map(|r| ("durable", r)));
-    #[cfg(feature = "schedule")]
-    rules.extend(crate::schedule::rules::<H>().into_iter().map(|r| ("base", r)));
-    rules.extend(crate::paused::rules::<H>().into_iter().map(|r| ("base", r)));
-    rules.extend(crate::model_rules::rules::<H>().into_iter().map(|r| ("durable", r)));
     rules
 }
 

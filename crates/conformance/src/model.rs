@@ -1,5 +1,5 @@
 //! The reference model of the queue and the differential runners behind the fuzz targets
-//! (`fuzz/fuzz_targets/*.rs`), the kit's model rules ([`crate::model_rules`]: the corpus
+//! (`fuzz/fuzz_targets/*.rs`), the kit's model rules (the `durable::model` rules (`durable/model.rs`): the corpus
 //! replay and the property test, through any store's [`Harness`]) and the stable tests that
 //! replay the corpus on SQLite's fast paths (`tests/fuzz_replay.rs`). Test support only: it
 //! uses fenceq's public API only (the [`Store`] trait's `owns` included) and is not part of
@@ -25,7 +25,7 @@
 //!   (not `InvalidInput`) for bad caller input on a healthy database.
 //!
 //! [`FIXED_DEFECTS`] lists the engine defects these runners found (all fixed since); the
-//! regression rules in [`crate::model_rules`] and the tests in `tests/fuzz_replay.rs` keep them
+//! regression rules in the `durable::model` rules (`durable/model.rs`) and the tests in `tests/fuzz_replay.rs` keep them
 //! fixed.
 //! Should a new one be found and left open, steer around it here (so that fuzzing can go on)
 //! and keep its failing case as an ignored test.
@@ -64,7 +64,7 @@ pub const DEFAULT_ATTEMPTS: u32 = 3;
 const MAX_BATCH_JOBS: usize = 4;
 
 /// Engine defects this module found that are fixed now; the regression rules in
-/// [`crate::model_rules`] and the tests in `tests/fuzz_replay.rs` keep them fixed.
+/// the `durable::model` rules (`durable/model.rs`) and the tests in `tests/fuzz_replay.rs` keep them fixed.
 pub const FIXED_DEFECTS: &[&str] = &[
     "nul-queue-name (fixed in bd2755f): a queue name that starts with a NUL byte passed the engine's name check but \
      failed the schema's CHECK (length(queue) > 0; SQLite's length() stops at the NUL): enqueue returned \
