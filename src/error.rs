@@ -171,6 +171,46 @@ pub enum Error {
         /// The park's deadline, in ms since the epoch.
         deadline: i64,
     },
+    /// A backup's target file could not be written: its directory is missing or not
+    /// writable, the disk is full, or its file system refuses the hard link that publishes
+    /// the backup without overwriting. Nothing was left at the target path, and the queue is
+    /// unchanged.
+    #[error("cannot write the backup at {path}: check that its directory exists and is writable")]
+    BackupWrite {
+        /// The target path.
+        path: String,
+        /// The file system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A backup did not finish within its time limit
+    /// ([`BackupOptions::time_limit`](crate::BackupOptions::time_limit)). Nothing was left at
+    /// the target path, and the queue is unchanged: raise the limit and back up again.
+    #[error("backup did not finish within {limit:?} ({copied_pages} of {total_pages} pages copied); nothing was left at the target: raise the time limit")]
+    BackupTimedOut {
+        /// The time limit that ran out.
+        limit: std::time::Duration,
+        /// Pages copied when it ran out.
+        copied_pages: u64,
+        /// Pages of the database.
+        total_pages: u64,
+    },
+    /// A job's payload did not decode as the type asked for (`payload_json` and
+    /// `WorkerPoolBuilder::json_handler`, feature `serde`): it is not JSON, or not JSON of
+    /// that shape. Nothing was read into the type and nothing was written; decoding the same
+    /// payload again fails the same way, so a handler should exhaust the job rather than
+    /// retry it (`json_handler` does).
+    #[cfg(feature = "serde")]
+    #[error("job {id}'s payload does not decode as {type_name}: {reason}")]
+    Decode {
+        /// The job whose payload it is.
+        id: JobId,
+        /// The type it was decoded as (`std::any::type_name`).
+        type_name: &'static str,
+        /// serde_json's message, with the line and column where decoding stopped (cut to
+        /// [`MAX_ERROR_LEN`](crate::MAX_ERROR_LEN) bytes).
+        reason: String,
+    },
     /// An error returned by a caller's closure (a domain write); the transaction was rolled back.
     #[error("caller's closure failed")]
     Domain(#[source] Box<dyn std::error::Error + Send + Sync>),

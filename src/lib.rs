@@ -6,8 +6,13 @@ mod config;
 mod error;
 mod job;
 mod maintenance;
+mod metrics;
+#[cfg(feature = "serde")]
+mod payload;
 mod queue;
 mod report;
+#[cfg(feature = "schedule")]
+mod schedule;
 pub mod store;
 mod validate;
 mod worker;
@@ -26,19 +31,28 @@ pub use job::{
     Backoff, ClaimId, ClaimToken, Claimed, Cursor, Decision, Enqueued, Exhaustion, Job, JobId, JobState, NewJob, Page,
     Resolution, Retried, RetryPolicy, UnknownOutcome,
 };
+#[cfg(feature = "schedule")]
+pub use maintenance::Scheduler;
 pub use maintenance::{
-    Checkpointer, Maintenance, MaintenanceConfig, MaintenanceReport, Pruner, Reaper, DEFAULT_CHECKPOINT_EVERY,
-    DEFAULT_CHECKPOINT_PATIENCE, DEFAULT_PRUNE_EVERY, DEFAULT_REAP_EVERY,
+    BackupOptions, Checkpointer, Maintenance, MaintenanceConfig, MaintenanceReport, Pruner, Reaper,
+    DEFAULT_BACKUP_PAGES_PER_STEP, DEFAULT_BACKUP_TIME_LIMIT, DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHECKPOINT_PATIENCE,
+    DEFAULT_PRUNE_EVERY, DEFAULT_REAP_EVERY, DEFAULT_SCHEDULE_EVERY,
 };
 pub use queue::operator::Operator;
 pub use queue::{ListFilter, Queue};
-pub use report::{CheckpointReport, CommitStats, PruneReport, QueueStats, ReapReport, Stats};
+pub use report::{
+    BackupReport, CheckpointReport, CommitStats, PausedQueue, PruneReport, QueueStats, ReapReport, ScheduleReport,
+    Stats,
+};
 /// The rusqlite version fenceq is built with, for closures that receive its `Transaction`.
 pub use rusqlite;
 #[cfg(feature = "postgres")]
 pub use store::postgres::{
     PgTx, PostgresStore, POSTGRES_CONNECT_TIMEOUT, POSTGRES_IDLE_IN_TRANSACTION_TIMEOUT, POSTGRES_STATEMENT_TIMEOUT,
 };
+#[cfg(feature = "schedule")]
+pub use schedule::Schedule;
+pub use store::sqlite::backup::backup_file;
 pub use store::sqlite::migrate::SCHEMA_VERSION;
 pub use store::sqlite::{owns_in, schema_version_of, SqliteStore};
 pub use validate::{MAX_BATCH, MAX_ERROR_LEN};

@@ -2,7 +2,8 @@
 //!
 //! It inspects a queue database (`stats`, `list`, `show`, `exhausted`, `unknown`), adds jobs
 //! (`enqueue`), handles dead letters and ambiguous outcomes (`ack`, `replay`, `resolve`),
-//! cancels jobs, and runs maintenance (`reap`, `prune`, `migrate`). Run `fenceq --help` for
+//! cancels jobs, runs maintenance (`reap`, `prune`, `migrate`), and takes online backups
+//! (`backup`, or `--backup PATH` before any change). Run `fenceq --help` for
 //! the commands and `fenceq COMMAND --help` for their options.
 //!
 //! Exit codes: 0 success, 1 error (one line on stderr: `error: ` and the error's chain of

@@ -37,6 +37,25 @@ impl PruneReport {
     }
 }
 
+/// What one pass of the periodic-job scheduler did (feature `schedule`; always zero without
+/// it). Each registered schedule counts once, in exactly one of the first four fields.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ScheduleReport {
+    /// Schedules whose latest tick was enqueued as a new job.
+    pub enqueued: u64,
+    /// Schedules whose latest tick was recorded now, but a job with its key already existed
+    /// (enqueued by hand, or before the record was lost): nothing new was added.
+    pub duplicates: u64,
+    /// Schedules whose latest tick, or a later one, had already been enqueued (by this
+    /// handle, another handle or process, or before a restart): the normal case.
+    pub up_to_date: u64,
+    /// Schedules with no tick at or before the clock's now.
+    pub not_due: u64,
+    /// Of `up_to_date`, the schedules whose recorded tick is later than the clock's now: the
+    /// clock stepped back, and they enqueue nothing until it passes that tick again.
+    pub clock_behind: u64,
+}
+
 /// Counts for one queue.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct QueueStats {
@@ -62,6 +81,9 @@ pub struct QueueStats {
     pub cancelled: u64,
     /// The earliest `run_at` among pending jobs (ms since the epoch).
     pub oldest_pending_run_at: Option<i64>,
+    /// The queue's pause, while it is paused: claims of it find nothing (see
+    /// [`Queue::pause`](crate::Queue::pause)).
+    pub paused: Option<PausedQueue>,
 }
 
 impl QueueStats {
@@ -81,12 +103,12 @@ impl QueueStats {
 /// Counts per queue, as `Queue::stats` returns them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stats {
-    /// One entry per queue that has rows, by name.
+    /// One entry per queue that has rows or is paused, by name.
     pub queues: Vec<QueueStats>,
 }
 
 impl Stats {
-    /// The counts of one queue (all zero when it has no rows).
+    /// The counts of one queue (all zero, and not paused, when it has no entry).
     pub fn queue(&self, name: &str) -> QueueStats {
         self.queues
             .iter()
@@ -94,6 +116,21 @@ impl Stats {
             .cloned()
             .unwrap_or_else(|| QueueStats { queue: name.to_string(), ..QueueStats::default() })
     }
+}
+
+/// A paused queue, as [`Queue::paused_queues`](crate::Queue::paused_queues) and
+/// [`QueueStats::paused`] report it: who paused it, when and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PausedQueue {
+    /// The queue's name.
+    pub queue: String,
+    /// When it was paused, ms since the epoch (the queue's clock).
+    pub since: i64,
+    /// Who paused it: the name given to [`Queue::operator`](crate::Queue::operator) (the
+    /// CLI's `--by`, defaulting to the OS user), `None` for the plain [`Queue::pause`](crate::Queue::pause).
+    pub by: Option<String>,
+    /// Why, when a note was given.
+    pub note: Option<String>,
 }
 
 /// What one WAL checkpoint did (`PRAGMA wal_checkpoint(TRUNCATE)`).
@@ -130,4 +167,20 @@ impl CommitStats {
             self.requests as f64 / self.transactions as f64
         }
     }
+}
+
+/// What one backup wrote (see [`Queue::backup`](crate::Queue::backup)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackupReport {
+    /// The backup file: a complete SQLite database, owner-only (mode 0600), synced.
+    pub path: std::path::PathBuf,
+    /// Database pages copied (the database's size in pages at the backup's instant).
+    pub pages: u64,
+    /// Size of the backup file in bytes.
+    pub bytes: u64,
+    /// Copy steps taken (each copies at most
+    /// [`pages_per_step`](crate::BackupOptions::pages_per_step) pages).
+    pub steps: u64,
+    /// How long the backup took, from the first check to the synced directory entry.
+    pub elapsed: std::time::Duration,
 }

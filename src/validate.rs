@@ -17,6 +17,10 @@ pub const MAX_BATCH: u32 = 10_000;
 const MAX_DELAY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// Longest park.
 const MAX_PARK: Duration = Duration::from_secs(365 * 24 * 3600);
+/// Most pages one backup step copies (4 GiB at the default page size).
+const MAX_BACKUP_STEP: u32 = 1 << 20;
+/// Longest time limit of a backup.
+const MAX_BACKUP_TIME: Duration = Duration::from_secs(24 * 3600);
 
 /// A queue name, worker id or operator name: 1..=128 bytes without a NUL byte.
 pub(crate) fn check_name(what: &'static str, name: &str) -> Result<()> {
@@ -131,6 +135,21 @@ pub(crate) fn check_interval(every: Duration) -> Result<()> {
 pub(crate) fn check_patience(patience: Duration) -> Result<()> {
     if patience > Duration::from_secs(60) {
         return Err(Error::invalid("checkpoint patience", "longer than a minute"));
+    }
+    Ok(())
+}
+
+/// A backup's settings: 1..=1,048,576 pages per step, a time limit between 1 ms and a day.
+pub(crate) fn check_backup(options: &crate::BackupOptions) -> Result<()> {
+    if options.pages_per_step == 0 || options.pages_per_step > MAX_BACKUP_STEP {
+        let reason = format!("{} is not in 1..={MAX_BACKUP_STEP}", options.pages_per_step);
+        return Err(Error::invalid("backup pages per step", reason));
+    }
+    if options.time_limit < Duration::from_millis(1) || options.time_limit > MAX_BACKUP_TIME {
+        return Err(Error::invalid(
+            "backup time limit",
+            format!("{:?} is not between 1 ms and a day", options.time_limit),
+        ));
     }
     Ok(())
 }

@@ -660,6 +660,8 @@ const READING_AND_CHANGING: &[&[&str]] = &[
     &["replay", "1"],
     &["resolve", "1", "--as", "retry"],
     &["cancel", "1"],
+    &["pause", "q"],
+    &["unpause", "q"],
     &["reap"],
     &["prune"],
 ];
@@ -743,6 +745,8 @@ fn usage_errors_exit_2_and_help_exits_0() {
         "replay",
         "resolve",
         "cancel",
+        "pause",
+        "unpause",
         "reap",
         "prune",
         "migrate",
@@ -751,7 +755,7 @@ fn usage_errors_exit_2_and_help_exits_0() {
         let sub = run(&db, &[command, "--help"]).ok().to_string();
         assert!(sub.contains("--db") && sub.contains("--json"), "{command} --help lacks the global options");
     }
-    for command in ["enqueue", "ack", "replay", "resolve", "cancel", "reap", "prune"] {
+    for command in ["enqueue", "ack", "replay", "resolve", "cancel", "pause", "unpause", "reap", "prune"] {
         let sub = run(&db, &[command, "--help"]).ok().to_string();
         assert!(sub.contains("--dry-run") && sub.contains("--expect"), "{command} --help lacks --dry-run/--expect");
     }
@@ -808,6 +812,8 @@ fn changing_commands_and_their_dry_runs_never_upgrade_or_touch_an_old_schema() {
         &["replay", "2"],
         &["resolve", "1", "--as", "retry"],
         &["cancel", "1"],
+        &["pause", "q"],
+        &["unpause", "q"],
         &["enqueue", "--queue", "q", "--payload", "x"],
         &["enqueue", "--queue", "q", "--payload", "x", "--key", "k"],
     ];
@@ -887,4 +893,134 @@ fn every_operator_change_records_what_when_by_whom_and_why_on_the_row() {
     let err = run(&db, &["replay", &f.other_exhausted.to_string(), "--by", &long]).error().to_string();
     assert!(err.contains("invalid operator name"), "{err}");
     assert_eq!(state(&queue, f.other_exhausted), JobState::Exhausted, "nothing changed");
+}
+
+// ------------------------------------------------------------------------------- pause, unpause
+
+#[test]
+fn pause_and_unpause_with_their_guards_and_a_record_of_who_and_why() {
+    let (_dir, db, queue) = new_db();
+    let f = fixture(&queue);
+    let is_paused = |queue: &Queue| queue.is_paused("q").unwrap();
+
+    // A dry run and an --expect the change cannot meet change nothing.
+    let dry = run(&db, &["pause", "q", "--dry-run"]).ok().to_string();
+    assert_eq!(dry.trim(), "dry run: would pause queue q (1 pending job held); nothing was changed");
+    let dry = run(&db, &["pause", "q", "--dry-run", "--json"]).json();
+    assert_eq!(
+        (dry["would_change"].clone(), dry["changed"].clone(), dry["paused"].clone()),
+        (1.into(), 0.into(), false.into())
+    );
+    assert_eq!(
+        run(&db, &["pause", "q", "--expect", "0"]).error(),
+        "error: --expect 0 but 1 queue would change; nothing was changed"
+    );
+    assert_eq!(
+        run(&db, &["pause", "q", "--expect", "2"]).error(),
+        "error: --expect 2 but 1 queue would change; nothing was changed"
+    );
+    assert!(!is_paused(&queue));
+
+    // The pause, made by another process, holds the claims of this process's open handle.
+    let out = run(&db, &["pause", "q", "--expect", "1", "--by", "alice", "--note", "telegram outage", "--json"]).json();
+    assert_eq!(
+        (out["command"].clone(), out["changed"].clone(), out["paused"].clone()),
+        ("pause".into(), 1.into(), true.into())
+    );
+    assert_eq!((out["pause"]["by"].clone(), out["pause"]["note"].clone()), ("alice".into(), "telegram outage".into()));
+    assert_eq!(out["pending"], 1);
+    assert!(is_paused(&queue));
+    assert!(queue.claim("q", "w", LEASE).unwrap().is_none());
+    let held = enqueue(&queue, NewJob::new("q", b"held".to_vec()));
+    assert_eq!(state(&queue, held), JobState::Pending);
+    assert!(queue.claim("other", "w", LEASE).unwrap().is_none(), "other has no pending job, and is not paused");
+    assert!(!queue.is_paused("other").unwrap());
+    // The running attempt claimed before the pause still settles.
+    let running = queue.job(f.running).unwrap().unwrap().token().unwrap();
+    queue.complete(&running).unwrap();
+
+    // Again: idempotent, the first record stays; --expect 1 now fails, --expect 0 holds.
+    let again = run(&db, &["pause", "q", "--by", "bob"]).ok().to_string();
+    assert!(again.starts_with("queue q is already paused (paused since "), "{again}");
+    assert!(again.contains("by alice: telegram outage; 2 pending jobs held); nothing changed"), "{again}");
+    assert_eq!(
+        run(&db, &["pause", "q", "--expect", "1"]).error(),
+        "error: --expect 1 but 0 queues would change; nothing was changed"
+    );
+    assert_eq!(run(&db, &["pause", "q", "--expect", "0", "--json"]).json()["changed"], 0);
+    assert_eq!(queue.paused_queues().unwrap()[0].by.as_deref(), Some("alice"));
+
+    // stats shows it, in text and JSON.
+    let text = run(&db, &["stats"]).ok().to_string();
+    assert!(text.contains("q (paused)"), "{text}");
+    assert!(text.contains("queue q is paused (") && text.contains(" by alice: telegram outage)"), "{text}");
+    assert!(text.contains("its claims find nothing"), "{text}");
+    assert!(text.contains("(fenceq unpause q)"), "{text}");
+    let stats = run(&db, &["stats", "--json"]).json();
+    assert_eq!(stats["paused_queues"], serde_json::json!(["q"]));
+    let queues = stats["queues"].as_array().unwrap();
+    let q = queues.iter().find(|q| q["queue"] == "q").unwrap();
+    assert_eq!((q["paused"]["by"].clone(), q["paused"]["note"].clone()), ("alice".into(), "telegram outage".into()));
+    assert!(q["paused"]["since"].as_i64().is_some() && q["paused"]["age_ms"].as_i64().unwrap() >= 0);
+    assert_eq!(queues.iter().find(|q| q["queue"] == "other").unwrap()["paused"], Value::Null);
+    assert!(stats["totals"].get("paused").is_none());
+
+    // unpause: a dry run, the guard, then the change, recorded in place of the pause.
+    let dry = run(&db, &["unpause", "q", "--dry-run"]).ok().to_string();
+    assert!(dry.starts_with("dry run: would unpause queue q (paused since ") && dry.contains("by alice"), "{dry}");
+    assert_eq!(
+        run(&db, &["unpause", "q", "--expect", "0"]).error(),
+        "error: --expect 0 but 1 queue would change; nothing was changed"
+    );
+    assert!(is_paused(&queue));
+    let text = run(&db, &["unpause", "q", "--by", "carol", "--note", "outage over"]).ok().to_string();
+    assert!(text.starts_with("unpaused queue q: its 2 pending jobs are claimable again"), "{text}");
+    assert!(!is_paused(&queue));
+    assert!(queue.claim("q", "w", LEASE).unwrap().is_some(), "the open handle claims again");
+    let conn = fenceq::rusqlite::Connection::open(&db).unwrap();
+    let record: (String, Option<String>, Option<String>) = conn
+        .query_row("SELECT decision, decided_by, decision_note FROM fenceq_queues WHERE queue = 'q'", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .unwrap();
+    assert_eq!(record, ("unpause".to_string(), Some("carol".to_string()), Some("outage over".to_string())));
+    assert_eq!(run(&db, &["unpause", "q"]).ok().trim(), "queue q is not paused; nothing changed");
+    let out = run(&db, &["unpause", "q", "--json"]).json();
+    assert_eq!(
+        (out["would_change"].clone(), out["changed"].clone(), out["pause"].clone()),
+        (0.into(), 0.into(), Value::Null)
+    );
+    assert!(!run(&db, &["stats"]).ok().contains("paused"));
+}
+
+#[test]
+fn a_queue_without_jobs_can_be_paused_and_bad_names_are_refused() {
+    let (_dir, db, queue) = new_db();
+    // Without --by, the OS user.
+    let mut c = cmd(&db, &["pause", "later"]);
+    c.env("USER", "operator-on-call");
+    assert!(run_cmd(c).ok().starts_with("paused queue later: claims of it find nothing until `fenceq unpause later`"));
+    assert_eq!(queue.paused_queues().unwrap()[0].by.as_deref(), Some("operator-on-call"));
+    let text = run(&db, &["stats"]).ok().to_string();
+    assert!(text.contains("later (paused)"), "a paused queue with no jobs is listed: {text}");
+    let stats = run(&db, &["stats", "--json"]).json();
+    assert_eq!(stats["queues"][0]["total"], 0);
+    assert_eq!(stats["queues"][0]["paused"]["by"], "operator-on-call");
+
+    let long = "x".repeat(129);
+    for name in ["", long.as_str()] {
+        for command in ["pause", "unpause"] {
+            for extra in [&[][..], &["--dry-run"]] {
+                let args: Vec<&str> = [command, name].iter().chain(extra).copied().collect();
+                let err = run(&db, &args).error().to_string();
+                assert!(err.starts_with("error: invalid queue name"), "{args:?}: {err}");
+            }
+        }
+    }
+    let err = run(&db, &["pause", "q", "--by", &long]).error().to_string();
+    assert!(err.contains("invalid operator name"), "{err}");
+    assert_eq!(queue.paused_queues().unwrap().len(), 1, "nothing else was paused");
+    run(&db, &["pause"]).usage();
+    run(&db, &["unpause"]).usage();
+    run(&db, &["pause", "a", "b"]).usage();
 }

@@ -3,7 +3,10 @@
 //! (`fenceq_conformance::model::run_bytes`, `run_bytes_file` and `hostile`) on the stable
 //! toolchain, so the fuzzers' findings keep being checked without nightly or cargo-fuzz. Each
 //! target's corpus must exist and be non-empty: a missing corpus fails instead of passing
-//! silently.
+//! silently. These are SQLite's own paths, the fuzz targets' bodies: the in-memory queue reused
+//! from run to run, the template file in /dev/shm, hostile files. The store-independent replay
+//! of the `fence_invariants` corpus, through a conformance harness, is the kit's rule
+//! `durable::model_agrees_with_the_store_on_every_fuzz_corpus_input` (`tests/conformance.rs`).
 //!
 //! The tests at the end are the engine defects the hostile target found, all fixed since
 //! (`fenceq_conformance::model::FIXED_DEFECTS`), kept as regression tests.

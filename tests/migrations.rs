@@ -20,9 +20,12 @@ fn assert_upgraded_with_rows_intact(path: &Path) {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    for column in ["claim_id", "exhausted_at", "acknowledged_at"] {
+    for column in ["claim_id", "exhausted_at", "acknowledged_at", "decision", "decided_by"] {
         assert_eq!(columns.iter().filter(|c| *c == column).count(), 1, "{column} exists exactly once");
     }
+    // Schema 5: the table of paused queues, empty (no queue was paused before it existed).
+    let paused: i64 = conn.query_row("SELECT count(*) FROM fenceq_queues", [], |r| r.get(0)).unwrap();
+    assert_eq!(paused, 0);
     let rows: Vec<(String, String, Vec<u8>)> = conn
         .prepare("SELECT key, state, payload FROM fenceq_jobs ORDER BY id")
         .unwrap()

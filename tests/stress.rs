@@ -209,6 +209,7 @@ fn stress_on_a_wal_file_loses_nothing_settles_once_and_never_surfaces_busy() {
             prune_every: Duration::from_millis(100),
             retention: Retention { older_than: Duration::from_millis(200), batch_size: 50 },
             checkpoint_every: Duration::from_millis(100),
+            ..MaintenanceConfig::default()
         })
         .unwrap();
 

@@ -1,6 +1,8 @@
 //! Commands that change single jobs or a queue's dead letters: `enqueue`, `ack`, `replay`,
-//! `resolve`, `cancel`. Each takes `--dry-run` and `--expect N` (see [`ChangeOpts`]).
+//! `resolve`, `cancel`. Each takes `--dry-run` and `--expect N` (see [`ChangeOpts`]), and
+//! `--backup PATH` (see [`BackupOpts`]).
 
+use super::backup::BackupOpts;
 use super::inspect::collect_pages;
 use super::{fail, load_job, plural, BoxError, ChangeOpts, CliResult, Context, ResultExt};
 use clap::builder::PossibleValuesParser;
@@ -78,6 +80,9 @@ pub struct EnqueueArgs {
 
     #[command(flatten)]
     pub change: ChangeOpts,
+
+    #[command(flatten)]
+    pub backup: BackupOpts,
 }
 
 impl EnqueueArgs {
@@ -111,6 +116,8 @@ impl EnqueueArgs {
             self.change.check(u64::from(existing.is_none()))?;
             return self.report(ctx, existing.map(Enqueued::Duplicate));
         }
+        // The checks above have passed; nothing is created or changed before the backup.
+        self.backup.take(ctx, false)?;
         let queue = if fresh { ctx.open_or_create()? } else { ctx.open_existing()? };
         // The enqueue and the --expect check are one transaction on the queue's own writer:
         // a mismatch rolls the enqueue back.
@@ -135,7 +142,7 @@ impl EnqueueArgs {
         // A dry run's new id was rolled back; it would not necessarily be the id given later.
         let id = enqueued.filter(|e| !dry || e.is_duplicate()).map(|e| e.id().0);
         if ctx.json() {
-            return Ok(ctx.out.document(&json!({
+            return Ok(ctx.change_document(json!({
                 "command": "enqueue",
                 "dry_run": dry,
                 "queue": self.queue,
@@ -188,6 +195,9 @@ pub struct AckArgs {
     pub change: ChangeOpts,
 
     #[command(flatten)]
+    pub backup: BackupOpts,
+
+    #[command(flatten)]
     pub decision: DecisionOpts,
 }
 
@@ -204,22 +214,29 @@ impl AckArgs {
 
     fn ack_one(&self, ctx: &mut Context, queue: &Queue, id: i64) -> CliResult<()> {
         let dry = self.change.dry_run;
-        let changed = if dry {
+        let preview = if dry || self.backup.wanted(dry) {
+            // A preview, or the guards before a backup (the statement checks them again).
             let job = load_job(queue, id)?;
             if job.state != JobState::Exhausted {
                 return Err(fail(format!("job {id} is {}; ack needs an exhausted job", job.state)));
             }
             let would_change = job.acknowledged_at.is_none();
             self.change.check(u64::from(would_change))?;
+            Some(would_change)
+        } else {
+            None
+        };
+        let changed = if let (true, Some(would_change)) = (dry, preview) {
             would_change
         } else {
+            self.backup.take(ctx, dry)?;
             // The statement decides, and checks --expect in its own transaction.
             let acknowledged = self.decision.operator(queue).acknowledge_job(JobId(id), self.change.expect);
             self.change.guarded(acknowledged).map_err(|e| explain(e, id, "ack needs an exhausted job"))?
         };
         let changed = u64::from(changed);
         if ctx.json() {
-            return Ok(ctx.out.document(&json!({
+            return Ok(ctx.change_document(json!({
                 "command": "ack",
                 "dry_run": dry,
                 "ids": [id],
@@ -239,12 +256,19 @@ impl AckArgs {
 
     fn ack_all(&self, ctx: &mut Context, queue: &Queue, name: &str) -> CliResult<()> {
         let dry = self.change.dry_run;
-        let ids: Vec<i64> = if dry {
+        let preview: Option<Vec<i64>> = if dry || (self.backup.wanted(dry) && self.change.expect.is_some()) {
+            // A preview, or --expect checked before a backup (and again by the change).
             let fetch = |cursor, limit| queue.exhaustions(cursor, limit);
             let (items, _) = collect_pages(fetch, |e: &fenceq::Exhaustion| &e.queue, Some(name), None, u64::MAX)?;
             self.change.check(items.len() as u64)?;
-            items.iter().map(|item| item.token.id.0).collect()
+            Some(items.iter().map(|item| item.token.id.0).collect())
         } else {
+            None
+        };
+        let ids: Vec<i64> = if let (true, Some(ids)) = (dry, preview) {
+            ids
+        } else {
+            self.backup.take(ctx, dry)?;
             // One transaction finds and acknowledges them (and checks --expect), so nothing
             // can change between the count and the change.
             let operator = self.decision.operator(queue);
@@ -253,7 +277,7 @@ impl AckArgs {
         };
         let n = ids.len() as u64;
         if ctx.json() {
-            return Ok(ctx.out.document(&json!({
+            return Ok(ctx.change_document(json!({
                 "command": "ack",
                 "dry_run": dry,
                 "queue": name,
@@ -308,7 +332,7 @@ fn id_list(ids: &[i64]) -> String {
 fn report_one(ctx: &mut Context, change: &ChangeOpts, command: &str, id: i64, what: String) -> CliResult<()> {
     let dry = change.dry_run;
     if ctx.json() {
-        return Ok(ctx.out.document(&json!({
+        return Ok(ctx.change_document(json!({
             "command": command,
             "dry_run": dry,
             "id": id,
@@ -331,6 +355,9 @@ pub struct ReplayArgs {
     pub change: ChangeOpts,
 
     #[command(flatten)]
+    pub backup: BackupOpts,
+
+    #[command(flatten)]
     pub decision: DecisionOpts,
 }
 
@@ -339,15 +366,19 @@ impl ReplayArgs {
     pub fn run(self, ctx: &mut Context) -> CliResult<()> {
         const NEEDS: &str = "replay needs an exhausted job";
         let queue = ctx.open_for_change(&self.change)?;
-        if self.change.dry_run || self.change.expect.is_some_and(|n| n != 1) {
-            // A preview, or an --expect that one job's change can never meet: nothing changes.
+        // A preview, or an --expect that one job's change can never meet: nothing changes.
+        let preview = self.change.dry_run || self.change.expect.is_some_and(|n| n != 1);
+        if preview || self.backup.wanted(self.change.dry_run) {
+            // (Also the guards before a backup; the statement checks them again.)
             let job = load_job(&queue, self.id)?;
             if job.state != JobState::Exhausted {
                 return Err(fail(format!("job {} is {}; {NEEDS}", self.id, job.state)));
             }
             self.change.check(1)?;
-        } else {
+        }
+        if !preview {
             // The statement decides (its state guard), in its own transaction.
+            self.backup.take(ctx, false)?;
             let operator = self.decision.operator(&queue);
             operator.replay(JobId(self.id)).map_err(|e| explain(e.into(), self.id, NEEDS))?;
         }
@@ -365,8 +396,8 @@ impl ReplayArgs {
 /// changes (`fenceq show` and `--json` print it).
 #[derive(Debug, Clone, Args)]
 pub struct DecisionOpts {
-    /// Who makes the change, recorded on the job's row. Defaults to the OS user ($USER,
-    /// $LOGNAME or $USERNAME).
+    /// Who makes the change, recorded on the job's row (for `pause` and `unpause`, the
+    /// queue's). Defaults to the OS user ($USER, $LOGNAME or $USERNAME).
     #[arg(long, value_name = "NAME")]
     pub by: Option<String>,
 
@@ -377,7 +408,7 @@ pub struct DecisionOpts {
 
 impl DecisionOpts {
     /// The operator handle that records this decision.
-    fn operator<'q>(&self, queue: &'q Queue) -> fenceq::Operator<'q> {
+    pub fn operator<'q>(&self, queue: &'q Queue) -> fenceq::Operator<'q> {
         let by = self.by.clone().unwrap_or_else(os_user);
         let operator = queue.operator(by);
         match &self.note {
@@ -441,6 +472,9 @@ pub struct ResolveArgs {
     pub change: ChangeOpts,
 
     #[command(flatten)]
+    pub backup: BackupOpts,
+
+    #[command(flatten)]
     pub decision: DecisionOpts,
 }
 
@@ -457,6 +491,7 @@ impl ResolveArgs {
         self.change.check(1)?;
         if !self.change.dry_run {
             // The exact token read above: if the job changed since, the statement refuses.
+            self.backup.take(ctx, false)?;
             let operator = self.decision.operator(&queue);
             operator.resolve(&token, self.outcome.resolution()).map_err(|e| explain(e.into(), self.id, NEEDS))?;
         }
@@ -478,6 +513,9 @@ pub struct CancelArgs {
     pub change: ChangeOpts,
 
     #[command(flatten)]
+    pub backup: BackupOpts,
+
+    #[command(flatten)]
     pub decision: DecisionOpts,
 }
 
@@ -486,16 +524,24 @@ impl CancelArgs {
     pub fn run(self, ctx: &mut Context) -> CliResult<()> {
         const NEEDS: &str = "cancel needs a pending, waiting or running job";
         let queue = ctx.open_for_change(&self.change)?;
-        let was = if self.change.dry_run || self.change.expect.is_some_and(|n| n != 1) {
-            // A preview, or an --expect that one job's change can never meet: nothing changes.
+        // A preview, or an --expect that one job's change can never meet: nothing changes.
+        let preview = self.change.dry_run || self.change.expect.is_some_and(|n| n != 1);
+        let checked = if preview || self.backup.wanted(self.change.dry_run) {
+            // (Also the guards before a backup; the statement checks them again.)
             let job = load_job(&queue, self.id)?;
             if !matches!(job.state, JobState::Pending | JobState::Waiting | JobState::Running) {
                 return Err(fail(format!("job {} is {}; {NEEDS}", self.id, job.state)));
             }
             self.change.check(1)?;
-            job.state
+            Some(job.state)
+        } else {
+            None
+        };
+        let was = if let (true, Some(state)) = (preview, checked) {
+            state
         } else {
             // The statement decides and says what the job was, in one transaction.
+            self.backup.take(ctx, false)?;
             self.decision.operator(&queue).cancel(JobId(self.id)).map_err(|e| explain(e.into(), self.id, NEEDS))?
         };
         let verb = if self.change.dry_run { "cancel" } else { "cancelled" };

@@ -3,18 +3,49 @@
 
 use super::output::{self, cell, payload_preview, relative, table, when, PayloadView, PAYLOAD_LIMIT};
 use super::{load_job, plural, CliResult, Context, StateArg};
-use clap::Args;
+use clap::{Args, ValueEnum};
 use fenceq::{Cursor, Exhaustion, Job, JobState, ListFilter, Page, QueueStats, MAX_BATCH};
 use serde_json::{json, Value};
 
 /// Arguments of `stats`.
 #[derive(Debug, Args)]
-pub struct StatsArgs {}
+pub struct StatsArgs {
+    /// What to print: `text` (a table; the default), `json` (one document, as --json) or
+    /// `prometheus` (the text exposition format 0.0.4, for node-exporter's textfile
+    /// collector or any scraper).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Option<StatsFormat>,
+}
+
+/// How `stats` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StatsFormat {
+    /// A table for people, and a line on what needs attention.
+    Text,
+    /// One JSON document (the same as --json).
+    Json,
+    /// Prometheus' text exposition format 0.0.4: gauges per queue and state.
+    Prometheus,
+}
 
 impl StatsArgs {
     /// Prints the counts per queue and state.
     pub fn run(self, ctx: &mut Context) -> CliResult<()> {
+        let format = match (self.format, ctx.json()) {
+            (None, false) => StatsFormat::Text,
+            (None, true) | (Some(StatsFormat::Json), _) => StatsFormat::Json,
+            (Some(format), false) => format,
+            (Some(format), true) => {
+                let name = format.to_possible_value().map_or_else(String::new, |v| v.get_name().to_string());
+                let message = format!("--json asks for JSON but --format asks for {name}; give one of them");
+                clap::Error::raw(clap::error::ErrorKind::ArgumentConflict, format!("{message}\n")).exit()
+            }
+        };
         let queue = ctx.open_read_only()?;
+        if format == StatsFormat::Prometheus {
+            // The library's own rendering: stats and the pending age at one reading of the clock.
+            return Ok(ctx.out.text(&queue.metrics_text()?)?);
+        }
         let stats = queue.stats()?;
         let now = queue.now_ms();
         let mut totals = QueueStats { queue: "TOTAL".to_string(), ..QueueStats::default() };
@@ -33,13 +64,21 @@ impl StatsArgs {
                 (a, b) => a.or(b),
             };
         }
-        if ctx.json() {
+        if format == StatsFormat::Json {
             let queues: Vec<Value> = stats.queues.iter().map(|q| stats_json(q, now)).collect();
             let mut totals = stats_json(&totals, now);
             if let Some(object) = totals.as_object_mut() {
                 object.remove("queue");
+                object.remove("paused");
             }
-            return Ok(ctx.out.document(&json!({ "now": now, "queues": queues, "totals": totals }))?);
+            let paused: Vec<&str> =
+                stats.queues.iter().filter(|q| q.paused.is_some()).map(|q| q.queue.as_str()).collect();
+            return Ok(ctx.out.document(&json!({
+                "now": now,
+                "queues": queues,
+                "totals": totals,
+                "paused_queues": paused,
+            }))?);
         }
         if stats.queues.is_empty() {
             return Ok(ctx.out.line(format!("no jobs in {}", ctx.db.display()))?);
@@ -61,7 +100,7 @@ impl StatsArgs {
         let rows = stats.queues.iter().chain((stats.queues.len() > 1).then_some(&totals));
         for q in rows {
             t.add_row(vec![
-                q.queue.clone(),
+                if q.paused.is_some() { format!("{} (paused)", q.queue) } else { q.queue.clone() },
                 q.pending.to_string(),
                 q.oldest_pending_run_at.map_or_else(|| "-".to_string(), |at| relative(at, now)),
                 q.running.to_string(),
@@ -93,6 +132,18 @@ impl StatsArgs {
             let n = totals.expired_leases;
             attention.push(format!("{n} running {} with an expired lease (fenceq reap)", plural(n, "job", "jobs")));
         }
+        for q in &stats.queues {
+            if let Some(pause) = &q.paused {
+                let by = pause.by.as_deref().map_or_else(String::new, |by| format!(" by {}", output::sanitize(by)));
+                let note = pause.note.as_deref().map_or_else(String::new, |n| format!(": {}", output::sanitize(n)));
+                attention.push(format!(
+                    "queue {} is paused ({}{by}{note}): its claims find nothing (fenceq unpause {})",
+                    q.queue,
+                    relative(pause.since, now),
+                    q.queue
+                ));
+            }
+        }
         if !attention.is_empty() {
             ctx.out.line(format!("attention: {}", attention.join("; ")))?;
         }
@@ -115,6 +166,7 @@ fn stats_json(q: &QueueStats, now: i64) -> Value {
         "total": q.total(),
         "oldest_pending_run_at": q.oldest_pending_run_at,
         "oldest_pending_age_ms": q.oldest_pending_run_at.map(|at| now.saturating_sub(at)),
+        "paused": super::pause::pause_json(q.paused.as_ref(), now),
     })
 }
 

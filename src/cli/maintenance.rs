@@ -1,5 +1,7 @@
-//! Maintenance passes and the schema: `reap`, `prune`, `migrate`.
+//! Maintenance passes and the schema: `reap`, `prune`, `migrate`. Each takes `--backup PATH`
+//! (see [`BackupOpts`]).
 
+use super::backup::BackupOpts;
 use super::{fail, parse_duration, plural, ChangeOpts, CliResult, Context};
 use clap::Args;
 use fenceq::{PruneReport, Queue, ReapReport, Retention, SCHEMA_VERSION};
@@ -14,6 +16,9 @@ use std::time::Duration;
 pub struct ReapArgs {
     #[command(flatten)]
     pub change: ChangeOpts,
+
+    #[command(flatten)]
+    pub backup: BackupOpts,
 }
 
 impl ReapArgs {
@@ -21,6 +26,11 @@ impl ReapArgs {
     pub fn run(self, ctx: &mut Context) -> CliResult<()> {
         let queue = ctx.open_for_change(&self.change)?;
         let dry = self.change.dry_run;
+        if let (true, Some(_)) = (self.backup.wanted(dry), self.change.expect) {
+            // --expect checked before the backup (and again by the change's own transaction).
+            self.change.check(queue.reap_preview()?.total())?;
+        }
+        self.backup.take(ctx, dry)?;
         // A real run reports what its statements changed: with --expect the count and the
         // change are one transaction, rolled back on a mismatch.
         let report = match (dry, self.change.expect) {
@@ -33,7 +43,7 @@ impl ReapArgs {
             (false, None) => queue.reap()?,
         };
         if ctx.json() {
-            return Ok(ctx.out.document(&json!({
+            return Ok(ctx.change_document(json!({
                 "command": "reap",
                 "dry_run": dry,
                 "requeued": report.requeued,
@@ -76,6 +86,9 @@ pub struct PruneArgs {
 
     #[command(flatten)]
     pub change: ChangeOpts,
+
+    #[command(flatten)]
+    pub backup: BackupOpts,
 }
 
 impl PruneArgs {
@@ -84,6 +97,11 @@ impl PruneArgs {
         let queue = ctx.open_for_change(&self.change)?;
         let retention = Retention::older_than(self.older_than);
         let dry = self.change.dry_run;
+        if let (true, Some(_)) = (self.backup.wanted(dry), self.change.expect) {
+            // --expect checked before the backup (and again by the change's own transaction).
+            self.change.check(queue.prune_preview(&retention)?.deleted())?;
+        }
+        self.backup.take(ctx, dry)?;
         let report = match (dry, self.change.expect) {
             (true, _) => {
                 let preview = queue.prune_preview(&retention)?;
@@ -105,7 +123,7 @@ impl PruneArgs {
         };
         let age = compact_duration(self.older_than);
         if ctx.json() {
-            return Ok(ctx.out.document(&json!({
+            return Ok(ctx.change_document(json!({
                 "command": "prune",
                 "dry_run": dry,
                 "older_than_ms": u64::try_from(self.older_than.as_millis()).unwrap_or(u64::MAX),
@@ -173,6 +191,9 @@ pub struct MigrateArgs {
     /// Print the file's schema version and the one it would be upgraded to; change nothing.
     #[arg(long)]
     pub dry_run: bool,
+
+    #[command(flatten)]
+    pub backup: BackupOpts,
 }
 
 impl MigrateArgs {
@@ -191,9 +212,11 @@ impl MigrateArgs {
                 "database schema version {before} is newer than this fenceq supports ({SCHEMA_VERSION}); upgrade fenceq"
             )));
         }
+        // The file as it was before the upgrade (any schema version backs up).
+        self.backup.take(ctx, self.dry_run)?;
         let after = if self.dry_run { before } else { Queue::open(&path)?.schema_version()? };
         if ctx.json() {
-            return Ok(ctx.out.document(&json!({
+            return Ok(ctx.change_document(json!({
                 "command": "migrate",
                 "dry_run": self.dry_run,
                 "path": path.display().to_string(),

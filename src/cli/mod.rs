@@ -7,15 +7,18 @@
 //! `run(self, &mut Context)` method.
 
 pub mod admin;
+pub mod backup;
 pub mod bench;
 pub mod demo;
 pub mod inspect;
 pub mod maintenance;
 pub mod output;
+pub mod pause;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use fenceq::{Job, JobId, JobState, Queue};
+use fenceq::{BackupReport, Job, JobId, JobState, Queue};
 use output::Output;
+use serde_json::Value;
 use std::error::Error as StdError;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -24,8 +27,10 @@ use std::time::Duration;
 /// Operator tool for a fenceq queue database (an embedded durable work queue in SQLite).
 ///
 /// Exit codes: 0 success, 1 error (one line on stderr starting with `error:`), 2 usage error.
-/// Every command that changes rows takes `--dry-run` (print what would change, change nothing)
-/// and `--expect N` (abort with exit 1, changing nothing, unless exactly N jobs would change).
+/// Every command that changes rows takes `--dry-run` (print what would change, change nothing),
+/// `--expect N` (abort with exit 1, changing nothing, unless exactly N jobs would change; for
+/// `pause` and `unpause`, N queues) and `--backup PATH` (back the database up to PATH first;
+/// `fenceq backup` alone takes one).
 #[derive(Debug, Parser)]
 #[command(name = "fenceq", version, propagate_version = true, max_term_width = 100)]
 pub struct Cli {
@@ -74,7 +79,13 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// Counts per queue and state: pending (and the oldest pending age), running (and how
     /// many have expired leases), waiting, completed, exhaustions awaiting acknowledgement,
-    /// acknowledged exhaustions, unknown outcomes, cancelled.
+    /// acknowledged exhaustions, unknown outcomes, cancelled; and which queues are paused
+    /// (since when, by whom, why), a paused queue with no jobs too.
+    ///
+    /// `--format prometheus` prints them as Prometheus metrics (text format 0.0.4; see the
+    /// README for node-exporter's textfile collector): `fenceq_jobs{queue,state}`,
+    /// `fenceq_oldest_pending_age_seconds`, `fenceq_exhaustions_unacknowledged`,
+    /// `fenceq_unknown_outcomes_unresolved` and `fenceq_expired_leases`, each per queue.
     Stats(inspect::StatsArgs),
     /// Jobs in id order, optionally of one queue and one state.
     List(inspect::ListArgs),
@@ -99,6 +110,20 @@ pub enum Command {
     /// Cancels a pending, waiting or running job (a running owner finds out at its next
     /// renew or settle).
     Cancel(admin::CancelArgs),
+    /// Pauses a queue: claims of it find nothing, in every process, until `fenceq unpause`.
+    /// Enqueues still land, running attempts finish and settle, and `reap` still returns
+    /// expired leases to pending. A queue with no jobs can be paused. Records --by and --note
+    /// on the queue; pausing a paused queue changes nothing (its first record stays).
+    ///
+    /// --expect counts queues here: 1 when the command pauses the queue, 0 when it is paused
+    /// already.
+    Pause(pause::PauseArgs),
+    /// Unpauses a paused queue: its due jobs are claimable again (worker pools find them at
+    /// their next poll). Records --by and --note on the queue in place of the pause.
+    ///
+    /// --expect counts queues here: 1 when the command unpauses the queue, 0 when it is not
+    /// paused.
+    Unpause(pause::UnpauseArgs),
     /// Returns running jobs with expired leases to pending (exhausted when no attempts are
     /// left) and exhausts waiting jobs past their deadline.
     Reap(maintenance::ReapArgs),
@@ -109,6 +134,13 @@ pub enum Command {
     /// version before and after. (No other command upgrades a file: those that read or change
     /// rows refuse an older schema and say to run this.)
     Migrate(maintenance::MigrateArgs),
+    /// Writes an online backup of the database to OUT: consistent while the application keeps
+    /// writing, read-only on the database (any schema version, never upgraded), a new
+    /// owner-only file that appears only once it is whole and synced.
+    ///
+    /// A PostgreSQL queue is backed up by its server (pg_dump), not by fenceq: a
+    /// postgres:// URL is refused with that advice.
+    Backup(backup::BackupArgs),
 }
 
 impl Command {
@@ -127,9 +159,12 @@ impl Command {
             Command::Replay(args) => args.run(ctx),
             Command::Resolve(args) => args.run(ctx),
             Command::Cancel(args) => args.run(ctx),
+            Command::Pause(args) => args.run(ctx),
+            Command::Unpause(args) => args.run(ctx),
             Command::Reap(args) => args.run(ctx),
             Command::Prune(args) => args.run(ctx),
             Command::Migrate(args) => args.run(ctx),
+            Command::Backup(args) => args.run(ctx),
         }
     }
 }
@@ -138,7 +173,7 @@ impl Command {
 pub fn run(cli: Cli) -> CliResult<()> {
     let db_given = cli.db.is_some();
     let db = cli.db.unwrap_or_else(|| PathBuf::from("fenceq.db"));
-    let mut ctx = Context { db, db_given, out: Output::new(cli.json) };
+    let mut ctx = Context { db, db_given, out: Output::new(cli.json), backup: None };
     cli.command.run(&mut ctx)?;
     ctx.out.flush()?;
     Ok(())
@@ -154,12 +189,23 @@ pub struct Context {
     pub db_given: bool,
     /// Standard output, in the mode `--json` chose.
     pub out: Output,
+    /// The backup `--backup` took before the change, if any.
+    pub backup: Option<BackupReport>,
 }
 
 impl Context {
     /// True with `--json`.
     pub fn json(&self) -> bool {
         self.out.is_json()
+    }
+
+    /// Prints the JSON document of a command that changes rows, with the backup `--backup`
+    /// took as `backup` (`null` when none was).
+    pub fn change_document(&mut self, mut document: Value) -> std::io::Result<()> {
+        if let Value::Object(fields) = &mut document {
+            fields.insert("backup".to_string(), self.backup.as_ref().map_or(Value::Null, backup::backup_json));
+        }
+        self.out.document(&document)
     }
 
     /// Opens a database that must already exist and hold this build's fenceq schema, to
@@ -207,8 +253,9 @@ impl Context {
         Ok(Queue::open(&self.db)?)
     }
 
-    /// Fails when the database path names a directory.
+    /// Fails when the database path names a directory (or is a server's URL).
     pub fn check_not_dir(&self) -> CliResult<()> {
+        check_not_server_url(&self.db)?;
         if self.db.is_dir() {
             return Err(fail(format!("{} is a directory, not a database file", self.db.display())));
         }
@@ -218,11 +265,24 @@ impl Context {
 
 /// Fails unless `path` is an existing file.
 pub fn check_existing(path: &Path) -> CliResult<()> {
+    check_not_server_url(path)?;
     if !path.exists() {
         return Err(fail(format!("no database at {}", path.display())));
     }
     if path.is_dir() {
         return Err(fail(format!("{} is a directory, not a database file", path.display())));
+    }
+    Ok(())
+}
+
+/// Fails for a PostgreSQL URL, which would otherwise name a file (and its directories). The
+/// URL is not repeated: it may hold a password.
+fn check_not_server_url(path: &Path) -> CliResult<()> {
+    if backup::is_server_url(path) {
+        return Err(fail(
+            "--db is a PostgreSQL URL, but this fenceq works on SQLite database files only \
+             (a PostgreSQL queue's backups are the server's job: pg_dump)",
+        ));
     }
     Ok(())
 }
@@ -241,7 +301,8 @@ pub struct ChangeOpts {
     #[arg(long)]
     pub dry_run: bool,
 
-    /// Abort with exit code 1, changing nothing, unless exactly N jobs would change.
+    /// Abort with exit code 1, changing nothing, unless exactly N jobs (for `pause` and
+    /// `unpause`: queues) would change.
     ///
     /// The count and the change are one transaction: if the change would touch another
     /// number of jobs, it is rolled back. With --dry-run the expectation is checked against
@@ -251,10 +312,16 @@ pub struct ChangeOpts {
 }
 
 impl ChangeOpts {
-    /// Compares the count that would change with `--expect`.
+    /// Compares the count of jobs that would change with `--expect`.
     pub fn check(&self, would_change: u64) -> CliResult<()> {
+        self.check_counted(would_change, ("job", "jobs"))
+    }
+
+    /// Compares the count that would change with `--expect`, counting `what` (one, many):
+    /// `("queue", "queues")` for `pause` and `unpause`.
+    pub fn check_counted(&self, would_change: u64, what: (&'static str, &'static str)) -> CliResult<()> {
         match self.expect {
-            Some(expected) if expected != would_change => Err(mismatch(expected, would_change)),
+            Some(expected) if expected != would_change => Err(mismatch_of(expected, would_change, what)),
             _ => Ok(()),
         }
     }
@@ -270,7 +337,11 @@ impl ChangeOpts {
 }
 
 fn mismatch(expected: u64, found: u64) -> BoxError {
-    fail(format!("--expect {expected} but {found} {} would change; nothing was changed", plural(found, "job", "jobs")))
+    mismatch_of(expected, found, ("job", "jobs"))
+}
+
+fn mismatch_of(expected: u64, found: u64, (one, many): (&'static str, &'static str)) -> BoxError {
+    fail(format!("--expect {expected} but {found} {} would change; nothing was changed", plural(found, one, many)))
 }
 
 /// A job state, as the command line spells it.

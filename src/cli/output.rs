@@ -33,6 +33,11 @@ impl Output {
         writeln!(self.out, "{text}")
     }
 
+    /// Text exactly as it is (it brings its own line feeds).
+    pub fn text(&mut self, text: &str) -> io::Result<()> {
+        self.out.write_all(text.as_bytes())
+    }
+
     /// A table, followed by a newline.
     pub fn table(&mut self, table: &Table) -> io::Result<()> {
         writeln!(self.out, "{table}")

@@ -1,21 +1,28 @@
 //! Maintenance: three services, each runnable once without a thread ([`Reaper`],
-//! [`Pruner`], [`Checkpointer`], one file each), and the thread that only schedules them: it
-//! reaps stale leases and expired waits every minute, prunes old terminal rows every hour,
-//! checkpoints the WAL every few seconds, and stops promptly when told (it never sleeps
-//! through a stop).
+//! [`Pruner`], [`Checkpointer`], one file each; with the `schedule` feature a fourth, the
+//! `Scheduler` of periodic jobs), and the thread that only schedules them: it reaps stale
+//! leases and expired waits every minute, prunes old terminal rows every hour, checkpoints
+//! the WAL every few seconds, enqueues the periodic jobs' due ticks every few seconds, and
+//! stops promptly when told (it never sleeps through a stop).
 
+mod backup;
 mod checkpoint;
 mod reaper;
 mod retention;
+#[cfg(feature = "schedule")]
+mod scheduler;
 
+pub use backup::{BackupOptions, DEFAULT_BACKUP_PAGES_PER_STEP, DEFAULT_BACKUP_TIME_LIMIT};
 pub use checkpoint::{Checkpointer, DEFAULT_CHECKPOINT_PATIENCE};
 pub use reaper::Reaper;
 pub use retention::Pruner;
+#[cfg(feature = "schedule")]
+pub use scheduler::Scheduler;
 
 use crate::config::Retention;
 use crate::error::Result;
 use crate::queue::Queue;
-use crate::report::{CheckpointReport, PruneReport, ReapReport};
+use crate::report::{CheckpointReport, PruneReport, ReapReport, ScheduleReport};
 use crate::store::sqlite::SqliteStore;
 use crate::store::Store;
 use crate::validate::check_interval;
@@ -29,6 +36,9 @@ pub const DEFAULT_REAP_EVERY: Duration = Duration::from_secs(60);
 pub const DEFAULT_CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
 /// How often retention runs. Defaults to 1 hour.
 pub const DEFAULT_PRUNE_EVERY: Duration = Duration::from_secs(3600);
+/// How often the periodic jobs' due ticks are enqueued (feature `schedule`). Defaults to 5
+/// seconds.
+pub const DEFAULT_SCHEDULE_EVERY: Duration = Duration::from_secs(5);
 
 /// Settings of the maintenance thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +52,12 @@ pub struct MaintenanceConfig {
     /// WAL checkpoint interval (see [`Queue::checkpoint`]). Defaults to
     /// [`DEFAULT_CHECKPOINT_EVERY`].
     pub checkpoint_every: Duration,
+    /// How often the periodic jobs registered on the queue (feature `schedule`) have their
+    /// latest due tick enqueued: a tick's job is enqueued at most this long after its time.
+    /// Unused without the feature, but still checked (the field is there either way, so
+    /// that turning the feature on never breaks a struct literal). Defaults to
+    /// [`DEFAULT_SCHEDULE_EVERY`].
+    pub schedule_every: Duration,
 }
 
 impl Default for MaintenanceConfig {
@@ -51,6 +67,7 @@ impl Default for MaintenanceConfig {
             prune_every: DEFAULT_PRUNE_EVERY,
             retention: Retention::default(),
             checkpoint_every: DEFAULT_CHECKPOINT_EVERY,
+            schedule_every: DEFAULT_SCHEDULE_EVERY,
         }
     }
 }
@@ -64,6 +81,8 @@ pub struct MaintenanceReport {
     pub pruned: PruneReport,
     /// The checkpoint.
     pub checkpoint: CheckpointReport,
+    /// The periodic jobs' ticks (feature `schedule`; zero without it).
+    pub scheduled: ScheduleReport,
 }
 
 /// A running maintenance thread; stops on drop or [`Maintenance::stop`].
@@ -74,20 +93,32 @@ pub struct Maintenance<S: Store = SqliteStore> {
     thread: Option<JoinHandle<()>>,
 }
 
-/// The three services of one queue.
+/// The services of one queue.
 #[derive(Debug)]
 struct Services<S: Store> {
     reaper: Reaper<S>,
     pruner: Pruner<S>,
     checkpointer: Checkpointer<S>,
+    #[cfg(feature = "schedule")]
+    scheduler: Scheduler<S>,
 }
 
 impl<S: Store> Services<S> {
+    /// The scheduler's pass; nothing to do without the `schedule` feature.
+    fn run_schedules(&self) -> Result<ScheduleReport> {
+        #[cfg(feature = "schedule")]
+        return self.scheduler.run_once();
+        #[cfg(not(feature = "schedule"))]
+        Ok(ScheduleReport::default())
+    }
+
     fn new(queue: &Queue<S>, retention: Retention) -> Result<Services<S>> {
         Ok(Services {
             reaper: Reaper::new(queue.clone()),
             pruner: Pruner::new(queue.clone(), retention)?,
             checkpointer: Checkpointer::new(queue.clone()),
+            #[cfg(feature = "schedule")]
+            scheduler: Scheduler::new(queue.clone()),
         })
     }
 }
@@ -104,12 +135,14 @@ impl<S: Store> Queue<S> {
     ///
     /// # Errors
     ///
-    /// `InvalidInput` for a zero interval or a retention batch outside 1..=100,000 (which
-    /// every prune would refuse).
+    /// `InvalidInput` for a zero interval (`schedule_every` included, with or without the
+    /// `schedule` feature) or a retention batch outside 1..=100,000 (which every prune would
+    /// refuse).
     pub fn start_maintenance(&self, config: MaintenanceConfig) -> Result<Maintenance<S>> {
         check_interval(config.reap_every)?;
         check_interval(config.prune_every)?;
         check_interval(config.checkpoint_every)?;
+        check_interval(config.schedule_every)?;
         let (stop, stopped) = bounded::<()>(0);
         let services = Services::new(self, config.retention)?;
         let scheduled = Services::new(self, config.retention)?;
@@ -117,12 +150,18 @@ impl<S: Store> Queue<S> {
             let reap = tick(config.reap_every);
             let prune = tick(config.prune_every);
             let checkpoint = tick(config.checkpoint_every);
+            // Without the feature, a channel that never delivers.
+            #[cfg(feature = "schedule")]
+            let schedule = tick(config.schedule_every);
+            #[cfg(not(feature = "schedule"))]
+            let schedule = crossbeam_channel::never::<std::time::Instant>();
             loop {
                 select! {
                     recv(stopped) -> _ => return,
                     recv(reap) -> _ => log_reap(scheduled.reaper.run_once()),
                     recv(prune) -> _ => log_prune(scheduled.pruner.run_once()),
                     recv(checkpoint) -> _ => log_checkpoint(scheduled.checkpointer.run_once()),
+                    recv(schedule) -> _ => log_schedule(scheduled.run_schedules()),
                 }
             }
         })?;
@@ -150,18 +189,19 @@ fn in_batches<S: Store>(
 }
 
 impl<S: Store> Maintenance<S> {
-    /// One reap, one prune and one checkpoint now, on the calling thread (for tests and the
-    /// CLI).
+    /// One reap, one prune, one checkpoint and (feature `schedule`) one scheduler pass now,
+    /// on the calling thread (for tests and the CLI).
     ///
     /// # Errors
     ///
-    /// The first error of the three services ([`Queue::reap`], [`Queue::prune`],
-    /// [`Queue::checkpoint`]); the passes before it stay done.
+    /// The first error of the services ([`Queue::reap`], [`Queue::prune`],
+    /// [`Queue::checkpoint`], `Queue::enqueue_schedules`); the passes before it stay done.
     pub fn run_once(&self) -> Result<MaintenanceReport> {
         let reaped = self.services.reaper.run_once()?;
         let pruned = self.services.pruner.run_once()?;
         let checkpoint = self.services.checkpointer.run_once()?;
-        Ok(MaintenanceReport { reaped, pruned, checkpoint })
+        let scheduled = self.services.run_schedules()?;
+        Ok(MaintenanceReport { reaped, pruned, checkpoint, scheduled })
     }
 
     /// Stops the thread and waits for it (at most the length of one pass in progress).
@@ -203,6 +243,16 @@ fn log_checkpoint(result: Result<CheckpointReport>) {
         }
         Ok(r) => tracing::info!(wal_pages = r.wal_pages, "checkpoint could not finish (readers); retrying next round"),
         Err(e) => tracing::error!(error = %e, "checkpoint failed"),
+    }
+}
+
+fn log_schedule(result: Result<ScheduleReport>) {
+    match result {
+        Ok(r) if r.enqueued + r.duplicates > 0 => {
+            tracing::info!(enqueued = r.enqueued, duplicates = r.duplicates, "enqueued periodic jobs")
+        }
+        Ok(_) => tracing::debug!("schedules: nothing due"),
+        Err(e) => tracing::error!(error = %e, "enqueueing periodic jobs failed"),
     }
 }
 

@@ -39,7 +39,8 @@ impl<S: Store> Queue<S> {
     /// Expired leases go back to pending (or are exhausted when no attempts are left) and
     /// parked jobs past their deadline are exhausted, in batches of 1,000 per transaction.
     /// Claims reclaim expired leases by themselves; the reaper keeps `running` honest and
-    /// turns abandoned last attempts into exhaustions.
+    /// turns abandoned last attempts into exhaustions. It reaps every queue, a paused one too
+    /// (whose claims reclaim nothing), so that no attempt of a paused queue stays stuck.
     ///
     /// # Errors
     ///

@@ -30,7 +30,8 @@ impl<S: Store> Queue<S> {
 
     /// Changes made through the returned handle (resolve, replay, cancel, acknowledge) record
     /// on the job's row who made them (`by`) and, with [`Operator::note`], why: see
-    /// [`Job::decision`](crate::Job::decision). The plain `Queue` methods record the change
+    /// [`Job::decision`](crate::Job::decision); a pause records them on the queue's row
+    /// ([`PausedQueue`](crate::PausedQueue)). The plain `Queue` methods record the change
     /// without a name.
     ///
     /// ```

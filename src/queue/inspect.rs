@@ -8,7 +8,8 @@ use crate::store::{StatsRow, Store};
 use crate::validate::{check_key, check_limit, check_name};
 
 impl<S: Store> Queue<S> {
-    /// Counts per queue and state.
+    /// Counts per queue and state, and each queue's pause ([`QueueStats::paused`]): one
+    /// entry per queue that has rows or is paused, by name.
     ///
     /// # Errors
     ///
@@ -16,8 +17,26 @@ impl<S: Store> Queue<S> {
     /// in-memory queue, `NestedWrite` from inside a closure holding its transaction or
     /// connection.
     pub fn stats(&self) -> Result<Stats> {
-        let rows = self.store().read(|tx| S::stats(tx, self.shared.now()))?;
-        Ok(Stats { queues: fold_stats(rows) })
+        self.stats_at(self.shared.now())
+    }
+
+    /// The counts with expired leases judged at `now` (one reading of the clock for callers
+    /// that also need it, as [`Queue::metrics_text`] does for the pending age), and which
+    /// queues are paused.
+    pub(crate) fn stats_at(&self, now: i64) -> Result<Stats> {
+        let (rows, paused) = self.store().read(|tx| Ok((S::stats(tx, now)?, S::paused_queues(tx)?)))?;
+        let mut queues = fold_stats(rows);
+        for pause in paused {
+            // Both are in queue order (byte order, as SQLite's BINARY collation sorts).
+            match queues.binary_search_by(|q| q.queue.as_str().cmp(pause.queue.as_str())) {
+                Ok(at) => queues[at].paused = Some(pause),
+                Err(at) => {
+                    let queue = pause.queue.clone();
+                    queues.insert(at, QueueStats { queue, paused: Some(pause), ..QueueStats::default() });
+                }
+            }
+        }
+        Ok(Stats { queues })
     }
 
     /// Jobs in id order after `filter.after`, optionally of one queue and one state.

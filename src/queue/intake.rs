@@ -87,7 +87,7 @@ impl<S: Store> Queue<S> {
 }
 
 /// Adds `job` (or finds the job with its key) in the transaction `tx`.
-fn insert<S: Store>(shared: &Shared<S>, tx: &S::Tx, job: &NewJob) -> Result<Enqueued> {
+pub(crate) fn insert<S: Store>(shared: &Shared<S>, tx: &S::Tx, job: &NewJob) -> Result<Enqueued> {
     let now = shared.now();
     let key = job.key.as_deref();
     let row = NewRow {

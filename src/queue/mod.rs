@@ -1,8 +1,9 @@
 //! The `Queue` handle, what every store shares above the seam: the handle itself, its clock
 //! and limits, the wakers of this process's worker pools, and the caller's transactions.
 //! Each group of operations has its own file: intake, claims and owned writes, settles,
-//! exhaustions and unknowns (with the operator's changes), inspection; reaping, pruning and
-//! checkpoints are the maintenance services' (`maintenance/`).
+//! exhaustions and unknowns (with the operator's changes), paused queues, inspection, the
+//! registry of periodic jobs (feature `schedule`); reaping, pruning, checkpoints and
+//! enqueueing the periodic jobs' ticks are the maintenance services' (`maintenance/`).
 //!
 //! Every operation validates its input (`validate.rs`), runs the store's transitions inside
 //! one transaction of the store (`Store::submit` for the hot paths, `Store::write` when a
@@ -13,8 +14,11 @@ mod claims;
 mod exhaustions;
 pub(crate) mod fence;
 mod inspect;
-mod intake;
+pub(crate) mod intake;
 pub(crate) mod operator;
+mod pause;
+#[cfg(feature = "schedule")]
+pub(crate) mod schedules;
 pub(crate) mod settle;
 
 pub use inspect::ListFilter;
@@ -54,6 +58,9 @@ pub(crate) struct Shared<S> {
     pub(crate) max_payload: usize,
     pub(crate) max_attempts: u32,
     wakers: Mutex<Vec<Waker>>,
+    /// The periodic jobs registered on this handle, by name (`schedules.rs`).
+    #[cfg(feature = "schedule")]
+    pub(crate) schedules: Mutex<std::collections::BTreeMap<String, Arc<schedules::Periodic>>>,
 }
 
 impl<S> Shared<S> {
@@ -115,7 +122,15 @@ impl Queue {
 impl<S: Store> Queue<S> {
     /// A queue on an open store (every store's opener ends here).
     pub(crate) fn from_parts(store: S, clock: Arc<dyn Clock>, max_payload: usize, max_attempts: u32) -> Queue<S> {
-        let shared = Shared { store, clock, max_payload, max_attempts, wakers: Mutex::default() };
+        let shared = Shared {
+            store,
+            clock,
+            max_payload,
+            max_attempts,
+            wakers: Mutex::default(),
+            #[cfg(feature = "schedule")]
+            schedules: Mutex::default(),
+        };
         Queue { shared: Arc::new(shared) }
     }
 

@@ -1,7 +1,8 @@
 //! Operators' and reconcilers' changes of a job (resolve, replay, cancel, acknowledge): each
 //! one guarded by the job's state or exact token in its statement, and each one recorded on
 //! the job's row (`Job::decision`: what, when, by whom, why) in the same transaction, as
-//! row-level evidence of who decided.
+//! row-level evidence of who decided. Pausing and unpausing a queue record themselves the
+//! same way on the queue's row (`PausedQueue`).
 
 use super::fence;
 use super::Queue;
@@ -12,7 +13,8 @@ use crate::store::{Decided, Store};
 use crate::validate::{check_expected, check_name, check_note};
 
 /// A handle for changes made on someone's behalf: every change through it records `by` and
-/// the note on the job's row. Made by [`Queue::operator`]; cheap, borrow-only.
+/// the note on the job's row (or, for a pause, the queue's). Made by [`Queue::operator`];
+/// cheap, borrow-only.
 #[derive(Debug, Clone)]
 pub struct Operator<'q, S: Store = SqliteStore> {
     queue: &'q Queue<S>,
@@ -138,6 +140,35 @@ impl<'q, S: Store> Operator<'q, S> {
             check_expected("acknowledge", expected, u64::from(changed))?;
             Ok(changed)
         })
+    }
+
+    /// [`Queue::pause`], recording who paused the queue and why ([`PausedQueue`](crate::PausedQueue)).
+    /// A queue paused already keeps its first record.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Queue::pause`] and [`Operator::resolve`] (the name and note).
+    pub fn pause(&self, queue: &str) -> Result<bool> {
+        check_name("queue name", queue)?;
+        let decided = self.decided("pause")?;
+        self.queue.store().write(|tx| S::pause_queue(tx, queue, self.now(), &decided))
+    }
+
+    /// [`Queue::unpause`], recording who unpaused the queue and why on its row in place of
+    /// the pause.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Queue::unpause`] and [`Operator::resolve`] (the name and note).
+    pub fn unpause(&self, queue: &str) -> Result<bool> {
+        check_name("queue name", queue)?;
+        let decided = self.decided("unpause")?;
+        let unpaused = self.queue.store().write(|tx| S::unpause_queue(tx, queue, self.now(), &decided))?;
+        if unpaused {
+            // After the commit: a woken pool's claim must see the queue unpaused.
+            self.queue.wake(queue);
+        }
+        Ok(unpaused)
     }
 
     /// [`Queue::acknowledge_all`], recording the decision on every row it acknowledges.

@@ -37,7 +37,7 @@ pub mod sqlite;
 
 use crate::error::Result;
 use crate::job::{ClaimId, ClaimToken, Claimed, Exhaustion, Job, JobId, JobState, Resolution};
-use crate::report::{CheckpointReport, CommitStats, ReapReport};
+use crate::report::{CheckpointReport, CommitStats, PausedQueue, ReapReport};
 use std::time::Duration;
 
 /// The store contract: transactions, and one method per transition of a job's row.
@@ -130,7 +130,8 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// Claims up to `limit` due jobs of `queue` in priority, run_at, id order: pending jobs
     /// due at `now`, and running jobs whose lease ended at or before `now` with attempts
     /// left. Each gets `attempt + 1`, a fresh claim id, `worker`, and a lease to
-    /// `lease_until`. A live lease is never handed out.
+    /// `lease_until`. A live lease is never handed out. A paused queue
+    /// ([`Store::pause_queue`]) claims nothing; the check is part of the claim's own read.
     ///
     /// # Errors
     ///
@@ -271,10 +272,44 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// The store's error.
     fn acknowledge_all(tx: &Self::Tx, queue: &str, now: i64, decided: &Decided<'_>) -> Result<Vec<JobId>>;
 
+    // ------------------------------------------------------------ paused queues
+
+    /// Pauses `queue` from `now` on, recording `decided` (`"pause"`): afterwards
+    /// [`Store::claim`] of it claims nothing, on every handle and process, until
+    /// [`Store::unpause_queue`]. True when this call paused it; a queue paused already is
+    /// left as it is, its record too (false). A queue with no jobs can be paused.
+    ///
+    /// # Errors
+    ///
+    /// The store's error.
+    fn pause_queue(tx: &Self::Tx, queue: &str, now: i64, decided: &Decided<'_>) -> Result<bool>;
+
+    /// Unpauses `queue`, recording `decided` (`"unpause"`): true when it was paused.
+    ///
+    /// # Errors
+    ///
+    /// The store's error.
+    fn unpause_queue(tx: &Self::Tx, queue: &str, now: i64, decided: &Decided<'_>) -> Result<bool>;
+
+    /// The pause of `queue`, while it is paused.
+    ///
+    /// # Errors
+    ///
+    /// The store's error.
+    fn queue_pause(tx: &Self::Tx, queue: &str) -> Result<Option<PausedQueue>>;
+
+    /// Every paused queue, in queue order.
+    ///
+    /// # Errors
+    ///
+    /// The store's error.
+    fn paused_queues(tx: &Self::Tx) -> Result<Vec<PausedQueue>>;
+
     // ------------------------------------------------------------ maintenance
 
-    /// Up to `limit` running jobs whose lease ended at or before `now`: back to pending
-    /// with attempts left, else exhausted. Returns (requeued, exhausted).
+    /// Up to `limit` running jobs whose lease ended at or before `now`, of every queue (a
+    /// paused one too, so that its attempts are never stuck): back to pending with attempts
+    /// left, else exhausted. Returns (requeued, exhausted).
     ///
     /// # Errors
     ///
@@ -354,12 +389,34 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// The store's error.
     fn stats(tx: &Self::Tx, now: i64) -> Result<Vec<StatsRow>>;
 
-    /// Due pending jobs plus running jobs of `queue`.
+    /// Due pending jobs plus running jobs of `queue` (a paused queue's pending jobs are not
+    /// due).
     ///
     /// # Errors
     ///
     /// The store's error.
     fn due_or_running(tx: &Self::Tx, queue: &str, now: i64) -> Result<u64>;
+
+    // ------------------------------------------------------------ periodic jobs
+
+    /// Records `tick` (ms since the epoch) as the latest tick enqueued for the schedule
+    /// `name`, at `now`, when none is recorded for it or the recorded one is earlier: true
+    /// when it did, and the caller then enqueues the tick's job in the same transaction;
+    /// false when an equal or later tick is recorded (enqueued before a restart, by another
+    /// process, or before the clock stepped back), and nothing changed. A server store makes
+    /// it one guarded upsert, so that of several racing transactions exactly one wins.
+    ///
+    /// # Errors
+    ///
+    /// The store's error.
+    fn advance_schedule_if_later(tx: &Self::Tx, name: &str, tick: i64, now: i64) -> Result<bool>;
+
+    /// The latest tick recorded for the schedule `name`.
+    ///
+    /// # Errors
+    ///
+    /// The store's error.
+    fn schedule_last_tick(tx: &Self::Tx, name: &str) -> Result<Option<i64>>;
 }
 
 /// A job to insert, with every default resolved above the seam.

@@ -128,10 +128,12 @@ pub fn snapshot(path: &std::path::Path) -> Vec<RowSnapshot> {
 }
 
 /// The schema files, in order, as a build of each version wrote them.
-pub const SCHEMA: [&str; 3] = [
+pub const SCHEMA: [&str; 5] = [
     include_str!("../../src/store/sqlite/migrations/0001_create_jobs.sql"),
     include_str!("../../src/store/sqlite/migrations/0002_add_claim_id.sql"),
     include_str!("../../src/store/sqlite/migrations/0003_durable_exhaustion.sql"),
+    include_str!("../../src/store/sqlite/migrations/0004_decisions.sql"),
+    include_str!("../../src/store/sqlite/migrations/0005_schedules.sql"),
 ];
 
 /// Writes a database as a build of schema `version` left it, with three rows of `queue`

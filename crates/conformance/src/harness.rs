@@ -54,4 +54,33 @@ pub trait Harness: Send + Sync + 'static {
     /// While `fail` is true, every claim of `place` fails with a store error (and changes
     /// nothing); settles and everything else keep working.
     fn fail_claims(&self, place: &Self::Place, fail: bool);
+
+    /// Every row of `replies` as (job, attempt, text), in insertion order, read inside `tx`
+    /// (the queue's own connection, through `Queue::with_connection`): what the model reads
+    /// after every step of every history, without opening a connection of its own each time.
+    ///
+    /// # Errors
+    ///
+    /// The store's error, as `fenceq::Error`.
+    fn replies_in(tx: &<Self::Store as Store>::Tx) -> fenceq::Result<Vec<(i64, i64, String)>>;
+
+    /// A fresh database of its own with an empty `replies` table (and no jobs), for checks
+    /// of behaviour that run by the hundred: the model's corpus and generated histories.
+    /// Nothing checks there what a crash or a power loss leaves, so a store may make it
+    /// cheaper than [`Harness::create`]'s: in memory-backed storage, copied from a template.
+    /// By default, [`Harness::create`] then [`Harness::create_replies`].
+    fn create_scratch(&self) -> Self::Place {
+        let place = self.create();
+        self.create_replies(&place);
+        place
+    }
+
+    /// Empties a scratch place after a run that went well, for the next run to reuse with
+    /// its open `queue` (the model's runs, by the hundred): no jobs and no replies, ids
+    /// assigned from the start again, as [`Harness::create_scratch`] made it. Returns false
+    /// when the store cannot (the default): the next run then gets a new place.
+    fn recycle(&self, place: &Self::Place, queue: &Queue<Self::Store>) -> bool {
+        let _ = (place, queue);
+        false
+    }
 }

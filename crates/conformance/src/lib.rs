@@ -4,11 +4,14 @@
 //!
 //! ## The kit
 //!
-//! - [`base`]: the job lifecycle, idempotent intake, retention, maintenance, the worker pool;
+//! - [`base`]: the job lifecycle, idempotent intake, retention, maintenance, the worker pool,
+//!   paused queues, the Prometheus text, and with this crate's features `schedule` and
+//!   `serde` (fenceq's own tests turn both on) periodic jobs and typed payloads;
 //! - [`fenced`]: the full identity on renew, owns and settle; stale workers; ownership inside
 //!   the caller's transaction;
 //! - [`durable`]: exhaustion records, exact acknowledgement, cursor pages under concurrent
-//!   acknowledgement and addition.
+//!   acknowledgement and addition, and the reference model over the fuzz corpus and
+//!   generated histories.
 //!
 //! Every level also runs the positive and stale-identity controls of [`controls`]: expiry,
 //! reclaim, reclaim by the same worker id, pruning followed by the same key, and a token with
@@ -32,8 +35,9 @@
 //! and `cargo test --test conformance -- fenced::` runs one level.
 //!
 //! Not for applications. The fuzz targets (`fuzz/fuzz_targets/`) and the stable tests that
-//! replay their corpus or generate histories (`tests/fuzz_replay.rs`, `tests/model_proptest.rs`)
-//! use it; everything in it goes through fenceq's public API.
+//! replay their corpus on SQLite's fast paths (`tests/fuzz_replay.rs`) use it too; the corpus
+//! replay through any store and the model-based property test are rules of the kit
+//! (the `durable::model` rules). Everything in it goes through fenceq's public API.
 //!
 //! Why a `publish = false` member crate rather than a cargo feature of fenceq: fenceq's feature
 //! list and its docs stay what applications use (no hidden module behind a test-only feature);

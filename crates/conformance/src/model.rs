@@ -1,14 +1,23 @@
 //! The reference model of the queue and the differential runners behind the fuzz targets
-//! (`fuzz/fuzz_targets/*.rs`) and the stable tests that replay their corpus
-//! (`tests/model_proptest.rs`, `tests/fuzz_replay.rs`). Test support only: it uses fenceq's
-//! public API only (including [`fenceq::owns_in`]) and is not part of fenceq's contract.
+//! (`fuzz/fuzz_targets/*.rs`), the kit's model rules (the `durable::model` rules (`durable/model.rs`): the corpus
+//! replay and the property test, through any store's [`Harness`]) and the stable tests that
+//! replay the corpus on SQLite's fast paths (`tests/fuzz_replay.rs`). Test support only: it
+//! uses fenceq's public API only (the [`Store`] trait's `owns` included) and is not part of
+//! fenceq's contract.
 //!
-//! - [`run`] applies a sequence of [`QueueOp`]s to a real [`Queue`] (on a [`ManualClock`]; a
-//!   database file when the sequence reopens the queue, else in memory) and to a small model
-//!   (a `BTreeMap<JobId, ModelJob>` plus every claim id ever issued), and panics with the
-//!   step, the operation, what the model expected and what the engine did at the first
+//! - [`run_on`] applies a sequence of [`QueueOp`]s to a real [`Queue`] of any store, through
+//!   its [`Harness`] (on a [`ManualClock`]), and to a small model (a
+//!   `BTreeMap<JobId, ModelJob>` plus every claim id ever issued), and panics with the step,
+//!   the operation, what the model expected and what the engine did at the first
 //!   divergence. After every step it checks the ten invariants of DESIGN.md against the real
-//!   table and compares every row, column by column, with the model.
+//!   table and compares every row, column by column, with the model. [`HarnessRuns`] does the
+//!   same for many runs in a row.
+//! - [`run`], [`run_bytes`] and [`run_bytes_file`] run the same runner on SQLite's own fast
+//!   paths, for the fuzz targets' thousands of runs a second: this thread's in-memory queue,
+//!   emptied and reused from run to run, or a database file in /dev/shm copied from a
+//!   template when the sequence reopens the queue. Only how they get a queue, how they reopen
+//!   it, and the domain table and the caller's transaction differ from [`run_on`]'s (the
+//!   private `Backend` trait); every call and every check is shared.
 //! - [`hostile`] feeds arbitrary bytes to the API as queue names, keys, payloads, worker ids,
 //!   leases, durations, cursors and limits, and as database files (raw bytes, a valid queue
 //!   file with bytes flipped, a valid file tampered with by SQL). It panics only when the
@@ -16,16 +25,19 @@
 //!   (not `InvalidInput`) for bad caller input on a healthy database.
 //!
 //! [`FIXED_DEFECTS`] lists the engine defects these runners found (all fixed since); the
-//! regression tests in `tests/model_proptest.rs` and `tests/fuzz_replay.rs` keep them fixed.
+//! regression rules in the `durable::model` rules (`durable/model.rs`) and the tests in `tests/fuzz_replay.rs` keep them
+//! fixed.
 //! Should a new one be found and left open, steer around it here (so that fuzzing can go on)
 //! and keep its failing case as an ignored test.
 
+use crate::harness::Harness;
 use arbitrary::{Arbitrary, Unstructured};
 use fenceq::rusqlite;
+use fenceq::store::Store;
 use fenceq::{
     Backoff, ClaimId, ClaimToken, Claimed, Cursor, Enqueued, Error, Exhaustion, Job, JobId, JobState, ListFilter,
-    LostReason, ManualClock, NewJob, Page, Queue, QueueStats, Resolution, Retention, Retried, RetryPolicy, Stats,
-    UnknownOutcome,
+    LostReason, ManualClock, NewJob, Page, Queue, QueueStats, Resolution, Retention, Retried, RetryPolicy, SqliteStore,
+    Stats, UnknownOutcome,
 };
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -51,8 +63,8 @@ pub const DEFAULT_ATTEMPTS: u32 = 3;
 /// Most jobs in one `EnqueueBatch`.
 const MAX_BATCH_JOBS: usize = 4;
 
-/// Engine defects this module found that are fixed now; the regression tests in
-/// `tests/model_proptest.rs` and `tests/fuzz_replay.rs` keep them fixed.
+/// Engine defects this module found that are fixed now; the regression rules in
+/// the `durable::model` rules (`durable/model.rs`) and the tests in `tests/fuzz_replay.rs` keep them fixed.
 pub const FIXED_DEFECTS: &[&str] = &[
     "nul-queue-name (fixed in bd2755f): a queue name that starts with a NUL byte passed the engine's name check but \
      failed the schema's CHECK (length(queue) > 0; SQLite's length() stops at the NUL): enqueue returned \
@@ -1222,7 +1234,8 @@ pub struct RunStats {
     pub max_rows: usize,
     /// Claims handed out.
     pub claims: usize,
-    /// Whether the run used a database file (it reopens the queue).
+    /// Whether the run's database outlives its handle and the ops reopen it (a file for
+    /// SQLite; always so through a harness).
     pub file: bool,
 }
 
@@ -1315,10 +1328,152 @@ fn open_queue(clock: &ManualClock, path: Option<&Path>) -> fenceq::Result<Queue>
     Ok(queue)
 }
 
-struct Runner<'a> {
-    // Dropped in this order: the queue before its file.
-    queue: Option<Queue>,
+/// What the runner needs from the database under the queue that fenceq's public API does not
+/// give: a reopen, a transaction of the caller's own for `enqueue_tx`, and the domain table
+/// that `complete_with` / `with_ownership` closures write. Everything else (every call, every
+/// check) is the shared runner's, whatever the store.
+///
+/// Two kinds: [`Harnessed`], any store through its conformance [`Harness`]; and [`Sqlite`],
+/// SQLite's own fast path behind the fuzz targets (an in-memory queue reused from run to run,
+/// a template file copied to /dev/shm), which is worth thousands of runs a second.
+trait Backend {
+    /// The store under the queue.
+    type Store: Store;
+
+    /// The database, as the divergence report names it.
+    fn describe(&self) -> &'static str;
+
+    /// The call that replays a report's ops on the same kind of database.
+    fn replay_hint(&self) -> &'static str;
+
+    /// Whether the database outlives its handle, so that `Reopen` drops the queue and opens
+    /// it again (else, in memory, `Reopen` does nothing).
+    fn reopens(&self) -> bool;
+
+    /// A new handle on the same database, the old one dropped (only when [`Backend::reopens`]).
+    fn reopen(&self, clock: &ManualClock) -> fenceq::Result<Queue<Self::Store>>;
+
+    /// `queue.enqueue_tx` inside a `BEGIN IMMEDIATE` transaction of the caller's own (the
+    /// outbox pattern), then its commit or rollback.
+    fn enqueue_tx(&self, queue: &Queue<Self::Store>, job: NewJob, commit: bool) -> fenceq::Result<Enqueued>;
+
+    /// A closure's domain write: one row (job, attempt, note) in the caller's transaction `tx`.
+    fn write_domain(tx: &<Self::Store as Store>::Tx, job: i64, attempt: u32, note: &str) -> fenceq::Result<()>;
+
+    /// Every domain row as (job, attempt), in insertion order.
+    fn domain(&self, queue: &Queue<Self::Store>) -> fenceq::Result<Vec<(i64, i64)>>;
+}
+
+/// Any store, through its [`Harness`]: a place of its own, the queue the harness opens there
+/// (and opens again on `Reopen`), its `replies` table as the domain table, and its
+/// transaction of the application's own (another connection than the queue's) for
+/// `enqueue_tx`.
+struct Harnessed<'h, H: Harness> {
+    harness: &'h H,
+    place: H::Place,
+}
+
+impl<H: Harness> Backend for Harnessed<'_, H> {
+    type Store = H::Store;
+
+    fn describe(&self) -> &'static str {
+        "the harness's place"
+    }
+
+    fn replay_hint(&self) -> &'static str {
+        "fenceq_conformance::model::run_on(&harness, &ops)"
+    }
+
+    fn reopens(&self) -> bool {
+        true
+    }
+
+    fn reopen(&self, clock: &ManualClock) -> fenceq::Result<Queue<H::Store>> {
+        Ok(self.harness.open(&self.place, clock, Some(DEFAULT_ATTEMPTS)))
+    }
+
+    fn enqueue_tx(&self, queue: &Queue<H::Store>, job: NewJob, commit: bool) -> fenceq::Result<Enqueued> {
+        let mut job = Some(job);
+        let mut enqueued = None;
+        self.harness.foreign_transaction(&self.place, commit, &mut |tx| {
+            let job = job.take().expect("the harness runs the transaction's body once");
+            enqueued = Some(queue.enqueue_tx(tx, job));
+        });
+        enqueued.expect("the harness ran the transaction's body")
+    }
+
+    fn write_domain(tx: &<H::Store as Store>::Tx, job: i64, attempt: u32, note: &str) -> fenceq::Result<()> {
+        H::insert_reply(tx, job, i64::from(attempt), note)
+    }
+
+    fn domain(&self, queue: &Queue<H::Store>) -> fenceq::Result<Vec<(i64, i64)>> {
+        let replies = queue.with_connection(H::replies_in)?;
+        Ok(replies.into_iter().map(|(job, attempt, _)| (job, attempt)).collect())
+    }
+}
+
+/// SQLite's fast path: a database file in /dev/shm copied from a template (`db`), or this
+/// thread's spare in-memory queue (`db` is `None`).
+struct Sqlite {
     db: Option<TempDb>,
+}
+
+impl Backend for Sqlite {
+    type Store = SqliteStore;
+
+    fn describe(&self) -> &'static str {
+        if self.db.is_some() {
+            "a SQLite file"
+        } else {
+            "SQLite in memory"
+        }
+    }
+
+    fn replay_hint(&self) -> &'static str {
+        "fenceq_conformance::model::run(&ops)"
+    }
+
+    fn reopens(&self) -> bool {
+        self.db.is_some()
+    }
+
+    fn reopen(&self, clock: &ManualClock) -> fenceq::Result<Queue> {
+        let db = self.db.as_ref().expect("only a file is reopened");
+        open_queue(clock, Some(db.path()))
+    }
+
+    fn enqueue_tx(&self, queue: &Queue, job: NewJob, commit: bool) -> fenceq::Result<Enqueued> {
+        queue.with_connection(|c| {
+            let tx = rusqlite::Transaction::new_unchecked(c, rusqlite::TransactionBehavior::Immediate)?;
+            let enqueued = queue.enqueue_tx(&tx, job)?;
+            if commit {
+                tx.commit()?;
+            } else {
+                tx.rollback()?;
+            }
+            Ok(enqueued)
+        })
+    }
+
+    fn write_domain(tx: &rusqlite::Connection, job: i64, attempt: u32, note: &str) -> fenceq::Result<()> {
+        tx.prepare_cached("INSERT INTO model_domain (job, attempt, note) VALUES (?1, ?2, ?3)")?
+            .execute(rusqlite::params![job, attempt, note])?;
+        Ok(())
+    }
+
+    fn domain(&self, queue: &Queue) -> fenceq::Result<Vec<(i64, i64)>> {
+        queue.with_connection(|c| {
+            let mut stmt = c.prepare_cached("SELECT job, attempt FROM model_domain ORDER BY rowid")?;
+            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+}
+
+struct Runner<'a, B: Backend> {
+    // Dropped in this order: the queue before its database.
+    queue: Option<Queue<B::Store>>,
+    backend: B,
     ops: &'a [QueueOp],
     clock: ManualClock,
     model: Model,
@@ -1331,6 +1486,9 @@ type Check = Result<(), String>;
 /// Applies `ops` to a real queue and to the model; panics at the first divergence or
 /// invariant violation with the step, the operation, the model's expectation, what the engine
 /// did, the ops so far and the model's rows. `FENCEQ_MODEL_TRACE=1` prints every step.
+///
+/// SQLite's fast path: in memory, or on a database file when the ops hold a `Reopen`.
+/// [`run_on`] runs the same on any store through its harness.
 pub fn run(ops: &[QueueOp]) -> RunStats {
     try_run(ops).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -1338,7 +1496,7 @@ pub fn run(ops: &[QueueOp]) -> RunStats {
 /// Decodes fuzzer bytes with [`decode`] and runs them on an in-memory queue (`Reopen` does
 /// nothing there): the `fence_invariants` target, cheap enough for thousands of runs a second.
 pub fn run_bytes(data: &[u8]) -> RunStats {
-    try_run_on(&decode(data), false).unwrap_or_else(|e| panic!("{e}"))
+    try_run_sqlite(&decode(data), false).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Decodes fuzzer bytes and [`run`]s them, on a database file when they hold a `Reopen`: the
@@ -1350,13 +1508,77 @@ pub fn run_bytes_file(data: &[u8]) -> RunStats {
 /// [`run`] that returns the divergence report instead of panicking (for proptest). Panics
 /// that come from the engine itself still unwind.
 pub fn try_run(ops: &[QueueOp]) -> Result<RunStats, String> {
-    try_run_on(ops, true)
+    try_run_sqlite(ops, true)
+}
+
+/// [`run`] on the store of `harness`: a fresh scratch place of the harness's own
+/// ([`Harness::create_scratch`]), the queue the harness opens there with [`DEFAULT_ATTEMPTS`]
+/// (opened again there by every `Reopen`), the harness's `replies` table as the domain table,
+/// and the harness's own transaction for `enqueue_tx`. For many runs, [`HarnessRuns`] reuses
+/// the place from one run to the next.
+pub fn run_on<H: Harness>(harness: &H, ops: &[QueueOp]) -> RunStats {
+    HarnessRuns::new(harness).run(ops)
+}
+
+/// [`run_on`] that returns the divergence report instead of panicking.
+pub fn try_run_on<H: Harness>(harness: &H, ops: &[QueueOp]) -> Result<RunStats, String> {
+    HarnessRuns::new(harness).try_run(ops)
+}
+
+/// Model runs on the store of one harness, one after the other (the conformance kit's corpus
+/// replay and property test): each is [`run_on`]'s, but a run that ended without a
+/// divergence hands its place and open queue on to the next when the harness can empty them
+/// ([`Harness::recycle`]), as opening a queue costs more than most runs. A run that diverged or
+/// panicked never hands its place on.
+pub struct HarnessRuns<'h, H: Harness> {
+    harness: &'h H,
+    spare: Option<Spare<H>>,
+}
+
+/// A place emptied for the next run, with its open queue and the queue's clock.
+struct Spare<H: Harness> {
+    // Dropped in this order: the queue before its place.
+    queue: Queue<H::Store>,
+    place: H::Place,
+    clock: ManualClock,
+}
+
+impl<'h, H: Harness> HarnessRuns<'h, H> {
+    /// No run yet.
+    pub fn new(harness: &'h H) -> Self {
+        HarnessRuns { harness, spare: None }
+    }
+
+    /// Runs `ops`; panics at the first divergence, as [`run`] does.
+    pub fn run(&mut self, ops: &[QueueOp]) -> RunStats {
+        self.try_run(ops).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Runs `ops`; returns the divergence report instead of panicking (for proptest). Panics
+    /// that come from the store itself still unwind.
+    pub fn try_run(&mut self, ops: &[QueueOp]) -> Result<RunStats, String> {
+        let ops = bounded(ops);
+        let harness = self.harness;
+        let Spare { queue, place, clock } = self.spare.take().unwrap_or_else(|| {
+            let place = harness.create_scratch();
+            let clock = ManualClock::new(T0);
+            let queue = harness.open(&place, &clock, Some(DEFAULT_ATTEMPTS));
+            Spare { queue, place, clock }
+        });
+        clock.set(T0);
+        let reopens = ops.iter().any(|op| matches!(op, QueueOp::Reopen));
+        let (stats, queue, backend) = drive(ops, Harnessed { harness, place }, queue, clock.clone(), reopens)?;
+        if harness.recycle(&backend.place, &queue) {
+            self.spare = Some(Spare { queue, place: backend.place, clock });
+        }
+        Ok(stats)
+    }
 }
 
 /// [`try_run`], on a database file when `file_for_reopen` and the ops hold a `Reopen`, else in
 /// memory.
-fn try_run_on(ops: &[QueueOp], file_for_reopen: bool) -> Result<RunStats, String> {
-    let ops = &ops[..ops.len().min(4 * MAX_OPS)];
+fn try_run_sqlite(ops: &[QueueOp], file_for_reopen: bool) -> Result<RunStats, String> {
+    let ops = bounded(ops);
     let file = file_for_reopen && ops.iter().any(|op| matches!(op, QueueOp::Reopen));
     let (queue, clock, db) = if file {
         let clock = ManualClock::new(T0);
@@ -1367,10 +1589,34 @@ fn try_run_on(ops: &[QueueOp], file_for_reopen: bool) -> Result<RunStats, String
         let (queue, clock) = spare_memory_queue().map_err(|e| format!("opening the queue: {e:?}"))?;
         (queue, clock, None)
     };
+    let (stats, queue, backend) = drive(ops, Sqlite { db }, queue, clock.clone(), file)?;
+    // Close the queue before the file goes; an in-memory queue serves the next run.
+    match backend.db {
+        Some(db) => {
+            drop(queue);
+            drop(db);
+        }
+        None => SPARE.with(|spare| *spare.borrow_mut() = Some((queue, clock))),
+    }
+    Ok(stats)
+}
+
+/// The runner, whatever the store: applies `ops` (at most `4 * MAX_OPS` of them) to `queue`
+/// and to a fresh model, checking after every step and at the end. `file`: the database
+/// outlives its handle (what [`RunStats::file`] reports). On success it hands back the queue
+/// and the backend, for the caller to close or reuse; on a divergence both are dropped here.
+fn drive<B: Backend>(
+    ops: &[QueueOp],
+    backend: B,
+    queue: Queue<B::Store>,
+    clock: ManualClock,
+    file: bool,
+) -> Result<(RunStats, Queue<B::Store>, B), String> {
+    let ops = bounded(ops);
     let mut runner = Runner {
         ops,
         clock,
-        db,
+        backend,
         queue: Some(queue),
         model: Model::new(),
         step: 0,
@@ -1388,16 +1634,13 @@ fn try_run_on(ops: &[QueueOp], file_for_reopen: bool) -> Result<RunStats, String
     }
     runner.step = ops.len();
     runner.full_check().map_err(|e| runner.report(&format!("final check: {e}")))?;
-    // Close the queue before the file goes; an in-memory queue serves the next run.
-    let queue = runner.queue.take();
-    match runner.db.take() {
-        Some(db) => {
-            drop(queue);
-            drop(db);
-        }
-        None => SPARE.with(|spare| *spare.borrow_mut() = queue.map(|q| (q, runner.clock.clone()))),
-    }
-    Ok(runner.stats)
+    let queue = runner.queue.take().expect("the queue is open after a run without a divergence");
+    Ok((runner.stats, queue, runner.backend))
+}
+
+/// The first `4 * MAX_OPS` ops: what a run applies of a longer sequence.
+fn bounded(ops: &[QueueOp]) -> &[QueueOp] {
+    &ops[..ops.len().min(4 * MAX_OPS)]
 }
 
 thread_local! {
@@ -1424,8 +1667,8 @@ fn spare_memory_queue() -> fenceq::Result<(Queue, ManualClock)> {
     Ok((open_queue(&clock, None)?, clock))
 }
 
-impl Runner<'_> {
-    fn q(&self) -> &Queue {
+impl<B: Backend> Runner<'_, B> {
+    fn q(&self) -> &Queue<B::Store> {
         self.queue.as_ref().expect("the queue is open between steps")
     }
 
@@ -1440,8 +1683,8 @@ impl Runner<'_> {
         if let Some(op) = self.ops.get(self.step) {
             let _ = writeln!(s, "  operation: {op:?}");
         }
-        let _ = writeln!(s, "  clock: T0{:+} ms, file database: {}", self.now() - T0, self.db.is_some());
-        let _ = writeln!(s, "  ops so far (replay with fenceq_conformance::model::run(&ops)):");
+        let _ = writeln!(s, "  clock: T0{:+} ms, database: {}", self.now() - T0, self.backend.describe());
+        let _ = writeln!(s, "  ops so far (replay with {}):", self.backend.replay_hint());
         let _ = writeln!(s, "  {:?}", &self.ops[..(self.step + 1).min(self.ops.len())]);
         let _ = writeln!(s, "  model rows:");
         s.push_str(&self.rows());
@@ -1628,17 +1871,7 @@ impl Runner<'_> {
                 if self.too_many(std::slice::from_ref(&job)) {
                     return Ok(());
                 }
-                let queue = self.q().clone();
-                let got = queue.with_connection(|c| {
-                    let tx = rusqlite::Transaction::new_unchecked(c, rusqlite::TransactionBehavior::Immediate)?;
-                    let enqueued = queue.enqueue_tx(&tx, job.new_job())?;
-                    if commit {
-                        tx.commit()?;
-                    } else {
-                        tx.rollback()?;
-                    }
-                    Ok(enqueued)
-                });
+                let got = self.backend.enqueue_tx(self.q(), job.new_job(), commit);
                 self.count("enqueue_tx", got.is_ok());
                 match got {
                     Ok(e) if commit => self.model.insert(&job, e, now),
@@ -1721,7 +1954,8 @@ impl Runner<'_> {
                 let got = self.q().owns(&t);
                 self.count("owns", matches!(got, Ok(true)));
                 let expected = self.model.owned(&t, now) == Got::Ok;
-                let inside = self.q().with_connection(|c| fenceq::owns_in(c, &t, now));
+                // `owns` inside a transaction of the caller's (for SQLite, `fenceq::owns_in`).
+                let inside = self.q().with_connection(|c| <B::Store as Store>::owns(c, &t, now));
                 if !matches!(inside, Ok(owns) if owns == expected) {
                     return Err(format!(
                         "owns_in({t:?}): the model expected Ok({expected}), the engine returned {inside:?}"
@@ -1976,10 +2210,11 @@ impl Runner<'_> {
                 Ok(())
             }
             QueueOp::Reopen => {
-                let Some(db) = &self.db else { return Ok(()) };
-                let path = db.path().to_path_buf();
+                if !self.backend.reopens() {
+                    return Ok(());
+                }
                 self.queue = None;
-                let queue = open_queue(&self.clock, Some(&path)).map_err(|e| format!("reopening the queue: {e:?}"))?;
+                let queue = self.backend.reopen(&self.clock).map_err(|e| format!("reopening the queue: {e:?}"))?;
                 self.queue = Some(queue);
                 self.count("reopen", true);
                 Ok(())
@@ -2067,11 +2302,9 @@ impl Runner<'_> {
         let t = self.token(token);
         let ran = Cell::new(false);
         let queue = self.q().clone();
-        let write = |tx: &rusqlite::Connection| -> fenceq::Result<()> {
+        let write = |tx: &<B::Store as Store>::Tx| -> fenceq::Result<()> {
             ran.set(true);
-            tx.prepare_cached("INSERT INTO model_domain (job, attempt, note) VALUES (?1, ?2, ?3)")?.execute(
-                rusqlite::params![t.id.0, t.attempt, if complete { "complete_with" } else { "with_ownership" }],
-            )?;
+            B::write_domain(tx, t.id.0, t.attempt, if complete { "complete_with" } else { "with_ownership" })?;
             match act {
                 ClosureAct::Write => Ok(()),
                 ClosureAct::Fail => Err(Error::domain("injected domain failure")),
@@ -2261,15 +2494,8 @@ impl Runner<'_> {
             }
         }
         // Domain rows: exactly those of committed `complete_with` / `with_ownership` calls.
-        let domain: Vec<(i64, u32)> = self
-            .q()
-            .with_connection(|c| {
-                let mut stmt = c.prepare_cached("SELECT job, attempt FROM model_domain ORDER BY rowid")?;
-                let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
-                Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
-            })
-            .map_err(|e| format!("reading the domain table: {e:?}"))?;
-        if domain != self.model.domain {
+        let domain = self.backend.domain(self.q()).map_err(|e| format!("reading the domain table: {e:?}"))?;
+        if !domain.iter().copied().eq(self.model.domain.iter().map(|&(job, attempt)| (job, i64::from(attempt)))) {
             return Err(format!("domain rows {domain:?}, the model expected {:?}", self.model.domain));
         }
         Ok(())
@@ -2302,7 +2528,7 @@ impl Runner<'_> {
                 return Err(format!("job({id}) returned {job:?}, the model has {:?}", self.model.jobs.get(&id)));
             }
         }
-        self.q().checkpoint().map_err(|e| format!("checkpoint: {e:?}"))?;
+        fenceq::Checkpointer::new(self.q().clone()).run_once().map_err(|e| format!("checkpoint: {e:?}"))?;
         let stats = self.q().stats().map_err(|e| format!("stats: {e:?}"))?;
         let expected = self.model.stats(now);
         if stats != expected {

@@ -97,4 +97,43 @@ impl Harness for SqliteHarness {
         };
         place.raw().execute_batch(sql).unwrap();
     }
+
+    fn replies_in(tx: &Connection) -> fenceq::Result<Vec<(i64, i64, String)>> {
+        let mut stmt = tx.prepare_cached("SELECT job, attempt, text FROM replies ORDER BY rowid")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// A directory in /dev/shm where the machine has it (the model checks what the queue does,
+    /// not what the disk keeps: a checkpoint's fsync on a real disk cost more than the rest of
+    /// a run), holding a copy of a current-schema database with an empty `replies` table, made
+    /// once per process: no migrations and no schema change per run.
+    fn create_scratch(&self) -> SqlitePlace {
+        static TEMPLATE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+        let shm = std::path::Path::new("/dev/shm");
+        let dir = if shm.is_dir() {
+            tempfile::Builder::new().prefix("fenceq-kit-").tempdir_in(shm)
+        } else {
+            tempfile::tempdir()
+        };
+        let place = SqlitePlace { dir: dir.expect("a temporary directory") };
+        let template = TEMPLATE.get_or_init(|| {
+            let made = self.create();
+            drop(Queue::builder().path(made.path()).open().expect("opening the template database"));
+            self.create_replies(&made);
+            std::fs::read(made.path()).expect("reading the template database")
+        });
+        std::fs::write(place.path(), template).expect("copying the template database");
+        place
+    }
+
+    /// Deletes every job and reply through the queue's own writer, and the ids' sequence.
+    fn recycle(&self, _place: &SqlitePlace, queue: &Queue) -> bool {
+        queue
+            .transaction(|tx| {
+                Ok(tx.execute_batch("DELETE FROM fenceq_jobs; DELETE FROM replies; DELETE FROM sqlite_sequence;")?)
+            })
+            .expect("emptying a scratch database");
+        true
+    }
 }

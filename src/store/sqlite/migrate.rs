@@ -17,12 +17,14 @@ pub(crate) struct Migration {
 
 /// Every migration, in order. Laid out by capability level: the base lifecycle, then the
 /// fenced claim id (added with ALTER), then the durable exhaustion columns, then the record
-/// of operators' decisions.
+/// of operators' decisions, then the periodic jobs' last ticks, then paused queues.
 pub(crate) const MIGRATIONS: &[Migration] = &[
     Migration { version: 1, name: "create_jobs", sql: include_str!("migrations/0001_create_jobs.sql") },
     Migration { version: 2, name: "add_claim_id", sql: include_str!("migrations/0002_add_claim_id.sql") },
     Migration { version: 3, name: "durable_exhaustion", sql: include_str!("migrations/0003_durable_exhaustion.sql") },
     Migration { version: 4, name: "decisions", sql: include_str!("migrations/0004_decisions.sql") },
+    Migration { version: 5, name: "schedules", sql: include_str!("migrations/0005_schedules.sql") },
+    Migration { version: 6, name: "paused_queues", sql: include_str!("migrations/0006_paused_queues.sql") },
 ];
 
 /// The schema version this build writes and understands.
@@ -237,7 +239,7 @@ mod tests {
         migrate(&mut conn, 1).unwrap();
         // Another writer added the column without bumping the version.
         conn.execute_batch("ALTER TABLE fenceq_jobs ADD COLUMN claim_id BLOB").unwrap();
-        assert_eq!(migrate(&mut conn, SCHEMA_VERSION).unwrap(), vec![2, 3, 4]);
+        assert_eq!(migrate(&mut conn, SCHEMA_VERSION).unwrap(), vec![2, 3, 4, 5, 6]);
         assert_eq!(user_version(&conn).unwrap(), SCHEMA_VERSION);
         assert!(has_column(&conn, "claim_id").unwrap());
     }

@@ -2,8 +2,10 @@
 //! writer connection with group commit (`writer.rs`), per-connection PRAGMAs and the busy
 //! handler, WAL checkpoints, the open sequence (validate, WAL, migrate: `migrate.rs` and
 //! the `migrations/` it embeds), the dialect SQL (`statements.rs`), the transitions of the
-//! store contract (`jobs.rs`), and the classification of SQLite's errors (`error.rs`).
+//! store contract (`jobs.rs`), the classification of SQLite's errors (`error.rs`), and
+//! online backups (`backup.rs`).
 
+pub(crate) mod backup;
 pub(crate) mod error;
 mod jobs;
 pub(crate) mod migrate;

@@ -46,6 +46,12 @@ pub(crate) const FIND_BY_KEY: &str = "
 /// claim never scans the table however many jobs wait. The expired branch sorts the expired
 /// leases (few, unlike pending rows) in claim order, so that priority also decides among them. The chosen rows' data is read by id
 /// afterwards (`CLAIM_READ`), keeping payloads out of the sort.
+///
+/// A paused queue (`fenceq_queues`) claims nothing: the pause is looked up once per claim,
+/// by primary key, in the final `LIMIT`, which SQLite evaluates before it runs either
+/// branch, so a paused claim costs one probe and walks no index. (As a `NOT EXISTS` in the
+/// branches' `WHERE` it would be tested against every pending row of the queue, and a paused
+/// queue's claim would walk them all to find none.)
 pub(crate) const CLAIM_SELECT: &str = "
     SELECT id, priority, run_at FROM (
         SELECT id, priority, run_at
@@ -62,7 +68,8 @@ pub(crate) const CLAIM_SELECT: &str = "
         ORDER  BY priority DESC, run_at, id
         LIMIT  :limit)
     ORDER BY priority DESC, run_at, id
-    LIMIT :limit";
+    LIMIT CASE WHEN EXISTS (SELECT 1 FROM fenceq_queues WHERE queue = :queue AND paused_at IS NOT NULL)
+               THEN 0 ELSE :limit END";
 
 /// Claims one selected job with a fresh claim id. Runs in the same IMMEDIATE transaction as
 /// `CLAIM_SELECT`, so the selection cannot have changed in between. (No `RETURNING`:
@@ -332,10 +339,27 @@ pub(crate) const REAP_PREVIEW: &str = "
     WHERE  state = 'running' AND lease_until <= :now";
 
 /// Due pending jobs and running jobs of one queue (a pool's `wait_idle`), each branch on its
-/// partial index.
+/// partial index. A paused queue's pending jobs are not due: no claim takes them until it is
+/// unpaused (the `CASE` skips counting them).
 pub(crate) const DUE_OR_RUNNING: &str = "
-    SELECT (SELECT count(*) FROM fenceq_jobs WHERE queue = :queue AND state = 'pending' AND run_at <= :now)
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM fenceq_queues WHERE queue = :queue AND paused_at IS NOT NULL)
+                THEN 0
+                ELSE (SELECT count(*) FROM fenceq_jobs WHERE queue = :queue AND state = 'pending' AND run_at <= :now)
+           END
          + (SELECT count(*) FROM fenceq_jobs WHERE queue = :queue AND state = 'running')";
+
+/// A periodic job's tick is recorded only when it is later than the schedule's recorded one
+/// (`changes()` is 1 when it was): the upsert's `WHERE` leaves an equal or later tick alone,
+/// so a tick is enqueued once whoever races for it and whatever the clock did.
+pub(crate) const ADVANCE_SCHEDULE_IF_LATER: &str = "
+    INSERT INTO fenceq_schedules (name, last_tick, enqueued_at)
+    VALUES (:name, :tick, :now)
+    ON CONFLICT (name) DO UPDATE
+    SET    last_tick = excluded.last_tick, enqueued_at = excluded.enqueued_at
+    WHERE  excluded.last_tick > fenceq_schedules.last_tick";
+
+pub(crate) const SCHEDULE_LAST_TICK: &str = "
+    SELECT last_tick FROM fenceq_schedules WHERE name = :name";
 
 /// What a prune pass would delete now (for dry runs).
 pub(crate) const PRUNE_PREVIEW: &str = "
@@ -353,4 +377,50 @@ pub(crate) const STATS: &str = "
            sum(state = 'running' AND lease_until <= :now)
     FROM   fenceq_jobs
     GROUP  BY queue, state, acknowledged_at IS NOT NULL
+    ORDER  BY queue";
+
+/// The backup's read transaction on its source (`backup.rs`): every step copies from the one
+/// snapshot this fixes, so the copy is consistent while writers keep committing (a WAL
+/// reader never blocks them).
+pub(crate) const BACKUP_SNAPSHOT_BEGIN: &str = "BEGIN DEFERRED";
+
+/// A deferred transaction reads nothing until its first statement: this one starts the
+/// read transaction, and with it the snapshot.
+pub(crate) const BACKUP_SNAPSHOT_READ: &str = "SELECT count(*) FROM sqlite_schema";
+
+/// Ends the backup's read transaction (it wrote nothing, so there is nothing to undo).
+pub(crate) const BACKUP_SNAPSHOT_END: &str = "ROLLBACK";
+
+/// Pauses a queue (a queue exists by name: its first pause makes its row). A repeat while it
+/// is paused changes nothing, not even the record of who paused it (`changes()` is then 0:
+/// the upsert's `WHERE` skips the update).
+pub(crate) const PAUSE_QUEUE: &str = "
+    INSERT INTO fenceq_queues (queue, paused_at, decision, decided_at, decided_by, decision_note)
+    VALUES (:queue, :now, :decision, :now, :by, :note)
+    ON CONFLICT (queue) DO UPDATE
+    SET    paused_at = excluded.paused_at, decision = excluded.decision, decided_at = excluded.decided_at,
+           decided_by = excluded.decided_by, decision_note = excluded.decision_note
+    WHERE  paused_at IS NULL";
+
+/// Unpauses a paused queue, recording who did and why in place of the pause. A queue that
+/// is not paused is left alone.
+pub(crate) const UNPAUSE_QUEUE: &str = concat!(
+    "UPDATE fenceq_queues
+    SET    paused_at = NULL, ",
+    records_decision!(),
+    "
+    WHERE  queue = :queue AND paused_at IS NOT NULL"
+);
+
+/// One queue's pause, while it is paused.
+pub(crate) const QUEUE_PAUSE: &str = "
+    SELECT queue, paused_at, decided_by, decision_note
+    FROM   fenceq_queues
+    WHERE  queue = :queue AND paused_at IS NOT NULL";
+
+/// Every paused queue, by name.
+pub(crate) const PAUSED_QUEUES: &str = "
+    SELECT queue, paused_at, decided_by, decision_note
+    FROM   fenceq_queues
+    WHERE  paused_at IS NOT NULL
     ORDER  BY queue";

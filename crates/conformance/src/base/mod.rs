@@ -7,15 +7,25 @@
 //!   `enqueue_tx` in the application's own transaction;
 //! - `retention`: a property test over every state and clock jumps; pruning under intake;
 //! - `maintenance`: the maintenance services' passes and their thread;
-//! - `pool`: the worker pool, from exactly-once settles to shutdown and `wait_idle`.
+//! - `pool`: the worker pool, from exactly-once settles to shutdown and `wait_idle`;
+//! - `paused`: paused queues (claims skip them, everything else goes on);
+//! - `metrics`: the Prometheus text of the counts;
+//! - `schedule` (feature `schedule`): periodic jobs, one run per tick;
+//! - `typed_payloads` (feature `serde`): JSON payloads and poison messages.
 //!
 //! Each rule is named after the behaviour it checks (`base::claim_orders_by_priority_then_run_at_then_id`).
 
 mod intake;
 mod lifecycle;
 mod maintenance;
+mod metrics;
+mod paused;
 mod pool;
 mod retention;
+#[cfg(feature = "schedule")]
+mod schedule;
+#[cfg(feature = "serde")]
+mod typed_payloads;
 
 use crate::harness::Harness;
 use crate::Rule;
@@ -28,6 +38,12 @@ pub fn rules<H: Harness>() -> Vec<Rule<H>> {
     rules.extend(retention::rules::<H>());
     rules.extend(maintenance::rules::<H>());
     rules.extend(pool::rules::<H>());
+    rules.extend(paused::rules::<H>());
+    rules.extend(metrics::rules::<H>());
+    #[cfg(feature = "schedule")]
+    rules.extend(schedule::rules::<H>());
+    #[cfg(feature = "serde")]
+    rules.extend(typed_payloads::rules::<H>());
     rules.extend(crate::controls::rules::<H, { crate::controls::BASE }>());
     rules
 }

@@ -9,7 +9,10 @@
 //!   exhaustions;
 //! - `pages`: cursor pages under concurrent acknowledgement and addition, the documented
 //!   ordering (ids ascending after the cursor) checked page by page against a model in a
-//!   seeded interleaving.
+//!   seeded interleaving;
+//! - `model`: the reference model against the store, over the fuzz corpus and generated
+//!   histories (it drives exhaustion pages, acknowledgement, replay and resolution, so a
+//!   store below this level cannot pass it).
 //!
 //! The level also runs the durable side of the [controls](crate::controls).
 
@@ -20,6 +23,7 @@ use fenceq::store::Store;
 use fenceq::{ClaimToken, NewJob, Queue};
 
 mod exhaustion;
+mod model;
 mod pages;
 
 /// Every rule of this level, the controls included.
@@ -27,6 +31,7 @@ pub fn rules<H: Harness>() -> Vec<Rule<H>> {
     let mut rules: Vec<Rule<H>> = Vec::new();
     rules.extend(exhaustion::rules::<H>());
     rules.extend(pages::rules::<H>());
+    rules.extend(model::rules::<H>());
     rules.extend(crate::controls::rules::<H, { crate::controls::DURABLE }>());
     rules
 }

@@ -1,16 +1,123 @@
-//! T1: the model-based fence property test. Generated sequences of every queue operation,
-//! clock moves (forward and back), reopens, and replays of any token ever issued (stale,
-//! forged, cross-row) run against a real queue and the reference model in
-//! `fenceq_conformance::model`; after every step the ten DESIGN invariants are checked on the
-//! real table and every row is compared with the model.
+//! The reference model ([`crate::model`]) against the store under test, through its
+//! [`Harness`]: the committed `fence_invariants` fuzz corpus, generated histories (the
+//! model-based property test), and the model sequences and behaviours those found and pinned
+//! down. Every step of every run is checked against the model: the ten invariants of DESIGN.md
+//! on the rows `Queue::list` shows, every row column by column, the domain rows of the
+//! closures, and at the end every token ever issued, every job, the stats and the previews.
 //!
-//! `PROPTEST_CASES=10000 cargo test --test model_proptest` for a soak run (default 256).
+//! The model drives the whole public API, exhaustion records, their acknowledgement and
+//! cursor pages included: these rules belong to the `durable` level.
+//!
+//! `PROPTEST_CASES=10000 cargo test --test conformance -- generated_histories` for a soak run
+//! of the property test (default 256 cases; failures are kept in
+//! `proptest-regressions/model_proptest.txt` at the repository's root and replayed first).
 
-use fenceq_conformance::model::*;
+use crate::fixture::{Db, LEASE};
+use crate::harness::Harness;
+use crate::model::*;
+use crate::Rule;
+use fenceq::NewJob;
 use proptest::prelude::*;
 use proptest::sample::select;
 use proptest::strategy::ValueTree;
-use proptest::test_runner::{Config, FileFailurePersistence, RngAlgorithm, TestRng, TestRunner};
+use proptest::test_runner::{Config, FileFailurePersistence, RngAlgorithm, TestCaseError, TestRng, TestRunner};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Every rule of this module (for the `durable` level's list).
+pub fn rules<H: Harness>() -> Vec<Rule<H>> {
+    crate::rules![
+        model_agrees_with_the_store_on_every_fuzz_corpus_input,
+        model_agrees_with_the_store_on_generated_histories,
+        generated_histories_reach_every_operation,
+        an_expired_unreclaimed_lease_is_live_again_after_the_clock_steps_back,
+        an_expired_high_priority_job_is_claimed_before_a_low_priority_one,
+        model_agrees_on_the_claim_order_of_expired_leases,
+        a_panicking_closure_rolls_back_and_the_queue_goes_on,
+    ]
+}
+
+// ==================================================================== the fuzz corpus
+
+/// The repository's `fuzz/` directory.
+fn fuzz_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz")
+}
+
+/// The files of every directory under `fuzz/<kind>/` whose name starts with `fence_invariants`
+/// (the in-memory and the file target share their inputs), sorted by name, each name once;
+/// `None` when `fuzz/<kind>` holds no such directory.
+fn fence_inputs(kind: &str) -> Option<Vec<PathBuf>> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(fuzz_dir().join(kind))
+        .ok()?
+        .map(|e| e.expect("reading a fuzz directory entry").path())
+        .filter(|p| p.is_dir() && p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("fence_invariants")))
+        .collect();
+    if dirs.is_empty() {
+        return None;
+    }
+    dirs.sort();
+    let mut files = std::collections::BTreeMap::new();
+    for dir in dirs {
+        for entry in std::fs::read_dir(&dir).expect("reading a corpus directory") {
+            let path = entry.expect("reading a corpus directory entry").path();
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            if path.is_file() && !name.starts_with('.') {
+                files.entry(name).or_insert(path);
+            }
+        }
+    }
+    Some(files.into_values().collect())
+}
+
+/// The message of a caught panic.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
+/// Every committed input of the `fence_invariants` fuzz targets (`fuzz/corpus/fence_invariants*/`
+/// and any crash artifacts in `fuzz/artifacts/fence_invariants*/`), decoded into op sequences
+/// and run through the store against the model. A missing or empty corpus fails: the replay
+/// would pass without testing anything. Every input that diverged is listed.
+fn model_agrees_with_the_store_on_every_fuzz_corpus_input<H: Harness>(h: &H) {
+    let corpus = fence_inputs("corpus")
+        .expect("fuzz/corpus/fence_invariants is missing: the replay would pass without testing anything");
+    assert!(
+        !corpus.is_empty(),
+        "fuzz/corpus/fence_invariants is empty: the replay would pass without testing anything"
+    );
+    let artifacts = fence_inputs("artifacts").unwrap_or_default();
+    let started = Instant::now();
+    let mut runs = HarnessRuns::new(h);
+    let mut failures = Vec::new();
+    for path in corpus.iter().chain(&artifacts) {
+        let bytes = std::fs::read(path).expect("reading a corpus file");
+        match catch_unwind(AssertUnwindSafe(|| runs.try_run(&decode(&bytes)))) {
+            Ok(Ok(_)) => {}
+            Ok(Err(report)) => failures.push(format!("{}:\n{report}", path.display())),
+            Err(panic) => failures.push(format!("{} (panicked):\n{}", path.display(), panic_message(&*panic))),
+        }
+    }
+    eprintln!(
+        "fence_invariants: replayed {} corpus files and {} artifacts through the harness in {:.1?}",
+        corpus.len(),
+        artifacts.len(),
+        started.elapsed()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of the fence_invariants inputs failed:\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+}
+
+// ==================================================================== generated histories
 
 fn state() -> impl Strategy<Value = StateSel> {
     prop_oneof![
@@ -204,37 +311,44 @@ pub fn op() -> impl Strategy<Value = QueueOp> {
     ]
 }
 
-fn ops() -> impl Strategy<Value = Vec<QueueOp>> {
+/// A history: one to 59 operations.
+pub fn ops() -> impl Strategy<Value = Vec<QueueOp>> {
     proptest::collection::vec(op(), 1..60)
 }
 
-/// 256 cases unless `PROPTEST_CASES` says otherwise. Failures are kept in
-/// `proptest-regressions/model_proptest.txt` and replayed first.
+/// Where failing histories are kept and replayed from first (the repository's
+/// `proptest-regressions/model_proptest.txt`, whatever the test's working directory).
+const REGRESSIONS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../proptest-regressions/model_proptest.txt");
+
+/// 256 cases unless `PROPTEST_CASES` says otherwise. Failures are kept in [`REGRESSIONS`] and
+/// replayed first.
 fn config() -> Config {
-    let persistence = FileFailurePersistence::Direct("proptest-regressions/model_proptest.txt");
+    let persistence = FileFailurePersistence::Direct(REGRESSIONS);
     Config { max_shrink_iters: 4096, failure_persistence: Some(Box::new(persistence)), ..Config::default() }
 }
 
-proptest! {
-    #![proptest_config(config())]
-
-    #[test]
-    fn the_engine_matches_the_model(ops in ops()) {
-        if let Err(report) = try_run(&ops) {
-            prop_assert!(false, "{}", report);
-        }
+/// The model-based fence property test: generated histories of every queue operation, clock
+/// moves (forward and back), reopens, and replays of any token ever issued (stale, forged,
+/// cross-row), run through the store and the model. A divergence is shrunk to a minimal
+/// history and reported with the model's rows.
+fn model_agrees_with_the_store_on_generated_histories<H: Harness>(h: &H) {
+    let runs = std::cell::RefCell::new(HarnessRuns::new(h));
+    let mut runner = TestRunner::new(config());
+    let result = runner.run(&ops(), |ops| runs.borrow_mut().try_run(&ops).map(drop).map_err(TestCaseError::fail));
+    if let Err(e) = result {
+        panic!("{e}\n{runner}");
     }
 }
 
 /// The generator is worth something only if it drives jobs through every transition: a
 /// fixed-seed batch must see each kind of call succeed (and fail) at least once.
-#[test]
-fn the_generated_sequences_reach_every_operation() {
+fn generated_histories_reach_every_operation<H: Harness>(h: &H) {
     let mut runner = TestRunner::new_with_rng(Config::with_cases(64), TestRng::deterministic_rng(RngAlgorithm::ChaCha));
     let mut total = RunStats::default();
+    let mut runs = HarnessRuns::new(h);
     for _ in 0..64 {
         let ops = ops().new_tree(&mut runner).expect("a value").current();
-        total.merge(&try_run(&ops).unwrap_or_else(|e| panic!("{e}")));
+        total.merge(&runs.run(&ops));
     }
     eprintln!(
         "64 fixed-seed cases: {} steps, {} claims, calls (ok, refused): {:?}",
@@ -276,10 +390,14 @@ fn the_generated_sequences_reach_every_operation() {
         let (_, err) = total.calls.get(name).copied().unwrap_or_default();
         assert!(err > 0, "no generated `{name}` call was refused in 64 cases: {:?}", total.calls);
     }
-    assert!(total.file, "some cases reopen a database file");
+    assert!(total.file, "some cases reopen the database");
 }
 
-// ------------------------------------------------------------------ documented behaviour
+// ==================================================================== pinned behaviour
+
+fn plain_job(priority: PrioritySel) -> JobSpec {
+    JobSpec { queue: QueueSel::A, key: None, priority, delay: DelaySel::Now, attempts: AttemptsSel::Default }
+}
 
 /// DESIGN invariant 5 says a token stays dead "after expiry"; the engine (and invariant 3)
 /// decide liveness by `lease_until > now` at each call. With a clock that steps back (a wall
@@ -287,105 +405,89 @@ fn the_generated_sequences_reach_every_operation() {
 /// reaped is live again, and its token is accepted. No second claim can exist meanwhile (a
 /// reclaim or a reap changes the row and kills the token for good), so invariant 1 holds; the
 /// model follows invariant 3. This pins the behaviour down so that a change is deliberate.
-#[test]
-fn an_expired_unreclaimed_lease_is_live_again_after_the_clock_steps_back() {
-    let spec = JobSpec {
-        queue: QueueSel::A,
-        key: None,
-        priority: PrioritySel::Normal,
-        delay: DelaySel::Now,
-        attempts: AttemptsSel::Default,
-    };
-    let revived = run(&[
-        QueueOp::Enqueue(spec),
-        QueueOp::Claim { queue: ClaimQueue::A, worker: WorkerSel::W1, lease: LeaseSel::Standard },
-        QueueOp::Advance(Step::Lease),
-        QueueOp::Owns(TokenRef::Latest),
-        QueueOp::ClockBack(BackSel::OneMs),
-        QueueOp::Renew { token: TokenRef::Latest, lease: LeaseSel::Standard },
-        QueueOp::Complete(TokenRef::Latest),
-    ]);
+fn an_expired_unreclaimed_lease_is_live_again_after_the_clock_steps_back<H: Harness>(h: &H) {
+    let spec = plain_job(PrioritySel::Normal);
+    let revived = run_on(
+        h,
+        &[
+            QueueOp::Enqueue(spec),
+            QueueOp::Claim { queue: ClaimQueue::A, worker: WorkerSel::W1, lease: LeaseSel::Standard },
+            QueueOp::Advance(Step::Lease),
+            QueueOp::Owns(TokenRef::Latest),
+            QueueOp::ClockBack(BackSel::OneMs),
+            QueueOp::Renew { token: TokenRef::Latest, lease: LeaseSel::Standard },
+            QueueOp::Complete(TokenRef::Latest),
+        ],
+    );
     assert_eq!(revived.calls["owns"], (0, 1), "expired at T0 + lease");
     assert_eq!(revived.calls["renew"], (1, 0), "live again at T0 + lease - 1 ms");
     assert_eq!(revived.calls["complete"], (1, 0));
-    let stats = run(&[
-        QueueOp::Enqueue(spec),
-        QueueOp::Claim { queue: ClaimQueue::A, worker: WorkerSel::W1, lease: LeaseSel::Standard },
-        QueueOp::Advance(Step::Lease),
-        QueueOp::Claim { queue: ClaimQueue::A, worker: WorkerSel::W2, lease: LeaseSel::Standard },
-        QueueOp::ClockBack(BackSel::Hour),
-        // The first token was superseded by the reclaim: dead whatever the clock says.
-        QueueOp::Complete(TokenRef::Issued(0)),
-        QueueOp::Complete(TokenRef::Issued(1)),
-    ]);
+    let stats = run_on(
+        h,
+        &[
+            QueueOp::Enqueue(spec),
+            QueueOp::Claim { queue: ClaimQueue::A, worker: WorkerSel::W1, lease: LeaseSel::Standard },
+            QueueOp::Advance(Step::Lease),
+            QueueOp::Claim { queue: ClaimQueue::A, worker: WorkerSel::W2, lease: LeaseSel::Standard },
+            QueueOp::ClockBack(BackSel::Hour),
+            // The first token was superseded by the reclaim: dead whatever the clock says.
+            QueueOp::Complete(TokenRef::Issued(0)),
+            QueueOp::Complete(TokenRef::Issued(1)),
+        ],
+    );
     assert_eq!(stats.calls["complete"], (1, 1), "only the reclaim's token completes");
 }
 
-// ------------------------------------------------------------------ fixed engine defects
-
-/// Engine defect "claim-order", found by this model and fixed in ac0020d: `claim` documents
+/// Engine defect "claim-order", found by the model and fixed in ac0020d: `claim` documents
 /// "by priority, then run_at, then id" over every claimable job, but the expired-lease branch
-/// of `JOB_SELECT_CLAIMABLE` pre-selected `LIMIT :limit` rows by `lease_until` before the
-/// outer `ORDER BY priority DESC, run_at, id`. With more expired leases than the limit, a
+/// of SQLite's `JOB_SELECT_CLAIMABLE` pre-selected `LIMIT :limit` rows by `lease_until` before
+/// the outer `ORDER BY priority DESC, run_at, id`. With more expired leases than the limit, a
 /// low-priority job whose lease expired first was claimed ahead of a high-priority one.
-#[test]
-fn an_expired_high_priority_job_is_claimed_before_a_low_priority_one() {
-    use fenceq::{ManualClock, NewJob, Queue};
-    use std::time::Duration;
-    let clock = ManualClock::new(T0);
-    let queue = Queue::builder().clock(clock.clone()).open().unwrap();
-    let low = queue.enqueue(NewJob::new("q", b"low".to_vec()).priority(0)).unwrap().id();
-    assert_eq!(queue.claim("q", "w1", Duration::from_millis(1)).unwrap().unwrap().id(), low);
-    let high = queue.enqueue(NewJob::new("q", b"high".to_vec()).priority(5)).unwrap().id();
-    assert_eq!(queue.claim("q", "w1", Duration::from_millis(2)).unwrap().unwrap().id(), high);
-    clock.advance(Duration::from_millis(10));
-    let next = queue.claim("q", "w2", LEASE).unwrap().unwrap();
+fn an_expired_high_priority_job_is_claimed_before_a_low_priority_one<H: Harness>(h: &H) {
+    let db = Db::new(h);
+    let low = db.enqueue(NewJob::new("q", b"low".to_vec()).priority(0)).unwrap().id();
+    assert_eq!(db.claim("q", "w1", Duration::from_millis(1)).unwrap().unwrap().id(), low);
+    let high = db.enqueue(NewJob::new("q", b"high".to_vec()).priority(5)).unwrap().id();
+    assert_eq!(db.claim("q", "w1", Duration::from_millis(2)).unwrap().unwrap().id(), high);
+    db.advance(Duration::from_millis(10));
+    let next = db.claim("q", "w2", LEASE).unwrap().unwrap();
     assert_eq!(next.id(), high, "both leases expired: the higher priority job comes first");
 }
 
-/// The same defect as the minimal model sequence the property test shrank it to.
-#[test]
-fn the_model_agrees_on_the_claim_order() {
-    let spec = |priority| JobSpec {
-        queue: QueueSel::A,
-        key: None,
-        priority,
-        delay: DelaySel::Now,
-        attempts: AttemptsSel::Default,
-    };
+/// The same defect as the minimal model history the property test shrank it to.
+fn model_agrees_on_the_claim_order_of_expired_leases<H: Harness>(h: &H) {
     let claim = |lease| QueueOp::Claim { queue: ClaimQueue::A, worker: WorkerSel::W1, lease };
-    run(&[
-        QueueOp::Enqueue(spec(PrioritySel::Normal)),
-        claim(LeaseSel::OneMs),
-        QueueOp::Enqueue(spec(PrioritySel::High)),
-        claim(LeaseSel::Standard),
-        QueueOp::Advance(Step::Hour),
-        claim(LeaseSel::Standard),
-    ]);
+    run_on(
+        h,
+        &[
+            QueueOp::Enqueue(plain_job(PrioritySel::Normal)),
+            claim(LeaseSel::OneMs),
+            QueueOp::Enqueue(plain_job(PrioritySel::High)),
+            claim(LeaseSel::Standard),
+            QueueOp::Advance(Step::Hour),
+            claim(LeaseSel::Standard),
+        ],
+    );
 }
 
 /// A closure that panics inside `complete_with` / `with_ownership` rolls back with the settle,
-/// the panic reaches the caller, and the queue goes on working (fixed in ac0020d; found by the
-/// fault suite, kept here as a model sequence).
-#[test]
-fn a_panicking_closure_rolls_back_and_the_queue_goes_on() {
-    let spec = JobSpec {
-        queue: QueueSel::A,
-        key: None,
-        priority: PrioritySel::Normal,
-        delay: DelaySel::Now,
-        attempts: AttemptsSel::Default,
-    };
+/// the panic reaches the caller, and the queue goes on working, a reopen included (fixed in
+/// ac0020d; found by the fault suite, kept as a model history).
+fn a_panicking_closure_rolls_back_and_the_queue_goes_on<H: Harness>(h: &H) {
+    let spec = plain_job(PrioritySel::Normal);
     let running = TokenRef::CurrentOf(JobRef::InState(StateSel::Running, 0));
-    run(&[
-        QueueOp::Enqueue(spec),
-        QueueOp::Claim { queue: ClaimQueue::A, worker: WorkerSel::W1, lease: LeaseSel::Standard },
-        QueueOp::CompleteWith { token: running, act: ClosureAct::Panic },
-        QueueOp::WithOwnership { token: running, act: ClosureAct::Panic },
-        QueueOp::Enqueue(spec),
-        QueueOp::CompleteWith { token: running, act: ClosureAct::Write },
-        QueueOp::Reopen,
-        QueueOp::Claim { queue: ClaimQueue::A, worker: WorkerSel::W2, lease: LeaseSel::Standard },
-        QueueOp::Complete(TokenRef::Latest),
-    ]);
+    run_on(
+        h,
+        &[
+            QueueOp::Enqueue(spec),
+            QueueOp::Claim { queue: ClaimQueue::A, worker: WorkerSel::W1, lease: LeaseSel::Standard },
+            QueueOp::CompleteWith { token: running, act: ClosureAct::Panic },
+            QueueOp::WithOwnership { token: running, act: ClosureAct::Panic },
+            QueueOp::Enqueue(spec),
+            QueueOp::CompleteWith { token: running, act: ClosureAct::Write },
+            QueueOp::Reopen,
+            QueueOp::Claim { queue: ClaimQueue::A, worker: WorkerSel::W2, lease: LeaseSel::Standard },
+            QueueOp::Complete(TokenRef::Latest),
+        ],
+    );
 }
