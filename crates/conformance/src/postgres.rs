@@ -159,12 +159,18 @@ impl Harness for PostgresHarness {
             .n
     }
 
+    /// Creates the test's schema first when the queue has not been opened yet (as in
+    /// [`Harness::create_scratch`]'s default): otherwise the table would land in the next
+    /// schema of the `search_path`, `public`, shared by every test.
     fn create_replies(&self, place: &PostgresPlace) {
         place
             .raw()
-            .batch_execute(
-                "CREATE TABLE replies (seq BIGINT GENERATED ALWAYS AS IDENTITY, job BIGINT, attempt BIGINT, text TEXT)",
-            )
+            .batch_execute(&format!(
+                "CREATE SCHEMA IF NOT EXISTS \"{}\";
+                 CREATE TABLE \"{}\".replies (seq BIGINT GENERATED ALWAYS AS IDENTITY, job BIGINT, attempt BIGINT,
+                                               text TEXT)",
+                place.schema, place.schema
+            ))
             .unwrap();
     }
 
@@ -184,6 +190,26 @@ impl Harness for PostgresHarness {
             .into_iter()
             .map(|r| (r.job, r.attempt, r.text))
             .collect()
+    }
+
+    fn replies_in(tx: &PgTx) -> fenceq::Result<Vec<(i64, i64, String)>> {
+        let rows = sql_query("SELECT job, attempt, text FROM replies ORDER BY seq").load::<Reply>(&mut *tx.conn())?;
+        Ok(rows.into_iter().map(|r| (r.job, r.attempt, r.text)).collect())
+    }
+
+    /// Empties the schema through the queue's own connection: every job, reply, pause and
+    /// schedule record, and the ids' sequences (`RESTART IDENTITY`), so that the model's next
+    /// run neither creates a schema nor migrates one.
+    fn recycle(&self, _place: &PostgresPlace, queue: &Queue<PostgresStore>) -> bool {
+        queue
+            .transaction(|tx| {
+                tx.conn().batch_execute(
+                    "TRUNCATE fenceq_jobs, replies, fenceq_queues, fenceq_schedules RESTART IDENTITY",
+                )?;
+                Ok(())
+            })
+            .expect("emptying a scratch schema");
+        true
     }
 
     fn foreign_transaction(&self, place: &PostgresPlace, commit: bool, f: &mut dyn FnMut(&PgTx)) {

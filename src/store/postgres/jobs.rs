@@ -6,7 +6,7 @@ use super::statements::*;
 use super::{PgTx, PostgresStore};
 use crate::error::{Error, Result};
 use crate::job::{ClaimId, ClaimToken, Claimed, Decision, Exhaustion, Job, JobId, JobState, Resolution};
-use crate::report::{CheckpointReport, CommitStats, ReapReport};
+use crate::report::{CheckpointReport, CommitStats, PausedQueue, ReapReport};
 use crate::store::{Decided, Identity, NewRow, OwnedLease, StatsRow, Store};
 use diesel::pg::Pg;
 use diesel::query_builder::{BoxedSqlQuery, SqlQuery};
@@ -450,6 +450,26 @@ impl Store for PostgresStore {
         Ok(ids)
     }
 
+    fn pause_queue(tx: &PgTx, queue: &str, now: i64, decided: &Decided<'_>) -> Result<bool> {
+        changed(tx, queue_decided_query(PAUSE_QUEUE, queue, now, decided), "PAUSE_QUEUE")
+    }
+
+    fn unpause_queue(tx: &PgTx, queue: &str, now: i64, decided: &Decided<'_>) -> Result<bool> {
+        changed(tx, queue_decided_query(UNPAUSE_QUEUE, queue, now, decided), "UNPAUSE_QUEUE")
+    }
+
+    fn queue_pause(tx: &PgTx, queue: &str) -> Result<Option<PausedQueue>> {
+        let query = sql_query(QUEUE_PAUSE).into_boxed::<Pg>().bind::<Text, _>(queue);
+        let row = tx.with(|conn| query.get_result::<PausedRow>(conn).optional().pg("QUEUE_PAUSE"))?;
+        Ok(row.map(PausedRow::into_paused))
+    }
+
+    fn paused_queues(tx: &PgTx) -> Result<Vec<PausedQueue>> {
+        let query = sql_query(PAUSED_QUEUES).into_boxed::<Pg>();
+        let rows = tx.with(|conn| query.load::<PausedRow>(conn).pg("PAUSED_QUEUES"))?;
+        Ok(rows.into_iter().map(PausedRow::into_paused).collect())
+    }
+
     fn reap_expired(tx: &PgTx, now: i64, limit_: u32) -> Result<(u64, u64)> {
         let query = sql_query(REAP_EXPIRED).into_boxed::<Pg>().bind::<BigInt, _>(now).bind::<BigInt, _>(limit(limit_));
         let states = tx.with(|conn| query.load::<StateRow>(conn).pg("REAP_EXPIRED"))?;
@@ -537,6 +557,50 @@ impl Store for PostgresStore {
     fn due_or_running(tx: &PgTx, queue: &str, now: i64) -> Result<u64> {
         let query = sql_query(DUE_OR_RUNNING).into_boxed::<Pg>().bind::<Text, _>(queue).bind::<BigInt, _>(now);
         Ok(count_u64(tx.with(|conn| query.get_result::<N>(conn).pg("DUE_OR_RUNNING"))?.n))
+    }
+
+    fn advance_schedule_if_later(tx: &PgTx, name: &str, tick: i64, now: i64) -> Result<bool> {
+        let query = sql_query(ADVANCE_SCHEDULE_IF_LATER)
+            .into_boxed::<Pg>()
+            .bind::<Text, _>(name)
+            .bind::<BigInt, _>(tick)
+            .bind::<BigInt, _>(now);
+        changed(tx, query, "ADVANCE_SCHEDULE_IF_LATER")
+    }
+
+    fn schedule_last_tick(tx: &PgTx, name: &str) -> Result<Option<i64>> {
+        let query = sql_query(SCHEDULE_LAST_TICK).into_boxed::<Pg>().bind::<Text, _>(name);
+        let row = tx.with(|conn| query.get_result::<N>(conn).optional().pg("SCHEDULE_LAST_TICK"))?;
+        Ok(row.map(|r| r.n))
+    }
+}
+
+/// A pause or unpause of `queue`: `$1` queue, `$2` now, `$3` decision, `$4` by, `$5` note.
+fn queue_decided_query<'a>(statement: &'static str, queue: &'a str, now: i64, decided: &Decided<'a>) -> Query<'a> {
+    sql_query(statement)
+        .into_boxed::<Pg>()
+        .bind::<Text, _>(queue)
+        .bind::<BigInt, _>(now)
+        .bind::<Text, _>(decided.action)
+        .bind::<Nullable<Text>, _>(decided.by)
+        .bind::<Nullable<Text>, _>(decided.note)
+}
+
+#[derive(QueryableByName)]
+struct PausedRow {
+    #[diesel(sql_type = Text)]
+    queue: String,
+    #[diesel(sql_type = BigInt)]
+    paused_at: i64,
+    #[diesel(sql_type = Nullable<Text>)]
+    decided_by: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    decision_note: Option<String>,
+}
+
+impl PausedRow {
+    fn into_paused(self) -> PausedQueue {
+        PausedQueue { queue: self.queue, since: self.paused_at, by: self.decided_by, note: self.decision_note }
     }
 }
 

@@ -27,6 +27,8 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     Migration { version: 2, name: "add_claim_id", sql: include_str!("migrations/0002_add_claim_id.sql") },
     Migration { version: 3, name: "durable_exhaustion", sql: include_str!("migrations/0003_durable_exhaustion.sql") },
     Migration { version: 4, name: "decisions", sql: include_str!("migrations/0004_decisions.sql") },
+    Migration { version: 5, name: "schedules", sql: include_str!("migrations/0005_schedules.sql") },
+    Migration { version: 6, name: "paused_queues", sql: include_str!("migrations/0006_paused_queues.sql") },
 ];
 
 /// The schema version this build writes and understands (the same as SQLite's).

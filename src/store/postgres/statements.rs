@@ -37,6 +37,10 @@ pub(crate) const FIND_BY_KEY: &str = "
 /// A row that a concurrent transaction changed after the CTE's snapshot is re-checked
 /// against the CTE's `WHERE` as it is locked, so a lease another claim just renewed or took
 /// is never handed out. `RETURNING` order is unspecified; the store sorts.
+///
+/// A paused queue (`fenceq_queues`) claims nothing: the `NOT EXISTS` names no column of the
+/// jobs, so the planner makes it an init plan, one probe of `fenceq_queues`' primary key run
+/// once per claim, and a one-time filter over the scan: a paused claim reads no job.
 pub(crate) const CLAIM: &str = "
     WITH due AS (
         SELECT id
@@ -44,6 +48,7 @@ pub(crate) const CLAIM: &str = "
         WHERE  queue = $1
           AND  ((state = 'pending' AND run_at <= $2)
                 OR (state = 'running' AND lease_until <= $2 AND attempt < max_attempts))
+          AND  NOT EXISTS (SELECT 1 FROM fenceq_queues WHERE queue = $1 AND paused_at IS NOT NULL)
         ORDER  BY priority DESC, run_at, id
         LIMIT  $3
         FOR UPDATE SKIP LOCKED
@@ -289,10 +294,63 @@ pub(crate) const REAP_PREVIEW: &str = "
     FROM   fenceq_jobs
     WHERE  state = 'running' AND lease_until <= $1";
 
-/// Due pending jobs and running jobs of queue `$1` at `$2` (a pool's `wait_idle`).
+/// Due pending jobs and running jobs of queue `$1` at `$2` (a pool's `wait_idle`). A paused
+/// queue's pending jobs are not due: no claim takes them until it is unpaused (the `CASE`
+/// skips counting them).
 pub(crate) const DUE_OR_RUNNING: &str = "
-    SELECT (SELECT count(*) FROM fenceq_jobs WHERE queue = $1 AND state = 'pending' AND run_at <= $2)
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM fenceq_queues WHERE queue = $1 AND paused_at IS NOT NULL)
+                THEN 0
+                ELSE (SELECT count(*) FROM fenceq_jobs WHERE queue = $1 AND state = 'pending' AND run_at <= $2)
+           END
          + (SELECT count(*) FROM fenceq_jobs WHERE queue = $1 AND state = 'running') AS n";
+
+/// A periodic job's tick `$2` of schedule `$1` is recorded (at `$3`) only when it is later
+/// than the recorded one (one row affected when it was): the upsert's `WHERE` leaves an
+/// equal or later tick alone, and a racing upsert waits for the first one's row lock and
+/// re-evaluates it on the committed row, so exactly one of several racing transactions wins.
+pub(crate) const ADVANCE_SCHEDULE_IF_LATER: &str = "
+    INSERT INTO fenceq_schedules AS s (name, last_tick, enqueued_at)
+    VALUES ($1, $2, $3)
+    ON CONFLICT (name) DO UPDATE
+    SET    last_tick = excluded.last_tick, enqueued_at = excluded.enqueued_at
+    WHERE  excluded.last_tick > s.last_tick";
+
+pub(crate) const SCHEDULE_LAST_TICK: &str = "
+    SELECT last_tick AS n FROM fenceq_schedules WHERE name = $1";
+
+// Paused queues: `$1` queue, `$2` now, `$3` decision, `$4` by, `$5` note.
+
+/// Pauses a queue (a queue exists by name: its first pause makes its row). A repeat while it
+/// is paused changes nothing, not even the record of who paused it (no row affected: the
+/// upsert's `WHERE` skips the update).
+pub(crate) const PAUSE_QUEUE: &str = "
+    INSERT INTO fenceq_queues AS q (queue, paused_at, decision, decided_at, decided_by, decision_note)
+    VALUES ($1, $2, $3, $2, $4, $5)
+    ON CONFLICT (queue) DO UPDATE
+    SET    paused_at = excluded.paused_at, decision = excluded.decision, decided_at = excluded.decided_at,
+           decided_by = excluded.decided_by, decision_note = excluded.decision_note
+    WHERE  q.paused_at IS NULL";
+
+/// Unpauses a paused queue, recording who did and why in place of the pause. A queue that
+/// is not paused is left alone.
+pub(crate) const UNPAUSE_QUEUE: &str = "
+    UPDATE fenceq_queues
+    SET    paused_at = NULL, decision = $3, decided_at = $2, decided_by = $4, decision_note = $5
+    WHERE  queue = $1 AND paused_at IS NOT NULL";
+
+/// One queue's pause, while it is paused.
+pub(crate) const QUEUE_PAUSE: &str = "
+    SELECT queue, paused_at, decided_by, decision_note
+    FROM   fenceq_queues
+    WHERE  queue = $1 AND paused_at IS NOT NULL";
+
+/// Every paused queue, by name in byte order (`COLLATE "C"`: SQLite's and Rust's order,
+/// whatever the database's collation).
+pub(crate) const PAUSED_QUEUES: &str = "
+    SELECT queue, paused_at, decided_by, decision_note
+    FROM   fenceq_queues
+    WHERE  paused_at IS NOT NULL
+    ORDER  BY queue COLLATE \"C\"";
 
 /// What a prune pass would delete at horizon `$1` (for dry runs).
 pub(crate) const PRUNE_PREVIEW: &str = "
