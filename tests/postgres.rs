@@ -12,7 +12,8 @@ use fenceq::diesel;
 use fenceq::diesel::connection::SimpleConnection;
 use fenceq::diesel::sql_types::{BigInt, Text};
 use fenceq::diesel::{sql_query, Connection, PgConnection, QueryableByName, RunQueryDsl};
-use fenceq::{Error, ManualClock, NewJob, PostgresStore, Queue};
+use fenceq::store::Store;
+use fenceq::{Error, ManualClock, NewJob, PostgresStore, Queue, SCHEMA_VERSION};
 use std::sync::{mpsc, Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -111,8 +112,8 @@ fn a_schema_newer_than_the_build_is_refused_and_left_untouched() {
     let mut raw = s.raw();
     raw.batch_execute("INSERT INTO fenceq_schema_version (version, name) VALUES (99, 'from the future')").unwrap();
     let err = s.builder().open_postgres().unwrap_err();
-    assert!(matches!(err, Error::SchemaTooNew { found: 99, supported: 4 }), "{err:?}");
-    assert_eq!(scalar(&mut raw, "SELECT count(*) AS n FROM fenceq_schema_version"), 5);
+    assert!(matches!(err, Error::SchemaTooNew { found: 99, supported: SCHEMA_VERSION }), "{err:?}");
+    assert_eq!(scalar(&mut raw, "SELECT count(*) AS n FROM fenceq_schema_version"), SCHEMA_VERSION + 1);
     assert_eq!(scalar(&mut raw, "SELECT count(*) AS n FROM fenceq_jobs"), 1);
 }
 
@@ -146,10 +147,10 @@ fn eight_openers_of_an_old_schema_all_succeed_with_one_schema_and_every_row() {
         })
         .collect();
     for opener in openers {
-        assert_eq!(opener.join().unwrap().expect("every opener succeeds"), 4);
+        assert_eq!(opener.join().unwrap().expect("every opener succeeds"), SCHEMA_VERSION);
     }
     let mut raw = s.raw();
-    assert_eq!(scalar(&mut raw, "SELECT count(*) AS n FROM fenceq_schema_version"), 4);
+    assert_eq!(scalar(&mut raw, "SELECT count(*) AS n FROM fenceq_schema_version"), SCHEMA_VERSION);
     assert_eq!(scalar(&mut raw, "SELECT count(*) AS n FROM fenceq_jobs"), 51);
     assert_eq!(scalar(&mut raw, "SELECT count(*) AS n FROM fenceq_jobs WHERE claim_id IS NOT NULL"), 1);
     // The old build's claim can no longer settle, and the job is claimable once its lease
@@ -310,4 +311,82 @@ fn committed_writes_reuse_their_pooled_connections() {
     pids.sort_unstable();
     pids.dedup();
     assert!(pids.len() <= 2, "a connection per write: {} distinct backends", pids.len());
+}
+
+/// Job rows the current transaction has read so far (sequential and index fetches).
+fn jobs_read_in(tx: &fenceq::PgTx) -> i64 {
+    sql_query(
+        "SELECT (coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0))::bigint AS n
+         FROM pg_stat_xact_user_tables WHERE relid = 'fenceq_jobs'::regclass",
+    )
+    .get_result::<N>(&mut *tx.conn())
+    .unwrap()
+    .n
+}
+
+/// A pause on one handle holds on every other (separate pools, as separate processes): their
+/// claims find nothing and read no job row (the pause is one lookup before the jobs' scan);
+/// enqueues go on; after the unpause the same claim takes the jobs.
+#[test]
+fn a_paused_queue_claims_nothing_on_any_handle_and_its_claim_reads_no_job() {
+    let Some(s) = Scratch::new() else { return };
+    let (a, b) = (s.open(), s.open());
+    for i in 0..200 {
+        a.enqueue(NewJob::new("q", format!("{i}").into_bytes())).unwrap();
+    }
+    assert!(a.pause("q").unwrap());
+    assert!(!a.pause("q").unwrap(), "a repeat changes nothing");
+    assert!(b.is_paused("q").unwrap());
+    b.enqueue(NewJob::new("q", b"while paused".to_vec())).unwrap();
+    // What one claim reads of the jobs, in a transaction of its own: (claimed, rows read).
+    let claim_in_tx = |q: &Queue<PostgresStore>, limit: u32| {
+        let now = q.now_ms();
+        q.transaction(|tx| {
+            let claimed = PostgresStore::claim(tx, "q", "w", now, now + 30_000, limit)?;
+            Ok((claimed.len(), jobs_read_in(tx)))
+        })
+        .unwrap()
+    };
+    assert_eq!(claim_in_tx(&b, 64), (0, 0), "a paused claim reads no job");
+    assert!(b.claim("q", "w", LEASE).unwrap().is_none());
+    assert!(b.claim("other", "w", LEASE).unwrap().is_none(), "other queues are not paused");
+    assert!(b.unpause("q").unwrap());
+    assert!(!a.unpause("q").unwrap());
+    let (claimed, read) = claim_in_tx(&b, 1);
+    assert!(claimed == 1 && read > 0, "the same claim reads jobs once unpaused: {read}");
+    assert_eq!(a.claim_batch("q", "w", LEASE, 64).unwrap().len(), 64);
+    assert!(a.paused_queues().unwrap().is_empty());
+}
+
+/// Eight handles race to record the same tick of one schedule, each in its own transaction:
+/// exactly one wins (and would enqueue the tick's job); an earlier or equal tick never wins
+/// afterwards, a later one does.
+#[test]
+fn eight_handles_racing_for_one_schedule_tick_record_it_once() {
+    let Some(s) = Scratch::new() else { return };
+    let handles: Vec<Queue<PostgresStore>> = (0..8).map(|_| s.open()).collect();
+    let barrier = Arc::new(Barrier::new(handles.len()));
+    let tick = T0 - 1_000;
+    let racers: Vec<_> = handles
+        .iter()
+        .cloned()
+        .map(|q| {
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                barrier.wait();
+                q.transaction(|tx| PostgresStore::advance_schedule_if_later(tx, "every-minute", tick, T0)).unwrap()
+            })
+        })
+        .collect();
+    let won = racers.into_iter().map(|r| r.join().unwrap()).filter(|won| *won).count();
+    assert_eq!(won, 1, "exactly one racer records the tick");
+    let q = &handles[0];
+    let last = |q: &Queue<PostgresStore>| q.transaction(|tx| PostgresStore::schedule_last_tick(tx, "every-minute")).unwrap();
+    assert_eq!(last(q), Some(tick));
+    for earlier in [tick, tick - 60_000] {
+        assert!(!q.transaction(|tx| PostgresStore::advance_schedule_if_later(tx, "every-minute", earlier, T0)).unwrap());
+    }
+    assert!(q.transaction(|tx| PostgresStore::advance_schedule_if_later(tx, "every-minute", tick + 60_000, T0)).unwrap());
+    assert_eq!(last(&handles[7]), Some(tick + 60_000));
+    assert_eq!(q.transaction(|tx| PostgresStore::schedule_last_tick(tx, "never-ran")).unwrap(), None);
 }
