@@ -46,12 +46,12 @@ pub use report::{
 };
 /// The rusqlite version fenceq is built with, for closures that receive its `Transaction`.
 pub use rusqlite;
+#[cfg(feature = "schedule")]
+pub use schedule::Schedule;
 #[cfg(feature = "postgres")]
 pub use store::postgres::{
     PgTx, PostgresStore, POSTGRES_CONNECT_TIMEOUT, POSTGRES_IDLE_IN_TRANSACTION_TIMEOUT, POSTGRES_STATEMENT_TIMEOUT,
 };
-#[cfg(feature = "schedule")]
-pub use schedule::Schedule;
 pub use store::sqlite::backup::backup_file;
 pub use store::sqlite::migrate::SCHEMA_VERSION;
 pub use store::sqlite::{owns_in, schema_version_of, SqliteStore};

@@ -381,12 +381,17 @@ fn eight_handles_racing_for_one_schedule_tick_record_it_once() {
     let won = racers.into_iter().map(|r| r.join().unwrap()).filter(|won| *won).count();
     assert_eq!(won, 1, "exactly one racer records the tick");
     let q = &handles[0];
-    let last = |q: &Queue<PostgresStore>| q.transaction(|tx| PostgresStore::schedule_last_tick(tx, "every-minute")).unwrap();
+    let last =
+        |q: &Queue<PostgresStore>| q.transaction(|tx| PostgresStore::schedule_last_tick(tx, "every-minute")).unwrap();
     assert_eq!(last(q), Some(tick));
     for earlier in [tick, tick - 60_000] {
-        assert!(!q.transaction(|tx| PostgresStore::advance_schedule_if_later(tx, "every-minute", earlier, T0)).unwrap());
+        assert!(!q
+            .transaction(|tx| PostgresStore::advance_schedule_if_later(tx, "every-minute", earlier, T0))
+            .unwrap());
     }
-    assert!(q.transaction(|tx| PostgresStore::advance_schedule_if_later(tx, "every-minute", tick + 60_000, T0)).unwrap());
+    assert!(q
+        .transaction(|tx| PostgresStore::advance_schedule_if_later(tx, "every-minute", tick + 60_000, T0))
+        .unwrap());
     assert_eq!(last(&handles[7]), Some(tick + 60_000));
     assert_eq!(q.transaction(|tx| PostgresStore::schedule_last_tick(tx, "never-ran")).unwrap(), None);
 }

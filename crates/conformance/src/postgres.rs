@@ -203,9 +203,8 @@ impl Harness for PostgresHarness {
     fn recycle(&self, _place: &PostgresPlace, queue: &Queue<PostgresStore>) -> bool {
         queue
             .transaction(|tx| {
-                tx.conn().batch_execute(
-                    "TRUNCATE fenceq_jobs, replies, fenceq_queues, fenceq_schedules RESTART IDENTITY",
-                )?;
+                tx.conn()
+                    .batch_execute("TRUNCATE fenceq_jobs, replies, fenceq_queues, fenceq_schedules RESTART IDENTITY")?;
                 Ok(())
             })
             .expect("emptying a scratch schema");
