@@ -112,19 +112,12 @@ pub fn raw_count(path: &std::path::Path, state: &str) -> i64 {
 }
 
 /// One row's (id, state, attempt, claim_id, lease_until, last_error).
-pub type RowSnapshot = (i64, String, i64, Option<Vec<u8>>, Option<i64>, Option<String>);
+pub type RowSnapshot = fenceq_conformance::RawRow;
 
 /// A snapshot of every row (id, state, attempt, claim_id, lease_until, last_error), to assert
-/// that a rejected call changed nothing.
+/// that a rejected call changed nothing (the kit's SQLite snapshot, on a file by path).
 pub fn snapshot(path: &std::path::Path) -> Vec<RowSnapshot> {
-    let conn = fenceq::rusqlite::Connection::open(path).unwrap();
-    let mut stmt = conn
-        .prepare("SELECT id, state, attempt, claim_id, lease_until, last_error FROM fenceq_jobs ORDER BY id")
-        .unwrap();
-    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap()
+    fenceq_conformance::snapshot_of(&fenceq::rusqlite::Connection::open(path).unwrap())
 }
 
 /// The schema files, in order, as a build of each version wrote them.

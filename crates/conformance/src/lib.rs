@@ -65,7 +65,7 @@ pub use fixture::{Db, HANG_GUARD, LEASE, T0};
 pub use harness::{Harness, RawRow};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresHarness, PostgresPlace, URL_VARIABLE as POSTGRES_URL_VARIABLE};
-pub use sqlite::{SqliteHarness, SqlitePlace};
+pub use sqlite::{snapshot_of, SqliteHarness, SqlitePlace};
 
 /// One rule of the contract: a test generic over the store.
 pub struct Rule<H: Harness> {

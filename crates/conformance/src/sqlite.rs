@@ -45,14 +45,7 @@ impl Harness for SqliteHarness {
     }
 
     fn snapshot(&self, place: &SqlitePlace) -> Vec<RawRow> {
-        let conn = place.raw();
-        let mut stmt = conn
-            .prepare("SELECT id, state, attempt, claim_id, lease_until, last_error FROM fenceq_jobs ORDER BY id")
-            .unwrap();
-        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap()
+        snapshot_of(&place.raw())
     }
 
     fn count(&self, place: &SqlitePlace, state: &str) -> i64 {
@@ -136,4 +129,16 @@ impl Harness for SqliteHarness {
             .expect("emptying a scratch database");
         true
     }
+}
+
+/// Every job row of the SQLite database `conn` is open on, in id order, read with its own
+/// query (never fenceq's): the harness's snapshot, and the SQLite-only tests' too.
+pub fn snapshot_of(conn: &Connection) -> Vec<RawRow> {
+    let mut stmt = conn
+        .prepare("SELECT id, state, attempt, claim_id, lease_until, last_error FROM fenceq_jobs ORDER BY id")
+        .unwrap();
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
 }
