@@ -496,3 +496,18 @@ pub struct StatsRow {
     /// Running rows of the group whose lease ended at or before now.
     pub expired: u64,
 }
+
+/// Asserts that the migration files in `dir` (below the crate root) are exactly `listed`,
+/// as `NNNN_name.sql`, with versions 1..=n without gaps (each store's migrations test).
+#[cfg(test)]
+pub(crate) fn assert_migrations_match_directory(dir: &str, listed: &[(i64, &str)]) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+    let mut files: Vec<String> =
+        std::fs::read_dir(path).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    files.sort();
+    let names: Vec<String> = listed.iter().map(|(version, name)| format!("{version:04}_{name}.sql")).collect();
+    assert_eq!(files, names);
+    for (i, (version, _)) in listed.iter().enumerate() {
+        assert_eq!(*version, i as i64 + 1, "versions run 1..=n without gaps");
+    }
+}
