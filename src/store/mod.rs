@@ -419,6 +419,15 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     fn schedule_last_tick(tx: &Self::Tx, name: &str) -> Result<Option<i64>>;
 }
 
+/// One forward-only schema change of a store, embedded from its `migrations/` folder: the
+/// same version numbers and names in every store (each store's SQL is its own dialect).
+#[derive(Debug)]
+pub(crate) struct Migration {
+    pub version: i64,
+    pub name: &'static str,
+    pub sql: &'static str,
+}
+
 /// A job to insert, with every default resolved above the seam.
 #[derive(Debug, Clone, Copy)]
 pub struct NewRow<'a> {

@@ -9,17 +9,10 @@
 use super::error::PgContext;
 use super::PgConn;
 use crate::error::{Error, Result};
+use crate::store::Migration;
 use diesel::connection::{AnsiTransactionManager, SimpleConnection, TransactionManager};
 use diesel::sql_types::{BigInt, Text};
 use diesel::{sql_query, OptionalExtension, QueryableByName, RunQueryDsl};
-
-/// One forward-only schema change, embedded from `migrations/`.
-#[derive(Debug)]
-pub(crate) struct Migration {
-    pub version: i64,
-    pub name: &'static str,
-    pub sql: &'static str,
-}
 
 /// Every migration, in order, with SQLite's version numbers and names.
 pub(crate) const MIGRATIONS: &[Migration] = &[

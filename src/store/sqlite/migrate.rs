@@ -4,16 +4,9 @@
 
 use super::error::SqlContext;
 use crate::error::{Error, Result};
+use crate::store::Migration;
 use rusqlite::{Connection, ErrorCode, TransactionBehavior};
 use std::time::Duration;
-
-/// One forward-only schema change, embedded from `migrations/`.
-#[derive(Debug)]
-pub(crate) struct Migration {
-    pub version: i64,
-    pub name: &'static str,
-    pub sql: &'static str,
-}
 
 /// Every migration, in order. Laid out by capability level: the base lifecycle, then the
 /// fenced claim id (added with ALTER), then the durable exhaustion columns, then the record
