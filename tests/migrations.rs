@@ -110,3 +110,68 @@ fn a_file_that_is_not_a_database_is_refused_untouched() {
     assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
     assert_eq!(fenceq::schema_version_of(&path).map_err(|e| e.to_string()), Err(err.to_string()));
 }
+
+/// Every column of every row, in id order, as text (for before/after comparisons).
+fn every_cell(conn: &Connection) -> Vec<String> {
+    let mut stmt = conn.prepare("SELECT * FROM fenceq_jobs ORDER BY id").unwrap();
+    let columns = stmt.column_count();
+    stmt.query_map([], |r| {
+        (0..columns)
+            .map(|i| r.get_ref(i).map(|v| format!("{v:?}")))
+            .collect::<Result<Vec<_>, _>>()
+            .map(|cells| cells.join("|"))
+    })
+    .unwrap()
+    .collect::<Result<_, _>>()
+    .unwrap()
+}
+
+/// Schema 7 rebuilds the jobs table (its claim-id rule becomes a CHECK): every cell of every
+/// row survives, and the id sequence too, even where the newest rows were deleted, so an id
+/// handed out before the upgrade is never handed out again.
+#[test]
+fn the_rebuild_of_schema_7_keeps_every_cell_and_the_id_sequence() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v6.db");
+    let conn = old_database(&path, 6, "q");
+    conn.execute_batch(
+        "INSERT INTO fenceq_jobs (queue, key, payload, run_at, max_attempts, created_at)
+         VALUES ('q', 'k-pruned-1', x'04', 1, 3, 1), ('q', 'k-pruned-2', x'05', 1, 3, 1);
+         DELETE FROM fenceq_jobs WHERE key LIKE 'k-pruned-%';",
+    )
+    .unwrap();
+    let sequence: i64 =
+        conn.query_row("SELECT seq FROM sqlite_sequence WHERE name = 'fenceq_jobs'", [], |r| r.get(0)).unwrap();
+    let max_id: i64 = conn.query_row("SELECT max(id) FROM fenceq_jobs", [], |r| r.get(0)).unwrap();
+    assert!(sequence > max_id, "the setup deleted the newest rows");
+    let before = every_cell(&conn);
+    drop(conn);
+
+    let q = Queue::builder().path(&path).open().unwrap();
+    assert_eq!(q.schema_version().unwrap(), SCHEMA_VERSION);
+    let conn = Connection::open(&path).unwrap();
+    assert_eq!(every_cell(&conn), before);
+    let triggers: i64 =
+        conn.query_row("SELECT count(*) FROM sqlite_master WHERE type = 'trigger'", [], |r| r.get(0)).unwrap();
+    assert_eq!(triggers, 0, "the claim-id rule is a CHECK now");
+    let next = q.enqueue(fenceq::NewJob::new("q", b"new".to_vec())).unwrap().id();
+    assert_eq!(next.0, sequence + 1, "ids handed out before the upgrade are never handed out again");
+    assert_integrity(&conn);
+}
+
+/// The claim-id rule (a trigger before schema 7, a CHECK since) still refuses a claimed row
+/// without its claim id, on insert and on update.
+#[test]
+fn a_claimed_row_without_its_claim_id_is_refused() {
+    let q = temp_queue();
+    q.add("x");
+    let conn = Connection::open(q.path()).unwrap();
+    let update = conn.execute("UPDATE fenceq_jobs SET state = 'exhausted', exhausted_at = 1", []);
+    assert!(update.unwrap_err().to_string().contains("claimed_has_claim_id"));
+    let insert = conn.execute(
+        "INSERT INTO fenceq_jobs (queue, payload, state, run_at, attempt, max_attempts, worker, lease_until, created_at)
+         VALUES ('q', x'00', 'running', 1, 1, 3, 'w', 100, 1)",
+        [],
+    );
+    assert!(insert.unwrap_err().to_string().contains("claimed_has_claim_id"));
+}

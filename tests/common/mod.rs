@@ -121,12 +121,13 @@ pub fn snapshot(path: &std::path::Path) -> Vec<RowSnapshot> {
 }
 
 /// The schema files, in order, as a build of each version wrote them.
-pub const SCHEMA: [&str; 5] = [
+pub const SCHEMA: [&str; 6] = [
     include_str!("../../src/store/sqlite/migrations/0001_create_jobs.sql"),
     include_str!("../../src/store/sqlite/migrations/0002_add_claim_id.sql"),
     include_str!("../../src/store/sqlite/migrations/0003_durable_exhaustion.sql"),
     include_str!("../../src/store/sqlite/migrations/0004_decisions.sql"),
     include_str!("../../src/store/sqlite/migrations/0005_schedules.sql"),
+    include_str!("../../src/store/sqlite/migrations/0006_paused_queues.sql"),
 ];
 
 /// Writes a database as a build of schema `version` left it, with three rows of `queue`
@@ -139,7 +140,7 @@ pub fn old_database(path: &std::path::Path, version: usize, queue: &str) -> fenc
         conn.execute_batch(sql).unwrap();
     }
     conn.pragma_update(None, "user_version", version as i64).unwrap();
-    // From level 2 on, a claimed row must carry a claim id (a trigger enforces it).
+    // From level 2 on, a claimed row must carry a claim id (a trigger, a CHECK from 7 on, enforces it).
     let (claim_column, claim_value) = if version >= 2 { (", claim_id", ", randomblob(16)") } else { ("", "") };
     conn.execute_batch(&format!(
         "INSERT INTO fenceq_jobs (queue, key, payload, run_at, max_attempts, created_at)

@@ -22,6 +22,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     Migration { version: 4, name: "decisions", sql: include_str!("migrations/0004_decisions.sql") },
     Migration { version: 5, name: "schedules", sql: include_str!("migrations/0005_schedules.sql") },
     Migration { version: 6, name: "paused_queues", sql: include_str!("migrations/0006_paused_queues.sql") },
+    Migration { version: 7, name: "checks_in_table", sql: include_str!("migrations/0007_checks_in_table.sql") },
 ];
 
 /// The schema version this build writes and understands (the same as SQLite's).

@@ -18,6 +18,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     Migration { version: 4, name: "decisions", sql: include_str!("migrations/0004_decisions.sql") },
     Migration { version: 5, name: "schedules", sql: include_str!("migrations/0005_schedules.sql") },
     Migration { version: 6, name: "paused_queues", sql: include_str!("migrations/0006_paused_queues.sql") },
+    Migration { version: 7, name: "checks_in_table", sql: include_str!("migrations/0007_checks_in_table.sql") },
 ];
 
 /// The schema version this build writes and understands.
@@ -223,7 +224,7 @@ mod tests {
         migrate(&mut conn, 1).unwrap();
         // Another writer added the column without bumping the version.
         conn.execute_batch("ALTER TABLE fenceq_jobs ADD COLUMN claim_id BLOB").unwrap();
-        assert_eq!(migrate(&mut conn, SCHEMA_VERSION).unwrap(), vec![2, 3, 4, 5, 6]);
+        assert_eq!(migrate(&mut conn, SCHEMA_VERSION).unwrap(), vec![2, 3, 4, 5, 6, 7]);
         assert_eq!(user_version(&conn).unwrap(), SCHEMA_VERSION);
         assert!(has_column(&conn, "claim_id").unwrap());
     }
