@@ -1,7 +1,8 @@
-//! The bench's scenarios: throughput and latency measured through fenceq's public API side by
-//! side with a raw rusqlite baseline on the same disk, in the same process and run.
-//! `tests/bench_smoke.rs` runs every scenario at a small size through the binary
-//! (`fenceq --json bench`).
+//! The bench's measurements: fenceq through its public API, and raw rusqlite loops over a
+//! queue-shaped table on the same disk, in the same process and run. Each function measures
+//! one thing once; `rounds.rs` decides the order, repeats them in interleaved rounds and
+//! computes the ratios. `tests/bench_smoke.rs` runs every scenario at a small size through
+//! the binary (`fenceq --json bench`).
 
 use crate::cli::{fail, CliResult, ResultExt};
 use fenceq::rusqlite::{self, params, Connection};
@@ -11,42 +12,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Bench settings.
-#[derive(Debug, Clone)]
-pub struct BenchOptions {
-    /// Jobs per throughput scenario.
-    pub jobs: u64,
-    /// Worker threads of the end-to-end pool.
-    pub workers: usize,
-    /// Durability setting of the end-to-end scenario.
-    pub sync: Synchronous,
-    /// Pending rows for the large claim-latency measurement.
-    pub latency_rows: u64,
-    /// Where the scratch databases go.
-    pub dir: std::path::PathBuf,
-}
-
-/// One measured scenario.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Figure {
-    /// Scenario name.
-    pub scenario: String,
-    /// Jobs (or operations) per second; for latency scenarios, p50 in microseconds.
-    pub value: f64,
-    /// Unit of `value`.
-    pub unit: &'static str,
-    /// Extra key/value details (ratios, p99, RSS).
-    pub details: Vec<(String, f64)>,
-}
-
 /// ~100-byte payload, as in the issue's baseline.
-fn payload(i: u64) -> Vec<u8> {
+pub fn payload(i: u64) -> Vec<u8> {
     format!(
         "{{\"update_id\":{i:>12},\"message\":{{\"chat\":4711,\"text\":\"hello from the benchmark, job {i:>10}\"}}}}"
     )
     .into_bytes()
 }
 
+/// The raw loops' table: the columns a queue needs and the two indexes its intake and claim
+/// need (the unique key, the pending partial index), AUTOINCREMENT ids, nothing else.
 const RAW_SCHEMA: &str = "
     CREATE TABLE jobs (
         id INTEGER PRIMARY KEY AUTOINCREMENT, queue TEXT NOT NULL, key TEXT, payload BLOB NOT NULL,
@@ -55,6 +30,84 @@ const RAW_SCHEMA: &str = "
     CREATE UNIQUE INDEX jobs_key ON jobs (queue, key) WHERE key IS NOT NULL;
     CREATE INDEX jobs_claim ON jobs (queue, run_at, id) WHERE state = 'pending';";
 
+const RAW_INSERT: &str = "INSERT INTO jobs (queue, key, payload, run_at) VALUES ('q', ?1, ?2, 0)";
+
+/// Claims the oldest pending job (the raw loop's one-job claim).
+const RAW_CLAIM_ONE: &str = "
+    UPDATE jobs SET state = 'running', attempt = attempt + 1, claim_id = randomblob(16), lease_until = 30000
+    WHERE id = (SELECT id FROM jobs WHERE queue = 'q' AND state = 'pending' AND run_at <= 1
+                ORDER BY run_at, id LIMIT 1)
+    RETURNING id, attempt, claim_id, payload";
+
+/// Claims up to 64 of the oldest pending jobs in one statement, returning what a worker needs.
+const RAW_CLAIM_64: &str = "
+    UPDATE jobs SET state = 'running', attempt = attempt + 1, claim_id = randomblob(16), lease_until = 30000
+    WHERE id IN (SELECT id FROM jobs WHERE queue = 'q' AND state = 'pending' AND run_at <= 1
+                 ORDER BY run_at, id LIMIT 64)
+    RETURNING id, attempt, claim_id, payload";
+
+/// Settles one claimed job, guarded by its claim as a fenced queue's settle must be.
+const RAW_SETTLE: &str = "
+    UPDATE jobs SET state = 'completed', lease_until = NULL
+    WHERE id = ?1 AND attempt = ?2 AND claim_id = ?3 AND state = 'running'";
+
+/// One measured figure of one round.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Figure {
+    /// Scenario name.
+    pub scenario: String,
+    /// Jobs (or operations) per second; for latency scenarios, microseconds.
+    pub value: f64,
+    /// Unit of `value`.
+    pub unit: &'static str,
+    /// Extra key/value details (p99, grouping, RSS).
+    pub details: Vec<(String, f64)>,
+}
+
+impl Figure {
+    /// A throughput figure.
+    pub fn rate(scenario: impl Into<String>, jobs_per_s: f64) -> Figure {
+        Figure { scenario: scenario.into(), value: jobs_per_s, unit: "jobs/s", details: Vec::new() }
+    }
+
+    /// A figure in another unit.
+    pub fn of(scenario: impl Into<String>, value: f64, unit: &'static str) -> Figure {
+        Figure { scenario: scenario.into(), value, unit, details: Vec::new() }
+    }
+
+    /// The figure with one more detail.
+    pub fn with(mut self, key: &str, value: f64) -> Figure {
+        self.details.push((key.to_string(), value));
+        self
+    }
+
+    /// The figure with how the writes were grouped.
+    fn grouped(self, stats: CommitStats) -> Figure {
+        let per_sync = stats.requests as f64 / stats.wal_syncs.max(1) as f64;
+        let figure = self.with("requests_per_tx", stats.requests_per_transaction());
+        if stats.wal_syncs > 0 {
+            figure.with("requests_per_sync", per_sync)
+        } else {
+            figure
+        }
+    }
+}
+
+/// Elapsed microseconds, sorted, summarised.
+#[derive(Debug, Clone, Copy)]
+pub struct Latency {
+    pub p50: f64,
+    pub p99: f64,
+}
+
+impl Latency {
+    fn of(mut micros: Vec<f64>) -> Latency {
+        micros.sort_by(f64::total_cmp);
+        let at = |q: f64| micros.get(((micros.len().max(1) - 1) as f64 * q).round() as usize).copied().unwrap_or(0.0);
+        Latency { p50: at(0.5), p99: at(0.99) }
+    }
+}
+
 fn raw_connection(path: &Path, sync: Synchronous) -> CliResult<Connection> {
     let conn = Connection::open(path).context(|| format!("opening the raw baseline {}", path.display()))?;
     conn.execute_batch(&format!("PRAGMA journal_mode = WAL; PRAGMA synchronous = {}; {RAW_SCHEMA}", sync.pragma()))
@@ -62,92 +115,169 @@ fn raw_connection(path: &Path, sync: Synchronous) -> CliResult<Connection> {
     Ok(conn)
 }
 
-/// The raw baseline: enqueue, claim and settle every job through plain rusqlite on a
-/// queue-shaped table, `per_tx` operations per transaction (one phase per operation kind).
-/// Returns jobs/s end to end.
-pub fn raw_baseline(path: &Path, jobs: u64, per_tx: u64, sync: Synchronous) -> CliResult<f64> {
-    let mut conn = raw_connection(path, sync)?;
-    let started = Instant::now();
-    let mut next = 0u64;
-    in_transactions(&mut conn, jobs, per_tx, |tx| {
-        next += 1;
-        tx.prepare_cached("INSERT INTO jobs (queue, key, payload, run_at) VALUES ('q', ?1, ?2, 0)")?
-            .execute(params![format!("k{next}"), payload(next)])?;
-        Ok(())
-    })?;
-    let mut ids = Vec::with_capacity(jobs as usize);
-    in_transactions(&mut conn, jobs, per_tx, |tx| {
-        let id: i64 = tx
-            .prepare_cached(
-                "UPDATE jobs SET state = 'running', attempt = attempt + 1, claim_id = randomblob(16),
-                        lease_until = 30000
-                 WHERE id = (SELECT id FROM jobs WHERE queue = 'q' AND state = 'pending' AND run_at <= 1
-                             ORDER BY run_at, id LIMIT 1)
-                 RETURNING id",
-            )?
-            .query_row([], |r| r.get(0))?;
-        ids.push(id);
-        Ok(())
-    })?;
-    let mut settle = ids.into_iter();
-    in_transactions(&mut conn, jobs, per_tx, |tx| {
-        let id = settle.next().unwrap_or_default();
-        tx.prepare_cached(
-            "UPDATE jobs SET state = 'completed', lease_until = NULL WHERE id = ?1 AND state = 'running'",
-        )?
-        .execute([id])?;
-        Ok(())
-    })?;
-    Ok(jobs as f64 / started.elapsed().as_secs_f64())
+/// What one raw queue loop measured: its intake, its claim-and-settle pass, both together,
+/// and (with one operation per transaction) the latency of one insert's commit.
+#[derive(Debug, Clone, Copy)]
+pub struct RawLoop {
+    pub intake: f64,
+    pub process: f64,
+    pub end_to_end: f64,
+    pub insert_commit: Latency,
 }
 
-/// Runs `op` `count` times, `per_tx` calls per IMMEDIATE transaction.
+/// The raw queue loop: insert every job, then claim and settle every job (claims in one
+/// phase, settles in the next), `per_tx` operations per `BEGIN IMMEDIATE` transaction, on
+/// one connection (SQLite has one writer, so more threads would only queue for its lock).
+pub fn raw_loop(path: &Path, jobs: u64, per_tx: u64, sync: Synchronous) -> CliResult<RawLoop> {
+    let mut conn = raw_connection(path, sync)?;
+    let mut micros = Vec::with_capacity(if per_tx == 1 { jobs as usize } else { 0 });
+    let started = Instant::now();
+    let mut next = 0u64;
+    in_transactions(&mut conn, jobs, per_tx, &mut micros, |tx| {
+        next += 1;
+        tx.prepare_cached(RAW_INSERT)?.execute(params![format!("k{next}"), payload(next)])?;
+        Ok(())
+    })?;
+    let intake = started.elapsed();
+    let processing = Instant::now();
+    let mut claimed = Vec::with_capacity(jobs as usize);
+    in_transactions(&mut conn, jobs, per_tx, &mut Vec::new(), |tx| {
+        let (id, attempt, claim_id, _payload): (i64, i64, Vec<u8>, Vec<u8>) =
+            tx.prepare_cached(RAW_CLAIM_ONE)?.query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
+        claimed.push((id, attempt, claim_id));
+        Ok(())
+    })?;
+    let mut settle = claimed.into_iter();
+    in_transactions(&mut conn, jobs, per_tx, &mut Vec::new(), |tx| {
+        let (id, attempt, claim_id) = settle.next().unwrap_or_default();
+        tx.prepare_cached(RAW_SETTLE)?.execute(params![id, attempt, claim_id])?;
+        Ok(())
+    })?;
+    let process = processing.elapsed();
+    let total = started.elapsed();
+    let rate = |d: Duration| jobs as f64 / d.as_secs_f64();
+    Ok(RawLoop {
+        intake: rate(intake),
+        process: rate(process),
+        end_to_end: rate(total),
+        insert_commit: Latency::of(micros),
+    })
+}
+
+/// Runs `op` `count` times, `per_tx` calls per IMMEDIATE transaction; with one call per
+/// transaction, pushes each transaction's microseconds (begin to commit) onto `micros`.
 fn in_transactions(
     conn: &mut Connection,
     count: u64,
     per_tx: u64,
+    micros: &mut Vec<f64>,
     mut op: impl FnMut(&Connection) -> rusqlite::Result<()>,
 ) -> CliResult<()> {
     let raw = || "the raw baseline".to_string();
     let mut done = 0;
     while done < count {
+        let started = Instant::now();
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).context(raw)?;
         let n = per_tx.min(count - done);
         for _ in 0..n {
             op(&tx).context(raw)?;
         }
         tx.commit().context(raw)?;
+        if per_tx == 1 {
+            micros.push(started.elapsed().as_secs_f64() * 1e6);
+        }
         done += n;
     }
     Ok(())
 }
 
-/// Raw single-row INSERTs, one commit per call, from one thread (the FULL baseline).
+/// The raw batched claim-and-settle loop: `jobs` pending rows (inserted untimed), then one
+/// transaction claiming 64 and one settling those 64, until none are left. Jobs/s.
+pub fn raw_claim_64_settle_64(path: &Path, jobs: u64) -> CliResult<f64> {
+    let mut conn = raw_connection(path, Synchronous::Normal)?;
+    let mut next = 0u64;
+    in_transactions(&mut conn, jobs, 5000, &mut Vec::new(), |tx| {
+        next += 1;
+        tx.prepare_cached(RAW_INSERT)?.execute(params![format!("k{next}"), payload(next)])?;
+        Ok(())
+    })?;
+    let raw = || "the raw baseline".to_string();
+    let started = Instant::now();
+    let mut done = 0u64;
+    loop {
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).context(raw)?;
+        let batch: Vec<(i64, i64, Vec<u8>, Vec<u8>)> = tx
+            .prepare_cached(RAW_CLAIM_64)
+            .and_then(|mut claim| claim.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?.collect())
+            .context(raw)?;
+        tx.commit().context(raw)?;
+        if batch.is_empty() {
+            break;
+        }
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).context(raw)?;
+        for (id, attempt, claim_id, _payload) in &batch {
+            let settled = tx.prepare_cached(RAW_SETTLE).and_then(|mut s| s.execute(params![id, attempt, claim_id]));
+            if settled.context(raw)? != 1 {
+                return Err(fail(format!("the raw loop could not settle job {id}")));
+            }
+        }
+        tx.commit().context(raw)?;
+        done += batch.len() as u64;
+    }
+    if done != jobs {
+        return Err(fail(format!("the raw loop settled {done} of {jobs} jobs")));
+    }
+    Ok(done as f64 / started.elapsed().as_secs_f64())
+}
+
+/// Raw single-row INSERTs, one autocommit statement each, from one thread (the `FULL`
+/// baseline: one commit, so one sync, per job).
 pub fn raw_enqueue_per_commit(path: &Path, jobs: u64, sync: Synchronous) -> CliResult<f64> {
     let conn = raw_connection(path, sync)?;
     let started = Instant::now();
     for j in 0..jobs {
-        conn.prepare_cached("INSERT INTO jobs (queue, key, payload, run_at) VALUES ('q', ?1, ?2, 0)")
+        conn.prepare_cached(RAW_INSERT)
             .and_then(|mut insert| insert.execute(params![format!("k{j}"), payload(j)]))
             .context(|| "the raw baseline".to_string())?;
     }
     Ok(jobs as f64 / started.elapsed().as_secs_f64())
 }
 
-fn open(path: &Path, sync: Synchronous, pool: u32) -> CliResult<Queue> {
+pub fn open(path: &Path, sync: Synchronous, pool: u32) -> CliResult<Queue> {
     Ok(Queue::builder().path(path).synchronous(sync).pool_size(pool).open()?)
 }
 
-/// End to end through the public API: `producers` threads call `enqueue` once per job while
-/// a `workers`-thread pool completes every job. Returns jobs/s and how the writes were grouped.
-pub fn end_to_end(
-    path: &Path,
-    jobs: u64,
-    producers: u64,
-    workers: usize,
-    sync: Synchronous,
-) -> CliResult<(f64, CommitStats)> {
-    let queue = open(path, sync, workers as u32 + 2)?;
+fn job(j: u64) -> NewJob {
+    NewJob::new("bench", payload(j)).key(format!("k{j}"))
+}
+
+/// One thread calling `enqueue` once per job. Jobs/s and the latency of each call.
+pub fn enqueue_one_per_call(queue: &Queue, jobs: u64) -> CliResult<(f64, Latency)> {
+    let mut micros = Vec::with_capacity(jobs as usize);
+    let started = Instant::now();
+    for j in 0..jobs {
+        let call = Instant::now();
+        queue.enqueue(job(j))?;
+        micros.push(call.elapsed().as_secs_f64() * 1e6);
+    }
+    Ok((jobs as f64 / started.elapsed().as_secs_f64(), Latency::of(micros)))
+}
+
+/// One thread calling `enqueue_batch` with `batch` jobs per call. Jobs/s.
+pub fn enqueue_in_batches(queue: &Queue, jobs: u64, batch: u64) -> CliResult<f64> {
+    let started = Instant::now();
+    let mut j = 0;
+    while j < jobs {
+        let end = (j + batch).min(jobs);
+        queue.enqueue_batch((j..end).map(job))?;
+        j = end;
+    }
+    Ok(jobs as f64 / started.elapsed().as_secs_f64())
+}
+
+/// A `workers`-thread pool started on `queue` completing `jobs` jobs (already enqueued, or
+/// enqueued meanwhile by `feed`). Jobs/s from the pool's start to the last completion.
+fn pool_completes(queue: &Queue, jobs: u64, workers: usize, feed: impl FnOnce() -> CliResult<()>) -> CliResult<f64> {
     let completed = Arc::new(AtomicU64::new(0));
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
     let started = Instant::now();
@@ -164,7 +294,7 @@ pub fn end_to_end(
             })
             .start()?
     };
-    enqueue_from_threads(&queue, jobs, producers)?;
+    feed()?;
     done_rx
         .recv_timeout(Duration::from_secs(600))
         .map_err(|_| fail("the bench's jobs did not finish within 10 minutes"))?;
@@ -174,7 +304,20 @@ pub fn end_to_end(
     if counters.completed != jobs {
         return Err(fail(format!("the bench completed {} of {jobs} jobs", counters.completed)));
     }
-    Ok((jobs as f64 / elapsed.as_secs_f64(), queue.commit_stats()))
+    Ok(jobs as f64 / elapsed.as_secs_f64())
+}
+
+/// A pool of `workers` working through the `jobs` jobs already waiting in `queue`. Jobs/s.
+pub fn process(queue: &Queue, jobs: u64, workers: usize) -> CliResult<f64> {
+    pool_completes(queue, jobs, workers, || Ok(()))
+}
+
+/// End to end through the public API: `producers` threads call `enqueue` once per job while
+/// a `workers`-thread pool completes every job. Jobs/s and how the writes were grouped.
+pub fn end_to_end(path: &Path, jobs: u64, producers: u64, workers: usize, sync: Synchronous) -> CliResult<Figure> {
+    let queue = open(path, sync, workers as u32 + 2)?;
+    let rate = pool_completes(&queue, jobs, workers, || enqueue_from_threads(&queue, jobs, producers))?;
+    Ok(Figure::rate(String::new(), rate).grouped(queue.commit_stats()))
 }
 
 /// `threads` threads calling `enqueue` once per job, `jobs` in all (keys `k{n}`).
@@ -185,7 +328,7 @@ fn enqueue_from_threads(queue: &Queue, jobs: u64, threads: u64) -> CliResult<()>
                 s.spawn(move || -> CliResult<()> {
                     let mut j = t;
                     while j < jobs {
-                        queue.enqueue(NewJob::new("bench", payload(j)).key(format!("k{j}")))?;
+                        queue.enqueue(job(j))?;
                         j += threads;
                     }
                     Ok(())
@@ -196,29 +339,17 @@ fn enqueue_from_threads(queue: &Queue, jobs: u64, threads: u64) -> CliResult<()>
     })
 }
 
-/// `callers` threads calling `enqueue` (one job per call). Returns jobs/s and how the
-/// writes were grouped.
-pub fn concurrent_enqueue(path: &Path, jobs: u64, callers: u64, sync: Synchronous) -> CliResult<(f64, CommitStats)> {
+/// `callers` threads calling `enqueue` (one job per call). Jobs/s and how the writes were
+/// grouped.
+pub fn concurrent_enqueue(path: &Path, jobs: u64, callers: u64, sync: Synchronous) -> CliResult<Figure> {
     let queue = open(path, sync, 4)?;
     let started = Instant::now();
     enqueue_from_threads(&queue, jobs, callers)?;
-    Ok((jobs as f64 / started.elapsed().as_secs_f64(), queue.commit_stats()))
+    let rate = jobs as f64 / started.elapsed().as_secs_f64();
+    Ok(Figure::rate(String::new(), rate).grouped(queue.commit_stats()))
 }
 
-/// `enqueue_batch` in batches of 1,000. Returns jobs/s.
-pub fn batch_enqueue(path: &Path, jobs: u64) -> CliResult<f64> {
-    let queue = open(path, Synchronous::Normal, 2)?;
-    let started = Instant::now();
-    let mut j = 0;
-    while j < jobs {
-        let end = (j + 1000).min(jobs);
-        queue.enqueue_batch((j..end).map(|i| NewJob::new("bench", payload(i)).key(format!("k{i}"))))?;
-        j = end;
-    }
-    Ok(jobs as f64 / started.elapsed().as_secs_f64())
-}
-
-/// `claim_batch(64)` then `complete_all` of the batch, on `jobs` pending jobs. Returns jobs/s.
+/// `claim_batch(64)` then `complete_all` of the batch, on `jobs` pending jobs. Jobs/s.
 pub fn claim_batch_settle(path: &Path, jobs: u64) -> CliResult<f64> {
     let queue = open(path, Synchronous::Normal, 2)?;
     fill(&queue, jobs)?;
@@ -235,6 +366,9 @@ pub fn claim_batch_settle(path: &Path, jobs: u64) -> CliResult<f64> {
         }
         done += batch.len() as u64;
     }
+    if done != jobs {
+        return Err(fail(format!("the bench settled {done} of {jobs} jobs")));
+    }
     Ok(done as f64 / started.elapsed().as_secs_f64())
 }
 
@@ -249,8 +383,8 @@ fn fill(queue: &Queue, jobs: u64) -> CliResult<()> {
 }
 
 /// p50 and p99 of `claim` (each followed by a `complete`, not timed) with `pending` rows
-/// waiting, over `samples` claims. Returns microseconds.
-pub fn claim_latency(path: &Path, pending: u64, samples: usize) -> CliResult<(f64, f64)> {
+/// waiting, over `samples` claims.
+pub fn claim_latency(path: &Path, pending: u64, samples: usize) -> CliResult<Latency> {
     let queue = open(path, Synchronous::Normal, 2)?;
     fill(&queue, pending)?;
     let mut micros = Vec::with_capacity(samples);
@@ -262,17 +396,7 @@ pub fn claim_latency(path: &Path, pending: u64, samples: usize) -> CliResult<(f6
         queue.complete(&job.token())?;
         queue.enqueue(NewJob::new("bench", payload(0)))?; // keep the queue at `pending` rows
     }
-    micros.sort_by(f64::total_cmp);
-    let at = |q: f64| micros[((micros.len() - 1) as f64 * q).round() as usize];
-    Ok((at(0.5), at(0.99)))
-}
-
-/// Fills `jobs` pending jobs in batches and works through all of them with
-/// `claim_batch(64)` + `complete_all`, returning jobs/s of the whole pass (for the RSS figure).
-pub fn work_through(path: &Path, jobs: u64) -> CliResult<f64> {
-    let started = Instant::now();
-    claim_batch_settle(path, jobs)?;
-    Ok(jobs as f64 / started.elapsed().as_secs_f64())
+    Ok(Latency::of(micros))
 }
 
 /// Median time of one durable small write on the disk under `dir`: a 4 KiB write into a
@@ -293,8 +417,7 @@ pub fn sync_latency(dir: &Path, samples: usize) -> CliResult<f64> {
     }
     drop(file);
     let _ = std::fs::remove_file(&path);
-    micros.sort_by(f64::total_cmp);
-    Ok(micros[micros.len() / 2])
+    Ok(Latency::of(micros).p50)
 }
 
 /// Peak resident set size of this process so far, in MiB (Linux; 0 elsewhere).
@@ -304,112 +427,4 @@ pub fn peak_rss_mib() -> f64 {
         .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(str::to_string))
         .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<f64>().ok()))
         .map_or(0.0, |kb| kb / 1024.0)
-}
-
-/// Runs every scenario, calling `report` with each figure as soon as it is measured (a failed
-/// report stops the run).
-pub fn run(options: &BenchOptions, mut report: impl FnMut(&Figure) -> CliResult<()>) -> CliResult<Vec<Figure>> {
-    let dir = &options.dir;
-    std::fs::create_dir_all(dir)?;
-    let fresh = |name: &str| -> std::path::PathBuf {
-        let path = dir.join(format!("{name}.db"));
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-        }
-        path
-    };
-    let n = options.jobs;
-    let mut figures: Vec<Figure> = Vec::new();
-    let mut push = |figure: Figure, figures: &mut Vec<Figure>| -> CliResult<()> {
-        report(&figure)?;
-        figures.push(figure);
-        Ok(())
-    };
-    let simple = |scenario: &str, value: f64, details: Vec<(String, f64)>| Figure {
-        scenario: scenario.to_string(),
-        value,
-        unit: "jobs/s",
-        details,
-    };
-
-    let raw_1 = raw_baseline(&fresh("raw_1"), n, 1, options.sync)?;
-    push(simple("raw_sqlite/1_op_per_tx", raw_1, vec![]), &mut figures)?;
-    let raw_100 = raw_baseline(&fresh("raw_100"), n, 100, options.sync)?;
-    push(simple("raw_sqlite/100_ops_per_tx", raw_100, vec![]), &mut figures)?;
-
-    let (e2e, grouping) = end_to_end(&fresh("e2e"), n, 4, options.workers, options.sync)?;
-    push(
-        simple(
-            "fenceq/end_to_end/4_producers",
-            e2e,
-            vec![
-                ("ratio_to_raw_100".into(), e2e / raw_100),
-                ("ratio_to_raw_1".into(), e2e / raw_1),
-                ("requests_per_tx".into(), grouping.requests_per_transaction()),
-            ],
-        ),
-        &mut figures,
-    )?;
-
-    let full_n = (n / 4).max(1000);
-    let sync_us = sync_latency(dir, 500)?;
-    push(
-        Figure { scenario: "disk/fdatasync_4k".into(), value: sync_us, unit: "us_p50", details: vec![] },
-        &mut figures,
-    )?;
-    let raw_full = raw_enqueue_per_commit(&fresh("raw_full"), full_n, Synchronous::Full)?;
-    push(simple("raw_sqlite/full/enqueue_1_per_commit", raw_full, vec![]), &mut figures)?;
-    const CALLERS: u64 = 16;
-    let (full16, grouping) = concurrent_enqueue(&fresh("full16"), full_n, CALLERS, Synchronous::Full)?;
-    // Each caller waits for the sync covering its own write, so one sync carries at most one
-    // write per caller: no design exceeds CALLERS writes per sync of this disk.
-    let ceiling = CALLERS as f64 * 1e6 / sync_us;
-    push(
-        simple(
-            "fenceq/full/enqueue_16_callers",
-            full16,
-            vec![
-                ("ratio_to_raw_full".into(), full16 / raw_full),
-                ("requests_per_tx".into(), grouping.requests_per_transaction()),
-                ("requests_per_sync".into(), grouping.requests as f64 / grouping.wal_syncs.max(1) as f64),
-                ("sync_bound_ratio_ceiling".into(), ceiling / raw_full),
-            ],
-        ),
-        &mut figures,
-    )?;
-
-    let batch = batch_enqueue(&fresh("batch"), n * 5)?;
-    push(simple("fenceq/enqueue_batch_1000", batch, vec![]), &mut figures)?;
-    let claim64 = claim_batch_settle(&fresh("claim64"), n * 2)?;
-    push(simple("fenceq/claim_batch_64+complete_all", claim64, vec![]), &mut figures)?;
-
-    let (small_p50, small_p99) = claim_latency(&fresh("lat_small"), 1000, 2000)?;
-    let (big_p50, big_p99) = claim_latency(&fresh("lat_big"), options.latency_rows, 2000)?;
-    push(
-        Figure {
-            scenario: format!("fenceq/claim_latency/{}_vs_1000_pending", options.latency_rows),
-            value: big_p50,
-            unit: "us_p50",
-            details: vec![
-                ("p99_us".into(), big_p99),
-                ("small_p50_us".into(), small_p50),
-                ("small_p99_us".into(), small_p99),
-                ("p50_ratio".into(), big_p50 / small_p50),
-                ("p99_ratio".into(), big_p99 / small_p99),
-            ],
-        },
-        &mut figures,
-    )?;
-    let through = work_through(&fresh("through"), options.latency_rows)?;
-    push(simple(&format!("fenceq/work_through_{}_jobs", options.latency_rows), through, vec![]), &mut figures)?;
-    push(
-        Figure {
-            scenario: "process/peak_rss".into(),
-            value: peak_rss_mib(),
-            unit: "MiB",
-            details: vec![("jobs_worked_through".into(), options.latency_rows as f64)],
-        },
-        &mut figures,
-    )?;
-    Ok(figures)
 }

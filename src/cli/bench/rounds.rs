@@ -1,0 +1,487 @@
+//! The bench's plan: which scenarios run, in which order, in how many rounds, and which
+//! ratios and peer figures they are held against.
+//!
+//! The machines this runs on are shared and noisy (the same binary has swung by 25% between
+//! minutes), so one run of a scenario says little and a ratio of two runs minutes apart says
+//! less. Every round therefore runs each fenceq scenario right after its raw baseline, on
+//! fresh files in the same directory, and every ratio is computed within a round; the report
+//! gives the median of the rounds and their spread (min, max) for every figure and ratio.
+
+use super::guards;
+use super::scenarios::{self as s, Figure, Latency};
+use crate::cli::CliResult;
+use fenceq::Synchronous;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Bench settings.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Jobs per throughput scenario.
+    pub jobs: u64,
+    /// Worker threads of the pools.
+    pub workers: usize,
+    /// Durability setting of the raw loops and the one-producer, pool and end-to-end scenarios.
+    pub sync: Synchronous,
+    /// Pending rows for the large claim-latency measurement and the peak-RSS pass.
+    pub latency_rows: u64,
+    /// Interleaved rounds.
+    pub rounds: usize,
+    /// Run only the steps whose names contain one of these (all when empty).
+    pub only: Vec<String>,
+    /// The guards step's variants by name (all when empty).
+    pub guards: Vec<String>,
+    /// Where the scratch databases go.
+    pub dir: PathBuf,
+}
+
+/// The steps of one round, by name (what `--only` matches).
+/// `latency` is the one-off large step after the rounds.
+pub const STEPS: &[&str] =
+    &["intake", "pool", "end_to_end", "webhook", "claim", "batch_1000", "full", "guards", "latency"];
+
+/// A ratio the report computes within each round.
+struct RatioSpec {
+    name: String,
+    numerator: String,
+    denominator: String,
+    /// The issue's target for the median, where there is one.
+    target: Option<f64>,
+}
+
+/// A peer's figure from the issue's side-by-side table (one run of the same workload on this
+/// kind of machine), held against fenceq's median.
+struct PeerSpec {
+    peer: &'static str,
+    column: &'static str,
+    figure: f64,
+    scenario: String,
+}
+
+/// One figure over every round.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    pub scenario: String,
+    pub unit: &'static str,
+    pub spread: Spread,
+    /// Each detail's median over the rounds.
+    pub details: Vec<(String, f64)>,
+}
+
+/// Median, min and max of one value over the rounds.
+#[derive(Debug, Clone, Copy)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    pub rounds: usize,
+}
+
+impl Spread {
+    fn of(values: &[f64]) -> Spread {
+        let mut sorted = values.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let n = sorted.len();
+        let median = match n {
+            0 => 0.0,
+            _ if n % 2 == 1 => sorted[n / 2],
+            _ => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+        };
+        Spread {
+            median,
+            min: sorted.first().copied().unwrap_or(0.0),
+            max: sorted.last().copied().unwrap_or(0.0),
+            rounds: n,
+        }
+    }
+}
+
+/// One ratio over every round.
+#[derive(Debug, Clone)]
+pub struct RatioSummary {
+    pub name: String,
+    pub numerator: String,
+    pub denominator: String,
+    pub spread: Spread,
+    pub target: Option<f64>,
+}
+
+impl RatioSummary {
+    /// Whether the median reaches the target (None without one).
+    pub fn met(&self) -> Option<bool> {
+        self.target.map(|t| self.spread.median >= t)
+    }
+}
+
+/// fenceq's median beside a peer's figure.
+#[derive(Debug, Clone)]
+pub struct PeerSummary {
+    pub peer: &'static str,
+    pub column: &'static str,
+    pub figure: f64,
+    pub scenario: String,
+    pub fenceq: f64,
+}
+
+/// Everything a bench run measured.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub figures: Vec<Summary>,
+    pub ratios: Vec<RatioSummary>,
+    pub peers: Vec<PeerSummary>,
+    pub seconds: f64,
+}
+
+/// Runs `options.rounds` rounds of every selected step, then the one-off large scenarios,
+/// calling `report(round, figure)` with each figure as soon as it is measured (round 0 for
+/// the one-off ones; a failed report stops the run).
+pub fn run(options: &BenchOptions, mut report: impl FnMut(usize, &Figure) -> CliResult<()>) -> CliResult<Report> {
+    std::fs::create_dir_all(&options.dir)?;
+    let started = Instant::now();
+    let mut rounds: Vec<Vec<Figure>> = Vec::with_capacity(options.rounds);
+    for round in 1..=options.rounds {
+        let mut figures = Vec::new();
+        one_round(options, &mut |figure| {
+            report(round, &figure)?;
+            figures.push(figure);
+            Ok(())
+        })?;
+        rounds.push(figures);
+    }
+    let mut once = Vec::new();
+    if options.selected("latency") {
+        large(options, &mut |figure| {
+            report(0, &figure)?;
+            once.push(figure);
+            Ok(())
+        })?;
+    }
+    Ok(summarise(options, &rounds, &once, started.elapsed().as_secs_f64()))
+}
+
+impl BenchOptions {
+    fn selected(&self, step: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|o| step.contains(o.as_str()))
+    }
+
+    /// A fresh scratch database path (any earlier file of that name removed).
+    fn fresh(&self, name: &str) -> PathBuf {
+        let path = self.dir.join(format!("{name}.db"));
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+        path
+    }
+
+    /// Callers of the `FULL` scenarios.
+    fn full_callers(&self) -> [u64; 2] {
+        [16, 64]
+    }
+}
+
+type Sink<'a> = dyn FnMut(Figure) -> CliResult<()> + 'a;
+
+/// One round: each fenceq scenario right after the raw loop it is compared with.
+fn one_round(o: &BenchOptions, out: &mut Sink<'_>) -> CliResult<()> {
+    let n = o.jobs;
+    let w = o.workers;
+    if o.selected("intake") || o.selected("pool") {
+        // One producer, one enqueue per job, then a pool of one worker on those jobs,
+        // beside the raw loop with one operation per transaction.
+        raw_loop(o, 1, out)?;
+        let queue = s::open(&o.fresh("one_per_call"), o.sync, 3)?;
+        let (rate, latency) = s::enqueue_one_per_call(&queue, n)?;
+        out(Figure::rate("fenceq/intake/enqueue_1_per_call", rate))?;
+        out(latency_figure("fenceq/latency/enqueue", latency))?;
+        out(Figure::rate("fenceq/process/1_worker", s::process(&queue, n, 1)?))?;
+        drop(queue);
+        // Batches of 100, then a pool of `w` workers, beside 100 operations per transaction.
+        raw_loop(o, 100, out)?;
+        let queue = s::open(&o.fresh("batch_100"), o.sync, w as u32 + 2)?;
+        out(Figure::rate("fenceq/intake/enqueue_batch_100", s::enqueue_in_batches(&queue, n, 100)?))?;
+        out(Figure::rate(format!("fenceq/process/{w}_workers"), s::process(&queue, n, w)?))?;
+    }
+    if o.selected("end_to_end") {
+        let one = s::end_to_end(&o.fresh("e2e_1"), n, 1, w, o.sync)?;
+        out(named(one, format!("fenceq/end_to_end/1_producer_{w}_workers")))?;
+        let four = s::end_to_end(&o.fresh("e2e_4"), n, 4, w, o.sync)?;
+        out(named(four, format!("fenceq/end_to_end/4_producers_{w}_workers")))?;
+    }
+    if o.selected("webhook") {
+        let webhook = s::end_to_end(&o.fresh("webhook"), n, 64, w, o.sync)?;
+        out(named(webhook, format!("fenceq/webhook/64_intakes_{w}_workers")))?;
+    }
+    if o.selected("claim") {
+        out(Figure::rate("raw_sqlite/claim_64+settle_64", s::raw_claim_64_settle_64(&o.fresh("raw_claim"), n * 2)?))?;
+        out(Figure::rate("fenceq/claim_batch_64+complete_all", s::claim_batch_settle(&o.fresh("claim64"), n * 2)?))?;
+    }
+    if o.selected("batch_1000") {
+        let queue = s::open(&o.fresh("batch_1000"), Synchronous::Normal, 2)?;
+        out(Figure::rate("fenceq/intake/enqueue_batch_1000", s::enqueue_in_batches(&queue, n * 5, 1000)?))?;
+    }
+    if o.selected("full") {
+        full(o, out)?;
+    }
+    if o.selected("guards") {
+        let chosen =
+            guards::variants().into_iter().filter(|v| o.guards.is_empty() || o.guards.iter().any(|g| g == v.name));
+        for variant in chosen {
+            let costs = guards::measure(&o.fresh("guards"), &variant, n)?;
+            for (phase, us) in [("enqueue", costs.enqueue), ("claim", costs.claim), ("complete", costs.complete)] {
+                out(Figure::of(format!("guards/{}/{phase}", variant.name), us, "us/job"))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn raw_loop(o: &BenchOptions, per_tx: u64, out: &mut Sink<'_>) -> CliResult<()> {
+    let raw = s::raw_loop(&o.fresh(&format!("raw_{per_tx}")), o.jobs, per_tx, o.sync)?;
+    out(Figure::rate(format!("raw_sqlite/intake/{per_tx}_per_tx"), raw.intake))?;
+    out(Figure::rate(format!("raw_sqlite/process/{per_tx}_per_tx"), raw.process))?;
+    out(Figure::rate(format!("raw_sqlite/end_to_end/{per_tx}_per_tx"), raw.end_to_end))?;
+    if per_tx == 1 {
+        out(latency_figure("raw_sqlite/latency/insert_commit", raw.insert_commit))?;
+    }
+    Ok(())
+}
+
+/// `synchronous=FULL`: the disk's sync time, the raw one-commit-per-insert loop, and
+/// concurrent callers beside the ceiling the disk allows them. Each caller waits for a sync
+/// covering its own write, so one sync carries at most one write per caller: no design
+/// exceeds `callers` writes per sync time.
+fn full(o: &BenchOptions, out: &mut Sink<'_>) -> CliResult<()> {
+    let sync_us = s::sync_latency(&o.dir, 500)?;
+    out(Figure::of("disk/fdatasync_4k", sync_us, "us_p50"))?;
+    let raw_n = (o.jobs / 10).max(200);
+    out(Figure::rate(
+        "raw_sqlite/full/enqueue_1_per_commit",
+        s::raw_enqueue_per_commit(&o.fresh("raw_full"), raw_n, Synchronous::Full)?,
+    ))?;
+    for callers in o.full_callers() {
+        let jobs = (o.jobs / 4).max(callers * 20);
+        out(Figure::rate(format!("ceiling/full/{callers}_callers"), callers as f64 * 1e6 / sync_us))?;
+        let figure = s::concurrent_enqueue(&o.fresh(&format!("full_{callers}")), jobs, callers, Synchronous::Full)?;
+        out(named(figure, format!("fenceq/full/enqueue_{callers}_callers")))?;
+    }
+    Ok(())
+}
+
+/// Once, after the rounds: claim latency with many rows pending beside 1,000, and a pass
+/// through as many jobs for the peak RSS.
+fn large(o: &BenchOptions, out: &mut Sink<'_>) -> CliResult<()> {
+    let rows = o.latency_rows;
+    let small = s::claim_latency(&o.fresh("lat_small"), 1000, 2000)?;
+    out(latency_figure("fenceq/latency/claim_reference_1000_pending", small))?;
+    let big = s::claim_latency(&o.fresh("lat_big"), rows, 2000)?;
+    out(latency_figure(&format!("fenceq/latency/claim_{rows}_pending"), big)
+        .with("p50_ratio_to_1000", big.p50 / small.p50)
+        .with("p99_ratio_to_1000", big.p99 / small.p99))?;
+    let started = Instant::now();
+    s::claim_batch_settle(&o.fresh("through"), rows)?;
+    out(Figure::rate(format!("fenceq/work_through_{rows}_jobs"), rows as f64 / started.elapsed().as_secs_f64()))?;
+    out(Figure::of("process/peak_rss", s::peak_rss_mib(), "MiB").with("jobs_worked_through", rows as f64))?;
+    Ok(())
+}
+
+fn latency_figure(scenario: &str, latency: Latency) -> Figure {
+    Figure::of(scenario, latency.p50, "us_p50").with("p99_us", latency.p99)
+}
+
+fn named(mut figure: Figure, scenario: String) -> Figure {
+    figure.scenario = scenario;
+    figure
+}
+
+fn ratio_specs(o: &BenchOptions) -> Vec<RatioSpec> {
+    let w = o.workers;
+    let spec = |name: &str, numerator: &str, denominator: &str, target| RatioSpec {
+        name: name.to_string(),
+        numerator: numerator.to_string(),
+        denominator: denominator.to_string(),
+        target,
+    };
+    let mut specs = vec![
+        spec("intake 1/call ÷ raw 1/tx", "fenceq/intake/enqueue_1_per_call", "raw_sqlite/intake/1_per_tx", Some(0.9)),
+        spec(
+            "intake batch 100 ÷ raw 100/tx",
+            "fenceq/intake/enqueue_batch_100",
+            "raw_sqlite/intake/100_per_tx",
+            Some(0.8),
+        ),
+        spec(
+            "claim_batch 64 ÷ raw batched claim",
+            "fenceq/claim_batch_64+complete_all",
+            "raw_sqlite/claim_64+settle_64",
+            Some(0.8),
+        ),
+        spec(
+            "enqueue p50 latency ÷ raw commit p50 (lower is better)",
+            "fenceq/latency/enqueue",
+            "raw_sqlite/latency/insert_commit",
+            None,
+        ),
+        spec("process 1 worker ÷ raw 1/tx", "fenceq/process/1_worker", "raw_sqlite/process/1_per_tx", None),
+        spec(
+            "full 16 callers ÷ raw 1/commit",
+            "fenceq/full/enqueue_16_callers",
+            "raw_sqlite/full/enqueue_1_per_commit",
+            None,
+        ),
+    ];
+    specs.push(RatioSpec {
+        name: "webhook ÷ raw end to end 100/tx".into(),
+        numerator: format!("fenceq/webhook/64_intakes_{w}_workers"),
+        denominator: "raw_sqlite/end_to_end/100_per_tx".into(),
+        target: Some(0.6),
+    });
+    specs.push(RatioSpec {
+        name: "process pool ÷ raw 100/tx".into(),
+        numerator: format!("fenceq/process/{w}_workers"),
+        denominator: "raw_sqlite/process/100_per_tx".into(),
+        target: None,
+    });
+    specs.push(RatioSpec {
+        name: "end to end 1 producer ÷ raw 100/tx".into(),
+        numerator: format!("fenceq/end_to_end/1_producer_{w}_workers"),
+        denominator: "raw_sqlite/end_to_end/100_per_tx".into(),
+        target: None,
+    });
+    specs.push(RatioSpec {
+        name: "end to end 4 producers ÷ raw 100/tx".into(),
+        numerator: format!("fenceq/end_to_end/4_producers_{w}_workers"),
+        denominator: "raw_sqlite/end_to_end/100_per_tx".into(),
+        target: None,
+    });
+    for (callers, target) in o.full_callers().into_iter().zip([0.6, 0.75]) {
+        specs.push(RatioSpec {
+            name: format!("full {callers} callers ÷ sync ceiling"),
+            numerator: format!("fenceq/full/enqueue_{callers}_callers"),
+            denominator: format!("ceiling/full/{callers}_callers"),
+            target: Some(target),
+        });
+    }
+    // Each guard's share: a variant's cost per job over the full schema's, per phase.
+    for variant in guards::variants().iter().skip(1) {
+        for phase in ["enqueue", "claim", "complete"] {
+            specs.push(RatioSpec {
+                name: format!("guards: {} ÷ fenceq schema, {phase} (cost per job)", variant.name),
+                numerator: format!("guards/{}/{phase}", variant.name),
+                denominator: format!("guards/fenceq_schema/{phase}"),
+                target: None,
+            });
+        }
+    }
+    specs
+}
+
+/// plainjob (Node, better-sqlite3), the best peer in issue #14's side-by-side run: 20,000
+/// jobs of ~100 bytes, WAL, NORMAL, one producer, a pool of 4.
+fn peer_specs(o: &BenchOptions) -> Vec<PeerSpec> {
+    let mut peers = vec![
+        PeerSpec {
+            peer: "plainjob",
+            column: "enqueue 1/call",
+            figure: 31_671.0,
+            scenario: "fenceq/intake/enqueue_1_per_call".into(),
+        },
+        PeerSpec {
+            peer: "plainjob",
+            column: "enqueue batch of 100",
+            figure: 173_671.0,
+            scenario: "fenceq/intake/enqueue_batch_100".into(),
+        },
+    ];
+    if o.workers == 4 {
+        peers.push(PeerSpec {
+            peer: "plainjob",
+            column: "process W=4",
+            figure: 11_224.0,
+            scenario: "fenceq/process/4_workers".into(),
+        });
+        peers.push(PeerSpec {
+            peer: "plainjob",
+            column: "end to end W=4",
+            figure: 8_287.0,
+            scenario: "fenceq/end_to_end/1_producer_4_workers".into(),
+        });
+    }
+    peers
+}
+
+fn summarise(o: &BenchOptions, rounds: &[Vec<Figure>], once: &[Figure], seconds: f64) -> Report {
+    let find = |round: &[Figure], name: &str| round.iter().find(|f| f.scenario == name).map(|f| f.value);
+    let mut figures: Vec<Summary> = Vec::new();
+    let all = rounds.iter().flatten().chain(once);
+    for figure in all {
+        if figures.iter().any(|s| s.scenario == figure.scenario) {
+            continue;
+        }
+        let same: Vec<&Figure> =
+            rounds.iter().flatten().chain(once).filter(|f| f.scenario == figure.scenario).collect();
+        let values: Vec<f64> = same.iter().map(|f| f.value).collect();
+        let details = figure
+            .details
+            .iter()
+            .map(|(key, _)| {
+                let of_key: Vec<f64> =
+                    same.iter().filter_map(|f| f.details.iter().find(|(k, _)| k == key).map(|(_, v)| *v)).collect();
+                (key.clone(), Spread::of(&of_key).median)
+            })
+            .collect();
+        figures.push(Summary {
+            scenario: figure.scenario.clone(),
+            unit: figure.unit,
+            spread: Spread::of(&values),
+            details,
+        });
+    }
+    let ratios = ratio_specs(o)
+        .into_iter()
+        .filter_map(|spec| {
+            let per_round: Vec<f64> = rounds
+                .iter()
+                .filter_map(|round| Some(find(round, &spec.numerator)? / find(round, &spec.denominator)?))
+                .collect();
+            (!per_round.is_empty()).then(|| RatioSummary {
+                name: spec.name,
+                numerator: spec.numerator,
+                denominator: spec.denominator,
+                spread: Spread::of(&per_round),
+                target: spec.target,
+            })
+        })
+        .collect();
+    let peers = peer_specs(o)
+        .into_iter()
+        .filter_map(|spec| {
+            let fenceq = figures.iter().find(|s| s.scenario == spec.scenario)?.spread.median;
+            Some(PeerSummary {
+                peer: spec.peer,
+                column: spec.column,
+                figure: spec.figure,
+                scenario: spec.scenario,
+                fenceq,
+            })
+        })
+        .collect();
+    Report { figures, ratios, peers, seconds }
+}
+
+/// The scratch directory's default: a fresh directory under the system's temporary one.
+pub fn default_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("fenceq-bench-{}", std::process::id()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Spread;
+
+    #[test]
+    fn spread_takes_the_median_of_odd_and_even_rounds() {
+        let odd = Spread::of(&[3.0, 1.0, 2.0]);
+        assert_eq!((odd.median, odd.min, odd.max, odd.rounds), (2.0, 1.0, 3.0, 3));
+        let even = Spread::of(&[4.0, 1.0, 3.0, 2.0]);
+        assert_eq!((even.median, even.min, even.max), (2.5, 1.0, 4.0));
+    }
+}
