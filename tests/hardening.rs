@@ -474,3 +474,34 @@ fn limits_are_checked_where_the_docs_say() {
     assert!(matches!(q.list(&filter), Err(Error::InvalidInput { .. })));
     assert!(matches!(q.find_by_key("q", ""), Err(Error::InvalidInput { .. })));
 }
+
+/// A batch is inserted several rows per statement only where the ids can be proven (every row
+/// new, ids exactly after the sequence): an application trigger that copies every insert or
+/// drops some of them sends the batch row by row, and every answer still names the job's own
+/// row, or fails as one call per job would.
+#[test]
+fn a_batch_under_a_hostile_insert_trigger_answers_with_the_right_rows() {
+    let q = temp_queue();
+    let conn = Connection::open(q.path()).unwrap();
+    conn.execute_batch(
+        "CREATE TRIGGER hostile_copy AFTER INSERT ON fenceq_jobs WHEN NEW.queue = 'q'
+         BEGIN INSERT INTO fenceq_jobs (queue, payload, run_at, max_attempts, created_at)
+               VALUES ('copies', NEW.payload, NEW.run_at, NEW.max_attempts, NEW.created_at); END;",
+    )
+    .unwrap();
+    let results = q.enqueue_batch((0..100).map(|i| NewJob::new("q", format!("p{i}").into_bytes()))).unwrap();
+    for (i, result) in results.iter().enumerate() {
+        let job = q.job(result.id()).unwrap().unwrap();
+        assert_eq!((job.queue.as_str(), job.payload.clone()), ("q", format!("p{i}").into_bytes()), "job {i}");
+    }
+    conn.execute_batch(
+        "DROP TRIGGER hostile_copy;
+         CREATE TRIGGER hostile_ignore BEFORE INSERT ON fenceq_jobs WHEN NEW.payload = CAST('p50' AS BLOB)
+         BEGIN SELECT RAISE(IGNORE); END;",
+    )
+    .unwrap();
+    let before = q.stats().unwrap();
+    let err = q.enqueue_batch((0..100).map(|i| NewJob::new("q", format!("p{i}").into_bytes()))).unwrap_err();
+    assert!(err.to_string().contains("the insert was ignored"), "{err}");
+    assert_eq!(q.stats().unwrap(), before, "the batch is all or nothing");
+}

@@ -49,7 +49,7 @@ impl<S: Store> Queue<S> {
         queues.sort_unstable();
         queues.dedup();
         let shared = self.shared.clone();
-        let results = self.store().submit(move |tx| jobs.iter().map(|job| insert(&shared, tx, job)).collect())?;
+        let results = self.store().submit(move |tx| insert_all(&shared, tx, &jobs))?;
         queues.iter().for_each(|q| self.wake(q));
         Ok(results)
     }
@@ -86,19 +86,33 @@ impl<S: Store> Queue<S> {
     }
 }
 
-/// Adds `job` (or finds the job with its key) in the transaction `tx`.
-pub(crate) fn insert<S: Store>(shared: &Shared<S>, tx: &S::Tx, job: &NewJob) -> Result<Enqueued> {
+/// Adds `jobs` in the transaction `tx`: all at once where the store can (every job new,
+/// see `Store::enqueue_all_new`), else each with `insert`.
+fn insert_all<S: Store>(shared: &Shared<S>, tx: &S::Tx, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
     let now = shared.now();
-    let key = job.key.as_deref();
-    let row = NewRow {
+    let rows: Vec<NewRow<'_>> = jobs.iter().map(|job| new_row(shared, job, now)).collect();
+    match S::enqueue_all_new(tx, &rows)? {
+        Some(ids) => Ok(ids.into_iter().map(Enqueued::New).collect()),
+        None => jobs.iter().map(|job| insert(shared, tx, job)).collect(),
+    }
+}
+
+fn new_row<'j, S: Store>(shared: &Shared<S>, job: &'j NewJob, now: i64) -> NewRow<'j> {
+    NewRow {
         queue: &job.queue,
-        key,
+        key: job.key.as_deref(),
         payload: &job.payload,
         priority: job.priority,
         run_at: now.saturating_add(duration_ms(job.delay)),
         max_attempts: job.max_attempts.unwrap_or(shared.max_attempts),
         created_at: now,
-    };
+    }
+}
+
+/// Adds `job` (or finds the job with its key) in the transaction `tx`.
+pub(crate) fn insert<S: Store>(shared: &Shared<S>, tx: &S::Tx, job: &NewJob) -> Result<Enqueued> {
+    let key = job.key.as_deref();
+    let row = new_row(shared, job, shared.now());
     match S::enqueue(tx, &row)? {
         Some(id) => Ok(Enqueued::New(id)),
         // Nothing inserted: a key conflict, or (in a shared database file) an application

@@ -118,6 +118,19 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// The store's error (a refused row is an error, never `None`).
     fn enqueue(tx: &Self::Tx, row: &NewRow<'_>) -> Result<Option<JobId>>;
 
+    /// Inserts every row of `rows` as a new job, all or none, faster than one `enqueue`
+    /// per row: their ids in order, or `None` with nothing inserted when a row would not
+    /// be new (a key conflict, also between two of `rows`) or the store has no faster way.
+    /// The caller then enqueues them one by one. The default is `None`.
+    ///
+    /// # Errors
+    ///
+    /// The store's error (a refused row is an error, never `None`).
+    fn enqueue_all_new(tx: &Self::Tx, rows: &[NewRow<'_>]) -> Result<Option<Vec<JobId>>> {
+        let _ = (tx, rows);
+        Ok(None)
+    }
+
     /// The id of the job of `queue` with idempotency key `key`.
     ///
     /// # Errors

@@ -69,6 +69,33 @@ impl Store for SqliteStore {
         Ok((inserted == 1).then(|| JobId(tx.last_insert_rowid())))
     }
 
+    /// Multi-row `INSERT`s (`enqueue_rows`, in the sizes of `ENQUEUE_ROWS`, the rest row by
+    /// row) inside one savepoint. With AUTOINCREMENT and this connection holding the write
+    /// lock, the rows get consecutive ids after the sequence's last, in order; that is
+    /// checked, not assumed: unless every row was inserted and the last id is exactly
+    /// `sequence + rows`, the savepoint is rolled back and the caller goes row by row (a key
+    /// conflict, or an application trigger that ignored or added rows).
+    fn enqueue_all_new(tx: &Connection, rows: &[NewRow<'_>]) -> Result<Option<Vec<JobId>>> {
+        if rows.len() < ENQUEUE_ROWS[ENQUEUE_ROWS.len() - 1] {
+            return Ok(None);
+        }
+        exec(tx, "SAVEPOINT fenceq_enqueue_all")?;
+        let inserted = insert_rows(tx, rows);
+        match inserted {
+            Ok(Some(ids)) => {
+                exec(tx, "RELEASE fenceq_enqueue_all")?;
+                Ok(Some(ids))
+            }
+            other => {
+                if !tx.is_autocommit() {
+                    exec(tx, "ROLLBACK TO fenceq_enqueue_all")?;
+                    exec(tx, "RELEASE fenceq_enqueue_all")?;
+                }
+                other
+            }
+        }
+    }
+
     fn find_by_key(tx: &Connection, queue: &str, key: &str) -> Result<Option<JobId>> {
         tx.prepare_cached(FIND_BY_KEY)
             .sql("FIND_BY_KEY")?
@@ -551,6 +578,48 @@ fn parse_state(row: &Row<'_>, index: usize) -> rusqlite::Result<JobState> {
             format!("unknown state {text:?}").into(),
         )
     })
+}
+
+fn exec(tx: &Connection, statement: &'static str) -> Result<()> {
+    tx.prepare_cached(statement).and_then(|mut s| s.execute([])).map(drop).sql(statement)
+}
+
+/// `Store::enqueue_all_new`'s inserts, without its savepoint: the ids, or `None` when a row
+/// was not inserted or the ids are not `sequence + 1 ..= sequence + rows`.
+fn insert_rows(tx: &Connection, rows: &[NewRow<'_>]) -> Result<Option<Vec<JobId>>> {
+    let before: i64 = tx
+        .prepare_cached(JOB_ID_SEQUENCE)
+        .sql("JOB_ID_SEQUENCE")?
+        .query_row([], |r| r.get(0))
+        .sql("JOB_ID_SEQUENCE")?;
+    let mut inserted = 0;
+    let mut rest = rows;
+    for size in ENQUEUE_ROWS {
+        while rest.len() >= size {
+            let (chunk, after) = rest.split_at(size);
+            let mut insert = tx.prepare_cached(enqueue_rows(size)).sql("ENQUEUE_ROWS")?;
+            for (r, row) in chunk.iter().enumerate() {
+                let at = r * 7;
+                let bound = insert
+                    .raw_bind_parameter(at + 1, row.queue)
+                    .and_then(|()| insert.raw_bind_parameter(at + 2, row.key))
+                    .and_then(|()| insert.raw_bind_parameter(at + 3, row.payload))
+                    .and_then(|()| insert.raw_bind_parameter(at + 4, row.priority))
+                    .and_then(|()| insert.raw_bind_parameter(at + 5, row.run_at))
+                    .and_then(|()| insert.raw_bind_parameter(at + 6, row.max_attempts))
+                    .and_then(|()| insert.raw_bind_parameter(at + 7, row.created_at));
+                bound.sql("ENQUEUE_ROWS")?;
+            }
+            inserted += insert.raw_execute().sql("ENQUEUE_ROWS")?;
+            rest = after;
+        }
+    }
+    for row in rest {
+        inserted += usize::from(SqliteStore::enqueue(tx, row)?.is_some());
+    }
+    let last = tx.last_insert_rowid();
+    let all = inserted == rows.len() && before.checked_add(rows.len() as i64) == Some(last);
+    Ok(all.then(|| (before + 1..=last).map(JobId).collect()))
 }
 
 #[cfg(test)]

@@ -37,6 +37,38 @@ pub(crate) const ENQUEUE: &str = "
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
     ON CONFLICT (queue, key) WHERE key IS NOT NULL DO NOTHING";
 
+/// Batched intake: `ENQUEUE` for many rows in one statement (`ENQUEUE_ROWS` values, 7
+/// parameters each, in `ENQUEUE`'s order), so that a batch pays one statement's start, end
+/// and id-sequence update instead of one per row. Used only where every row is new (see
+/// `Store::enqueue_all_new`); the statement itself still skips a key conflict.
+pub(crate) fn enqueue_rows(rows: usize) -> &'static str {
+    static STATEMENTS: [std::sync::OnceLock<String>; ENQUEUE_ROWS.len()] =
+        [const { std::sync::OnceLock::new() }; ENQUEUE_ROWS.len()];
+    let slot = ENQUEUE_ROWS.iter().position(|&n| n == rows).expect("a size of ENQUEUE_ROWS");
+    STATEMENTS[slot].get_or_init(|| {
+        let values: Vec<String> = (0..rows)
+            .map(|r| {
+                let p: Vec<String> = (1..=7).map(|c| format!("?{}", r * 7 + c)).collect();
+                format!("({})", p.join(", "))
+            })
+            .collect();
+        format!(
+            "INSERT INTO fenceq_jobs (queue, key, payload, priority, run_at, max_attempts, created_at)
+    VALUES {}
+    ON CONFLICT (queue, key) WHERE key IS NOT NULL DO NOTHING",
+            values.join(", ")
+        )
+    })
+}
+
+/// The row counts `enqueue_rows` has statements for, largest first (a batch is cut into
+/// these; the rest goes row by row). Few sizes, so the statement cache holds them all.
+pub(crate) const ENQUEUE_ROWS: [usize; 2] = [100, 10];
+
+/// The largest id AUTOINCREMENT has handed out (0 before the first).
+pub(crate) const JOB_ID_SEQUENCE: &str = "
+    SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'fenceq_jobs'), 0)";
+
 pub(crate) const FIND_BY_KEY: &str = "
     SELECT id FROM fenceq_jobs WHERE queue = :queue AND key = :key";
 

@@ -15,6 +15,7 @@ pub(super) fn rules<H: Harness>() -> Vec<Rule<H>> {
         the_same_key_from_many_threads_at_once_makes_one_row,
         a_batch_is_one_transaction_and_dedups_within_itself,
         a_batch_with_one_bad_job_adds_nothing,
+        a_large_batch_answers_as_one_call_per_job_would,
         enqueue_tx_commits_or_rolls_back_with_the_callers_transaction,
     ]
 }
@@ -75,6 +76,59 @@ fn a_batch_is_one_transaction_and_dedups_within_itself<H: Harness>(h: &H) {
     assert!(matches!(results[1], Enqueued::New(_)));
     assert_eq!(results[2], Enqueued::Duplicate(results[1].id()));
     assert!(matches!(results[3], Enqueued::New(_)));
+}
+
+/// Batches of the sizes a store may insert several rows at a time with (and sizes around
+/// them): each job gets its own row with its own fields, and duplicates (of a row already
+/// there, or of an earlier job of the same batch) answer `Duplicate` with the right id.
+fn a_large_batch_answers_as_one_call_per_job_would<H: Harness>(h: &H) {
+    let db = Db::new(h);
+    let job = |n: usize| {
+        NewJob::new("q", format!("payload {n}").into_bytes())
+            .key(format!("k{n}"))
+            .priority((n % 5) as i32)
+            .max_attempts(1 + (n % 4) as u32)
+            .delay(std::time::Duration::from_millis((n % 3) as u64 * 1000))
+    };
+    let check = |n: usize, result: &Enqueued| {
+        let row = db.job(result.id()).unwrap().unwrap();
+        assert_eq!(
+            (row.payload.clone(), row.key.clone(), row.priority, row.max_attempts),
+            (format!("payload {n}").into_bytes(), Some(format!("k{n}")), (n % 5) as i32, 1 + (n % 4) as u32),
+            "job {n}"
+        );
+        assert_eq!(row.run_at - row.created_at, (n % 3) as i64 * 1000, "job {n}");
+    };
+    let mut next = 0;
+    let mut seen = HashSet::new();
+    for size in [9, 10, 11, 100, 101, 237, 1000] {
+        let results = db.enqueue_batch((next..next + size).map(job)).unwrap();
+        assert_eq!(results.len(), size);
+        for (i, result) in results.iter().enumerate() {
+            assert!(matches!(result, Enqueued::New(_)), "batch of {size}, job {i}: {result:?}");
+            assert!(seen.insert(result.id()), "every job has its own row");
+            check(next + i, result);
+        }
+        next += size;
+    }
+    // 150 jobs: job 120 has the key of a row already there, job 130 the key of job 5.
+    let before = db.enqueue(job(100_000)).unwrap().id();
+    let jobs: Vec<NewJob> = (0..150)
+        .map(|i| match i {
+            120 => job(100_000),
+            130 => job(next + 5),
+            _ => job(next + i),
+        })
+        .collect();
+    let results = db.enqueue_batch(jobs).unwrap();
+    assert_eq!(results[120], Enqueued::Duplicate(before));
+    assert_eq!(results[130], Enqueued::Duplicate(results[5].id()));
+    for (i, result) in results.iter().enumerate().filter(|(i, _)| *i != 120 && *i != 130) {
+        assert!(matches!(result, Enqueued::New(_)), "job {i}: {result:?}");
+        assert!(seen.insert(result.id()), "every job has its own row");
+        check(next + i, result);
+    }
+    assert_eq!(db.count("pending"), (next + 150 - 2 + 1) as i64);
 }
 
 fn a_batch_with_one_bad_job_adds_nothing<H: Harness>(h: &H) {
