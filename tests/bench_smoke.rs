@@ -34,8 +34,10 @@ const PER_ROUND: &[&str] = &[
     "raw_sqlite/full/enqueue_1_per_commit",
     "ceiling/full/16_callers",
     "fenceq/full/enqueue_16_callers",
+    "fenceq/normal/enqueue_16_callers",
     "ceiling/full/64_callers",
     "fenceq/full/enqueue_64_callers",
+    "fenceq/normal/enqueue_64_callers",
 ];
 
 const GUARD_VARIANTS: &[&str] = &[

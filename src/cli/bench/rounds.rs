@@ -249,7 +249,9 @@ fn raw_loop(o: &BenchOptions, per_tx: u64, out: &mut Sink<'_>) -> CliResult<()> 
 /// `synchronous=FULL`: the disk's sync time, the raw one-commit-per-insert loop, and
 /// concurrent callers beside the ceiling the disk allows them. Each caller waits for a sync
 /// covering its own write, so one sync carries at most one write per caller: no design
-/// exceeds `callers` writes per sync time.
+/// exceeds `callers` writes per sync time. Beside each, the same callers at `NORMAL`: where
+/// the disk syncs faster than the one writer can commit their writes, that (not the sync) is
+/// the ceiling.
 fn full(o: &BenchOptions, out: &mut Sink<'_>) -> CliResult<()> {
     let sync_us = s::sync_latency(&o.dir, 500)?;
     out(Figure::of("disk/fdatasync_4k", sync_us, "us_p50"))?;
@@ -263,6 +265,9 @@ fn full(o: &BenchOptions, out: &mut Sink<'_>) -> CliResult<()> {
         out(Figure::rate(format!("ceiling/full/{callers}_callers"), callers as f64 * 1e6 / sync_us))?;
         let figure = s::concurrent_enqueue(&o.fresh(&format!("full_{callers}")), jobs, callers, Synchronous::Full)?;
         out(named(figure, format!("fenceq/full/enqueue_{callers}_callers")))?;
+        // The same callers at NORMAL (no sync at all): what the one writer's CPU allows them.
+        let figure = s::concurrent_enqueue(&o.fresh(&format!("normal_{callers}")), jobs, callers, Synchronous::Normal)?;
+        out(named(figure, format!("fenceq/normal/enqueue_{callers}_callers")))?;
     }
     Ok(())
 }
@@ -359,6 +364,12 @@ fn ratio_specs(o: &BenchOptions) -> Vec<RatioSpec> {
             numerator: format!("fenceq/full/enqueue_{callers}_callers"),
             denominator: format!("ceiling/full/{callers}_callers"),
             target: Some(target),
+        });
+        specs.push(RatioSpec {
+            name: format!("full {callers} callers ÷ the same callers at NORMAL"),
+            numerator: format!("fenceq/full/enqueue_{callers}_callers"),
+            denominator: format!("fenceq/normal/enqueue_{callers}_callers"),
+            target: None,
         });
     }
     // Each guard's share: a variant's cost per job over the full schema's, per phase.
