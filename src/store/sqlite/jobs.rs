@@ -3,6 +3,7 @@
 
 use super::error::SqlContext;
 use super::statements::*;
+use super::writer::exec;
 use super::SqliteStore;
 use crate::error::Result;
 use crate::job::{ClaimId, ClaimToken, Claimed, Decision, Exhaustion, Job, JobId, JobState, Resolution};
@@ -578,10 +579,6 @@ fn parse_state(row: &Row<'_>, index: usize) -> rusqlite::Result<JobState> {
             format!("unknown state {text:?}").into(),
         )
     })
-}
-
-fn exec(tx: &Connection, statement: &'static str) -> Result<()> {
-    tx.prepare_cached(statement).and_then(|mut s| s.execute([])).map(drop).sql(statement)
 }
 
 /// `Store::enqueue_all_new`'s inserts, without its savepoint: the ids, or `None` when a row
