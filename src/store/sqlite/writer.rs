@@ -477,7 +477,6 @@ fn poisoned(why: &str) -> Error {
 }
 
 /// One cached statement without results (transaction control).
-/// Runs one parameterless statement (transaction control), cached.
 pub(super) fn exec(conn: &Connection, statement: &'static str) -> Result<()> {
     conn.prepare_cached(statement).and_then(|mut s| s.execute([])).map(drop).sql(statement)
 }
