@@ -1,7 +1,10 @@
 //! `fenceq bench`: fenceq's throughput and claim latency beside a raw rusqlite baseline
 //! measured in the same process and run. The options and the output are here; the scenarios
-//! themselves are in `bench/scenarios.rs`.
+//! themselves are in `bench/scenarios.rs`, and those on a PostgreSQL `--db` URL (beside a
+//! raw SQL loop on the same server) in `bench/postgres.rs`.
 
+#[cfg(feature = "postgres")]
+mod postgres;
 mod scenarios;
 
 use super::{CliResult, Context};
@@ -28,11 +31,12 @@ pub struct BenchArgs {
     /// Worker threads of the end-to-end pool.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
     pub workers: u64,
-    /// Durability setting of the raw baselines and the end-to-end scenario.
+    /// Durability setting of the raw baselines and the end-to-end scenario (SQLite; on
+    /// PostgreSQL durability is the server's synchronous_commit).
     #[arg(long, value_enum, default_value_t = SyncArg::Normal)]
     pub sync: SyncArg,
     /// Pending rows for the large claim-latency measurement (compared with 1,000), and jobs
-    /// worked through for the peak-RSS figure.
+    /// worked through for the peak-RSS figure (SQLite only).
     #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1000..=10_000_000))]
     pub latency_rows: u64,
 }
@@ -41,6 +45,10 @@ impl BenchArgs {
     /// Runs every scenario; with --json one JSON line per scenario as it finishes, else a
     /// table at the end.
     pub fn run(self, ctx: &mut Context) -> CliResult<()> {
+        #[cfg(feature = "postgres")]
+        if ctx.is_postgres() {
+            return postgres::run(&self, ctx);
+        }
         let dir = if ctx.db_given {
             ctx.db.clone()
         } else {
