@@ -600,6 +600,20 @@ mod tests {
         assert!(is_broken_pipe(pipe.unwrap_err().as_ref()));
     }
 
+    #[cfg(not(feature = "postgres"))]
+    #[test]
+    fn a_postgres_url_without_the_feature_names_the_feature() {
+        for url in ["postgres://ops:s3cret@db.internal/bot", "postgresql://ops:s3cret@db.internal/bot"] {
+            for command in [&["stats"][..], &["migrate"], &["demo"], &["bench"], &["cancel", "1"]] {
+                let args = ["fenceq", "--db", url].into_iter().chain(command.iter().copied());
+                let error = run(Cli::try_parse_from(args).expect("valid arguments")).expect_err("refused");
+                let line = error_line(error.as_ref());
+                assert!(line.contains("without the `postgres` feature"), "{line}");
+                assert!(!line.contains("s3cret"), "{line}");
+            }
+        }
+    }
+
     #[test]
     fn expect_compares() {
         let opts = ChangeOpts { dry_run: false, expect: Some(2) };
