@@ -143,7 +143,7 @@ mod postgres {
 
     /// The builder for `--db URL` and `--schema`.
     fn builder(ctx: &Context) -> QueueBuilder {
-        let builder = Queue::builder().url(ctx.db.to_string_lossy().into_owned());
+        let builder = Queue::builder().url(ctx.server_url());
         match &ctx.schema {
             Some(schema) => builder.schema(schema.clone()),
             None => builder,

@@ -10,7 +10,6 @@
 //! `tests/cli_postgres.rs` runs it at a small size.
 
 use super::BenchArgs;
-use crate::cli::store::redact;
 use crate::cli::{fail, CliResult, Context, ResultExt};
 use fenceq::diesel::connection::SimpleConnection;
 use fenceq::diesel::sql_types::{Array, BigInt, Bytea, Text};
@@ -146,13 +145,8 @@ pub fn run(args: &BenchArgs, ctx: &mut Context) -> CliResult<()> {
             "--schema {prefix:?}: the bench needs 1..=52 of [a-z0-9_], not starting with a digit"
         )));
     }
-    let mut bench = Bench {
-        url: ctx.db.to_string_lossy().into_owned(),
-        prefix,
-        jobs: args.jobs,
-        workers: args.workers as usize,
-        created: Vec::new(),
-    };
+    let mut bench =
+        Bench { url: ctx.server_url(), prefix, jobs: args.jobs, workers: args.workers as usize, created: Vec::new() };
     let server = bench.server_settings()?;
     let cells =
         Row::ALL.iter().flat_map(|&row| Column::ALL.iter().filter(move |c| c.applies(row)).map(move |&c| (row, c)));
@@ -208,7 +202,7 @@ pub fn run(args: &BenchArgs, ctx: &mut Context) -> CliResult<()> {
         "jobs/s; jobs={} workers={} on {} (PostgreSQL {}, fsync={}, synchronous_commit={}); ratios are from this one run",
         bench.jobs,
         bench.workers,
-        redact(&bench.url),
+        ctx.db_display(),
         server.version,
         server.fsync,
         server.synchronous_commit
