@@ -4,6 +4,7 @@
 
 use super::backup::BackupOpts;
 use super::inspect::collect_pages;
+use super::store::CliStore;
 use super::{fail, load_job, plural, BoxError, ChangeOpts, CliResult, Context, ResultExt};
 use clap::builder::PossibleValuesParser;
 use clap::{Args, ValueEnum};
@@ -87,7 +88,7 @@ pub struct EnqueueArgs {
 
 impl EnqueueArgs {
     /// Adds the job, or reports the existing one with the same key.
-    pub fn run(self, ctx: &mut Context) -> CliResult<()> {
+    pub fn run<S: CliStore>(self, ctx: &mut Context) -> CliResult<()> {
         let mut job = NewJob::new(self.queue.clone(), self.payload.read()?)
             .priority(self.priority)
             .delay(Duration::from_secs(self.delay_secs));
@@ -97,8 +98,8 @@ impl EnqueueArgs {
         if let Some(attempts) = self.max_attempts {
             job = job.max_attempts(attempts);
         }
-        ctx.check_not_dir()?;
-        let fresh = !ctx.db.exists() || fenceq::schema_version_of(&ctx.db)? == 0;
+        // No database yet (or one without a fenceq schema): the real run creates it.
+        let fresh = matches!(S::version_of(ctx)?, None | Some(0));
         if self.change.dry_run || (fresh && self.change.expect.is_some_and(|n| n != 1)) {
             // A preview changes nothing: validate the job against a throwaway queue with the
             // same limits, and look its key up read-only (without a queue, it would be new).
@@ -107,7 +108,7 @@ impl EnqueueArgs {
                 None
             } else {
                 // Read-only, and refused like the real run on an older schema.
-                let queue = ctx.open_read_only()?;
+                let queue = ctx.open_read_only::<S>()?;
                 match &self.key {
                     Some(key) => queue.find_by_key(&self.queue, key)?,
                     None => None,
@@ -118,7 +119,7 @@ impl EnqueueArgs {
         }
         // The checks above have passed; nothing is created or changed before the backup.
         self.backup.take(ctx, false)?;
-        let queue = if fresh { ctx.open_or_create()? } else { ctx.open_existing()? };
+        let queue: Queue<S> = if fresh { ctx.open_or_create()? } else { ctx.open_existing()? };
         // The enqueue and the --expect check are one transaction on the queue's own writer:
         // a mismatch rolls the enqueue back.
         let expected = self.change.expect;
@@ -203,8 +204,8 @@ pub struct AckArgs {
 
 impl AckArgs {
     /// Acknowledges one exhaustion or a queue's exhaustions.
-    pub fn run(self, ctx: &mut Context) -> CliResult<()> {
-        let queue = ctx.open_for_change(&self.change)?;
+    pub fn run<S: CliStore>(self, ctx: &mut Context) -> CliResult<()> {
+        let queue = ctx.open_for_change::<S>(&self.change)?;
         match (self.id, &self.queue) {
             (Some(id), _) => self.ack_one(ctx, &queue, id),
             (None, Some(name)) => self.ack_all(ctx, &queue, name),
@@ -212,7 +213,7 @@ impl AckArgs {
         }
     }
 
-    fn ack_one(&self, ctx: &mut Context, queue: &Queue, id: i64) -> CliResult<()> {
+    fn ack_one<S: CliStore>(&self, ctx: &mut Context, queue: &Queue<S>, id: i64) -> CliResult<()> {
         let dry = self.change.dry_run;
         let preview = if dry || self.backup.wanted(dry) {
             // A preview, or the guards before a backup (the statement checks them again).
@@ -254,7 +255,7 @@ impl AckArgs {
         Ok(ctx.out.line(line)?)
     }
 
-    fn ack_all(&self, ctx: &mut Context, queue: &Queue, name: &str) -> CliResult<()> {
+    fn ack_all<S: CliStore>(&self, ctx: &mut Context, queue: &Queue<S>, name: &str) -> CliResult<()> {
         let dry = self.change.dry_run;
         let preview: Option<Vec<i64>> = if dry || (self.backup.wanted(dry) && self.change.expect.is_some()) {
             // A preview, or --expect checked before a backup (and again by the change).
@@ -300,7 +301,7 @@ impl AckArgs {
 
 /// The queue of job `id` for a message (a queue name never changes), or `?` when the row
 /// is gone.
-fn queue_of(queue: &Queue, id: i64) -> String {
+fn queue_of<S: CliStore>(queue: &Queue<S>, id: i64) -> String {
     queue.job(JobId(id)).ok().flatten().map_or_else(|| "?".to_string(), |job| job.queue)
 }
 
@@ -363,9 +364,9 @@ pub struct ReplayArgs {
 
 impl ReplayArgs {
     /// Replays the job.
-    pub fn run(self, ctx: &mut Context) -> CliResult<()> {
+    pub fn run<S: CliStore>(self, ctx: &mut Context) -> CliResult<()> {
         const NEEDS: &str = "replay needs an exhausted job";
-        let queue = ctx.open_for_change(&self.change)?;
+        let queue = ctx.open_for_change::<S>(&self.change)?;
         // A preview, or an --expect that one job's change can never meet: nothing changes.
         let preview = self.change.dry_run || self.change.expect.is_some_and(|n| n != 1);
         if preview || self.backup.wanted(self.change.dry_run) {
@@ -408,7 +409,7 @@ pub struct DecisionOpts {
 
 impl DecisionOpts {
     /// The operator handle that records this decision.
-    pub fn operator<'q>(&self, queue: &'q Queue) -> fenceq::Operator<'q> {
+    pub fn operator<'q, S: CliStore>(&self, queue: &'q Queue<S>) -> fenceq::Operator<'q, S> {
         let by = self.by.clone().unwrap_or_else(os_user);
         let operator = queue.operator(by);
         match &self.note {
@@ -480,9 +481,9 @@ pub struct ResolveArgs {
 
 impl ResolveArgs {
     /// Resolves the job with its current token.
-    pub fn run(self, ctx: &mut Context) -> CliResult<()> {
+    pub fn run<S: CliStore>(self, ctx: &mut Context) -> CliResult<()> {
         const NEEDS: &str = "resolve needs a job in state unknown";
-        let queue = ctx.open_for_change(&self.change)?;
+        let queue = ctx.open_for_change::<S>(&self.change)?;
         let job = load_job(&queue, self.id)?;
         if job.state != JobState::Unknown {
             return Err(fail(format!("job {} is {}; {NEEDS}", self.id, job.state)));
@@ -521,9 +522,9 @@ pub struct CancelArgs {
 
 impl CancelArgs {
     /// Cancels the job.
-    pub fn run(self, ctx: &mut Context) -> CliResult<()> {
+    pub fn run<S: CliStore>(self, ctx: &mut Context) -> CliResult<()> {
         const NEEDS: &str = "cancel needs a pending, waiting or running job";
-        let queue = ctx.open_for_change(&self.change)?;
+        let queue = ctx.open_for_change::<S>(&self.change)?;
         // A preview, or an --expect that one job's change can never meet: nothing changes.
         let preview = self.change.dry_run || self.change.expect.is_some_and(|n| n != 1);
         let checked = if preview || self.backup.wanted(self.change.dry_run) {

@@ -69,7 +69,8 @@ pub struct BackupOpts {
     /// arguments, the job's state, --expect against a preview), just before the change, which
     /// checks them again in its own transaction. If the backup fails, the command fails and
     /// changes nothing. If the change is still refused (something changed in between), the
-    /// backup is kept. A dry run takes no backup.
+    /// backup is kept. A dry run takes no backup. SQLite files only: with a postgres://
+    /// --db it is refused (back the server up with pg_dump first).
     #[arg(long, value_name = "PATH")]
     pub backup: Option<PathBuf>,
 }
@@ -81,6 +82,22 @@ impl BackupOpts {
         self.backup.is_some() && !dry_run
     }
 
+    /// Refuses `--backup` on a PostgreSQL URL (with or without --dry-run), before anything
+    /// connects: it copies SQLite files only.
+    ///
+    /// # Errors
+    ///
+    /// `--backup` given with a `postgres://` `--db`.
+    pub fn check_store(&self, ctx: &Context) -> CliResult<()> {
+        if self.backup.is_some() && ctx.is_postgres() {
+            return Err(fail(
+                "--backup copies SQLite database files; back a PostgreSQL queue up with pg_dump \
+                 (or the server's base backups) first, then run the command without --backup; nothing was changed",
+            ));
+        }
+        Ok(())
+    }
+
     /// Takes the backup `--backup` asks for (none for a dry run) and prints what it wrote
     /// (with --json, the command's document carries it as `backup`).
     pub fn take(&self, ctx: &mut Context, dry_run: bool) -> CliResult<()> {
@@ -88,6 +105,7 @@ impl BackupOpts {
         if dry_run {
             return Ok(());
         }
+        self.check_store(ctx)?;
         if !ctx.db.exists() {
             let db = ctx.db.display();
             return Err(fail(format!("--backup: no database at {db} to back up; nothing was changed")));

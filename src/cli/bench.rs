@@ -1,9 +1,12 @@
 //! `fenceq bench`: fenceq's throughput and latency beside raw rusqlite loops measured in the
 //! same process and run, in interleaved rounds. The options and the output are here; the
 //! plan of rounds and ratios is in `bench/rounds.rs`, the measurements in
-//! `bench/scenarios.rs`.
+//! `bench/scenarios.rs`, and those on a PostgreSQL `--db` URL (beside a raw SQL loop on the
+//! same server) in `bench/postgres.rs`.
 
 mod guards;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod rounds;
 mod scenarios;
 
@@ -33,11 +36,12 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
     pub workers: u64,
     /// Durability setting of the raw loops and the one-producer, pool and end-to-end
-    /// scenarios (the FULL scenarios always run at FULL).
+    /// scenarios (the FULL scenarios always run at FULL; SQLite only: on PostgreSQL
+    /// durability is the server's synchronous_commit).
     #[arg(long, value_enum, default_value_t = SyncArg::Normal)]
     pub sync: SyncArg,
     /// Pending rows for the large claim-latency measurement (compared with 1,000), and jobs
-    /// worked through for the peak-RSS figure (measured once, after the rounds).
+    /// worked through for the peak-RSS figure (measured once, after the rounds; SQLite only).
     #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1000..=10_000_000))]
     pub latency_rows: u64,
     /// Interleaved rounds: every ratio is computed within a round, and the report gives the
@@ -65,6 +69,10 @@ impl BenchArgs {
         let variants: Vec<&str> = guards::variants().iter().map(|v| v.name).collect();
         if let Some(unknown) = self.guard.iter().find(|g| !variants.contains(&g.as_str())) {
             return Err(fail(format!("--guard: no variant named {unknown:?} (variants: {})", variants.join(", "))));
+        }
+        #[cfg(feature = "postgres")]
+        if ctx.is_postgres() {
+            return postgres::run(&self, ctx);
         }
         let dir = if ctx.db_given { ctx.db.clone() } else { rounds::default_dir() };
         let options = BenchOptions {

@@ -3,6 +3,7 @@
 
 mod scenario;
 
+use super::store::CliStore;
 use super::{CliResult, Context};
 use clap::Args;
 use scenario::{DemoOptions, DemoSummary};
@@ -21,22 +22,25 @@ pub struct DemoArgs {
 }
 
 impl DemoArgs {
-    /// Runs the demo.
-    pub fn run(self, ctx: &mut Context) -> CliResult<()> {
-        if ctx.db_given {
-            ctx.check_not_dir()?;
-        }
+    /// Runs the demo: in `--db` (an SQLite file, or a PostgreSQL URL and `--schema`), kept
+    /// afterwards, else in a temporary SQLite file.
+    pub fn run<S: CliStore>(self, ctx: &mut Context) -> CliResult<()> {
         let options = DemoOptions {
-            db: ctx.db_given.then(|| ctx.db.clone()),
             updates: self.updates,
             workers: self.workers as usize,
             progress: !ctx.json() && std::io::stderr().is_terminal(),
         };
-        let summary = scenario::run(&options)?;
+        let summary = if ctx.db_given {
+            scenario::check(&options)?;
+            let queue = S::open_with(ctx, |builder| scenario::tune(builder, &options))?;
+            scenario::run::<S>(&queue, ctx.db_display(), &options)?
+        } else {
+            scenario::run_temporary(&options)?
+        };
         if ctx.json() {
             ctx.out.document(&to_json(&summary, ctx.db_given))?;
         } else {
-            for line in explain(&summary, ctx.db_given) {
+            for line in explain(&summary, ctx.db_given.then(|| ctx.db_args())) {
                 ctx.out.line(line)?;
             }
         }
@@ -49,7 +53,7 @@ impl DemoArgs {
 
 fn to_json(s: &DemoSummary, kept: bool) -> serde_json::Value {
     json!({
-        "db": if kept { json!(s.db.display().to_string()) } else { json!(null) },
+        "db": if kept { json!(s.db) } else { json!(null) },
         "queue": scenario::QUEUE,
         "deliveries": s.deliveries,
         "updates": s.updates,
@@ -69,8 +73,8 @@ fn to_json(s: &DemoSummary, kept: bool) -> serde_json::Value {
     })
 }
 
-fn explain(s: &DemoSummary, kept: bool) -> Vec<String> {
-    let db = if kept { format!("{} (kept)", s.db.display()) } else { "a temporary file (deleted)".to_string() };
+fn explain(s: &DemoSummary, kept: Option<String>) -> Vec<String> {
+    let db = if kept.is_some() { format!("{} (kept)", s.db) } else { "a temporary file (deleted)".to_string() };
     vec![
         format!("fenceq demo: a Telegram-style bot intake, worked end to end in {db}"),
         String::new(),
@@ -100,6 +104,6 @@ fn explain(s: &DemoSummary, kept: bool) -> Vec<String> {
             s.unknown,
             if s.adds_up() { "OK" } else { "MISMATCH" }
         ),
-        if kept { format!("Inspect it: fenceq --db {} stats", s.db.display()) } else { "Keep the database with --db PATH, then inspect it with `fenceq --db PATH stats`.".to_string() },
+        if let Some(db) = kept { format!("Inspect it: fenceq {db} stats") } else { "Keep the database with --db PATH, then inspect it with `fenceq --db PATH stats`.".to_string() },
     ]
 }

@@ -2,6 +2,7 @@
 //! row, and none creates a missing database.
 
 use super::output::{self, cell, payload_preview, relative, table, when, PayloadView, PAYLOAD_LIMIT};
+use super::store::CliStore;
 use super::{load_job, plural, CliResult, Context, StateArg};
 use clap::{Args, ValueEnum};
 use fenceq::{Cursor, Exhaustion, Job, JobState, ListFilter, Page, QueueStats, MAX_BATCH};
@@ -30,7 +31,7 @@ pub enum StatsFormat {
 
 impl StatsArgs {
     /// Prints the counts per queue and state.
-    pub fn run(self, ctx: &mut Context) -> CliResult<()> {
+    pub fn run<S: CliStore>(self, ctx: &mut Context) -> CliResult<()> {
         let format = match (self.format, ctx.json()) {
             (None, false) => StatsFormat::Text,
             (None, true) | (Some(StatsFormat::Json), _) => StatsFormat::Json,
@@ -41,7 +42,7 @@ impl StatsArgs {
                 clap::Error::raw(clap::error::ErrorKind::ArgumentConflict, format!("{message}\n")).exit()
             }
         };
-        let queue = ctx.open_read_only()?;
+        let queue = ctx.open_read_only::<S>()?;
         if format == StatsFormat::Prometheus {
             // The library's own rendering: stats and the pending age at one reading of the clock.
             return Ok(ctx.out.text(&queue.metrics_text()?)?);
@@ -81,7 +82,7 @@ impl StatsArgs {
             }))?);
         }
         if stats.queues.is_empty() {
-            return Ok(ctx.out.line(format!("no jobs in {}", ctx.db.display()))?);
+            return Ok(ctx.out.line(format!("no jobs in {}", ctx.db_display()))?);
         }
         let mut t = table(&[
             "QUEUE",
@@ -192,8 +193,8 @@ pub struct ListArgs {
 
 impl ListArgs {
     /// Prints the jobs.
-    pub fn run(self, ctx: &mut Context) -> CliResult<()> {
-        let queue = ctx.open_read_only()?;
+    pub fn run<S: CliStore>(self, ctx: &mut Context) -> CliResult<()> {
+        let queue = ctx.open_read_only::<S>()?;
         let filter = ListFilter {
             queue: self.queue.clone(),
             state: self.state.map(JobState::from),
@@ -289,8 +290,8 @@ pub struct ShowArgs {
 
 impl ShowArgs {
     /// Prints one job's record.
-    pub fn run(self, ctx: &mut Context) -> CliResult<()> {
-        let queue = ctx.open_read_only()?;
+    pub fn run<S: CliStore>(self, ctx: &mut Context) -> CliResult<()> {
+        let queue = ctx.open_read_only::<S>()?;
         let job = load_job(&queue, self.id)?;
         let limit = (!self.full).then_some(PAYLOAD_LIMIT);
         if ctx.json() {
@@ -372,8 +373,8 @@ pub struct ExhaustedArgs {
 
 impl ExhaustedArgs {
     /// Prints the unacknowledged exhaustions.
-    pub fn run(self, ctx: &mut Context) -> CliResult<()> {
-        let queue = ctx.open_read_only()?;
+    pub fn run<S: CliStore>(self, ctx: &mut Context) -> CliResult<()> {
+        let queue = ctx.open_read_only::<S>()?;
         let (items, more) = self.list.collect(|cursor, limit| queue.exhaustions(cursor, limit), |e| &e.queue)?;
         let records: Vec<Record> = items.into_iter().map(Record::from).collect();
         let hint = "acknowledge with `fenceq ack ID` or `fenceq ack --all --queue Q`; redrive with `fenceq replay ID`";
@@ -391,8 +392,8 @@ pub struct UnknownArgs {
 
 impl UnknownArgs {
     /// Prints the unknown outcomes.
-    pub fn run(self, ctx: &mut Context) -> CliResult<()> {
-        let queue = ctx.open_read_only()?;
+    pub fn run<S: CliStore>(self, ctx: &mut Context) -> CliResult<()> {
+        let queue = ctx.open_read_only::<S>()?;
         let (items, more) = self.list.collect(|cursor, limit| queue.unknowns(cursor, limit), |u| &u.queue)?;
         let records: Vec<Record> = items.into_iter().map(Record::from).collect();
         let hint = "resolve with `fenceq resolve ID --as complete|retry|exhaust`";

@@ -2,6 +2,7 @@
 //! (see [`BackupOpts`]).
 
 use super::backup::BackupOpts;
+use super::store::CliStore;
 use super::{fail, parse_duration, plural, ChangeOpts, CliResult, Context};
 use clap::Args;
 use fenceq::{PruneReport, Queue, ReapReport, Retention, SCHEMA_VERSION};
@@ -23,8 +24,8 @@ pub struct ReapArgs {
 
 impl ReapArgs {
     /// Runs one reaper pass (or previews it, on a read-only connection).
-    pub fn run(self, ctx: &mut Context) -> CliResult<()> {
-        let queue = ctx.open_for_change(&self.change)?;
+    pub fn run<S: CliStore>(self, ctx: &mut Context) -> CliResult<()> {
+        let queue = ctx.open_for_change::<S>(&self.change)?;
         let dry = self.change.dry_run;
         if let (true, Some(_)) = (self.backup.wanted(dry), self.change.expect) {
             // --expect checked before the backup (and again by the change's own transaction).
@@ -93,8 +94,8 @@ pub struct PruneArgs {
 
 impl PruneArgs {
     /// Runs one retention pass (or previews it, on a read-only connection).
-    pub fn run(self, ctx: &mut Context) -> CliResult<()> {
-        let queue = ctx.open_for_change(&self.change)?;
+    pub fn run<S: CliStore>(self, ctx: &mut Context) -> CliResult<()> {
+        let queue = ctx.open_for_change::<S>(&self.change)?;
         let retention = Retention::older_than(self.older_than);
         let dry = self.change.dry_run;
         if let (true, Some(_)) = (self.backup.wanted(dry), self.change.expect) {
@@ -151,7 +152,12 @@ impl PruneArgs {
 /// Runs the prune on a second thread and moves the bar by what is left to prune.
 /// `Queue::prune` deletes in batches but reports only at the end, so the main thread counts
 /// the rows still prunable (a read, which WAL lets run beside the deleting writes).
-fn prune_with_progress(queue: &Queue, retention: &Retention, total: u64, bar: ProgressBar) -> CliResult<PruneReport> {
+fn prune_with_progress<S: CliStore>(
+    queue: &Queue<S>,
+    retention: &Retention,
+    total: u64,
+    bar: ProgressBar,
+) -> CliResult<PruneReport> {
     let result = std::thread::scope(|scope| {
         let worker = scope.spawn(|| queue.prune(retention));
         while !worker.is_finished() {
@@ -198,13 +204,21 @@ pub struct MigrateArgs {
 
 impl MigrateArgs {
     /// Creates or upgrades the database.
-    pub fn run(self, ctx: &mut Context) -> CliResult<()> {
-        ctx.check_not_dir()?;
-        let path = ctx.db.clone();
-        let existed = path.exists();
-        let before = fenceq::schema_version_of(&path)?;
+    pub fn run<S: CliStore>(self, ctx: &mut Context) -> CliResult<()> {
+        let found = S::version_of(ctx)?;
+        // On PostgreSQL the database is the server's; the queue exists from version 1 on.
+        let existed = match found {
+            None => false,
+            Some(0) => !ctx.is_postgres(),
+            Some(_) => true,
+        };
+        let before = found.unwrap_or(0);
         if !ctx.json() {
-            let state = if existed { "" } else { " (no database file yet)" };
+            let state = match found {
+                None => " (no database file yet)",
+                Some(0) if ctx.is_postgres() => " (no fenceq tables yet)",
+                _ => "",
+            };
             ctx.out.line(format!("schema version before: {before}{state}"))?;
         }
         if before > SCHEMA_VERSION {
@@ -214,12 +228,12 @@ impl MigrateArgs {
         }
         // The file as it was before the upgrade (any schema version backs up).
         self.backup.take(ctx, self.dry_run)?;
-        let after = if self.dry_run { before } else { Queue::open(&path)?.schema_version()? };
+        let after = if self.dry_run { before } else { ctx.open_or_create::<S>()?.schema_version()? };
         if ctx.json() {
             return Ok(ctx.change_document(json!({
                 "command": "migrate",
                 "dry_run": self.dry_run,
-                "path": path.display().to_string(),
+                "path": ctx.db_display(),
                 "created": !existed && !self.dry_run,
                 "before": before,
                 "after": after,
@@ -228,6 +242,9 @@ impl MigrateArgs {
         }
         let line = match (self.dry_run, existed, before == SCHEMA_VERSION) {
             (true, _, true) => "dry run: already current; nothing to do".to_string(),
+            (true, false, _) if ctx.is_postgres() => {
+                format!("dry run: would create the queue's tables at schema version {SCHEMA_VERSION}")
+            }
             (true, false, _) => format!("dry run: would create the database at schema version {SCHEMA_VERSION}"),
             (true, true, _) => format!("dry run: would upgrade to schema version {SCHEMA_VERSION}"),
             (false, _, _) => {

@@ -4,6 +4,7 @@
 
 use super::admin::DecisionOpts;
 use super::output::when;
+use super::store::CliStore;
 use super::{plural, ChangeOpts, CliResult, Context};
 use clap::Args;
 use fenceq::{PausedQueue, Queue};
@@ -42,8 +43,8 @@ pub struct UnpauseArgs {
 
 impl PauseArgs {
     /// Pauses the queue (or previews it, on a read-only connection).
-    pub fn run(self, ctx: &mut Context) -> CliResult<()> {
-        let queue = ctx.open_for_change(&self.change)?;
+    pub fn run<S: CliStore>(self, ctx: &mut Context) -> CliResult<()> {
+        let queue = ctx.open_for_change::<S>(&self.change)?;
         let before = pause_of(&queue, &self.queue)?;
         let would_change = u64::from(before.is_none());
         let changed = change(&self.change, would_change, || self.decision.operator(&queue).pause(&self.queue))?;
@@ -74,8 +75,8 @@ impl PauseArgs {
 
 impl UnpauseArgs {
     /// Unpauses the queue (or previews it, on a read-only connection).
-    pub fn run(self, ctx: &mut Context) -> CliResult<()> {
-        let queue = ctx.open_for_change(&self.change)?;
+    pub fn run<S: CliStore>(self, ctx: &mut Context) -> CliResult<()> {
+        let queue = ctx.open_for_change::<S>(&self.change)?;
         let before = pause_of(&queue, &self.queue)?;
         let would_change = u64::from(before.is_some());
         let changed = change(&self.change, would_change, || self.decision.operator(&queue).unpause(&self.queue))?;
@@ -104,7 +105,7 @@ impl UnpauseArgs {
 }
 
 /// The queue's pause, if it is paused (refusing a bad queue name with the library's error).
-fn pause_of(queue: &Queue, name: &str) -> CliResult<Option<PausedQueue>> {
+fn pause_of<S: CliStore>(queue: &Queue<S>, name: &str) -> CliResult<Option<PausedQueue>> {
     if !queue.is_paused(name)? {
         return Ok(None);
     }

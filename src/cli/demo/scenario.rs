@@ -2,9 +2,11 @@
 //! with every figure accounted for. `tests/demo.rs` runs it through the binary
 //! (`fenceq --json demo`) and checks the figures add up.
 
+use crate::cli::store::CliStore;
 use crate::cli::{fail, CliResult};
-use fenceq::{Attempt, Enqueued, Error, JobState, MaintenanceConfig, NewJob, Outcome, Queue, Retention, WorkerPool};
-use std::path::PathBuf;
+use fenceq::{
+    Attempt, Enqueued, Error, JobState, MaintenanceConfig, NewJob, Outcome, Queue, Retention, SqliteStore, WorkerPool,
+};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,8 +27,6 @@ const STALLED_LEASE: Duration = Duration::from_millis(300);
 /// Demo settings.
 #[derive(Debug, Clone)]
 pub struct DemoOptions {
-    /// Keep the database here; a temporary directory otherwise.
-    pub db: Option<PathBuf>,
     /// Distinct updates to record.
     pub updates: u64,
     /// Worker threads.
@@ -38,8 +38,9 @@ pub struct DemoOptions {
 /// What the demo did; every recorded delivery is accounted for.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DemoSummary {
-    /// Where the database is (deleted afterwards unless `--db` was given).
-    pub db: PathBuf,
+    /// Where the database is (deleted afterwards unless `--db` was given), as the CLI shows
+    /// it (a URL without its password).
+    pub db: String,
     /// Deliveries recorded (updates plus redeliveries).
     pub deliveries: u64,
     /// Distinct updates (jobs created).
@@ -95,39 +96,47 @@ fn bar(show: bool, len: u64, what: &str) -> indicatif::ProgressBar {
     bar
 }
 
-/// Runs the demo: intake with redeliveries, a worker pool with transient failures,
-/// exhaustions, one ambiguous outcome and one stalled worker, then acknowledgement.
-pub fn run(options: &DemoOptions) -> CliResult<DemoSummary> {
+/// Checks the demo's settings before anything is opened or created.
+///
+/// # Errors
+///
+/// Fewer than 100 updates, or no worker.
+pub fn check(options: &DemoOptions) -> CliResult<()> {
     if options.updates < 100 || options.workers == 0 {
         return Err(fail("the demo needs at least 100 updates and one worker"));
     }
-    let temp = match &options.db {
-        Some(_) => None,
-        None => Some(std::env::temp_dir().join(format!("fenceq-demo-{}", uuid::Uuid::new_v4()))),
-    };
-    let path = options.db.clone().unwrap_or_else(|| temp.as_ref().expect("set above").join("demo.db"));
-    let result = run_at(&path, options);
-    if let Some(dir) = temp {
-        let _ = std::fs::remove_dir_all(dir);
-    }
+    Ok(())
+}
+
+/// The queue settings the demo runs with: a connection per worker and two more, 3 attempts.
+pub fn tune(builder: fenceq::QueueBuilder, options: &DemoOptions) -> fenceq::QueueBuilder {
+    builder.pool_size(options.workers as u32 + 2).max_attempts(3)
+}
+
+/// Runs the demo in a temporary SQLite file, deleted afterwards.
+pub fn run_temporary(options: &DemoOptions) -> CliResult<DemoSummary> {
+    check(options)?;
+    let dir = std::env::temp_dir().join(format!("fenceq-demo-{}", uuid::Uuid::new_v4()));
+    let path = dir.join("demo.db");
+    let result = tune(fenceq::Queue::builder().path(&path), options)
+        .open()
+        .map_err(Into::into)
+        .and_then(|queue| run::<SqliteStore>(&queue, path.display().to_string(), options));
+    let _ = std::fs::remove_dir_all(dir);
     result
 }
 
-fn run_at(path: &std::path::Path, options: &DemoOptions) -> CliResult<DemoSummary> {
-    let queue = Queue::builder().path(path).pool_size(options.workers as u32 + 2).max_attempts(3).open()?;
-    queue.with_connection(|conn| {
-        conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS demo_replies (
-                 update_id INTEGER PRIMARY KEY,
-                 attempt   INTEGER NOT NULL,
-                 text      TEXT    NOT NULL)",
-        )?;
-        Ok(())
-    })?;
-    let mut summary = DemoSummary { db: path.to_path_buf(), ..DemoSummary::default() };
+/// Runs the demo on `queue` (opened with [`tune`]), which `db` names: intake with
+/// redeliveries, a worker pool with transient failures, exhaustions, one ambiguous outcome
+/// and one stalled worker, then acknowledgement.
+pub fn run<S: CliStore>(queue: &Queue<S>, db: String, options: &DemoOptions) -> CliResult<DemoSummary> {
+    check(options)?;
+    S::demo_create_replies(queue)?;
+    let mut summary = DemoSummary { db, ..DemoSummary::default() };
     let already = queue.stats()?.queue(QUEUE).total();
     if already > 0 {
-        return Err(fail(format!("{} already holds {already} demo jobs; use a new path", path.display())));
+        let fresh = if S::NAME == "SQLite" { "a new path" } else { "a new --schema" };
+        return Err(fail(format!("{} already holds {already} demo jobs; use {fresh}", summary.db)));
     }
 
     // 1. Intake: two webhook threads deliver every update; every 7th is delivered twice.
@@ -178,7 +187,7 @@ fn run_at(path: &std::path::Path, options: &DemoOptions) -> CliResult<DemoSummar
             .lease(Duration::from_secs(10))
             .poll_interval(Duration::from_millis(20))
             .handler(move |attempt| {
-                let outcome = handle_update(attempt);
+                let outcome = handle_update::<S>(attempt);
                 if !matches!(outcome, Outcome::Retry { .. }) || attempt.attempt() >= attempt.job().max_attempts {
                     work_bar.inc(1);
                 }
@@ -204,11 +213,7 @@ fn run_at(path: &std::path::Path, options: &DemoOptions) -> CliResult<DemoSummar
             }
             let token = stalled.token();
             let reply = queue.with_ownership(&token, |tx| {
-                tx.execute(
-                    "INSERT INTO demo_replies VALUES (?1, ?2, 'late reply')",
-                    (STALLED_UPDATE as i64, token.attempt),
-                )?;
-                Ok(())
+                S::demo_insert_reply(tx, STALLED_UPDATE as i64, i64::from(token.attempt), "late reply")
             });
             let settle = queue.complete(&token);
             for result in [reply, settle] {
@@ -261,9 +266,7 @@ fn run_at(path: &std::path::Path, options: &DemoOptions) -> CliResult<DemoSummar
     summary.retries = counters.retried;
     summary.attempts = counters.claimed + 1; // plus the stalled worker's claim
     summary.stale_writes_rejected = stale_rejections.load(Ordering::SeqCst) + counters.stale_settles_rejected;
-    summary.replies = queue.with_connection(|conn| {
-        Ok(conn.query_row("SELECT count(*) FROM demo_replies", [], |r| r.get::<_, i64>(0))? as u64)
-    })?;
+    summary.replies = S::demo_count_replies(queue)?;
     summary.jobs_per_sec = summary.updates as f64 / summary.processing.as_secs_f64();
     Ok(summary)
 }
@@ -271,7 +274,7 @@ fn run_at(path: &std::path::Path, options: &DemoOptions) -> CliResult<DemoSummar
 /// What the bot does with one update: reply, with the reply row and the completion committed
 /// in one transaction fenced by ownership (`Attempt::complete_with`), with deterministic
 /// trouble mixed in.
-fn handle_update(attempt: &mut Attempt) -> Outcome {
+fn handle_update<S: CliStore>(attempt: &mut Attempt<S>) -> Outcome {
     let id: u64 =
         attempt.key().and_then(|k| k.strip_prefix("update:")).and_then(|n| n.parse().ok()).unwrap_or_default();
     if id.is_multiple_of(POISON_EVERY) {
@@ -284,10 +287,7 @@ fn handle_update(attempt: &mut Attempt) -> Outcome {
         return Outcome::retry_after(Duration::from_millis(5), "telegram 502 bad gateway");
     }
     let token = attempt.token();
-    let reply = attempt.complete_with(|tx| {
-        tx.execute("INSERT INTO demo_replies VALUES (?1, ?2, 'hello back')", (id as i64, token.attempt))?;
-        Ok(())
-    });
+    let reply = attempt.complete_with(|tx| S::demo_insert_reply(tx, id as i64, i64::from(token.attempt), "hello back"));
     match reply {
         Ok(()) => Outcome::Complete, // already settled with the reply
         Err(e) => Outcome::retry(e.to_string()),

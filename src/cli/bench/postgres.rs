@@ -1,0 +1,642 @@
+//! `fenceq bench --db postgres://…`: the issue's five columns (enqueue 1/call, batch of
+//! 100, process W=1, process W=N, end to end W=N) through fenceq's public API on
+//! PostgreSQL, beside a raw SQL loop on the same server in the same run: the same
+//! queue-shaped statements fenceq's store runs (insert with `ON CONFLICT DO NOTHING`, a
+//! `FOR UPDATE SKIP LOCKED` claim CTE, a fenced complete), one operation per transaction,
+//! and 100 per transaction.
+//!
+//! Every scenario runs in a fresh schema of its own (`<prefix>_<scenario>`, the prefix
+//! `--schema` or `fenceq_bench_<pid>`), refused if it already exists, dropped at the end.
+//! `tests/cli_postgres.rs` runs it at a small size.
+
+use super::BenchArgs;
+use crate::cli::{fail, CliResult, Context, ResultExt};
+use fenceq::diesel::connection::SimpleConnection;
+use fenceq::diesel::sql_types::{Array, BigInt, Bytea, Text};
+use fenceq::diesel::{sql_query, Connection, PgConnection, QueryableByName, RunQueryDsl};
+use fenceq::{NewJob, Outcome, PostgresStore, Queue, WorkerPool};
+use serde_json::json;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The longest one scenario may take before the bench gives up.
+const SCENARIO_LIMIT: Duration = Duration::from_secs(600);
+
+/// A row of the table: who did the work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Row {
+    /// Raw SQL, one operation per transaction (autocommit).
+    Raw1,
+    /// Raw SQL, 100 operations per transaction.
+    Raw100,
+    /// fenceq's public API.
+    Fenceq,
+}
+
+impl Row {
+    const ALL: [Row; 3] = [Row::Raw1, Row::Raw100, Row::Fenceq];
+
+    fn name(self) -> &'static str {
+        match self {
+            Row::Raw1 => "raw_sql/1_op_per_tx",
+            Row::Raw100 => "raw_sql/100_ops_per_tx",
+            Row::Fenceq => "fenceq",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Row::Raw1 => "raw SQL, 1 op per transaction",
+            Row::Raw100 => "raw SQL, 100 ops per transaction",
+            Row::Fenceq => "fenceq",
+        }
+    }
+
+    /// Operations per transaction of the raw loop.
+    fn per_tx(self) -> usize {
+        if self == Row::Raw100 {
+            100
+        } else {
+            1
+        }
+    }
+}
+
+/// A column of the table: what was measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Column {
+    /// One producer, one job per call.
+    Enqueue,
+    /// One producer, 100 jobs per call (raw 1 op/tx: one 100-row INSERT per transaction).
+    Batch,
+    /// Pending jobs worked through by one worker.
+    Process1,
+    /// Pending jobs worked through by `--workers` workers.
+    ProcessW,
+    /// One producer enqueueing one per call while `--workers` workers complete them.
+    EndToEnd,
+}
+
+impl Column {
+    const ALL: [Column; 5] = [Column::Enqueue, Column::Batch, Column::Process1, Column::ProcessW, Column::EndToEnd];
+
+    fn name(self) -> &'static str {
+        match self {
+            Column::Enqueue => "enqueue_1_per_call",
+            Column::Batch => "batch_of_100",
+            Column::Process1 => "process_w1",
+            Column::ProcessW => "process_wn",
+            Column::EndToEnd => "end_to_end_wn",
+        }
+    }
+
+    fn label(self, workers: usize) -> String {
+        match self {
+            Column::Enqueue => "enqueue 1/call".to_string(),
+            Column::Batch => "batch of 100".to_string(),
+            Column::Process1 => "process W=1".to_string(),
+            Column::ProcessW => format!("process W={workers}"),
+            Column::EndToEnd => format!("end to end W={workers}"),
+        }
+    }
+
+    /// The issue's table leaves the raw 100-per-transaction loop out of these: one job per
+    /// call is one job per transaction, and a producer racing its workers is not a batch.
+    fn applies(self, row: Row) -> bool {
+        !(row == Row::Raw100 && matches!(self, Column::Enqueue | Column::EndToEnd))
+    }
+}
+
+/// One measured cell.
+struct Cell {
+    row: Row,
+    column: Column,
+    jobs_per_sec: f64,
+}
+
+/// The bench's settings and its server.
+struct Bench {
+    url: String,
+    prefix: String,
+    jobs: u64,
+    workers: usize,
+    /// The scratch schemas created so far (dropped at the end).
+    created: Vec<String>,
+}
+
+/// Runs every cell; with --json one JSON line per cell as it is measured, else a table.
+///
+/// # Errors
+///
+/// The server's errors, a scratch schema that already exists, a scenario that did not
+/// finish within [`SCENARIO_LIMIT`] or completed the wrong number of jobs.
+pub fn run(args: &BenchArgs, ctx: &mut Context) -> CliResult<()> {
+    let prefix = ctx.schema.clone().unwrap_or_else(|| format!("fenceq_bench_{}", std::process::id()));
+    // The scratch schemas' names go into SQL as quoted identifiers: plain ones only, with
+    // room for the scenario's suffix within PostgreSQL's 63 bytes.
+    let plain = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_';
+    if prefix.is_empty()
+        || prefix.len() > 52
+        || !prefix.chars().all(plain)
+        || prefix.starts_with(|c: char| c.is_ascii_digit())
+    {
+        return Err(fail(format!(
+            "--schema {prefix:?}: the bench needs 1..=52 of [a-z0-9_], not starting with a digit"
+        )));
+    }
+    let mut bench =
+        Bench { url: ctx.server_url(), prefix, jobs: args.jobs, workers: args.workers as usize, created: Vec::new() };
+    let server = bench.server_settings()?;
+    let cells =
+        Row::ALL.iter().flat_map(|&row| Column::ALL.iter().filter(move |c| c.applies(row)).map(move |&c| (row, c)));
+    let cells: Vec<(Row, Column)> = cells.collect();
+    let progress = ctx.out.progress(cells.len() as u64, "benchmarking");
+    let mut measured: Vec<Cell> = Vec::new();
+    let mut result = Ok(());
+    for (row, column) in cells {
+        progress.set_message(format!("{} {}", row.name(), column.name()));
+        let cell = match bench.measure(row, column) {
+            Ok(jobs_per_sec) => Cell { row, column, jobs_per_sec },
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
+        };
+        progress.inc(1);
+        if ctx.json() {
+            let line = cell_json(&cell, &measured, &bench, &server);
+            if let Err(e) = ctx.out.record(&line) {
+                result = Err(e.into());
+                break;
+            }
+        }
+        measured.push(cell);
+    }
+    progress.finish_and_clear();
+    let dropped = bench.drop_schemas();
+    result?;
+    dropped?;
+    if ctx.json() {
+        return Ok(());
+    }
+    let mut header = vec!["".to_string()];
+    header.extend(Column::ALL.iter().map(|c| c.label(bench.workers)));
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    let mut table = crate::cli::output::table(&header);
+    for row in Row::ALL {
+        let mut line = vec![row.label().to_string()];
+        for column in Column::ALL {
+            let value = measured.iter().find(|c| c.row == row && c.column == column);
+            line.push(value.map_or_else(String::new, |c| format!("{:.0}", c.jobs_per_sec)));
+        }
+        table.add_row(line);
+    }
+    let mut ratios = vec!["fenceq / raw 1 op per tx".to_string()];
+    for column in Column::ALL {
+        ratios.push(ratio(&measured, column, Row::Raw1).map_or_else(String::new, |r| format!("{r:.2}x")));
+    }
+    table.add_row(ratios);
+    ctx.out.table(&table)?;
+    ctx.out.line(format!(
+        "jobs/s; jobs={} workers={} on {} (PostgreSQL {}, fsync={}, synchronous_commit={}); ratios are from this one run",
+        bench.jobs,
+        bench.workers,
+        ctx.db_display(),
+        server.version,
+        server.fsync,
+        server.synchronous_commit
+    ))?;
+    Ok(())
+}
+
+/// fenceq's figure over the raw loop's in `column`, when both were measured.
+fn ratio(measured: &[Cell], column: Column, raw: Row) -> Option<f64> {
+    let find = |row| measured.iter().find(|c| c.row == row && c.column == column).map(|c| c.jobs_per_sec);
+    Some(find(Row::Fenceq)? / find(raw)?)
+}
+
+fn cell_json(cell: &Cell, before: &[Cell], bench: &Bench, server: &Server) -> serde_json::Value {
+    let mut value = json!({
+        "scenario": format!("postgres/{}/{}", cell.row.name(), cell.column.name()),
+        "value": (cell.jobs_per_sec * 100.0).round() / 100.0,
+        "unit": "jobs/s",
+        "jobs": bench.jobs,
+        "workers": bench.workers,
+        "server_version": server.version,
+        "fsync": server.fsync,
+        "synchronous_commit": server.synchronous_commit,
+    });
+    if cell.row == Row::Fenceq {
+        let all: Vec<&Cell> = before.iter().chain(std::iter::once(cell)).collect();
+        for raw in [Row::Raw1, Row::Raw100] {
+            let find = |row| all.iter().find(|c| c.row == row && c.column == cell.column).map(|c| c.jobs_per_sec);
+            if let (Some(f), Some(r)) = (find(Row::Fenceq), find(raw)) {
+                let key = if raw == Row::Raw1 { "ratio_to_raw_1_op_per_tx" } else { "ratio_to_raw_100_ops_per_tx" };
+                value[key] = json!((f / r * 1000.0).round() / 1000.0);
+            }
+        }
+    }
+    value
+}
+
+/// The server's durability settings, printed with the figures.
+struct Server {
+    version: String,
+    fsync: String,
+    synchronous_commit: String,
+}
+
+#[derive(QueryableByName)]
+struct Setting {
+    #[diesel(sql_type = Text)]
+    value: String,
+}
+
+#[derive(QueryableByName)]
+struct Claimed {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = Text)]
+    claim_id: String,
+}
+
+/// ~100-byte payload, as in the issue's baseline (the same as the SQLite bench's).
+fn payload(i: u64) -> Vec<u8> {
+    format!(
+        "{{\"update_id\":{i:>12},\"message\":{{\"chat\":4711,\"text\":\"hello from the benchmark, job {i:>10}\"}}}}"
+    )
+    .into_bytes()
+}
+
+/// The raw loop's table: the columns a fenced claim needs, the idempotency index and the
+/// claim index, as fenceq's own schema has them.
+const RAW_SCHEMA: &str = "
+    CREATE TABLE raw_jobs (
+        id BIGSERIAL PRIMARY KEY, queue TEXT NOT NULL, key TEXT, payload BYTEA NOT NULL,
+        state TEXT NOT NULL DEFAULT 'pending', priority INT NOT NULL DEFAULT 0,
+        attempt INT NOT NULL DEFAULT 0, claim_id UUID, lease_until BIGINT, run_at BIGINT NOT NULL);
+    CREATE UNIQUE INDEX raw_jobs_key ON raw_jobs (queue, key) WHERE key IS NOT NULL;
+    CREATE INDEX raw_jobs_claim ON raw_jobs (queue, priority DESC, run_at, id) WHERE state = 'pending';";
+
+const RAW_INSERT: &str =
+    "INSERT INTO raw_jobs (queue, key, payload, run_at) VALUES ('q', $1, $2, 0) ON CONFLICT DO NOTHING";
+const RAW_INSERT_MANY: &str = "INSERT INTO raw_jobs (queue, key, payload, run_at)
+     SELECT 'q', k, p, 0 FROM unnest($1::text[], $2::bytea[]) AS t(k, p) ON CONFLICT DO NOTHING";
+const RAW_CLAIM: &str = "WITH due AS (
+         SELECT id FROM raw_jobs WHERE queue = 'q' AND state = 'pending' AND run_at <= $1
+         ORDER BY priority DESC, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+     UPDATE raw_jobs j SET state = 'running', attempt = j.attempt + 1, claim_id = gen_random_uuid(),
+            lease_until = $1 + 30000
+     FROM due WHERE j.id = due.id RETURNING j.id, j.claim_id::text AS claim_id";
+const RAW_COMPLETE: &str = "UPDATE raw_jobs SET state = 'completed', lease_until = NULL
+     WHERE id = $1 AND claim_id = $2::uuid AND state = 'running' AND lease_until > $3";
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// What the raw loops' database calls fail with.
+fn raw(e: fenceq::diesel::result::Error) -> crate::cli::BoxError {
+    fail(format!("the raw SQL loop: {e}"))
+}
+
+impl Bench {
+    /// A connection of the raw loop, its `search_path` on `schema`.
+    fn connect(&self, schema: Option<&str>) -> CliResult<PgConnection> {
+        let separator = if self.url.contains('?') { '&' } else { '?' };
+        let url = if self.url.contains("connect_timeout=") {
+            self.url.clone()
+        } else {
+            format!("{}{separator}connect_timeout=10", self.url)
+        };
+        // The error names the server's reason, never the URL (it may hold a password).
+        let mut conn =
+            PgConnection::establish(&url).map_err(|e| fail(format!("the raw SQL loop's connection: {e}")))?;
+        let mut settings = "SET statement_timeout = '600s';".to_string();
+        if let Some(schema) = schema {
+            settings.push_str(&format!(" SET search_path TO \"{schema}\";"));
+        }
+        conn.batch_execute(&settings).map_err(raw)?;
+        Ok(conn)
+    }
+
+    fn server_settings(&self) -> CliResult<Server> {
+        let mut conn = self.connect(None)?;
+        let mut show = |name: &str| -> CliResult<String> {
+            let setting: Setting =
+                sql_query(format!("SELECT current_setting('{name}') AS value")).get_result(&mut conn).map_err(raw)?;
+            Ok(setting.value)
+        };
+        Ok(Server {
+            version: show("server_version")?,
+            fsync: show("fsync")?,
+            synchronous_commit: show("synchronous_commit")?,
+        })
+    }
+
+    /// A new scratch schema for one scenario (an existing one is refused, never reused).
+    fn scratch(&mut self, what: &str) -> CliResult<String> {
+        let schema = format!("{}_{what}", self.prefix);
+        let mut conn = self.connect(None)?;
+        #[derive(QueryableByName)]
+        struct Found {
+            #[diesel(sql_type = BigInt)]
+            n: i64,
+        }
+        let found: Found = sql_query("SELECT count(*) AS n FROM pg_namespace WHERE nspname = $1")
+            .bind::<Text, _>(&schema)
+            .get_result(&mut conn)
+            .map_err(raw)?;
+        if found.n > 0 {
+            return Err(fail(format!(
+                "the bench's scratch schema {schema} already exists; drop it or give another --schema prefix"
+            )));
+        }
+        conn.batch_execute(&format!("CREATE SCHEMA \"{schema}\"")).map_err(raw)?;
+        self.created.push(schema.clone());
+        Ok(schema)
+    }
+
+    /// Drops every scratch schema this run created.
+    fn drop_schemas(&mut self) -> CliResult<()> {
+        if self.created.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.connect(None)?;
+        for schema in std::mem::take(&mut self.created) {
+            conn.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+                .context(|| format!("dropping the bench's scratch schema {schema}"))?;
+        }
+        Ok(())
+    }
+
+    fn measure(&mut self, row: Row, column: Column) -> CliResult<f64> {
+        let schema =
+            self.scratch(&format!("{}_{}", if row == Row::Fenceq { "fq" } else { "raw" }, self.created.len()))?;
+        match row {
+            Row::Fenceq => self.fenceq(&schema, column),
+            Row::Raw1 | Row::Raw100 => {
+                self.connect(Some(&schema))?.batch_execute(RAW_SCHEMA).map_err(raw)?;
+                self.raw(&schema, row.per_tx(), column)
+            }
+        }
+    }
+
+    // --------------------------------------------------------------------------- fenceq
+
+    fn open(&self, schema: &str, pool: usize) -> CliResult<Queue<PostgresStore>> {
+        let builder = postgres_builder_for(&self.url, schema);
+        Ok(builder.pool_size(pool as u32 + 2).open_postgres()?)
+    }
+
+    fn fenceq(&self, schema: &str, column: Column) -> CliResult<f64> {
+        let jobs = self.jobs;
+        match column {
+            Column::Enqueue => {
+                let queue = self.open(schema, 1)?;
+                let started = Instant::now();
+                for j in 0..jobs {
+                    queue.enqueue(NewJob::new("bench", payload(j)).key(format!("k{j}")))?;
+                }
+                Ok(jobs as f64 / started.elapsed().as_secs_f64())
+            }
+            Column::Batch => {
+                let queue = self.open(schema, 1)?;
+                let started = Instant::now();
+                let mut j = 0;
+                while j < jobs {
+                    let end = (j + 100).min(jobs);
+                    queue.enqueue_batch((j..end).map(|i| NewJob::new("bench", payload(i)).key(format!("k{i}"))))?;
+                    j = end;
+                }
+                Ok(jobs as f64 / started.elapsed().as_secs_f64())
+            }
+            Column::Process1 | Column::ProcessW => {
+                let workers = if column == Column::Process1 { 1 } else { self.workers };
+                let queue = self.open(schema, workers)?;
+                let mut j = 0;
+                while j < jobs {
+                    let end = (j + 5000).min(jobs);
+                    queue.enqueue_batch((j..end).map(|i| NewJob::new("bench", payload(i)).key(format!("k{i}"))))?;
+                    j = end;
+                }
+                work(&queue, jobs, workers, || Ok(()))
+            }
+            Column::EndToEnd => {
+                let queue = self.open(schema, self.workers)?;
+                let producer = queue.clone();
+                work(&queue, jobs, self.workers, move || {
+                    for j in 0..jobs {
+                        producer.enqueue(NewJob::new("bench", payload(j)).key(format!("k{j}")))?;
+                    }
+                    Ok(())
+                })
+            }
+        }
+    }
+
+    // --------------------------------------------------------------------------- raw SQL
+
+    fn raw(&self, schema: &str, per_tx: usize, column: Column) -> CliResult<f64> {
+        let jobs = self.jobs;
+        match column {
+            Column::Enqueue => {
+                let mut conn = self.connect(Some(schema))?;
+                let started = Instant::now();
+                in_transactions(&mut conn, jobs, per_tx, |conn, j| insert(conn, j).map(|_| ()))?;
+                Ok(jobs as f64 / started.elapsed().as_secs_f64())
+            }
+            Column::Batch => {
+                let mut conn = self.connect(Some(schema))?;
+                let started = Instant::now();
+                if per_tx == 1 {
+                    // One operation is one 100-row statement, in its own transaction.
+                    let mut j = 0;
+                    while j < jobs {
+                        let end = (j + 100).min(jobs);
+                        insert_many(&mut conn, j..end)?;
+                        j = end;
+                    }
+                } else {
+                    in_transactions(&mut conn, jobs, per_tx, |conn, j| insert(conn, j).map(|_| ()))?;
+                }
+                Ok(jobs as f64 / started.elapsed().as_secs_f64())
+            }
+            Column::Process1 | Column::ProcessW => {
+                let workers = if column == Column::Process1 { 1 } else { self.workers };
+                let mut conn = self.connect(Some(schema))?;
+                let mut j = 0;
+                while j < jobs {
+                    let end = (j + 5000).min(jobs);
+                    insert_many(&mut conn, j..end)?;
+                    j = end;
+                }
+                drop(conn);
+                self.raw_workers(schema, per_tx, workers, None)
+            }
+            Column::EndToEnd => {
+                let producer = self.connect(Some(schema))?;
+                self.raw_workers(schema, per_tx, self.workers, Some(producer))
+            }
+        }
+    }
+
+    /// `workers` threads, each on its own connection, claim and complete until `jobs`
+    /// are done (`per_tx` claims, each followed by its complete, per transaction), while
+    /// `producer`, if given, inserts them one per transaction. Returns jobs/s.
+    fn raw_workers(
+        &self,
+        schema: &str,
+        per_tx: usize,
+        workers: usize,
+        producer: Option<PgConnection>,
+    ) -> CliResult<f64> {
+        let jobs = self.jobs;
+        let done = AtomicU64::new(0);
+        let connections = (0..workers).map(|_| self.connect(Some(schema))).collect::<CliResult<Vec<_>>>()?;
+        let started = Instant::now();
+        let deadline = started + SCENARIO_LIMIT;
+        std::thread::scope(|s| -> CliResult<()> {
+            let done = &done;
+            let mut handles = Vec::new();
+            if let Some(mut conn) = producer {
+                handles.push(s.spawn(move || -> CliResult<()> {
+                    for j in 0..jobs {
+                        insert(&mut conn, j)?;
+                    }
+                    Ok(())
+                }));
+            }
+            for mut conn in connections {
+                handles.push(s.spawn(move || -> CliResult<()> {
+                    while done.load(Ordering::Relaxed) < jobs {
+                        if Instant::now() > deadline {
+                            return Err(fail("the raw SQL loop did not finish within 10 minutes"));
+                        }
+                        let settled = claim_and_complete(&mut conn, per_tx)?;
+                        if settled == 0 {
+                            // Nothing due yet (the producer is behind): poll again shortly.
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                        done.fetch_add(settled, Ordering::Relaxed);
+                    }
+                    Ok(())
+                }));
+            }
+            handles.into_iter().try_for_each(|h| h.join().map_err(|_| fail("a raw SQL thread panicked"))?)
+        })?;
+        let elapsed = started.elapsed();
+        let done = done.into_inner();
+        if done != jobs {
+            return Err(fail(format!("the raw SQL loop completed {done} of {jobs} jobs")));
+        }
+        Ok(jobs as f64 / elapsed.as_secs_f64())
+    }
+}
+
+fn postgres_builder_for(url: &str, schema: &str) -> fenceq::QueueBuilder {
+    Queue::builder().url(url.to_string()).schema(schema.to_string())
+}
+
+/// Runs `op` for `0..count`, `per_tx` calls per transaction (1: autocommit, no BEGIN).
+fn in_transactions(
+    conn: &mut PgConnection,
+    count: u64,
+    per_tx: usize,
+    mut op: impl FnMut(&mut PgConnection, u64) -> CliResult<()>,
+) -> CliResult<()> {
+    let mut next = 0;
+    while next < count {
+        let end = (next + per_tx as u64).min(count);
+        if per_tx == 1 {
+            op(conn, next)?;
+        } else {
+            conn.transaction(|conn| -> CliResult<()> { (next..end).try_for_each(|j| op(conn, j)) })?;
+        }
+        next = end;
+    }
+    Ok(())
+}
+
+fn insert(conn: &mut PgConnection, j: u64) -> CliResult<usize> {
+    sql_query(RAW_INSERT).bind::<Text, _>(format!("k{j}")).bind::<Bytea, _>(payload(j)).execute(conn).map_err(raw)
+}
+
+fn insert_many(conn: &mut PgConnection, range: std::ops::Range<u64>) -> CliResult<usize> {
+    let keys: Vec<String> = range.clone().map(|j| format!("k{j}")).collect();
+    let payloads: Vec<Vec<u8>> = range.map(payload).collect();
+    sql_query(RAW_INSERT_MANY).bind::<Array<Text>, _>(keys).bind::<Array<Bytea>, _>(payloads).execute(conn).map_err(raw)
+}
+
+/// Up to `per_tx` claims, each followed by its fenced complete, in one transaction (none
+/// for 1: each statement commits on its own). Returns how many jobs it completed.
+fn claim_and_complete(conn: &mut PgConnection, per_tx: usize) -> CliResult<u64> {
+    let one = |conn: &mut PgConnection| -> CliResult<u64> {
+        let now = now_ms();
+        let claimed: Vec<Claimed> = sql_query(RAW_CLAIM).bind::<BigInt, _>(now).load(conn).map_err(raw)?;
+        let Some(job) = claimed.first() else { return Ok(0) };
+        let completed = sql_query(RAW_COMPLETE)
+            .bind::<BigInt, _>(job.id)
+            .bind::<Text, _>(&job.claim_id)
+            .bind::<BigInt, _>(now)
+            .execute(conn)
+            .map_err(raw)?;
+        if completed != 1 {
+            return Err(fail(format!("the raw SQL loop's complete of job {} changed {completed} rows", job.id)));
+        }
+        Ok(1)
+    };
+    if per_tx == 1 {
+        return one(conn);
+    }
+    conn.transaction(|conn| -> CliResult<u64> {
+        let mut settled = 0;
+        for _ in 0..per_tx {
+            match one(conn)? {
+                0 => break,
+                n => settled += n,
+            }
+        }
+        Ok(settled)
+    })
+}
+
+/// A pool of `workers` completes every job while `produce` runs on this thread (it may
+/// enqueue them, or do nothing when they are pending already). Returns jobs/s from the
+/// pool's start until the last job completed.
+fn work(
+    queue: &Queue<PostgresStore>,
+    jobs: u64,
+    workers: usize,
+    produce: impl FnOnce() -> CliResult<()>,
+) -> CliResult<f64> {
+    let completed = Arc::new(AtomicU64::new(0));
+    let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
+    let started = Instant::now();
+    let pool = {
+        let completed = completed.clone();
+        WorkerPool::builder(queue.clone(), "bench")
+            .workers(workers)
+            .poll_interval(Duration::from_millis(50))
+            .handler(move |_| {
+                if completed.fetch_add(1, Ordering::Relaxed) + 1 == jobs {
+                    let _ = done_tx.try_send(());
+                }
+                Outcome::Complete
+            })
+            .start()?
+    };
+    let produced = produce();
+    let finished = produced.and_then(|()| {
+        done_rx.recv_timeout(SCENARIO_LIMIT).map_err(|_| fail("the bench's jobs did not finish within 10 minutes"))
+    });
+    // Every handler returned; the last settles commit before shutdown returns.
+    let counters = pool.shutdown(Duration::from_secs(60))?.counters;
+    let elapsed = started.elapsed();
+    finished?;
+    if counters.completed != jobs {
+        return Err(fail(format!("the bench completed {} of {jobs} jobs", counters.completed)));
+    }
+    Ok(jobs as f64 / elapsed.as_secs_f64())
+}
