@@ -185,11 +185,22 @@ impl CustomizeConnection<PgConnection, diesel::r2d2::Error> for Session {
     }
 }
 
-/// `SET` statements for a session: the timeouts, the schema, read-only.
+/// `SET` statements for a session: the timeouts, the isolation level, the messages' language,
+/// the schema, read-only.
+///
+/// `READ COMMITTED` whatever the database's default: the fenced statements rely on its
+/// re-check of a row that changed under them, where `REPEATABLE READ` or `SERIALIZABLE`
+/// would fail them with serialization errors instead. (A caller's closure may still raise
+/// its own transaction's level with `SET TRANSACTION ISOLATION LEVEL` as its first
+/// statement.) Messages in `C`, untranslated, where the role may set `lc_messages` (see
+/// `error.rs`); elsewhere the `DO` block leaves it as it is, without failing.
 fn session_settings(builder: &QueueBuilder) -> String {
     let ms = |d: Duration| d.as_millis().min(i32::MAX as u128);
     let mut sql = format!(
-        "SET statement_timeout = {}; SET lock_timeout = {}; SET idle_in_transaction_session_timeout = {};",
+        "SET statement_timeout = {}; SET lock_timeout = {}; SET idle_in_transaction_session_timeout = {}; \
+         SET default_transaction_isolation = 'read committed'; \
+         DO $$ BEGIN PERFORM set_config('lc_messages', 'C', false); \
+         EXCEPTION WHEN insufficient_privilege THEN NULL; END $$;",
         ms(POSTGRES_STATEMENT_TIMEOUT),
         ms(builder.busy_timeout).max(1),
         ms(POSTGRES_IDLE_IN_TRANSACTION_TIMEOUT),
