@@ -1,12 +1,14 @@
 //! Intake: idempotent by (queue, key), one job, a batch in one transaction, or a job inside
 //! a transaction the caller holds (the outbox pattern).
 
+use super::retry::retry_conflicts;
 use super::{Queue, Shared};
 use crate::clock::duration_ms;
 use crate::error::{Error, Result};
 use crate::job::{Enqueued, NewJob};
 use crate::store::{scope, NewRow, Store};
 use crate::validate::check_job;
+use std::sync::Arc;
 
 impl<S: Store> Queue<S> {
     /// Adds a job, or finds the existing job with the same queue and key.
@@ -24,8 +26,11 @@ impl<S: Store> Queue<S> {
     pub fn enqueue(&self, job: NewJob) -> Result<Enqueued> {
         check_job(&job, self.shared.max_payload)?;
         let queue_name = job.queue.clone();
-        let shared = self.shared.clone();
-        let enqueued = self.store().submit(move |tx| insert(&shared, tx, &job))?;
+        let job = Arc::new(job);
+        let enqueued = retry_conflicts(|| {
+            let (shared, job) = (self.shared.clone(), job.clone());
+            self.store().submit(move |tx| insert(&shared, tx, &job))
+        })?;
         self.wake(&queue_name);
         Ok(enqueued)
     }
@@ -48,8 +53,11 @@ impl<S: Store> Queue<S> {
         let mut queues: Vec<String> = jobs.iter().map(|j| j.queue.clone()).collect();
         queues.sort_unstable();
         queues.dedup();
-        let shared = self.shared.clone();
-        let results = self.store().submit(move |tx| jobs.iter().map(|job| insert(&shared, tx, job)).collect())?;
+        let jobs = Arc::new(jobs);
+        let results = retry_conflicts(|| {
+            let (shared, jobs) = (self.shared.clone(), jobs.clone());
+            self.store().submit(move |tx| jobs.iter().map(|job| insert(&shared, tx, job)).collect())
+        })?;
         queues.iter().for_each(|q| self.wake(q));
         Ok(results)
     }
@@ -88,7 +96,7 @@ impl<S: Store> Queue<S> {
 
 /// Adds `job` (or finds the job with its key) in the transaction `tx`.
 pub(crate) fn insert<S: Store>(shared: &Shared<S>, tx: &S::Tx, job: &NewJob) -> Result<Enqueued> {
-    let now = shared.now();
+    let now = shared.now_in(tx)?;
     let key = job.key.as_deref();
     let row = NewRow {
         queue: &job.queue,
