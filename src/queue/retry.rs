@@ -7,7 +7,10 @@
 //! a caller's transaction, operator changes, reaps, prunes, schedule ticks): each is a whole
 //! transaction that wrote nothing when it failed, and each is fenced or idempotent, so a
 //! re-run decides afresh on the committed rows. At most [`CONFLICT_RETRIES`] re-runs, after
-//! a short jittered pause each, then the conflict is returned as `Busy`.
+//! a short jittered pause each, then the conflict is returned as `Busy`. (A re-run runs the
+//! queue's closure again: what it does outside the transaction, such as the reaper adding to
+//! its report, comes after its statements, and under `READ COMMITTED` a conflict aborts a
+//! statement, never the commit.)
 //!
 //! A caller's closure (`transaction`, `with_ownership`, `complete_with`, `resolve_with`,
 //! and `enqueue_tx` inside one) is never re-run: it may have done things outside the

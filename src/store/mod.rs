@@ -116,7 +116,7 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// of `tx` get, and every lease end, deadline and horizon computed from it above the
     /// seam. By default the queue's `clock`. A store that several hosts share may measure
     /// time by a clock of its own when `clock` is the host's wall clock
-    /// ([`Clock::is_host_clock`](crate::Clock::is_host_clock)): PostgreSQL reads the server's
+    /// ([`Clock::is_host_clock`]): PostgreSQL reads the server's
     /// clock, so that every host judges every lease by one clock. It must never run ahead of
     /// that clock (a lease is never reclaimed early), and each call is the current instant
     /// (a long transaction must not judge its later statements at its start).
