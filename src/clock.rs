@@ -7,20 +7,37 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A source of the current time in milliseconds since the Unix epoch.
 ///
-/// Every lease, deadline and retention decision reads this clock, never SQLite's own, so a
-/// [`ManualClock`] makes all of them deterministic.
+/// On SQLite every lease, deadline and retention decision reads this clock, never SQLite's
+/// own, so a [`ManualClock`] makes all of them deterministic. A store shared by several
+/// hosts has one clock of its own that every host can read: on PostgreSQL, a queue whose
+/// clock is the host's wall clock ([`Clock::is_host_clock`], the default [`SystemClock`])
+/// judges time by the database server's clock instead, so that hosts whose clocks disagree
+/// still agree on every lease. Any other clock (a [`ManualClock`] in tests) is used as it
+/// is, on every store.
 pub trait Clock: Send + Sync + std::fmt::Debug {
     /// Milliseconds since the Unix epoch.
     fn now_ms(&self) -> i64;
+
+    /// True when this clock is the host's own wall clock ([`SystemClock`]): a store with a
+    /// clock shared by every host (PostgreSQL's server) then measures time by that instead.
+    /// False by default: an injected clock (tests) drives every store directly.
+    fn is_host_clock(&self) -> bool {
+        false
+    }
 }
 
-/// The wall clock.
+/// The wall clock of this host. On PostgreSQL it stands for "the database server's clock"
+/// (see [`Clock`]).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_ms(&self) -> i64 {
         SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    }
+
+    fn is_host_clock(&self) -> bool {
+        true
     }
 }
 

@@ -162,7 +162,10 @@ impl QueueBuilder {
         self
     }
 
-    /// The clock every lease and deadline reads (a [`ManualClock`](crate::ManualClock) in tests).
+    /// The clock every lease and deadline reads (a [`ManualClock`](crate::ManualClock) in
+    /// tests). On PostgreSQL this is for tests only: with the default system clock every
+    /// host measures time by the database server's clock, and an injected clock replaces
+    /// that for every host that uses it (see [`Clock`]).
     pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
         self.clock = Arc::new(clock);
         self

@@ -2,6 +2,13 @@
 
 use crate::job::{ClaimToken, JobId, JobState};
 
+/// How the statement name of a `Busy` ends when the server aborted the transaction to
+/// break a deadlock (PostgreSQL's 40P01).
+pub(crate) const DEADLOCK: &str = " (deadlock)";
+/// How the statement name of a `Busy` ends when the server could not serialize the
+/// transaction (PostgreSQL's 40001).
+pub(crate) const SERIALIZATION_FAILURE: &str = " (serialization failure)";
+
 /// Result type of every fallible fenceq call.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -105,9 +112,13 @@ pub enum Error {
         /// The statement that failed.
         statement: &'static str,
     },
-    /// The database stayed locked by another process for longer than the busy timeout.
-    /// Nothing was written; the call may be retried.
-    #[error("database busy in {statement} after waiting the busy timeout; retry later")]
+    /// The database stayed locked by another process for longer than the busy timeout (on
+    /// PostgreSQL also: a statement ran past its timeout, the server had no connection slot
+    /// left, or it aborted the transaction for a deadlock or a serialization failure, which
+    /// the statement name then says; fenceq's own transactions are re-run a few times
+    /// before that is reported, a caller's closure never is). Nothing was written; the call
+    /// may be retried.
+    #[error("database busy in {statement}; retry later")]
     Busy {
         /// The statement that failed.
         statement: &'static str,
@@ -268,6 +279,13 @@ impl Error {
             return true;
         }
         matches!(self, Error::Busy { .. })
+    }
+
+    /// True for a `Busy` that was a serialization failure or a deadlock (PostgreSQL), which
+    /// running the same transaction again resolves; not for a `Busy` that waited out a
+    /// timeout. See `queue/retry.rs`.
+    pub(crate) fn is_conflict(&self) -> bool {
+        matches!(self, Error::Busy { statement } if statement.ends_with(DEADLOCK) || statement.ends_with(SERIALIZATION_FAILURE))
     }
 
     pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {

@@ -107,8 +107,8 @@ impl<S: Store> Queue<S> {
     ///
     /// Those of [`Queue::stats`]: only read errors.
     pub fn metrics_text(&self) -> Result<String> {
-        let now = self.now_ms();
-        Ok(self.stats_at(now)?.to_prometheus(now))
+        let (stats, now) = self.stats_now()?;
+        Ok(stats.to_prometheus(now))
     }
 }
 

@@ -179,7 +179,7 @@ fn in_batches<S: Store>(
 ) -> Result<(u64, u64)> {
     let (mut changed, mut transactions) = (0, 0);
     loop {
-        let rows = queue.store().write(&mut batch)?;
+        let rows = crate::queue::retry::retry_conflicts(|| queue.store().write(&mut batch))?;
         changed += rows;
         transactions += 1;
         if rows < u64::from(size) {

@@ -51,12 +51,13 @@ impl<S: Store> Queue<S> {
     pub fn reap(&self) -> Result<ReapReport> {
         let mut report = ReapReport::default();
         in_batches(self, REAP_BATCH, |tx| {
-            let (requeued, exhausted) = S::reap_expired(tx, self.shared.now(), REAP_BATCH)?;
+            let (requeued, exhausted) = S::reap_expired(tx, self.shared.now_in(tx)?, REAP_BATCH)?;
             report.requeued += requeued;
             report.exhausted += exhausted;
             Ok(requeued + exhausted)
         })?;
-        report.waits_expired = in_batches(self, REAP_BATCH, |tx| S::reap_waiting(tx, self.shared.now(), REAP_BATCH))?.0;
+        report.waits_expired =
+            in_batches(self, REAP_BATCH, |tx| S::reap_waiting(tx, self.shared.now_in(tx)?, REAP_BATCH))?.0;
         Ok(report)
     }
 
@@ -71,13 +72,15 @@ impl<S: Store> Queue<S> {
     /// Storage errors: `Busy`, `StorageFull`, `ReadOnly`; `NestedWrite` from inside a
     /// closure holding the queue's transaction (or an in-memory queue's `with_connection`).
     pub fn reap_expecting(&self, expected: u64) -> Result<ReapReport> {
-        self.store().write(|tx| {
-            let now = self.shared.now();
-            let (requeued, exhausted) = S::reap_expired(tx, now, u32::MAX)?;
-            let waits_expired = S::reap_waiting(tx, now, u32::MAX)?;
-            let report = ReapReport { requeued, exhausted, waits_expired };
-            check_expected("reap", Some(expected), report.total())?;
-            Ok(report)
+        crate::queue::retry::retry_conflicts(|| {
+            self.store().write(|tx| {
+                let now = self.shared.now_in(tx)?;
+                let (requeued, exhausted) = S::reap_expired(tx, now, u32::MAX)?;
+                let waits_expired = S::reap_waiting(tx, now, u32::MAX)?;
+                let report = ReapReport { requeued, exhausted, waits_expired };
+                check_expected("reap", Some(expected), report.total())?;
+                Ok(report)
+            })
         })
     }
 
@@ -89,6 +92,6 @@ impl<S: Store> Queue<S> {
     /// in-memory queue, `NestedWrite` from inside a closure holding its transaction or
     /// connection.
     pub fn reap_preview(&self) -> Result<ReapReport> {
-        self.store().read(|tx| S::reap_preview(tx, self.shared.now()))
+        self.store().read(|tx| S::reap_preview(tx, self.shared.now_in(tx)?))
     }
 }

@@ -54,7 +54,7 @@ impl<S: Store> Queue<S> {
     /// Batches committed before a storage error stay deleted.
     pub fn prune(&self, retention: &Retention) -> Result<PruneReport> {
         retention.check()?;
-        let horizon = self.shared.now().saturating_sub(duration_ms(retention.older_than));
+        let horizon = self.store_now()?.saturating_sub(duration_ms(retention.older_than));
         let size = retention.batch_size;
         let (settled, _) = in_batches(self, size, |tx| S::prune_settled(tx, horizon, size))?;
         let (acknowledged, _) = in_batches(self, size, |tx| S::prune_acknowledged(tx, horizon, size))?;
@@ -74,13 +74,15 @@ impl<S: Store> Queue<S> {
     /// transaction (or an in-memory queue's `with_connection`).
     pub fn prune_expecting(&self, retention: &Retention, expected: u64) -> Result<PruneReport> {
         retention.check()?;
-        let horizon = self.shared.now().saturating_sub(duration_ms(retention.older_than));
-        self.store().write(|tx| {
-            let settled = S::prune_settled(tx, horizon, u32::MAX)?;
-            let acknowledged = S::prune_acknowledged(tx, horizon, u32::MAX)?;
-            let report = PruneReport { settled, acknowledged, batches: u64::from(settled + acknowledged > 0) };
-            check_expected("prune", Some(expected), report.deleted())?;
-            Ok(report)
+        let horizon = self.store_now()?.saturating_sub(duration_ms(retention.older_than));
+        crate::queue::retry::retry_conflicts(|| {
+            self.store().write(|tx| {
+                let settled = S::prune_settled(tx, horizon, u32::MAX)?;
+                let acknowledged = S::prune_acknowledged(tx, horizon, u32::MAX)?;
+                let report = PruneReport { settled, acknowledged, batches: u64::from(settled + acknowledged > 0) };
+                check_expected("prune", Some(expected), report.deleted())?;
+                Ok(report)
+            })
         })
     }
 
@@ -94,7 +96,7 @@ impl<S: Store> Queue<S> {
     /// `NestedWrite` from inside a closure holding its transaction or connection.
     pub fn prune_preview(&self, retention: &Retention) -> Result<PruneReport> {
         retention.check()?;
-        let horizon = self.shared.now().saturating_sub(duration_ms(retention.older_than));
+        let horizon = self.store_now()?.saturating_sub(duration_ms(retention.older_than));
         let (settled, acknowledged) = self.store().read(|tx| S::prune_preview(tx, horizon))?;
         Ok(PruneReport { settled, acknowledged, batches: 0 })
     }

@@ -64,7 +64,7 @@ impl<S: Store> Queue<S> {
     /// schedules enqueued before the error stay enqueued; the rest are tried at the next
     /// pass.
     pub fn enqueue_schedules(&self) -> Result<ScheduleReport> {
-        let now = self.shared.now();
+        let now = self.store_now()?;
         let mut report = ScheduleReport::default();
         for periodic in self.registered() {
             let Some(tick) = periodic.schedule.latest_tick(now) else {
@@ -97,12 +97,14 @@ impl<S: Store> Queue<S> {
             return Ok(Outcome::UpToDate { clock_behind: seen > now });
         }
         let job = periodic.job.clone().key(tick_key(&periodic.name, tick));
-        let outcome = self.store().write(|tx| {
-            if !S::advance_schedule_if_later(tx, &periodic.name, tick, now)? {
-                let recorded = S::schedule_last_tick(tx, &periodic.name)?.unwrap_or(tick);
-                return Ok((recorded, None));
-            }
-            insert(&self.shared, tx, &job).map(|enqueued| (tick, Some(enqueued)))
+        let outcome = crate::queue::retry::retry_conflicts(|| {
+            self.store().write(|tx| {
+                if !S::advance_schedule_if_later(tx, &periodic.name, tick, now)? {
+                    let recorded = S::schedule_last_tick(tx, &periodic.name)?.unwrap_or(tick);
+                    return Ok((recorded, None));
+                }
+                insert(&self.shared, tx, &job).map(|enqueued| (tick, Some(enqueued)))
+            })
         })?;
         let (recorded, enqueued) = outcome;
         periodic.saw(recorded);

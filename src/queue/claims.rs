@@ -2,6 +2,7 @@
 //! while it is live (`with_ownership`, whose check is made as the transaction begins).
 
 use super::fence;
+use super::retry::retry_conflicts;
 use super::Queue;
 use crate::error::{Error, Result};
 use crate::job::{ClaimToken, Claimed};
@@ -36,10 +37,12 @@ impl<S: Store> Queue<S> {
     /// queue's `with_connection`).
     pub fn claim_batch(&self, queue: &str, worker: &str, lease: Duration, limit: u32) -> Result<Vec<Claimed>> {
         let lease_ms = check_claim(queue, worker, lease, limit)?;
-        let (queue, worker, shared) = (queue.to_string(), worker.to_string(), self.shared.clone());
-        self.store().submit(move |tx| {
-            let now = shared.now();
-            S::claim(tx, &queue, &worker, now, now.saturating_add(lease_ms), limit)
+        retry_conflicts(|| {
+            let (queue, worker, shared) = (queue.to_string(), worker.to_string(), self.shared.clone());
+            self.store().submit(move |tx| {
+                let now = shared.now_in(tx)?;
+                S::claim(tx, &queue, &worker, now, now.saturating_add(lease_ms), limit)
+            })
         })
     }
 
@@ -70,21 +73,23 @@ impl<S: Store> Queue<S> {
     /// holding the queue's transaction (or an in-memory queue's `with_connection`).
     pub fn renew_all(&self, tokens: &[ClaimToken], lease: Duration) -> Result<Vec<Result<i64>>> {
         let lease_ms = check_lease(lease)?;
-        let (tokens, shared) = (tokens.to_vec(), self.shared.clone());
-        self.store().submit(move |tx| {
-            let now = shared.now();
-            let until = now.saturating_add(lease_ms);
-            let mut results = Vec::with_capacity(tokens.len());
-            for token in &tokens {
-                let renewed = S::renew_if_owned(tx, token, now, until)?;
-                match fence::owned::<S>(tx, token, now, renewed) {
-                    Ok(()) => results.push(Ok(until)),
-                    // Only a guarded miss is per-token; anything else aborts the round.
-                    Err(e @ Error::OwnershipLost { .. }) => results.push(Err(e)),
-                    Err(e) => return Err(e),
+        retry_conflicts(|| {
+            let (tokens, shared) = (tokens.to_vec(), self.shared.clone());
+            self.store().submit(move |tx| {
+                let now = shared.now_in(tx)?;
+                let until = now.saturating_add(lease_ms);
+                let mut results = Vec::with_capacity(tokens.len());
+                for token in &tokens {
+                    let renewed = S::renew_if_owned(tx, token, now, until)?;
+                    match fence::owned::<S>(tx, token, now, renewed) {
+                        Ok(()) => results.push(Ok(until)),
+                        // Only a guarded miss is per-token; anything else aborts the round.
+                        Err(e @ Error::OwnershipLost { .. }) => results.push(Err(e)),
+                        Err(e) => return Err(e),
+                    }
                 }
-            }
-            Ok(results)
+                Ok(results)
+            })
         })
     }
 
@@ -97,7 +102,7 @@ impl<S: Store> Queue<S> {
     /// `Pool` (no pooled connection came free in time), `Busy`; on an in-memory queue,
     /// `NestedWrite` from inside a closure holding its transaction or connection.
     pub fn owns(&self, token: &ClaimToken) -> Result<bool> {
-        self.store().read(|tx| S::owns(tx, token, self.shared.now()))
+        self.store().read(|tx| S::owns(tx, token, self.shared.now_in(tx)?))
     }
 
     /// Runs `write` in an IMMEDIATE transaction only while `token` owns its job, and commits
@@ -149,7 +154,9 @@ impl<S: Store> Queue<S> {
             let lease = self.owned_lease(tx, token)?;
             let value = held_briefly(token, lease, || write(tx))?;
             S::still_in_transaction(tx)?;
-            let now = self.shared.now();
+            // Read again after the closure: the extension runs from the commit, not from
+            // the transaction's start.
+            let now = self.shared.now_in(tx)?;
             let until = now.saturating_add(lease.length_ms);
             if until <= lease.until {
                 return Ok((value, lease.until));
@@ -163,7 +170,7 @@ impl<S: Store> Queue<S> {
 
     /// The token's live lease as the transaction began, or `OwnershipLost`.
     pub(crate) fn owned_lease(&self, tx: &S::Tx, token: &ClaimToken) -> Result<OwnedLease> {
-        let now = self.shared.now();
+        let now = self.shared.now_in(tx)?;
         match S::owned_lease(tx, token, now)? {
             Some(lease) => Ok(lease),
             None => Err(fence::ownership_lost::<S>(tx, token, now)?),

@@ -17,14 +17,17 @@ impl<S: Store> Queue<S> {
     /// in-memory queue, `NestedWrite` from inside a closure holding its transaction or
     /// connection.
     pub fn stats(&self) -> Result<Stats> {
-        self.stats_at(self.shared.now())
+        self.stats_now().map(|(stats, _)| stats)
     }
 
-    /// The counts with expired leases judged at `now` (one reading of the clock for callers
-    /// that also need it, as [`Queue::metrics_text`] does for the pending age), and which
-    /// queues are paused.
-    pub(crate) fn stats_at(&self, now: i64) -> Result<Stats> {
-        let (rows, paused) = self.store().read(|tx| Ok((S::stats(tx, now)?, S::paused_queues(tx)?)))?;
+    /// The counts with expired leases judged at the store's now, which it also returns (one
+    /// reading of the clock for callers that also need it, as [`Queue::metrics_text`] does
+    /// for the pending age), and which queues are paused.
+    pub(crate) fn stats_now(&self) -> Result<(Stats, i64)> {
+        let (rows, paused, now) = self.store().read(|tx| {
+            let now = self.shared.now_in(tx)?;
+            Ok((S::stats(tx, now)?, S::paused_queues(tx)?, now))
+        })?;
         let mut queues = fold_stats(rows);
         for pause in paused {
             // Both are in queue order (byte order, as SQLite's BINARY collation sorts).
@@ -36,7 +39,7 @@ impl<S: Store> Queue<S> {
                 }
             }
         }
-        Ok(Stats { queues })
+        Ok((Stats { queues }, now))
     }
 
     /// Jobs in id order after `filter.after`, optionally of one queue and one state.
@@ -59,7 +62,7 @@ impl<S: Store> Queue<S> {
 
     /// Due pending and running jobs of `queue` (for `WorkerPool::wait_idle`).
     pub(crate) fn due_or_running(&self, queue: &str) -> Result<u64> {
-        self.store().read(|tx| S::due_or_running(tx, queue, self.shared.now()))
+        self.store().read(|tx| S::due_or_running(tx, queue, self.shared.now_in(tx)?))
     }
 
     /// The id of the job of `queue` whose idempotency key is `key`, while its row exists.

@@ -1,12 +1,14 @@
 //! Intake: idempotent by (queue, key), one job, a batch in one transaction, or a job inside
 //! a transaction the caller holds (the outbox pattern).
 
+use super::retry::retry_conflicts;
 use super::{Queue, Shared};
 use crate::clock::duration_ms;
 use crate::error::{Error, Result};
 use crate::job::{Enqueued, NewJob};
 use crate::store::{scope, NewRow, Store};
 use crate::validate::check_job;
+use std::sync::Arc;
 
 impl<S: Store> Queue<S> {
     /// Adds a job, or finds the existing job with the same queue and key.
@@ -24,8 +26,11 @@ impl<S: Store> Queue<S> {
     pub fn enqueue(&self, job: NewJob) -> Result<Enqueued> {
         check_job(&job, self.shared.max_payload)?;
         let queue_name = job.queue.clone();
-        let shared = self.shared.clone();
-        let enqueued = self.store().submit(move |tx| insert(&shared, tx, &job))?;
+        let job = Arc::new(job);
+        let enqueued = retry_conflicts(|| {
+            let (shared, job) = (self.shared.clone(), job.clone());
+            self.store().submit(move |tx| insert(&shared, tx, &job))
+        })?;
         self.wake(&queue_name);
         Ok(enqueued)
     }
@@ -48,8 +53,11 @@ impl<S: Store> Queue<S> {
         let mut queues: Vec<String> = jobs.iter().map(|j| j.queue.clone()).collect();
         queues.sort_unstable();
         queues.dedup();
-        let shared = self.shared.clone();
-        let results = self.store().submit(move |tx| insert_all(&shared, tx, &jobs))?;
+        let jobs = Arc::new(jobs);
+        let results = retry_conflicts(|| {
+            let (shared, jobs) = (self.shared.clone(), jobs.clone());
+            self.store().submit(move |tx| insert_all(&shared, tx, &jobs))
+        })?;
         queues.iter().for_each(|q| self.wake(q));
         Ok(results)
     }
@@ -89,7 +97,7 @@ impl<S: Store> Queue<S> {
 /// Adds `jobs` in the transaction `tx`: all at once where the store can (every job new,
 /// see `Store::enqueue_all_new`), else each with `insert`.
 fn insert_all<S: Store>(shared: &Shared<S>, tx: &S::Tx, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
-    let now = shared.now();
+    let now = shared.now_in(tx)?;
     let rows: Vec<NewRow<'_>> = jobs.iter().map(|job| new_row(shared, job, now)).collect();
     match S::enqueue_all_new(tx, &rows)? {
         Some(ids) => Ok(ids.into_iter().map(Enqueued::New).collect()),
@@ -112,7 +120,7 @@ fn new_row<'j, S: Store>(shared: &Shared<S>, job: &'j NewJob, now: i64) -> NewRo
 /// Adds `job` (or finds the job with its key) in the transaction `tx`.
 pub(crate) fn insert<S: Store>(shared: &Shared<S>, tx: &S::Tx, job: &NewJob) -> Result<Enqueued> {
     let key = job.key.as_deref();
-    let row = new_row(shared, job, shared.now());
+    let row = new_row(shared, job, shared.now_in(tx)?);
     match S::enqueue(tx, &row)? {
         Some(id) => Ok(Enqueued::New(id)),
         // Nothing inserted: a key conflict, or (in a shared database file) an application

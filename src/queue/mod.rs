@@ -17,6 +17,7 @@ mod inspect;
 pub(crate) mod intake;
 pub(crate) mod operator;
 mod pause;
+pub(crate) mod retry;
 #[cfg(feature = "schedule")]
 pub(crate) mod schedules;
 pub(crate) mod settle;
@@ -63,10 +64,17 @@ pub(crate) struct Shared<S> {
     pub(crate) schedules: Mutex<std::collections::BTreeMap<String, Arc<schedules::Periodic>>>,
 }
 
-impl<S> Shared<S> {
-    /// The clock's now, in ms since the epoch.
+impl<S: Store> Shared<S> {
+    /// The store's estimate of now outside a transaction ([`Store::now_estimate`]), for
+    /// advisory uses only.
     pub(crate) fn now(&self) -> i64 {
-        self.clock.now_ms()
+        self.store.now_estimate(&*self.clock)
+    }
+
+    /// The instant `tx` judges time by ([`Store::now`]): the queue's clock, or on
+    /// PostgreSQL with the system clock, the server's.
+    pub(crate) fn now_in(&self, tx: &S::Tx) -> Result<i64> {
+        S::now(tx, &*self.clock)
     }
 }
 
@@ -138,13 +146,17 @@ impl<S: Store> Queue<S> {
         &self.shared.store
     }
 
-    pub(crate) fn clock(&self) -> Arc<dyn Clock> {
-        self.shared.clock.clone()
-    }
-
-    /// The clock's now, in ms since the epoch.
+    /// The clock's now, in ms since the epoch. On PostgreSQL with the default system clock
+    /// it is the server's clock, as last measured (see [`Clock`](crate::Clock)): an estimate,
+    /// while every decision the queue makes reads the server's clock in its transaction.
     pub fn now_ms(&self) -> i64 {
         self.shared.now()
+    }
+
+    /// The instant the store judges time by, read in a transaction of its own (the clock's
+    /// now; on PostgreSQL with the system clock, the server's).
+    pub(crate) fn store_now(&self) -> Result<i64> {
+        self.store().read(|tx| self.shared.now_in(tx))
     }
 
     /// Runs `f` in a `BEGIN IMMEDIATE` transaction on the queue's own writer and commits

@@ -5,6 +5,7 @@
 //! same way on the queue's row (`PausedQueue`).
 
 use super::fence;
+use super::retry::retry_conflicts;
 use super::Queue;
 use crate::error::{Error, Result};
 use crate::job::{ClaimToken, JobId, JobState, Resolution};
@@ -44,8 +45,8 @@ impl<'q, S: Store> Operator<'q, S> {
         Ok(Decided { action, by: self.by.as_deref(), note: self.note.as_deref() })
     }
 
-    fn now(&self) -> i64 {
-        self.queue.shared.now()
+    fn now(&self, tx: &S::Tx) -> Result<i64> {
+        self.queue.shared.now_in(tx)
     }
 
     /// [`Queue::resolve`], recording the decision.
@@ -71,7 +72,7 @@ impl<'q, S: Store> Operator<'q, S> {
     ) -> Result<T> {
         let decided = self.decided(resolution.decision())?;
         self.queue.write_waking(|tx| {
-            let now = self.now();
+            let now = self.now(tx)?;
             let resolved = S::resolve_if_unknown(tx, token, resolution, now, &decided)?;
             fence::identified::<S>(tx, token, JobState::Unknown, now, decided.action, resolved)?;
             // (The writer refuses to commit a transaction the store rolled back meanwhile.)
@@ -86,9 +87,11 @@ impl<'q, S: Store> Operator<'q, S> {
     /// Those of [`Queue::replay`] and [`Operator::resolve`] (the name and note).
     pub fn replay(&self, id: JobId) -> Result<()> {
         let decided = self.decided("replay")?;
-        self.queue.store().write(|tx| {
-            let replayed = S::replay_if_exhausted(tx, id, self.now(), &decided)?;
-            fence::by_id::<S>(tx, id, "replay", "exhausted", replayed)
+        retry_conflicts(|| {
+            self.queue.store().write(|tx| {
+                let replayed = S::replay_if_exhausted(tx, id, self.now(tx)?, &decided)?;
+                fence::by_id::<S>(tx, id, "replay", "exhausted", replayed)
+            })
         })
     }
 
@@ -99,11 +102,13 @@ impl<'q, S: Store> Operator<'q, S> {
     /// Those of [`Queue::cancel`] and [`Operator::resolve`] (the name and note).
     pub fn cancel(&self, id: JobId) -> Result<JobState> {
         let decided = self.decided("cancel")?;
-        self.queue.store().write(|tx| {
-            let before = S::identity(tx, id)?.map(|current| current.state);
-            let cancelled = S::cancel_if_active(tx, id, self.now(), &decided)?;
-            fence::by_id::<S>(tx, id, "cancel", "pending, waiting or running", cancelled)?;
-            before.ok_or_else(|| Error::domain("internal: a cancelled job had no row"))
+        retry_conflicts(|| {
+            self.queue.store().write(|tx| {
+                let before = S::identity(tx, id)?.map(|current| current.state);
+                let cancelled = S::cancel_if_active(tx, id, self.now(tx)?, &decided)?;
+                fence::by_id::<S>(tx, id, "cancel", "pending, waiting or running", cancelled)?;
+                before.ok_or_else(|| Error::domain("internal: a cancelled job had no row"))
+            })
         })
     }
 
@@ -115,10 +120,12 @@ impl<'q, S: Store> Operator<'q, S> {
     /// Those of [`Queue::acknowledge`] and [`Operator::resolve`] (the name and note).
     pub fn acknowledge(&self, token: &ClaimToken) -> Result<()> {
         let decided = self.decided("acknowledge")?;
-        self.queue.store().write(|tx| {
-            let now = self.now();
-            let acknowledged = S::acknowledge_if_exhausted(tx, token, now, &decided)?;
-            fence::identified::<S>(tx, token, JobState::Exhausted, now, "acknowledge", acknowledged)
+        retry_conflicts(|| {
+            self.queue.store().write(|tx| {
+                let now = self.now(tx)?;
+                let acknowledged = S::acknowledge_if_exhausted(tx, token, now, &decided)?;
+                fence::identified::<S>(tx, token, JobState::Exhausted, now, "acknowledge", acknowledged)
+            })
         })
     }
 
@@ -129,16 +136,18 @@ impl<'q, S: Store> Operator<'q, S> {
     /// Those of [`Queue::acknowledge_job`] and [`Operator::resolve`] (the name and note).
     pub fn acknowledge_job(&self, id: JobId, expected: Option<u64>) -> Result<bool> {
         let decided = self.decided("acknowledge")?;
-        self.queue.store().write(|tx| {
-            let acknowledged = S::acknowledge_job_if_unacknowledged(tx, id, self.now(), &decided)?;
-            let changed = match fence::by_id::<S>(tx, id, "acknowledge", "exhausted", acknowledged) {
-                Ok(()) => true,
-                // Exhausted, so acknowledged already: a repeat changes nothing.
-                Err(Error::InvalidState { state: JobState::Exhausted, .. }) => false,
-                Err(e) => return Err(e),
-            };
-            check_expected("acknowledge", expected, u64::from(changed))?;
-            Ok(changed)
+        retry_conflicts(|| {
+            self.queue.store().write(|tx| {
+                let acknowledged = S::acknowledge_job_if_unacknowledged(tx, id, self.now(tx)?, &decided)?;
+                let changed = match fence::by_id::<S>(tx, id, "acknowledge", "exhausted", acknowledged) {
+                    Ok(()) => true,
+                    // Exhausted, so acknowledged already: a repeat changes nothing.
+                    Err(Error::InvalidState { state: JobState::Exhausted, .. }) => false,
+                    Err(e) => return Err(e),
+                };
+                check_expected("acknowledge", expected, u64::from(changed))?;
+                Ok(changed)
+            })
         })
     }
 
@@ -151,7 +160,7 @@ impl<'q, S: Store> Operator<'q, S> {
     pub fn pause(&self, queue: &str) -> Result<bool> {
         check_name("queue name", queue)?;
         let decided = self.decided("pause")?;
-        self.queue.store().write(|tx| S::pause_queue(tx, queue, self.now(), &decided))
+        retry_conflicts(|| self.queue.store().write(|tx| S::pause_queue(tx, queue, self.now(tx)?, &decided)))
     }
 
     /// [`Queue::unpause`], recording who unpaused the queue and why on its row in place of
@@ -163,7 +172,8 @@ impl<'q, S: Store> Operator<'q, S> {
     pub fn unpause(&self, queue: &str) -> Result<bool> {
         check_name("queue name", queue)?;
         let decided = self.decided("unpause")?;
-        let unpaused = self.queue.store().write(|tx| S::unpause_queue(tx, queue, self.now(), &decided))?;
+        let unpaused =
+            retry_conflicts(|| self.queue.store().write(|tx| S::unpause_queue(tx, queue, self.now(tx)?, &decided)))?;
         if unpaused {
             // After the commit: a woken pool's claim must see the queue unpaused.
             self.queue.wake(queue);
@@ -179,10 +189,12 @@ impl<'q, S: Store> Operator<'q, S> {
     pub fn acknowledge_all(&self, queue: &str, expected: Option<u64>) -> Result<Vec<JobId>> {
         check_name("queue name", queue)?;
         let decided = self.decided("acknowledge")?;
-        self.queue.store().write(|tx| {
-            let ids = S::acknowledge_all(tx, queue, self.now(), &decided)?;
-            check_expected("acknowledge", expected, ids.len() as u64)?;
-            Ok(ids)
+        retry_conflicts(|| {
+            self.queue.store().write(|tx| {
+                let ids = S::acknowledge_all(tx, queue, self.now(tx)?, &decided)?;
+                check_expected("acknowledge", expected, ids.len() as u64)?;
+                Ok(ids)
+            })
         })
     }
 }

@@ -4,12 +4,14 @@
 
 use super::claims::held_briefly;
 use super::fence;
+use super::retry::retry_conflicts;
 use super::Queue;
 use crate::clock::duration_ms;
 use crate::error::{Error, Result};
 use crate::job::{Backoff, ClaimToken, Claimed, JobState, Retried};
 use crate::store::Store;
 use crate::validate::{check_claim, check_park_timeout, clip};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How a claim is settled (the engine's side of a handler's `Outcome`).
@@ -85,7 +87,7 @@ impl<S: Store> Queue<S> {
     pub fn complete_with<T>(&self, token: &ClaimToken, write: impl FnOnce(&S::Tx) -> Result<T>) -> Result<T> {
         self.write_waking(|tx| {
             let lease = self.owned_lease(tx, token)?;
-            settle_in::<S>(tx, token, &Settle::Complete, self.shared.now())?;
+            settle_in::<S>(tx, token, &Settle::Complete, self.shared.now_in(tx)?)?;
             // (The writer refuses to commit a transaction the store rolled back meanwhile.)
             held_briefly(token, lease, || write(tx))
         })
@@ -163,15 +165,21 @@ impl<S: Store> Queue<S> {
 
     fn settle(&self, token: &ClaimToken, settle: Settle) -> Result<Settled> {
         settle.check()?;
-        let (token, shared) = (*token, self.shared.clone());
-        self.store().submit(move |tx| settle_in::<S>(tx, &token, &settle, shared.now()))
+        let (token, settle) = (*token, Arc::new(settle));
+        retry_conflicts(|| {
+            let (settle, shared) = (settle.clone(), self.shared.clone());
+            self.store().submit(move |tx| settle_in::<S>(tx, &token, &settle, shared.now_in(tx)?))
+        })
     }
 
     /// Settles many claims in one transaction: one result per item; a stale token gets
     /// `OwnershipLost` without failing the others.
     pub(crate) fn settle_many(&self, items: Vec<(ClaimToken, Settle)>) -> Result<Vec<Result<Settled>>> {
-        let shared = self.shared.clone();
-        self.store().submit(move |tx| settle_each::<S>(tx, &items, shared.now()))
+        let items = Arc::new(items);
+        retry_conflicts(|| {
+            let (items, shared) = (items.clone(), self.shared.clone());
+            self.store().submit(move |tx| settle_each::<S>(tx, &items, shared.now_in(tx)?))
+        })
     }
 
     /// The worker pool's round trip: settles the attempts that finished and claims up to
@@ -189,11 +197,15 @@ impl<S: Store> Queue<S> {
             return Ok((self.settle_many(items)?, Vec::new()));
         }
         let lease_ms = check_claim(queue, worker, lease, limit)?;
-        let (queue, worker, shared) = (queue.to_string(), worker.to_string(), self.shared.clone());
-        self.store().submit(move |tx| {
-            let now = shared.now();
-            let settled = settle_each::<S>(tx, &items, now)?;
-            Ok((settled, S::claim(tx, &queue, &worker, now, now.saturating_add(lease_ms), limit)?))
+        let items = Arc::new(items);
+        retry_conflicts(|| {
+            let (items, shared) = (items.clone(), self.shared.clone());
+            let (queue, worker) = (queue.to_string(), worker.to_string());
+            self.store().submit(move |tx| {
+                let now = shared.now_in(tx)?;
+                let settled = settle_each::<S>(tx, &items, now)?;
+                Ok((settled, S::claim(tx, &queue, &worker, now, now.saturating_add(lease_ms), limit)?))
+            })
         })
     }
 
@@ -207,10 +219,12 @@ impl<S: Store> Queue<S> {
     /// Storage errors: `Busy`, `StorageFull`, `ReadOnly`; `NestedWrite` from inside a
     /// closure holding the queue's transaction (or an in-memory queue's `with_connection`).
     pub fn resume(&self, token: &ClaimToken) -> Result<()> {
-        self.store().write(|tx| {
-            let now = self.shared.now();
-            let resumed = S::resume_if_waiting(tx, token, now)?;
-            fence::identified::<S>(tx, token, JobState::Waiting, now, "resume", resumed)
+        retry_conflicts(|| {
+            self.store().write(|tx| {
+                let now = self.shared.now_in(tx)?;
+                let resumed = S::resume_if_waiting(tx, token, now)?;
+                fence::identified::<S>(tx, token, JobState::Waiting, now, "resume", resumed)
+            })
         })
     }
 }

@@ -35,6 +35,7 @@ pub mod postgres;
 pub(crate) mod scope;
 pub mod sqlite;
 
+use crate::clock::Clock;
 use crate::error::Result;
 use crate::job::{ClaimId, ClaimToken, Claimed, Exhaustion, Job, JobId, JobState, Resolution};
 use crate::report::{CheckpointReport, CommitStats, PausedQueue, ReapReport};
@@ -45,7 +46,8 @@ use std::time::Duration;
 /// Every transition runs on `tx`, inside a transaction the store opened with [`Store::write`]
 /// or [`Store::submit`] (reads: [`Store::read`]). Guarded transitions (`*_if_owned`,
 /// `*_if_<state>`) return whether they changed the row; they write nothing when the guard
-/// fails. Times are ms since the epoch, read from the queue's clock above the seam.
+/// fails. Times are ms since the epoch, read above the seam from [`Store::now`] of the same
+/// transaction (the queue's clock, or the store's own).
 pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// The transaction handle a caller's closure receives (`with_ownership`,
     /// `complete_with`, `transaction`, `enqueue_tx`): the store's own type.
@@ -107,6 +109,32 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     ///
     /// The store's read error.
     fn schema_version(tx: &Self::Tx) -> Result<i64>;
+
+    // ------------------------------------------------------------ time
+
+    /// The instant `tx` judges time by, in ms since the epoch: every `now` the transitions
+    /// of `tx` get, and every lease end, deadline and horizon computed from it above the
+    /// seam. By default the queue's `clock`. A store that several hosts share may measure
+    /// time by a clock of its own when `clock` is the host's wall clock
+    /// ([`Clock::is_host_clock`]): PostgreSQL reads the server's
+    /// clock, so that every host judges every lease by one clock. It must never run ahead of
+    /// that clock (a lease is never reclaimed early), and each call is the current instant
+    /// (a long transaction must not judge its later statements at its start).
+    ///
+    /// # Errors
+    ///
+    /// The store's error reading its clock.
+    fn now(tx: &Self::Tx, clock: &dyn Clock) -> Result<i64> {
+        let _ = tx;
+        Ok(clock.now_ms())
+    }
+
+    /// [`Store::now`] outside any transaction, without asking the store: an estimate for
+    /// advisory uses only (`Queue::now_ms`, `Attempt::owner_lost`), never for a decision.
+    /// By default the queue's `clock`.
+    fn now_estimate(&self, clock: &dyn Clock) -> i64 {
+        clock.now_ms()
+    }
 
     // ------------------------------------------------------------ intake
 

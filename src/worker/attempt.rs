@@ -1,6 +1,5 @@
 //! What a handler sees (`Attempt`) and what it returns (`Outcome`).
 
-use crate::clock::Clock;
 use crate::error::Result;
 use crate::job::{ClaimToken, Claimed};
 use crate::queue::Queue;
@@ -72,7 +71,6 @@ pub struct Attempt<S: Store = SqliteStore> {
     pub(crate) claimed: Claimed,
     pub(crate) lease: Arc<Lease>,
     pub(crate) queue: Queue<S>,
-    pub(crate) clock: Arc<dyn Clock>,
 }
 
 impl<S: Store> Attempt<S> {
@@ -104,7 +102,9 @@ impl<S: Store> Attempt<S> {
     /// True once a renewal failed or the last confirmed lease ran out: stop working and
     /// return. Advisory only; see [`Attempt::with_ownership`].
     pub fn owner_lost(&self) -> bool {
-        self.lease.lost.load(Ordering::SeqCst) || self.clock.now_ms() >= self.lease.until.load(Ordering::SeqCst)
+        // The queue's now, in the frame the lease was granted in (on PostgreSQL with the
+        // system clock, the server's as last measured, not this host's).
+        self.lease.lost.load(Ordering::SeqCst) || self.queue.now_ms() >= self.lease.until.load(Ordering::SeqCst)
     }
 
     /// Completes the job and runs `write` in the same transaction (see

@@ -8,7 +8,6 @@
 //! when a worker frees up.
 
 use super::attempt::{Attempt, Lease, Outcome};
-use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::job::{ClaimToken, Claimed, JobId, RetryPolicy};
 use crate::queue::settle::{Settle, Settled};
@@ -238,7 +237,6 @@ struct Shared<S: Store> {
     queue_name: String,
     lease: Duration,
     retry_policy: RetryPolicy,
-    clock: Arc<dyn Clock>,
     handler: Handler<S>,
     counters: Counters,
     /// Claimed and not yet settled, by claim: the pool may hold a new claim of a job whose
@@ -309,7 +307,6 @@ impl<S: Store> WorkerPool<S> {
 
     fn start(builder: WorkerPoolBuilder<S>, handler: Handler<S>, renew_every: Duration) -> Result<WorkerPool<S>> {
         let shared = Arc::new(Shared {
-            clock: builder.queue.clock(),
             queue: builder.queue.clone(),
             queue_name: builder.queue_name.clone(),
             lease: builder.lease,
@@ -588,7 +585,7 @@ fn work<S: Store>(shared: &Shared<S>, claimed: Claimed) -> Finished {
         return Finished::Settle(Outcome::retry("internal: attempt not registered"));
     };
     let token = claimed.token;
-    let mut attempt = Attempt { claimed, lease, queue: shared.queue.clone(), clock: shared.clock.clone() };
+    let mut attempt = Attempt { claimed, lease, queue: shared.queue.clone() };
     let outcome = run_handler(shared, &mut attempt);
     if attempt.lease.completed.load(Ordering::SeqCst) {
         if outcome != Outcome::Complete {

@@ -1,21 +1,45 @@
 //! PostgreSQL's errors as fenceq's.
 //!
-//! diesel 2.3 classifies a few SQLSTATEs into `DatabaseErrorKind` (serialization failure
-//! 40001, read-only transaction 25006, the integrity violations, the connection exceptions
-//! 08xxx) and does not expose the SQLSTATE of the others (a pull request adding an accessor
-//! is open upstream). Those kinds are used first; the rest is recognised by the server's
-//! primary message, which is stable in the C/English locale the messages are written in by
-//! default (`lc_messages`). A server whose messages are translated still gets every error
-//! through, as `Error::Postgres`, just less finely typed.
+//! diesel 2.3 (2.3.14 read) classifies a few SQLSTATEs into `DatabaseErrorKind`
+//! (serialization failure 40001, read-only transaction 25006, the integrity violations, the
+//! connection exceptions 08000/08001/08004/08006, and any error after which libpq reports
+//! the connection bad) and exposes no SQLSTATE for the others: its
+//! `DatabaseErrorInformation` carries the message, detail, hint, table, column, constraint
+//! and position, not the code (diesel-rs/diesel#5232), and reading it from libpq ourselves
+//! would take `unsafe`, which fenceq forbids. Those kinds are used first; the rest is
+//! recognised by the server's primary message. That is the one place fenceq reads a message,
+//! and only because nothing else carries the code. Messages are translated by the session's
+//! `lc_messages`, so every session of the queue asks for the untranslated `C` messages
+//! where its role may set them (a superuser, or one granted `SET ON PARAMETER lc_messages`);
+//! on a server whose messages are translated and whose role may not, errors still get
+//! through as `Error::Postgres`, only less finely typed.
+//!
+//! | SQLSTATE | meaning | fenceq |
+//! |---|---|---|
+//! | 40001 serialization_failure (also a standby's recovery conflict) | conflict | `Busy`, fenceq's own transaction re-run first |
+//! | 40P01 deadlock_detected | conflict | `Busy`, fenceq's own transaction re-run first |
+//! | 55P03 lock_not_available (`lock_timeout`), 57014 query_canceled (`statement_timeout`), 53300 too_many_connections | waited too long | `Busy` |
+//! | 53100 disk_full | | `StorageFull` |
+//! | 25006 read_only_sql_transaction (`default_transaction_read_only`, a hot standby) | | `ReadOnly` |
+//! | 25P02 in_failed_sql_transaction | an earlier statement failed | `TransactionLost` |
+//! | 08xxx, 57P01..57P03, 25P03 idle_in_transaction_session_timeout, libpq's lost connection | | `ConnectionLost` (the pool replaces the connection) |
+//! | anything else | | `Postgres` with the server's message |
+//!
+//! A conflict is a `Busy` whose statement name ends in [`DEADLOCK`] or
+//! [`SERIALIZATION_FAILURE`] (`Error::is_conflict`): the queue re-runs its own transactions
+//! after one (`queue/retry.rs`), never a caller's closure.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, DEADLOCK, SERIALIZATION_FAILURE};
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
+use std::sync::{Mutex, PoisonError};
 
 /// What a server message says, when diesel gives no kind for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Said {
-    /// 40P01 deadlock_detected, 55P03 lock_not_available (lock_timeout), 57014
-    /// query_canceled (statement_timeout), 53300 too_many_connections.
+    /// 40P01 deadlock_detected.
+    Deadlock,
+    /// 55P03 lock_not_available (lock_timeout, `NOWAIT`), 57014 query_canceled
+    /// (statement_timeout), 53300 too_many_connections.
     Busy,
     /// 53100 disk_full, and the "could not extend file" of a full disk.
     Full,
@@ -31,8 +55,9 @@ enum Said {
 
 fn said(message: &str) -> Said {
     let m = message.to_ascii_lowercase();
-    if m.contains("deadlock detected")
-        || m.contains("lock timeout")
+    if m.contains("deadlock detected") {
+        Said::Deadlock
+    } else if m.contains("lock timeout")
         || m.contains("statement timeout")
         || m.contains("could not obtain lock")
         || m.contains("too many clients")
@@ -68,12 +93,15 @@ impl Error {
             _ => (None, String::new()),
         };
         match kind {
-            Some(DatabaseErrorKind::SerializationFailure) => return Error::Busy { statement },
+            Some(DatabaseErrorKind::SerializationFailure) => {
+                return Error::Busy { statement: conflict(statement, SERIALIZATION_FAILURE) }
+            }
             Some(DatabaseErrorKind::ReadOnlyTransaction) => return Error::ReadOnly { statement },
             Some(DatabaseErrorKind::ClosedConnection) => return Error::ConnectionLost { statement },
             _ => {}
         }
         match said(&message) {
+            Said::Deadlock => Error::Busy { statement: conflict(statement, DEADLOCK) },
             Said::Busy => Error::Busy { statement },
             Said::Full => Error::StorageFull { statement },
             Said::Aborted => Error::TransactionLost,
@@ -81,6 +109,21 @@ impl Error {
             Said::Other => Error::Postgres { statement, source },
         }
     }
+}
+
+/// `statement` followed by the conflict's name (`what`), as the `&'static str` an error's
+/// statement is. Each pair is made once and kept for the life of the process: statement
+/// names are the store's constants (and `"caller transaction"`), so there are at most twice
+/// as many as there are statements.
+fn conflict(statement: &'static str, what: &'static str) -> &'static str {
+    static NAMES: Mutex<Vec<(&'static str, &'static str, &'static str)>> = Mutex::new(Vec::new());
+    let mut names = NAMES.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(&(_, _, name)) = names.iter().find(|(s, w, _)| *s == statement && *w == what) {
+        return name;
+    }
+    let name: &'static str = Box::leak(format!("{statement}{what}").into_boxed_str());
+    names.push((statement, what, name));
+    name
 }
 
 /// From `diesel::result::Error`: errors raised by SQL a caller runs in a closure's
@@ -142,11 +185,34 @@ mod tests {
         let unknown = DatabaseErrorKind::Unknown;
         let cases: Vec<(DieselError, Expected)> = vec![
             (db_error(DatabaseErrorKind::SerializationFailure, "could not serialize access"), |e| {
-                matches!(e, Error::Busy { .. })
+                matches!(e, Error::Busy { .. }) && e.is_conflict()
             }),
-            (db_error(unknown, "deadlock detected"), |e| matches!(e, Error::Busy { .. })),
-            (db_error(unknown, "canceling statement due to lock timeout"), |e| matches!(e, Error::Busy { .. })),
-            (db_error(unknown, "canceling statement due to statement timeout"), |e| matches!(e, Error::Busy { .. })),
+            (db_error(unknown, "deadlock detected"), |e| matches!(e, Error::Busy { .. }) && e.is_conflict()),
+            (db_error(unknown, "could not obtain lock on row in relation \"fenceq_jobs\""), |e| {
+                matches!(e, Error::Busy { .. }) && !e.is_conflict()
+            }),
+            (
+                db_error(DatabaseErrorKind::SerializationFailure, "canceling statement due to conflict with recovery"),
+                |e| matches!(e, Error::Busy { .. }) && e.is_conflict(),
+            ),
+            (db_error(unknown, "could not write to file \"pg_wal/xlogtemp.1\": No space left on device"), |e| {
+                matches!(e, Error::StorageFull { .. })
+            }),
+            (db_error(DatabaseErrorKind::ReadOnlyTransaction, "cannot execute INSERT during recovery"), |e| {
+                matches!(e, Error::ReadOnly { .. })
+            }),
+            (db_error(unknown, "terminating connection due to idle-in-transaction timeout"), |e| {
+                matches!(e, Error::ConnectionLost { .. })
+            }),
+            (db_error(unknown, "the database system is in recovery mode"), |e| {
+                matches!(e, Error::ConnectionLost { .. })
+            }),
+            (db_error(unknown, "canceling statement due to lock timeout"), |e| {
+                matches!(e, Error::Busy { .. }) && !e.is_conflict()
+            }),
+            (db_error(unknown, "canceling statement due to statement timeout"), |e| {
+                matches!(e, Error::Busy { .. }) && !e.is_conflict()
+            }),
             (db_error(unknown, "sorry, too many clients already"), |e| matches!(e, Error::Busy { .. })),
             (db_error(unknown, "could not extend file \"base/1/2\": No space left on device"), |e| {
                 matches!(e, Error::StorageFull { .. })
@@ -175,6 +241,20 @@ mod tests {
             assert!(expected(&e), "{shown} became {e:?}");
         }
         assert!(Error::postgres("S", db_error(unknown, "deadlock detected")).is_retryable());
+    }
+
+    #[test]
+    fn a_conflict_names_its_statement_and_kind_and_is_made_once() {
+        let deadlock = || Error::postgres("CLAIM", db_error(DatabaseErrorKind::Unknown, "deadlock detected"));
+        let (Error::Busy { statement: first }, Error::Busy { statement: again }) = (deadlock(), deadlock()) else {
+            panic!("a deadlock is Busy");
+        };
+        assert_eq!(first, "CLAIM (deadlock)");
+        assert!(std::ptr::eq(first, again), "one string per statement and kind");
+        let shown = deadlock().to_string();
+        assert!(shown.contains("CLAIM (deadlock)"), "{shown}");
+        let serialization = Error::postgres("COMMIT", db_error(DatabaseErrorKind::SerializationFailure, "x"));
+        assert!(matches!(serialization, Error::Busy { statement: "COMMIT (serialization failure)" }));
     }
 
     #[test]

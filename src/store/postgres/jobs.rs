@@ -4,6 +4,7 @@
 use super::error::PgContext;
 use super::statements::*;
 use super::{PgTx, PostgresStore};
+use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::job::{ClaimId, ClaimToken, Claimed, Decision, Exhaustion, Job, JobId, JobState, Resolution};
 use crate::report::{CheckpointReport, CommitStats, PausedQueue, ReapReport};
@@ -285,6 +286,19 @@ impl Store for PostgresStore {
 
     fn schema_version(tx: &PgTx) -> Result<i64> {
         tx.with(super::migrate::version)
+    }
+
+    /// The server's clock with the system clock (`time.rs`), else the injected one.
+    fn now(tx: &PgTx, clock: &dyn Clock) -> Result<i64> {
+        super::time::now(tx, clock)
+    }
+
+    fn now_estimate(&self, clock: &dyn Clock) -> i64 {
+        if clock.is_host_clock() {
+            self.offset.estimate(clock)
+        } else {
+            clock.now_ms()
+        }
     }
 
     fn enqueue(tx: &PgTx, row: &NewRow<'_>) -> Result<Option<JobId>> {

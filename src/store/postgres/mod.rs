@@ -18,18 +18,20 @@
 //!
 //! ## Time
 //!
-//! In this version leases, deadlines and retention are judged by the queue's clock, as on
-//! SQLite (the [`Clock`](crate::Clock) of [`QueueBuilder::clock`], the system clock by
-//! default), and passed to every statement as a parameter. With several hosts that means
-//! every host's clock must agree within a small fraction of the shortest lease. Judging by
-//! the database server's clock for every host (River's `coalesce(@now, now())`, with an
-//! injected clock only for tests) is the planned default for multi-host deployments and is
-//! not done yet.
+//! Leases, `run_at`, deadlines and retention horizons are measured by **the database
+//! server's clock**, for every host, whenever the queue runs on the default system clock:
+//! hosts whose clocks disagree by minutes still agree on every lease. Each transaction
+//! reads the server's `clock_timestamp()` once and moves it on by this host's monotonic
+//! clock, and every time its statements get, or that fenceq computes from one and hands
+//! back, is that server time (`time.rs` says why `clock_timestamp()` and not `now()`). An
+//! injected clock ([`QueueBuilder::clock`]) is for tests only: it replaces the server's
+//! clock for the handles that use it, as it replaces the system clock on SQLite.
 
 pub(crate) mod error;
 mod jobs;
 pub(crate) mod migrate;
 pub(crate) mod statements;
+pub(crate) mod time;
 
 use crate::config::QueueBuilder;
 use crate::error::{Error, Result};
@@ -86,6 +88,11 @@ impl std::fmt::Debug for Url {
 /// calls are savepoints and fine.
 pub struct PgTx {
     conn: RefCell<Held>,
+    /// The server's clock as this transaction read it (`time.rs`).
+    time: time::ServerTime,
+    /// The store's estimate of the server's clock, updated by each read (`None` for a
+    /// connection of the application's own).
+    offset: Option<time::Offset>,
 }
 
 enum Held {
@@ -105,11 +112,11 @@ impl PgTx {
     /// queue's `enqueue_tx` can run on it. The caller commits or rolls back (take the
     /// connection back with [`PgTx::into_connection`]).
     pub fn new(conn: PgConnection) -> PgTx {
-        PgTx { conn: RefCell::new(Held::Own(conn)) }
+        PgTx { conn: RefCell::new(Held::Own(conn)), time: time::ServerTime::default(), offset: None }
     }
 
-    fn pooled(conn: PooledConnection<Manager>) -> PgTx {
-        PgTx { conn: RefCell::new(Held::Pooled(conn)) }
+    fn pooled(conn: PooledConnection<Manager>, offset: &time::Offset) -> PgTx {
+        PgTx { conn: RefCell::new(Held::Pooled(conn)), time: time::ServerTime::default(), offset: Some(offset.clone()) }
     }
 
     /// The connection, lent to the caller until the guard is dropped.
@@ -156,6 +163,8 @@ pub struct PostgresStore {
     url: Url,
     schema: Option<String>,
     transactions: AtomicU64,
+    /// The server's clock minus this host's, as last measured (`time.rs`).
+    offset: time::Offset,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -176,11 +185,22 @@ impl CustomizeConnection<PgConnection, diesel::r2d2::Error> for Session {
     }
 }
 
-/// `SET` statements for a session: the timeouts, the schema, read-only.
+/// `SET` statements for a session: the timeouts, the isolation level, the messages' language,
+/// the schema, read-only.
+///
+/// `READ COMMITTED` whatever the database's default: the fenced statements rely on its
+/// re-check of a row that changed under them, where `REPEATABLE READ` or `SERIALIZABLE`
+/// would fail them with serialization errors instead. (A caller's closure may still raise
+/// its own transaction's level with `SET TRANSACTION ISOLATION LEVEL` as its first
+/// statement.) Messages in `C`, untranslated, where the role may set `lc_messages` (see
+/// `error.rs`); elsewhere the `DO` block leaves it as it is, without failing.
 fn session_settings(builder: &QueueBuilder) -> String {
     let ms = |d: Duration| d.as_millis().min(i32::MAX as u128);
     let mut sql = format!(
-        "SET statement_timeout = {}; SET lock_timeout = {}; SET idle_in_transaction_session_timeout = {};",
+        "SET statement_timeout = {}; SET lock_timeout = {}; SET idle_in_transaction_session_timeout = {}; \
+         SET default_transaction_isolation = 'read committed'; \
+         DO $$ BEGIN PERFORM set_config('lc_messages', 'C', false); \
+         EXCEPTION WHEN insufficient_privilege THEN NULL; END $$;",
         ms(POSTGRES_STATEMENT_TIMEOUT),
         ms(builder.busy_timeout).max(1),
         ms(POSTGRES_IDLE_IN_TRANSACTION_TIMEOUT),
@@ -251,7 +271,13 @@ impl PostgresStore {
             .test_on_check_out(true)
             .connection_customizer(Box::new(Session { settings: session_settings(builder) }))
             .build(manager)?;
-        let store = PostgresStore { pool, url, schema: builder.schema.clone(), transactions: AtomicU64::new(0) };
+        let store = PostgresStore {
+            pool,
+            url,
+            schema: builder.schema.clone(),
+            transactions: AtomicU64::new(0),
+            offset: time::Offset::unmeasured(),
+        };
         let mut conn = store.pool.get()?;
         if builder.read_only || !builder.upgrade {
             let found = match &builder.schema {
@@ -263,6 +289,11 @@ impl PostgresStore {
             }
         } else {
             migrate::migrate(&mut conn, builder.schema.as_deref(), migrate::SCHEMA_VERSION)?;
+        }
+        drop(conn);
+        if builder.clock.is_host_clock() {
+            // A first measure of the server's clock, for `Queue::now_ms` before any call.
+            store.run_read(|tx| time::now(tx, &*builder.clock))?;
         }
         Ok(store)
     }
@@ -282,7 +313,7 @@ impl PostgresStore {
     }
 
     fn run_read<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
-        let tx = PgTx::pooled(self.pool.get()?);
+        let tx = PgTx::pooled(self.pool.get()?, &self.offset);
         f(&tx)
     }
 
@@ -294,7 +325,7 @@ impl PostgresStore {
     /// the success PostgreSQL's `COMMIT` of an aborted transaction would report while
     /// rolling it back.
     fn run_write<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
-        let tx = PgTx::pooled(self.pool.get()?);
+        let tx = PgTx::pooled(self.pool.get()?, &self.offset);
         tx.with(|conn| AnsiTransactionManager::begin_transaction(conn).pg("BEGIN"))?;
         let result = f(&tx);
         let mut held = tx.conn.try_borrow_mut().map_err(|_| Error::invalid("transaction", "still lent out"))?;
