@@ -287,6 +287,7 @@ impl Context {
     /// here at about 1 exit in 100 under load, none in 900 with GSS encryption off. GSS
     /// authentication (`gss` in pg_hba.conf) does not need GSS encryption; a deployment that
     /// does can say `gssencmode=require` in the URL.
+    #[cfg(feature = "postgres")]
     pub fn server_url(&self) -> String {
         let url = self.db.to_string_lossy().into_owned();
         if url.to_ascii_lowercase().contains("gssencmode=") || std::env::var_os("PGGSSENCMODE").is_some() {
@@ -640,6 +641,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "postgres")]
     #[test]
     fn server_urls_turn_gss_encryption_off_unless_they_choose() {
         let ctx = |db: &str| Context {
