@@ -641,6 +641,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "postgres")]
     #[test]
     #[cfg(feature = "postgres")]
     fn server_urls_turn_gss_encryption_off_unless_they_choose() {
