@@ -643,7 +643,6 @@ mod tests {
 
     #[cfg(feature = "postgres")]
     #[test]
-    #[cfg(feature = "postgres")]
     fn server_urls_turn_gss_encryption_off_unless_they_choose() {
         let ctx = |db: &str| Context {
             db: PathBuf::from(db),
