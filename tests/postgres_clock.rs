@@ -39,7 +39,7 @@ fn server() -> Option<String> {
     }
 }
 
-/// A host whose wall clock is `0` ms off (positive: fast). It is the host's clock as far
+/// A host whose wall clock is off by its field, in ms (positive: fast). It is the host's clock as far
 /// as anyone can tell, as the wrong clock of a real machine is.
 #[derive(Debug)]
 struct SkewedHostClock(i64);
