@@ -37,7 +37,7 @@ impl<S: Store> Queue<S> {
     pub fn claim_batch(&self, queue: &str, worker: &str, lease: Duration, limit: u32) -> Result<Vec<Claimed>> {
         let lease_ms = check_claim(queue, worker, lease, limit)?;
         let (queue, worker, shared) = (queue.to_string(), worker.to_string(), self.shared.clone());
-        self.store().submit(move |tx| {
+        self.store().submit_single(move |tx| {
             let now = shared.now();
             S::claim(tx, &queue, &worker, now, now.saturating_add(lease_ms), limit)
         })

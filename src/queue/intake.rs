@@ -25,7 +25,7 @@ impl<S: Store> Queue<S> {
         check_job(&job, self.shared.max_payload)?;
         let queue_name = job.queue.clone();
         let shared = self.shared.clone();
-        let enqueued = self.store().submit(move |tx| insert(&shared, tx, &job))?;
+        let enqueued = self.store().submit_single(move |tx| insert(&shared, tx, &job))?;
         self.wake(&queue_name);
         Ok(enqueued)
     }

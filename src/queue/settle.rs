@@ -164,7 +164,9 @@ impl<S: Store> Queue<S> {
     fn settle(&self, token: &ClaimToken, settle: Settle) -> Result<Settled> {
         settle.check()?;
         let (token, shared) = (*token, self.shared.clone());
-        self.store().submit(move |tx| settle_in::<S>(tx, &token, &settle, shared.now()))
+        // One settle writes once at most: a retry out of attempts exhausts only after the
+        // retry's guard changed nothing.
+        self.store().submit_single(move |tx| settle_in::<S>(tx, &token, &settle, shared.now()))
     }
 
     /// Settles many claims in one transaction: one result per item; a stale token gets

@@ -266,6 +266,20 @@ impl Store for PostgresStore {
         self.submit_scoped(work)
     }
 
+    /// Autocommit: no `BEGIN` and `COMMIT` round trips (see the store's docs).
+    fn submit_single<T, F>(&self, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&PgTx) -> Result<T> + Send + 'static,
+    {
+        self.submit_single_scoped(work)
+    }
+
+    /// Starts this store's `LISTEN` thread (once) and has it call `wake`.
+    fn watch(&self, wake: std::sync::Arc<dyn Fn(Option<&str>) + Send + Sync>) {
+        self.watch_scoped(wake)
+    }
+
     /// PostgreSQL never leaves a transaction by itself: after an error it refuses every
     /// statement until the rollback, and the store's commit turns that into
     /// `TransactionLost` (see `run_write`).
