@@ -267,6 +267,11 @@ fn the_listener_thread_ends_with_the_last_handle_of_its_queue() {
     assert_eq!(listener_threads(), 0, "no pool, no listener");
     let pool = WorkerPool::builder(queue.clone(), "q").handler(|_| Outcome::Complete).start().unwrap();
     let second = WorkerPool::builder(queue.clone(), "other").handler(|_| Outcome::Complete).start().unwrap();
+    // A thread names itself as it starts: wait (bounded) until it has.
+    let deadline = Instant::now() + PROMPTLY;
+    while listener_threads() == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     assert_eq!(listener_threads(), 1, "one listener per queue handle, however many pools");
     let clone = queue.clone();
     pool.shutdown(Duration::from_secs(10)).unwrap();

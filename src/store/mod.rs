@@ -106,7 +106,7 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// some (every queue's pools should look). The queue registers once per handle, when its
     /// first pool subscribes. The default does nothing: SQLite has no other process to hear
     /// from, and pools poll.
-    fn watch(&self, wake: std::sync::Arc<dyn Fn(Option<&str>) + Send + Sync>) {
+    fn watch(&self, wake: Wake) {
         let _ = wake;
     }
 
@@ -447,6 +447,10 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// The store's error.
     fn schedule_last_tick(tx: &Self::Tx, name: &str) -> Result<Option<i64>>;
 }
+
+/// What a store's watcher calls ([`Store::watch`]): wakes the pools of the named queue, or
+/// of every queue for `None`.
+pub type Wake = std::sync::Arc<dyn Fn(Option<&str>) + Send + Sync>;
 
 /// One forward-only schema change of a store, embedded from its `migrations/` folder: the
 /// same version numbers and names in every store (each store's SQL is its own dialect).

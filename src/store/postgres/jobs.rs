@@ -276,7 +276,7 @@ impl Store for PostgresStore {
     }
 
     /// Starts this store's `LISTEN` thread (once) and has it call `wake`.
-    fn watch(&self, wake: std::sync::Arc<dyn Fn(Option<&str>) + Send + Sync>) {
+    fn watch(&self, wake: crate::store::Wake) {
         self.watch_scoped(wake)
     }
 

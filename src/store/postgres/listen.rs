@@ -37,7 +37,7 @@ pub(crate) const RECONNECT_FIRST: Duration = Duration::from_millis(50);
 /// The longest wait between reconnection attempts: 5 s.
 pub(crate) const RECONNECT_MAX: Duration = Duration::from_secs(5);
 
-type Wake = Arc<dyn Fn(Option<&str>) + Send + Sync>;
+use crate::store::Wake;
 
 /// A running listener thread.
 pub(crate) struct Listener {

@@ -431,7 +431,7 @@ impl PostgresStore {
     }
 
     /// Starts the listener (once) and adds `wake` to what it calls.
-    fn watch_scoped(&self, wake: std::sync::Arc<dyn Fn(Option<&str>) + Send + Sync>) {
+    fn watch_scoped(&self, wake: crate::store::Wake) {
         let mut listener = self.listener.lock();
         listener
             .get_or_insert_with(|| listen::Listener::start(with_defaults(&self.url.0), self.settings.clone()))
