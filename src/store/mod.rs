@@ -214,6 +214,18 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// The store's error.
     fn complete_if_owned(tx: &Self::Tx, token: &ClaimToken, now: i64) -> Result<bool>;
 
+    /// [`Store::complete_if_owned`] for each token in turn, in one call (`complete_all`, a
+    /// pool's round): one `bool` per token, in order, exactly as the calls one by one would
+    /// report them (a token listed twice completes once, the first time). A server store
+    /// makes it one statement. The default calls `complete_if_owned` for each.
+    ///
+    /// # Errors
+    ///
+    /// The store's error.
+    fn complete_many_if_owned(tx: &Self::Tx, tokens: &[ClaimToken], now: i64) -> Result<Vec<bool>> {
+        tokens.iter().map(|token| Self::complete_if_owned(tx, token, now)).collect()
+    }
+
     /// `running` → `pending` at `run_at`, only while attempts are left.
     ///
     /// # Errors

@@ -141,6 +141,17 @@ pub(crate) const COMPLETE_IF_OWNED: &str = concat!(
     owned_by_token!()
 );
 
+/// Every exact live claim of the arrays `$1` ids, `$2` attempts, `$3` claim ids (at `$4`)
+/// completed in one statement, returning the tokens that completed their rows (a token listed
+/// twice matches its row once).
+pub(crate) const COMPLETE_MANY_IF_OWNED: &str = "
+    UPDATE fenceq_jobs AS j
+    SET    state = 'completed', lease_until = NULL, settled_at = $4
+    FROM   unnest($1::bigint[], $2::integer[], $3::uuid[]) AS t(id, attempt, claim_id)
+    WHERE  j.id = t.id AND j.attempt = t.attempt AND j.claim_id = t.claim_id
+      AND  j.state = 'running' AND j.lease_until > $4
+    RETURNING j.id, j.attempt, j.claim_id";
+
 /// Back to pending at `$5` with error `$6` while attempts are left (the constraint
 /// `pending_has_attempts_left` enforces it too).
 pub(crate) const RETRY_IF_OWNED: &str = concat!(
