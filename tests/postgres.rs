@@ -395,3 +395,25 @@ fn eight_handles_racing_for_one_schedule_tick_record_it_once() {
     assert_eq!(last(&handles[7]), Some(tick + 60_000));
     assert_eq!(q.transaction(|tx| PostgresStore::schedule_last_tick(tx, "never-ran")).unwrap(), None);
 }
+
+/// `complete_all` is one statement on PostgreSQL; each token still gets what its own
+/// `complete` would have got, in order: a repeat of a token, a forged claim id and an
+/// expired lease are `OwnershipLost`, the others complete.
+#[test]
+fn complete_all_answers_each_token_as_its_own_call_would() {
+    let Some(s) = Scratch::new() else { return };
+    let q = s.open();
+    for i in 0..3 {
+        q.enqueue(NewJob::new("q", format!("{i}").into_bytes())).unwrap();
+    }
+    let jobs = q.claim_batch("q", "w", LEASE, 2).unwrap();
+    let (a, b) = (jobs[0].token(), jobs[1].token());
+    let forged = fenceq::ClaimToken { claim_id: fenceq::ClaimId(uuid::Uuid::new_v4()), ..b };
+    let late = q.claim("q", "w", Duration::from_millis(10)).unwrap().unwrap().token();
+    s.clock.advance(Duration::from_millis(20));
+    let results = q.complete_all(&[a, a, forged, b, late]).unwrap();
+    let lost: Vec<bool> = results.iter().map(|r| matches!(r, Err(Error::OwnershipLost { .. }))).collect();
+    assert_eq!(lost, [false, true, true, false, true], "{results:?}");
+    assert_eq!(q.job(a.id).unwrap().unwrap().state, fenceq::JobState::Completed);
+    assert_eq!(q.job(late.id).unwrap().unwrap().state, fenceq::JobState::Running, "an expired lease is not completed");
+}

@@ -39,7 +39,7 @@ impl<S: Store> Queue<S> {
         let lease_ms = check_claim(queue, worker, lease, limit)?;
         retry_conflicts(|| {
             let (queue, worker, shared) = (queue.to_string(), worker.to_string(), self.shared.clone());
-            self.store().submit(move |tx| {
+            self.store().submit_single(move |tx| {
                 let now = shared.now_in(tx)?;
                 S::claim(tx, &queue, &worker, now, now.saturating_add(lease_ms), limit)
             })

@@ -29,7 +29,7 @@ impl<S: Store> Queue<S> {
         let job = Arc::new(job);
         let enqueued = retry_conflicts(|| {
             let (shared, job) = (self.shared.clone(), job.clone());
-            self.store().submit(move |tx| insert(&shared, tx, &job))
+            self.store().submit_single(move |tx| insert(&shared, tx, &job))
         })?;
         self.wake(&queue_name);
         Ok(enqueued)

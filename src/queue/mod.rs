@@ -58,7 +58,10 @@ pub(crate) struct Shared<S> {
     /// The limits every operation checks before it touches the store.
     pub(crate) max_payload: usize,
     pub(crate) max_attempts: u32,
-    wakers: Mutex<Vec<Waker>>,
+    /// Shared with the store's watcher ([`Store::watch`]), which holds it weakly.
+    wakers: Arc<Mutex<Vec<Waker>>>,
+    /// Whether the store's watcher was registered (once, with the first pool).
+    watched: std::sync::Once,
     /// The periodic jobs registered on this handle, by name (`schedules.rs`).
     #[cfg(feature = "schedule")]
     pub(crate) schedules: Mutex<std::collections::BTreeMap<String, Arc<schedules::Periodic>>>,
@@ -80,6 +83,14 @@ impl<S: Store> Shared<S> {
 
 /// A worker pool's wake-up channel for one queue.
 type Waker = (String, Sender<()>);
+
+/// Wakes the pools of `queue` (of every queue for `None`), forgetting pools that are gone.
+fn wake_in(wakers: &Mutex<Vec<Waker>>, queue: Option<&str>) {
+    wakers.lock().retain(|(q, tx)| {
+        queue.is_some_and(|queue| q != queue)
+            || !matches!(tx.try_send(()), Err(crossbeam_channel::TrySendError::Disconnected(_)))
+    });
+}
 
 impl<S: Store> Clone for Queue<S> {
     fn clone(&self) -> Self {
@@ -135,7 +146,8 @@ impl<S: Store> Queue<S> {
             clock,
             max_payload,
             max_attempts,
-            wakers: Mutex::default(),
+            wakers: Arc::default(),
+            watched: std::sync::Once::new(),
             #[cfg(feature = "schedule")]
             schedules: Mutex::default(),
         };
@@ -205,14 +217,19 @@ impl<S: Store> Queue<S> {
     pub(crate) fn subscribe(&self, queue: &str) -> Receiver<()> {
         let (tx, rx) = crossbeam_channel::bounded(1);
         self.shared.wakers.lock().push((queue.to_string(), tx));
+        self.shared.watched.call_once(|| {
+            let wakers = Arc::downgrade(&self.shared.wakers);
+            self.store().watch(Arc::new(move |queue: Option<&str>| {
+                if let Some(wakers) = wakers.upgrade() {
+                    wake_in(&wakers, queue);
+                }
+            }));
+        });
         rx
     }
 
     pub(crate) fn wake(&self, queue: &str) {
-        let mut wakers = self.shared.wakers.lock();
-        wakers.retain(|(q, tx)| {
-            q != queue || !matches!(tx.try_send(()), Err(crossbeam_channel::TrySendError::Disconnected(_)))
-        });
+        wake_in(&self.shared.wakers, Some(queue));
     }
 
     /// How this handle's writes were grouped into transactions so far (group commit combines

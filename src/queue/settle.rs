@@ -166,9 +166,11 @@ impl<S: Store> Queue<S> {
     fn settle(&self, token: &ClaimToken, settle: Settle) -> Result<Settled> {
         settle.check()?;
         let (token, settle) = (*token, Arc::new(settle));
+        // One settle writes once at most: a retry out of attempts exhausts only after the
+        // retry's guard changed nothing.
         retry_conflicts(|| {
             let (settle, shared) = (settle.clone(), self.shared.clone());
-            self.store().submit(move |tx| settle_in::<S>(tx, &token, &settle, shared.now_in(tx)?))
+            self.store().submit_single(move |tx| settle_in::<S>(tx, &token, &settle, shared.now_in(tx)?))
         })
     }
 
@@ -256,6 +258,21 @@ fn settle_in<S: Store>(tx: &S::Tx, token: &ClaimToken, settle: &Settle, now: i64
 /// Settles each item in `tx`: a guarded miss or bad input is that item's result (it changed
 /// nothing); any other error fails them all.
 fn settle_each<S: Store>(tx: &S::Tx, items: &[(ClaimToken, Settle)], now: i64) -> Result<Vec<Result<Settled>>> {
+    if items.len() > 1 && items.iter().all(|(_, settle)| matches!(settle, Settle::Complete)) {
+        // Only completions (`complete_all`, most pool rounds): the store completes them all
+        // at once, and each miss is explained as `settle_in` would.
+        let tokens: Vec<ClaimToken> = items.iter().map(|(token, _)| *token).collect();
+        let changed = S::complete_many_if_owned(tx, &tokens, now)?;
+        let mut results = Vec::with_capacity(items.len());
+        for (token, changed) in tokens.iter().zip(changed) {
+            match fence::owned::<S>(tx, token, now, changed) {
+                Ok(()) => results.push(Ok(Settled::Completed)),
+                Err(e @ Error::OwnershipLost { .. }) => results.push(Err(e)),
+                Err(e) => return Err(e),
+            }
+        }
+        return Ok(results);
+    }
     let mut results = Vec::with_capacity(items.len());
     for (token, settle) in items {
         match settle.check().and_then(|()| settle_in::<S>(tx, token, settle, now)) {

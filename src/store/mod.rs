@@ -83,6 +83,35 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
         T: Send + 'static,
         F: FnOnce(&Self::Tx) -> Result<T> + Send + 'static;
 
+    /// [`Store::submit`] for work that changes rows in one statement at most: any statement
+    /// after one that changed a row only reads, and a statement that changes rows runs only
+    /// when those before it changed nothing (one enqueue, one claim, one settle). A server
+    /// store may then run each statement in a transaction of its own (autocommit: no `BEGIN`
+    /// and `COMMIT` round trips), which under `READ COMMITTED` is the same as one
+    /// transaction: each statement reads the latest commits either way, and only one of
+    /// them writes. The default is [`Store::submit`].
+    ///
+    /// # Errors
+    ///
+    /// As for [`Store::submit`].
+    fn submit_single<T, F>(&self, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Self::Tx) -> Result<T> + Send + 'static,
+    {
+        self.submit(work)
+    }
+
+    /// Registers `wake`, for a store that learns of other processes' work (a server store's
+    /// `LISTEN`): the store calls it, from a thread of its own, with the name of a queue
+    /// another process (or handle) made a job due in, or with `None` when it may have missed
+    /// some (every queue's pools should look). The queue registers once per handle, when its
+    /// first pool subscribes. The default does nothing: SQLite has no other process to hear
+    /// from, and pools poll.
+    fn watch(&self, wake: Wake) {
+        let _ = wake;
+    }
+
     /// `Err(TransactionLost)` when the store rolled `tx`'s transaction back by itself while
     /// a caller's closure ran.
     ///
@@ -225,6 +254,18 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     ///
     /// The store's error.
     fn complete_if_owned(tx: &Self::Tx, token: &ClaimToken, now: i64) -> Result<bool>;
+
+    /// [`Store::complete_if_owned`] for each token in turn, in one call (`complete_all`, a
+    /// pool's round): one `bool` per token, in order, exactly as the calls one by one would
+    /// report them (a token listed twice completes once, the first time). A server store
+    /// makes it one statement. The default calls `complete_if_owned` for each.
+    ///
+    /// # Errors
+    ///
+    /// The store's error.
+    fn complete_many_if_owned(tx: &Self::Tx, tokens: &[ClaimToken], now: i64) -> Result<Vec<bool>> {
+        tokens.iter().map(|token| Self::complete_if_owned(tx, token, now)).collect()
+    }
 
     /// `running` → `pending` at `run_at`, only while attempts are left.
     ///
@@ -459,6 +500,10 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// The store's error.
     fn schedule_last_tick(tx: &Self::Tx, name: &str) -> Result<Option<i64>>;
 }
+
+/// What a store's watcher calls ([`Store::watch`]): wakes the pools of the named queue, or
+/// of every queue for `None`.
+pub type Wake = std::sync::Arc<dyn Fn(Option<&str>) + Send + Sync>;
 
 /// One forward-only schema change of a store, embedded from its `migrations/` folder: the
 /// same version numbers and names in every store (each store's SQL is its own dialect).

@@ -11,7 +11,7 @@ use crate::report::{CheckpointReport, CommitStats, PausedQueue, ReapReport};
 use crate::store::{Decided, Identity, NewRow, OwnedLease, StatsRow, Store};
 use diesel::pg::Pg;
 use diesel::query_builder::{BoxedSqlQuery, SqlQuery};
-use diesel::sql_types::{BigInt, Binary, Bool, Integer, Nullable, Text, Uuid as SqlUuid};
+use diesel::sql_types::{Array, BigInt, Binary, Bool, Integer, Nullable, Text, Uuid as SqlUuid};
 use diesel::{sql_query, OptionalExtension, PgConnection, QueryableByName, RunQueryDsl};
 use std::time::Duration;
 
@@ -60,6 +60,16 @@ fn changed(tx: &PgTx, query: Query<'_>, name: &'static str) -> Result<bool> {
 struct IdRow {
     #[diesel(sql_type = BigInt)]
     id: i64,
+}
+
+#[derive(QueryableByName)]
+struct TokenRow {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = Integer)]
+    attempt: i32,
+    #[diesel(sql_type = SqlUuid)]
+    claim_id: uuid::Uuid,
 }
 
 #[derive(QueryableByName)]
@@ -267,6 +277,20 @@ impl Store for PostgresStore {
         self.submit_scoped(work)
     }
 
+    /// Autocommit: no `BEGIN` and `COMMIT` round trips (see the store's docs).
+    fn submit_single<T, F>(&self, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&PgTx) -> Result<T> + Send + 'static,
+    {
+        self.submit_single_scoped(work)
+    }
+
+    /// Starts this store's `LISTEN` thread (once) and has it call `wake`.
+    fn watch(&self, wake: crate::store::Wake) {
+        self.watch_scoped(wake)
+    }
+
     /// PostgreSQL never leaves a transaction by itself: after an error it refuses every
     /// statement until the rollback, and the store's commit turns that into
     /// `TransactionLost` (see `run_write`).
@@ -385,6 +409,27 @@ impl Store for PostgresStore {
 
     fn complete_if_owned(tx: &PgTx, token: &ClaimToken, now: i64) -> Result<bool> {
         changed(tx, token_query(COMPLETE_IF_OWNED, token, now), "COMPLETE_IF_OWNED")
+    }
+
+    /// One statement (`COMPLETE_MANY_IF_OWNED`); a token counts as completed at its first
+    /// place in the list whose row the statement completed (a repeat, as its second call
+    /// would, finds it completed already).
+    fn complete_many_if_owned(tx: &PgTx, tokens: &[ClaimToken], now: i64) -> Result<Vec<bool>> {
+        let ids: Vec<i64> = tokens.iter().map(|t| t.id.0).collect();
+        let attempts: Vec<i32> = tokens.iter().map(|t| attempt(t.attempt)).collect();
+        let claims: Vec<uuid::Uuid> = tokens.iter().map(|t| t.claim_id.0).collect();
+        let query = sql_query(COMPLETE_MANY_IF_OWNED)
+            .into_boxed::<Pg>()
+            .bind::<Array<BigInt>, _>(ids)
+            .bind::<Array<Integer>, _>(attempts)
+            .bind::<Array<SqlUuid>, _>(claims)
+            .bind::<BigInt, _>(now);
+        let rows = tx.with(|conn| query.load::<TokenRow>(conn).pg("COMPLETE_MANY_IF_OWNED"))?;
+        let mut completed: std::collections::HashSet<(i64, i32, uuid::Uuid)> =
+            rows.into_iter().map(|r| (r.id, r.attempt, r.claim_id)).collect();
+        // The first listing of the exact token that completed its row reports it; any other
+        // (a repeat, another token of the job) is what its own call would find: not owned.
+        Ok(tokens.iter().map(|t| completed.remove(&(t.id.0, attempt(t.attempt), t.claim_id.0))).collect())
     }
 
     fn retry_if_owned(tx: &PgTx, token: &ClaimToken, now: i64, run_at: i64, error: &str) -> Result<bool> {

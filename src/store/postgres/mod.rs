@@ -16,6 +16,19 @@
 //! commits, so no claim, reap or cancel of another process can change the job in between
 //! (claims and reaps skip the locked row, the others wait for it).
 //!
+//! Calls that write in one statement at most (an enqueue, a claim, a settle:
+//! [`Store::submit_single`](crate::store::Store::submit_single)) run in autocommit instead:
+//! one round trip, and the server commits as the statement ends (with `synchronous_commit`
+//! as the server has it, on by default: durable when the call returns).
+//!
+//! ## Wake-ups across processes
+//!
+//! Every statement that makes a job due now (an enqueue, a retry without delay, a resume,
+//! a replay, an operator's retry, a reap that requeues, an unpause) also runs
+//! `pg_notify` on the schema's channel with the queue's name, which the server sends when
+//! the transaction commits. Each queue handle whose pools wait starts one listener thread
+//! (`listen.rs`) with a connection of its own that `LISTEN`s and wakes those pools.
+//!
 //! ## Time
 //!
 //! Leases, `run_at`, deadlines and retention horizons are measured by **the database
@@ -29,7 +42,10 @@
 
 pub(crate) mod error;
 mod jobs;
+mod listen;
 pub(crate) mod migrate;
+#[cfg(test)]
+mod plan_tests;
 pub(crate) mod statements;
 pub(crate) mod time;
 
@@ -37,7 +53,7 @@ use crate::config::QueueBuilder;
 use crate::error::{Error, Result};
 use crate::store::scope::{enter_write, WriteFlag};
 use diesel::connection::{AnsiTransactionManager, SimpleConnection, TransactionManager};
-use diesel::r2d2::{ConnectionManager, CustomizeConnection, PooledConnection};
+use diesel::r2d2::{ConnectionManager, CustomizeConnection, ManageConnection, PooledConnection};
 use diesel::PgConnection;
 use error::PgContext;
 use std::cell::{RefCell, RefMut};
@@ -45,7 +61,44 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 pub(crate) type PgConn = PgConnection;
-type Manager = ConnectionManager<PgConnection>;
+
+/// diesel's connection manager, with a check-out test that costs no round trip.
+///
+/// r2d2 tests every connection it hands out (`test_on_check_out`), so that one a server
+/// restart or an administrator ended is replaced before a call fails on it. diesel's own
+/// test is `SELECT 1`, one round trip per call; this one reads what the server has sent
+/// meanwhile without waiting (libpq's `PQconsumeInput`, through diesel's
+/// `notifications_iter`): an ended session has sent its `FATAL` and closed the socket, and
+/// the read of the end of the stream fails. A connection that silently vanished (a network
+/// that drops packets, no reset) passes the test and fails its call with `ConnectionLost`,
+/// after which the store discards it (see `PgTx::discard`).
+#[derive(Debug)]
+pub(crate) struct Manager(ConnectionManager<PgConnection>);
+
+impl ManageConnection for Manager {
+    type Connection = PgConnection;
+    type Error = diesel::r2d2::Error;
+
+    fn connect(&self) -> std::result::Result<PgConnection, diesel::r2d2::Error> {
+        self.0.connect()
+    }
+
+    fn is_valid(&self, conn: &mut PgConnection) -> std::result::Result<(), diesel::r2d2::Error> {
+        // Twice: the first read may take the server's last message, the second then sees
+        // the end of the stream. Pooled connections never `LISTEN`, so a notification here
+        // is nobody's and is dropped.
+        for _ in 0..2 {
+            if let Some(Err(e)) = conn.notifications_iter().next() {
+                return Err(diesel::r2d2::Error::QueryError(e));
+            }
+        }
+        Ok(())
+    }
+
+    fn has_broken(&self, conn: &mut PgConnection) -> bool {
+        self.0.has_broken(conn)
+    }
+}
 
 /// How long opening a connection may take (libpq's `connect_timeout`, unless the URL sets
 /// its own). 10 seconds.
@@ -136,6 +189,21 @@ impl PgTx {
         }
     }
 
+    /// After `ConnectionLost`: marks a pooled connection broken (diesel's transaction
+    /// manager in error), so that the pool discards it instead of handing it out again. A
+    /// connection of the application's own is left as it is.
+    fn discard_if_lost<T>(&self, result: &Result<T>) {
+        if !matches!(result, Err(Error::ConnectionLost { .. })) {
+            return;
+        }
+        if let Ok(mut held) = self.conn.try_borrow_mut() {
+            if let Held::Pooled(conn) = &mut *held {
+                let conn: &mut PgConnection = conn;
+                AnsiTransactionManager::transaction_manager_status_mut(conn).set_in_error();
+            }
+        }
+    }
+
     /// Runs `f` on the connection; `InvalidInput` when the caller still holds it.
     pub(crate) fn with<T>(&self, f: impl FnOnce(&mut PgConnection) -> Result<T>) -> Result<T> {
         let mut held = self.conn.try_borrow_mut().map_err(|_| {
@@ -165,6 +233,10 @@ pub struct PostgresStore {
     transactions: AtomicU64,
     /// The server's clock minus this host's, as last measured (`time.rs`).
     offset: time::Offset,
+    /// The session settings, for the listener's own connection.
+    settings: String,
+    /// The `LISTEN` thread, started by the first [`Store::watch`](crate::store::Store::watch).
+    listener: parking_lot::Mutex<Option<listen::Listener>>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -260,14 +332,15 @@ impl PostgresStore {
         if let Some(schema) = &builder.schema {
             check_schema(schema)?;
         }
-        let manager = Manager::new(with_defaults(&url.0));
+        let manager = Manager(ConnectionManager::new(with_defaults(&url.0)));
         let pool = r2d2::Pool::builder()
             .thread_pool(crate::store::sqlite::pool_threads())
             .max_size(builder.pool_size.saturating_mul(2))
             .min_idle(Some(1))
             .connection_timeout(builder.busy_timeout + POSTGRES_CONNECT_TIMEOUT)
-            // Every checkout pings the server (one round trip), so that connections a
-            // server restart broke are replaced before a call uses them.
+            // Every checkout looks for a session the server ended (no round trip: see
+            // `Manager`), so that connections a server restart broke are replaced before a
+            // call uses them.
             .test_on_check_out(true)
             .connection_customizer(Box::new(Session { settings: session_settings(builder) }))
             .build(manager)?;
@@ -277,6 +350,8 @@ impl PostgresStore {
             schema: builder.schema.clone(),
             transactions: AtomicU64::new(0),
             offset: time::Offset::unmeasured(),
+            settings: session_settings(builder),
+            listener: parking_lot::Mutex::new(None),
         };
         let mut conn = store.pool.get()?;
         if builder.read_only || !builder.upgrade {
@@ -314,7 +389,23 @@ impl PostgresStore {
 
     fn run_read<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
         let tx = PgTx::pooled(self.pool.get()?, &self.offset);
-        f(&tx)
+        let result = f(&tx);
+        tx.discard_if_lost(&result);
+        result
+    }
+
+    /// Runs `f` without a transaction of its own (autocommit: each statement is its own
+    /// transaction, committed by the server as it ends, with no `BEGIN` or `COMMIT` round
+    /// trip); for work that writes in one statement at most
+    /// ([`Store::submit_single`](crate::store::Store::submit_single)).
+    fn run_single<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
+        let tx = PgTx::pooled(self.pool.get()?, &self.offset);
+        let result = f(&tx);
+        tx.discard_if_lost(&result);
+        if result.is_ok() {
+            self.transactions.fetch_add(1, Ordering::Relaxed);
+        }
+        result
     }
 
     /// Runs `f` in a transaction of its own and commits it when `f` returns `Ok`.
@@ -328,6 +419,7 @@ impl PostgresStore {
         let tx = PgTx::pooled(self.pool.get()?, &self.offset);
         tx.with(|conn| AnsiTransactionManager::begin_transaction(conn).pg("BEGIN"))?;
         let result = f(&tx);
+        tx.discard_if_lost(&result);
         let mut held = tx.conn.try_borrow_mut().map_err(|_| Error::invalid("transaction", "still lent out"))?;
         let conn = held.connection();
         match result {
@@ -357,6 +449,19 @@ impl PostgresStore {
     fn submit_scoped<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
         let _flag = WriteFlag::set()?;
         self.run_write(f)
+    }
+
+    fn submit_single_scoped<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
+        let _flag = WriteFlag::set()?;
+        self.run_single(f)
+    }
+
+    /// Starts the listener (once) and adds `wake` to what it calls.
+    fn watch_scoped(&self, wake: crate::store::Wake) {
+        let mut listener = self.listener.lock();
+        listener
+            .get_or_insert_with(|| listen::Listener::start(with_defaults(&self.url.0), self.settings.clone()))
+            .add(wake);
     }
 }
 
@@ -433,6 +538,15 @@ impl QueueBuilder {
         self.validate_common()?;
         let store = PostgresStore::open(&self)?;
         Ok(crate::Queue::from_parts(store, self.clock.clone(), self.max_payload, self.max_attempts))
+    }
+}
+
+impl Drop for PostgresStore {
+    /// Stops the listener thread and waits for it (the last handle of the queue is gone).
+    fn drop(&mut self) {
+        if let Some(listener) = self.listener.lock().take() {
+            listener.stop();
+        }
     }
 }
 

@@ -15,49 +15,88 @@ macro_rules! owned_by_token {
     };
 }
 
+/// The wake-up of every listener of this schema's queues (`listen.rs`): `NOTIFY` on the
+/// schema's channel with the queue's name as payload, for a row the statement made due now.
+/// Sent by the server when the transaction commits, and only then; repeats within one
+/// transaction are folded into one. The listener computes the same channel on its own
+/// connection (`CHANNEL`).
+macro_rules! wake_listeners {
+    ($queue:expr) => {
+        concat!("pg_notify(left('fenceq_' || current_schema(), 63), ", $queue, ")::text")
+    };
+}
+
+/// The channel a listener of this connection's schema listens on (see `wake_listeners!`).
+pub(crate) const CHANNEL: &str = "SELECT left('fenceq_' || current_schema(), 63) AS channel";
+
 /// Idempotent intake through the unique index `fenceq_jobs_queue_key`: a conflict returns no
-/// row (and the caller looks the existing job up); any other violation fails loudly.
-pub(crate) const ENQUEUE: &str = "
+/// row (and the caller looks the existing job up); any other violation fails loudly. A job
+/// due at once wakes the queue's listeners in every process (on commit).
+pub(crate) const ENQUEUE: &str = concat!(
+    "
     INSERT INTO fenceq_jobs (queue, key, payload, priority, run_at, max_attempts, created_at)
     VALUES ($1, $2, $3, $4, $5, $6, $7)
     ON CONFLICT (queue, key) WHERE key IS NOT NULL DO NOTHING
-    RETURNING id";
+    RETURNING id, CASE WHEN run_at <= created_at THEN ",
+    wake_listeners!("queue"),
+    " END AS woke"
+);
 
 pub(crate) const FIND_BY_KEY: &str = "
     SELECT id FROM fenceq_jobs WHERE queue = $1 AND key = $2";
 
-/// The claim, one statement: the CTE picks up to `$3` claimable jobs of queue `$1` in
-/// priority, run_at, id order (due pending jobs, and running jobs whose lease ended at or
-/// before `$2` with attempts left), locking them and skipping rows another transaction holds
-/// (`FOR UPDATE SKIP LOCKED`: a concurrent claimer, or an owned write that locked its row),
-/// and the `UPDATE` claims each with a fresh claim id (`gen_random_uuid()`), returning the
-/// claimed rows. A CTE rather than `WHERE id IN (subquery)`: the planner may not keep a
-/// subquery's `LIMIT` (awa's note), and the CTE is evaluated once.
+/// The claim, one statement: up to `$3` claimable jobs of queue `$1` in priority, run_at, id
+/// order (due pending jobs, and running jobs whose lease ended at or before `$2` with
+/// attempts left), locked and skipping rows another transaction holds (`FOR UPDATE SKIP
+/// LOCKED`: a concurrent claimer, or an owned write that locked its row); the `UPDATE`
+/// claims each with a fresh claim id (`gen_random_uuid()`), returning the claimed rows.
 ///
-/// A row that a concurrent transaction changed after the CTE's snapshot is re-checked
-/// against the CTE's `WHERE` as it is locked, so a lease another claim just renewed or took
+/// The two kinds of claimable row are two arms, each with its own `LIMIT`, merged and cut to
+/// `$3` again: pending rows are read in the order of the partial index `fenceq_jobs_claim`
+/// (queue, priority DESC, run_at, id), so the scan stops after `$3` due rows (a delayed job
+/// ahead of them is read and skipped) instead of sorting every due row, which is what one
+/// `WHERE` with an `OR` of both kinds made the planner do (a bitmap of both partial indexes,
+/// then a sort of all of them). Expired leases come from `fenceq_jobs_lease`, and there are
+/// never more running rows than workers. The merged best `$3` of the two best-`$3` lists are
+/// the best `$3` overall; an arm may lock up to `$3` rows that the cut then leaves unclaimed,
+/// until the statement's transaction ends. CTEs rather than `WHERE id IN (subquery)`: the
+/// planner may not keep a subquery's `LIMIT` (awa's note), and a CTE is evaluated once.
+///
+/// A row that a concurrent transaction changed after the statement's snapshot is re-checked
+/// against its arm's `WHERE` as it is locked, so a lease another claim just renewed or took
 /// is never handed out. `RETURNING` order is unspecified; the store sorts.
 ///
 /// A paused queue (`fenceq_queues`) claims nothing: the `NOT EXISTS` names no column of the
-/// jobs, so the planner makes it an init plan, one probe of `fenceq_queues`' primary key run
-/// once per claim, and a one-time filter over the scan: a paused claim reads no job.
+/// jobs, so the planner makes it an init plan, one probe of `fenceq_queues`' primary key,
+/// and a one-time filter over the whole join, evaluated before either side: a paused claim
+/// reads no job (the CTEs run only when the join first reads them). In the arms instead, it
+/// left the join free to read a row of the table first (a hash join's first outer row).
 pub(crate) const CLAIM: &str = "
-    WITH due AS (
-        SELECT id
+    WITH pending AS (
+        SELECT id, priority, run_at
         FROM   fenceq_jobs
-        WHERE  queue = $1
-          AND  ((state = 'pending' AND run_at <= $2)
-                OR (state = 'running' AND lease_until <= $2 AND attempt < max_attempts))
-          AND  NOT EXISTS (SELECT 1 FROM fenceq_queues WHERE queue = $1 AND paused_at IS NOT NULL)
+        WHERE  queue = $1 AND state = 'pending' AND run_at <= $2
         ORDER  BY priority DESC, run_at, id
         LIMIT  $3
         FOR UPDATE SKIP LOCKED
+    ), expired AS (
+        SELECT id, priority, run_at
+        FROM   fenceq_jobs
+        WHERE  queue = $1 AND state = 'running' AND lease_until <= $2 AND attempt < max_attempts
+        ORDER  BY priority DESC, run_at, id
+        LIMIT  $3
+        FOR UPDATE SKIP LOCKED
+    ), due AS (
+        SELECT id FROM (SELECT * FROM pending UNION ALL SELECT * FROM expired) AS both_kinds
+        ORDER  BY priority DESC, run_at, id
+        LIMIT  $3
     )
     UPDATE fenceq_jobs AS j
     SET    state = 'running', attempt = j.attempt + 1, claim_id = gen_random_uuid(), worker = $4,
            lease_until = $5, heartbeat_at = $2, wait_until = NULL
     FROM   due
     WHERE  j.id = due.id
+      AND  NOT EXISTS (SELECT 1 FROM fenceq_queues WHERE queue = $1 AND paused_at IS NOT NULL)
     RETURNING j.id, j.queue, j.key, j.payload, j.priority, j.run_at, j.attempt, j.max_attempts,
               j.lease_until, j.last_error, j.claim_id";
 
@@ -102,13 +141,28 @@ pub(crate) const COMPLETE_IF_OWNED: &str = concat!(
     owned_by_token!()
 );
 
+/// Every exact live claim of the arrays `$1` ids, `$2` attempts, `$3` claim ids (at `$4`)
+/// completed in one statement, returning the tokens that completed their rows (a token listed
+/// twice matches its row once).
+pub(crate) const COMPLETE_MANY_IF_OWNED: &str = "
+    UPDATE fenceq_jobs AS j
+    SET    state = 'completed', lease_until = NULL, settled_at = $4
+    FROM   unnest($1::bigint[], $2::integer[], $3::uuid[]) AS t(id, attempt, claim_id)
+    WHERE  j.id = t.id AND j.attempt = t.attempt AND j.claim_id = t.claim_id
+      AND  j.state = 'running' AND j.lease_until > $4
+    RETURNING j.id, j.attempt, j.claim_id";
+
 /// Back to pending at `$5` with error `$6` while attempts are left (the constraint
 /// `pending_has_attempts_left` enforces it too).
 pub(crate) const RETRY_IF_OWNED: &str = concat!(
     "UPDATE fenceq_jobs
     SET    state = 'pending', lease_until = NULL, run_at = $5, last_error = $6
     WHERE  attempt < max_attempts AND ",
-    owned_by_token!()
+    owned_by_token!(),
+    "
+    RETURNING CASE WHEN $5 <= $4 THEN ",
+    wake_listeners!("queue"),
+    " END AS woke"
 );
 
 pub(crate) const EXHAUST_IF_OWNED: &str = concat!(
@@ -136,10 +190,15 @@ pub(crate) const PARK_IF_OWNED: &str = concat!(
 
 /// One more attempt for the resumed work; refused once the deadline has passed, whether or
 /// not the reaper has run.
-pub(crate) const RESUME_IF_WAITING: &str = "
+pub(crate) const RESUME_IF_WAITING: &str = concat!(
+    "
     UPDATE fenceq_jobs
     SET    state = 'pending', wait_until = NULL, run_at = $4, max_attempts = max_attempts + 1
-    WHERE  id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'waiting' AND wait_until > $4";
+    WHERE  id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'waiting' AND wait_until > $4
+    RETURNING ",
+    wake_listeners!("queue"),
+    " AS woke"
+);
 
 /// Idempotent: a repeat changes nothing, not even the recorded decision (`$5` decision, `$6`
 /// by, `$7` note).
@@ -159,12 +218,17 @@ pub(crate) const RESOLVE_COMPLETE_IF_UNKNOWN: &str = "
     WHERE  id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'unknown'";
 
 /// An operator's retry grants one attempt when none are left.
-pub(crate) const RESOLVE_RETRY_IF_UNKNOWN: &str = "
+pub(crate) const RESOLVE_RETRY_IF_UNKNOWN: &str = concat!(
+    "
     UPDATE fenceq_jobs
     SET    state = 'pending', run_at = $4, settled_at = NULL,
            max_attempts = greatest(max_attempts, attempt + 1),
            decision = $5, decided_at = $4, decided_by = $6, decision_note = $7
-    WHERE  id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'unknown'";
+    WHERE  id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'unknown'
+    RETURNING ",
+    wake_listeners!("queue"),
+    " AS woke"
+);
 
 pub(crate) const RESOLVE_EXHAUST_IF_UNKNOWN: &str = "
     UPDATE fenceq_jobs
@@ -185,13 +249,19 @@ pub(crate) const CANCEL_IF_ACTIVE: &str = "
            decision = $3, decided_at = $2, decided_by = $4, decision_note = $5
     WHERE  id = $1 AND state IN ('pending', 'waiting', 'running')";
 
-/// Dead-letter redrive: a fresh attempt budget, due now; the claim id keeps old tokens dead.
-pub(crate) const REPLAY_IF_EXHAUSTED: &str = "
+/// Dead-letter redrive: a fresh attempt budget, due now (waking the queue's listeners); the
+/// claim id keeps old tokens dead.
+pub(crate) const REPLAY_IF_EXHAUSTED: &str = concat!(
+    "
     UPDATE fenceq_jobs
     SET    state = 'pending', attempt = 0, run_at = $2, settled_at = NULL,
            exhausted_at = NULL, acknowledged_at = NULL,
            decision = $3, decided_at = $2, decided_by = $4, decision_note = $5
-    WHERE  id = $1 AND state = 'exhausted'";
+    WHERE  id = $1 AND state = 'exhausted'
+    RETURNING ",
+    wake_listeners!("queue"),
+    " AS woke"
+);
 
 /// Every unacknowledged exhaustion of queue `$1` (`$2` now, `$3` decision, `$4` by, `$5` note).
 pub(crate) const ACKNOWLEDGE_ALL: &str = "
@@ -204,7 +274,8 @@ pub(crate) const ACKNOWLEDGE_ALL: &str = "
 /// Rows held by an owned write are skipped (`SKIP LOCKED`): that write extends the lease as
 /// it commits. The guard is repeated in the `UPDATE`, so a settle that committed first is
 /// never overwritten.
-pub(crate) const REAP_EXPIRED: &str = "
+pub(crate) const REAP_EXPIRED: &str = concat!(
+    "
     WITH expired AS (
         SELECT id FROM fenceq_jobs
         WHERE  state = 'running' AND lease_until <= $1
@@ -221,7 +292,10 @@ pub(crate) const REAP_EXPIRED: &str = "
            lease_until  = NULL
     FROM   expired
     WHERE  j.id = expired.id AND j.state = 'running' AND j.lease_until <= $1
-    RETURNING j.state";
+    RETURNING j.state, CASE WHEN j.attempt < j.max_attempts THEN ",
+    wake_listeners!("j.queue"),
+    " END AS woke"
+);
 
 /// Parked jobs whose deadline passed (at `$1`, at most `$2`) are exhausted, never reclaimed.
 pub(crate) const REAP_WAITING: &str = "
@@ -333,10 +407,15 @@ pub(crate) const PAUSE_QUEUE: &str = "
 
 /// Unpauses a paused queue, recording who did and why in place of the pause. A queue that
 /// is not paused is left alone.
-pub(crate) const UNPAUSE_QUEUE: &str = "
+pub(crate) const UNPAUSE_QUEUE: &str = concat!(
+    "
     UPDATE fenceq_queues
     SET    paused_at = NULL, decision = $3, decided_at = $2, decided_by = $4, decision_note = $5
-    WHERE  queue = $1 AND paused_at IS NOT NULL";
+    WHERE  queue = $1 AND paused_at IS NOT NULL
+    RETURNING ",
+    wake_listeners!("queue"),
+    " AS woke"
+);
 
 /// One queue's pause, while it is paused.
 pub(crate) const QUEUE_PAUSE: &str = "
