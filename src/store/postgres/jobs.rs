@@ -339,6 +339,39 @@ impl Store for PostgresStore {
         Ok(id.map(|r| JobId(r.id)))
     }
 
+    /// One statement (`ENQUEUE_ALL`) inside a savepoint: every row new, or the savepoint is
+    /// rolled back and the caller goes row by row (a key conflict, also within `rows`). The
+    /// ids ascend in the rows' order (the sequence is drawn as the rows are inserted, in
+    /// array order; another session's rows may take ids in between).
+    fn enqueue_all_new(tx: &PgTx, rows: &[NewRow<'_>]) -> Result<Option<Vec<JobId>>> {
+        if rows.len() < 2 {
+            return Ok(None);
+        }
+        let query = sql_query(ENQUEUE_ALL)
+            .into_boxed::<Pg>()
+            .bind::<Array<Text>, _>(rows.iter().map(|r| r.queue).collect::<Vec<_>>())
+            .bind::<Array<Nullable<Text>>, _>(rows.iter().map(|r| r.key).collect::<Vec<_>>())
+            .bind::<Array<Binary>, _>(rows.iter().map(|r| r.payload).collect::<Vec<_>>())
+            .bind::<Array<Integer>, _>(rows.iter().map(|r| r.priority).collect::<Vec<_>>())
+            .bind::<Array<BigInt>, _>(rows.iter().map(|r| r.run_at).collect::<Vec<_>>())
+            .bind::<Array<Integer>, _>(rows.iter().map(|r| attempt(r.max_attempts)).collect::<Vec<_>>())
+            .bind::<Array<BigInt>, _>(rows.iter().map(|r| r.created_at).collect::<Vec<_>>());
+        tx.with(|conn| sql_query("SAVEPOINT fenceq_enqueue_all").execute(conn).pg("SAVEPOINT fenceq_enqueue_all"))?;
+        let mut ids: Vec<i64> =
+            tx.with(|conn| query.load::<IdRow>(conn).pg("ENQUEUE_ALL"))?.into_iter().map(|r| r.id).collect();
+        if ids.len() != rows.len() {
+            tx.with(|conn| {
+                sql_query("ROLLBACK TO SAVEPOINT fenceq_enqueue_all")
+                    .execute(conn)
+                    .pg("ROLLBACK TO SAVEPOINT fenceq_enqueue_all")
+            })?;
+            return Ok(None);
+        }
+        tx.with(|conn| sql_query("RELEASE SAVEPOINT fenceq_enqueue_all").execute(conn).pg("RELEASE SAVEPOINT"))?;
+        ids.sort_unstable();
+        Ok(Some(ids.into_iter().map(JobId).collect()))
+    }
+
     fn find_by_key(tx: &PgTx, queue: &str, key: &str) -> Result<Option<JobId>> {
         let query = sql_query(FIND_BY_KEY).into_boxed::<Pg>().bind::<Text, _>(queue).bind::<Text, _>(key);
         let id = tx.with(|conn| query.get_result::<IdRow>(conn).optional().pg("FIND_BY_KEY"))?;

@@ -42,6 +42,23 @@ pub(crate) const ENQUEUE: &str = concat!(
     " END AS woke"
 );
 
+/// Batched intake, one statement: the rows of seven parallel arrays (`ENQUEUE`'s columns),
+/// inserted in array order (so their ids, from the table's sequence, ascend in that order).
+/// A conflicting row is skipped, as in `ENQUEUE`; `Store::enqueue_all_new` then undoes the
+/// statement and goes row by row.
+pub(crate) const ENQUEUE_ALL: &str = concat!(
+    "
+    INSERT INTO fenceq_jobs (queue, key, payload, priority, run_at, max_attempts, created_at)
+    SELECT queue, key, payload, priority, run_at, max_attempts, created_at
+    FROM   unnest($1::text[], $2::text[], $3::bytea[], $4::integer[], $5::bigint[], $6::integer[], $7::bigint[])
+           WITH ORDINALITY AS r(queue, key, payload, priority, run_at, max_attempts, created_at, n)
+    ORDER  BY n
+    ON CONFLICT (queue, key) WHERE key IS NOT NULL DO NOTHING
+    RETURNING id, CASE WHEN run_at <= created_at THEN ",
+    wake_listeners!("queue"),
+    " END AS woke"
+);
+
 pub(crate) const FIND_BY_KEY: &str = "
     SELECT id FROM fenceq_jobs WHERE queue = $1 AND key = $2";
 
