@@ -255,23 +255,26 @@ fn superseded(raw: &mut PgConnection, held: &[Attempted]) -> Vec<Attempted> {
 /// Stops `child` (SIGSTOP: the whole process, its heartbeat too), waits until the server
 /// shows that another process reclaimed at least one of the jobs it held, and continues it
 /// (SIGCONT). Returns the reclaimed attempts: the paused process still runs them, and their
-/// completions must be refused. `None` when the process held nothing in 50 tries (it ended).
-fn pause_until_reclaimed(child: &ChildProc, raw: &mut PgConnection) -> Option<Vec<Attempted>> {
-    for _ in 0..50 {
+/// completions must be refused. `None` when no try of 20 caught it holding a job that
+/// another process could take: it held none (it ended), or the stop came inside one of its
+/// transactions, whose row locks keep its jobs from every other claimer until it goes on
+/// (each such try is given up after `give_up`, 10 leases, and the process continued).
+fn pause_until_reclaimed(child: &ChildProc, raw: &mut PgConnection, lease: Duration) -> Option<Vec<Attempted>> {
+    let give_up = lease * 10;
+    for _ in 0..20 {
         signal(child.pid(), "STOP");
         let held = held_by(raw, &child.name);
-        if held.is_empty() {
-            signal(child.pid(), "CONT");
-            std::thread::sleep(Duration::from_millis(20));
-            continue;
-        }
+        let deadline = Instant::now() + give_up;
         let mut reclaimed = Vec::new();
-        wait_for(&format!("a reclaim of one of {}'s {} jobs", child.name, held.len()), WAIT_BOUND, || {
+        while !held.is_empty() && reclaimed.is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
             reclaimed = superseded(raw, &held);
-            !reclaimed.is_empty()
-        });
+        }
         signal(child.pid(), "CONT");
-        return Some(reclaimed);
+        if !reclaimed.is_empty() {
+            return Some(reclaimed);
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
     None
 }
@@ -348,7 +351,7 @@ fn four_processes_work_ten_thousand_jobs_through_pauses_past_the_lease_and_settl
     for (k, fifths) in [(1, 1), (2, 2), (3, 3)] {
         let target = (jobs * fifths / 5) as i64;
         wait_for(&format!("{target} completions"), RUN_BOUND, || settled(&mut raw) >= target);
-        if let Some(reclaimed) = pause_until_reclaimed(&children[k], &mut raw) {
+        if let Some(reclaimed) = pause_until_reclaimed(&children[k], &mut raw, lease) {
             pauses.push((k, reclaimed));
         }
     }
@@ -643,4 +646,55 @@ fn eight_processes_opening_an_old_schema_at_once_all_succeed_with_one_schema_and
         "schema race: {iterations} iterations x {processes} processes, levels {levels:?}, 0 failures, {:.1?}",
         started.elapsed()
     );
+}
+
+// ------------------------------------------------------------------------ found by the paused run
+
+/// Found by the paused run above (2 of 10 loops ended with a job completed by the pool's
+/// own settle, without the `settle_log` row of its handler, whose `complete_with` had been
+/// refused as `OwnershipLost`): a heartbeat round renews its tokens one after another in one
+/// transaction, and on PostgreSQL one row's lock can make it wait (a completion of another
+/// in-flight job holds it). A round that took its `now` once, before the wait, then renews
+/// the next token with that old instant: a lease that expired meanwhile, and that another
+/// call of the same token was refused for (`LeaseExpired`), comes back to life, and the
+/// refused token settles after all. A token refused for an expired lease must stay dead.
+#[test]
+fn a_heartbeat_round_that_waited_for_a_row_lock_does_not_revive_a_lease_seen_expired() {
+    let Some(s) = Scratch::new() else { return };
+    let clock = fenceq::ManualClock::new(1_700_000_000_000);
+    let q = Queue::builder().url(s.url.clone()).schema(s.schema.clone()).clock(clock.clone()).open_postgres().unwrap();
+    q.enqueue_batch([NewJob::new("q", b"y".to_vec()), NewJob::new("q", b"x".to_vec())]).unwrap();
+    let lease = Duration::from_secs(30);
+    let mut claimed = q.claim_batch("q", "w", lease, 2).unwrap();
+    claimed.sort_by_key(|c| c.id());
+    let (y, x) = (claimed[0].token(), claimed[1].token());
+    // Another transaction holds y's row (as a completion of y in progress would).
+    let mut holder = s.raw();
+    let holder_pid = scalar(&mut holder, "SELECT pg_backend_pid()::bigint AS n");
+    holder.batch_execute(&format!("BEGIN; SELECT 1 FROM fenceq_jobs WHERE id = {} FOR UPDATE", y.id.0)).unwrap();
+    clock.advance(Duration::from_secs(29));
+    let round = {
+        let q = q.clone();
+        std::thread::spawn(move || q.renew_all(&[y, x], lease).unwrap())
+    };
+    let mut watcher = s.raw();
+    wait_for("the heartbeat round to wait for y's row lock", WAIT_BOUND, || {
+        let blocked =
+            format!("SELECT count(*) AS n FROM pg_stat_activity WHERE {holder_pid} = ANY(pg_blocking_pids(pid))");
+        scalar(&mut watcher, &blocked) > 0
+    });
+    // x's lease ends at +30 s; at +31 s its owner's completion is refused as expired.
+    clock.advance(Duration::from_secs(2));
+    let refused = q.complete_with(&x, |_| Ok(())).unwrap_err();
+    assert!(matches!(refused, Error::OwnershipLost { reason: fenceq::LostReason::LeaseExpired, .. }), "{refused:?}");
+    holder.batch_execute("ROLLBACK").unwrap();
+    let renewed = round.join().unwrap();
+    assert!(renewed[0].is_ok(), "y's lease was live: {:?}", renewed[0]);
+    assert!(
+        matches!(renewed[1], Err(Error::OwnershipLost { .. })),
+        "x's lease, refused as expired, was renewed: {:?}",
+        renewed[1]
+    );
+    let late = q.complete(&x);
+    assert!(matches!(late, Err(Error::OwnershipLost { .. })), "the refused token settled after all: {late:?}");
 }

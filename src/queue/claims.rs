@@ -72,10 +72,13 @@ impl<S: Store> Queue<S> {
         let lease_ms = check_lease(lease)?;
         let (tokens, shared) = (tokens.to_vec(), self.shared.clone());
         self.store().submit(move |tx| {
-            let now = shared.now();
-            let until = now.saturating_add(lease_ms);
             let mut results = Vec::with_capacity(tokens.len());
             for token in &tokens {
+                // Each token's own instant: on PostgreSQL an earlier token's row lock can
+                // hold the round up, and a `now` taken before that wait would renew a lease
+                // that expired meanwhile (and that another call was refused for).
+                let now = shared.now();
+                let until = now.saturating_add(lease_ms);
                 let renewed = S::renew_if_owned(tx, token, now, until)?;
                 match fence::owned::<S>(tx, token, now, renewed) {
                     Ok(()) => results.push(Ok(until)),
