@@ -689,7 +689,8 @@ fn a_heartbeat_round_that_waited_for_a_row_lock_does_not_revive_a_lease_seen_exp
     assert!(matches!(refused, Error::OwnershipLost { reason: fenceq::LostReason::LeaseExpired, .. }), "{refused:?}");
     holder.batch_execute("ROLLBACK").unwrap();
     let renewed = round.join().unwrap();
-    assert!(renewed[0].is_ok(), "y's lease was live: {:?}", renewed[0]);
+    // y is judged once the round holds its row, at +31 s too: past its end as well.
+    assert!(matches!(renewed[0], Err(Error::OwnershipLost { .. })), "y: {:?}", renewed[0]);
     assert!(
         matches!(renewed[1], Err(Error::OwnershipLost { .. })),
         "x's lease, refused as expired, was renewed: {:?}",
@@ -697,4 +698,99 @@ fn a_heartbeat_round_that_waited_for_a_row_lock_does_not_revive_a_lease_seen_exp
     );
     let late = q.complete(&x);
     assert!(matches!(late, Err(Error::OwnershipLost { .. })), "the refused token settled after all: {late:?}");
+}
+
+/// The same run's other way to revive a refused token: the heartbeat round renews x (live
+/// at its instant) and goes on to the next token, whose row lock makes it wait, so x's
+/// renewal is written but not committed. An owned check of x meanwhile, at a later instant
+/// past x's old lease end, must not judge x by the version from before the renewal (and be
+/// refused while the renewal commits a moment later): it waits for the round, and then sees
+/// the renewed lease. Either the check owns the job, or the token stays refused for good.
+#[test]
+fn an_owned_check_waits_for_a_renewal_in_flight_instead_of_refusing_a_token_that_it_renews() {
+    let Some(s) = Scratch::new() else { return };
+    let clock = fenceq::ManualClock::new(1_700_000_000_000);
+    let q = Queue::builder().url(s.url.clone()).schema(s.schema.clone()).clock(clock.clone()).open_postgres().unwrap();
+    q.enqueue_batch([NewJob::new("q", b"x".to_vec()), NewJob::new("q", b"y".to_vec())]).unwrap();
+    let lease = Duration::from_secs(30);
+    let mut claimed = q.claim_batch("q", "w", lease, 2).unwrap();
+    claimed.sort_by_key(|c| c.id());
+    let (x, y) = (claimed[0].token(), claimed[1].token());
+    let mut holder = s.raw();
+    let holder_pid = scalar(&mut holder, "SELECT pg_backend_pid()::bigint AS n");
+    holder.batch_execute(&format!("BEGIN; SELECT 1 FROM fenceq_jobs WHERE id = {} FOR UPDATE", y.id.0)).unwrap();
+    let mut watcher = s.raw();
+    let blocked_by = |watcher: &mut PgConnection, pid: i64| {
+        scalar(watcher, &format!("SELECT count(*) AS n FROM pg_stat_activity WHERE {pid} = ANY(pg_blocking_pids(pid))"))
+    };
+    // The round renews x at +29 s (to +59 s), then waits for y's row.
+    clock.advance(Duration::from_secs(29));
+    let round = {
+        let q = q.clone();
+        std::thread::spawn(move || q.renew_all(&[x, y], lease).unwrap())
+    };
+    wait_for("the round to wait for y's row lock", WAIT_BOUND, || blocked_by(&mut watcher, holder_pid) > 0);
+    let round_pid = scalar(
+        &mut watcher,
+        &format!("SELECT min(pid)::bigint AS n FROM pg_stat_activity WHERE {holder_pid} = ANY(pg_blocking_pids(pid))"),
+    );
+    // At +31 s, past x's old end (+30 s) and before its renewed one, x's owner completes it.
+    clock.advance(Duration::from_secs(2));
+    let completing = {
+        let q = q.clone();
+        std::thread::spawn(move || q.complete_with(&x, |_| Ok(())))
+    };
+    // The completion either waits for the round (then it is let go) or has already decided.
+    wait_for("the completion to wait for the round, or to end", WAIT_BOUND, || {
+        completing.is_finished() || blocked_by(&mut watcher, round_pid) > 0
+    });
+    holder.batch_execute("ROLLBACK").unwrap();
+    let renewed = round.join().unwrap();
+    let completed = completing.join().unwrap();
+    assert!(renewed[0].is_ok(), "x's lease was live at the round's instant: {:?}", renewed[0]);
+    assert!(
+        completed.is_ok(),
+        "x's completion was refused ({completed:?}) while the renewal that kept it owned was in flight"
+    );
+    assert_eq!(q.job(x.id).unwrap().unwrap().state, fenceq::JobState::Completed);
+}
+
+/// And the last way: a renewal whose instant was taken before it waited for the job's own
+/// row. Another transaction judged the token at a later instant, found the lease ended and
+/// holds the row (`owns_in` in an application's transaction; `complete_with`'s check until
+/// its rollback); the renewal must judge the lease at an instant taken once it holds the
+/// row, not at the earlier one, or it renews a lease that was already seen ended.
+#[test]
+fn a_renewal_judges_the_lease_after_it_holds_the_row_not_before() {
+    let Some(s) = Scratch::new() else { return };
+    let clock = fenceq::ManualClock::new(1_700_000_000_000);
+    let q = Queue::builder().url(s.url.clone()).schema(s.schema.clone()).clock(clock.clone()).open_postgres().unwrap();
+    q.enqueue(NewJob::new("q", b"x".to_vec())).unwrap();
+    let lease = Duration::from_secs(30);
+    let x = q.claim("q", "w", lease).unwrap().unwrap().token();
+    let past_the_end = 1_700_000_000_000 + 31_000;
+    let mut observer = s.raw();
+    let observer_pid = scalar(&mut observer, "SELECT pg_backend_pid()::bigint AS n");
+    observer.batch_execute("BEGIN").unwrap();
+    assert!(!fenceq::PostgresStore::owns_in(&mut observer, &x, past_the_end).unwrap(), "ended at +31 s");
+    clock.advance(Duration::from_secs(29));
+    let round = {
+        let q = q.clone();
+        std::thread::spawn(move || q.renew_all(&[x], lease).unwrap())
+    };
+    let mut watcher = s.raw();
+    wait_for("the renewal to wait for the observer's row lock", WAIT_BOUND, || {
+        let blocked =
+            format!("SELECT count(*) AS n FROM pg_stat_activity WHERE {observer_pid} = ANY(pg_blocking_pids(pid))");
+        scalar(&mut watcher, &blocked) > 0
+    });
+    clock.advance(Duration::from_secs(2));
+    observer.batch_execute("ROLLBACK").unwrap();
+    let renewed = round.join().unwrap();
+    assert!(
+        matches!(renewed[0], Err(Error::OwnershipLost { .. })),
+        "a lease seen ended at +31 s was renewed by a round that waited for its row: {:?}",
+        renewed[0]
+    );
+    assert!(!q.owns(&x).unwrap());
 }

@@ -74,9 +74,12 @@ impl<S: Store> Queue<S> {
         self.store().submit(move |tx| {
             let mut results = Vec::with_capacity(tokens.len());
             for token in &tokens {
-                // Each token's own instant: on PostgreSQL an earlier token's row lock can
-                // hold the round up, and a `now` taken before that wait would renew a lease
-                // that expired meanwhile (and that another call was refused for).
+                // The job's row first (PostgreSQL: a row lock, which may mean waiting for
+                // another transaction that holds it; SQLite: one read under the write lock
+                // the transaction holds), then the instant the lease is judged by: an
+                // instant taken before a wait (for this row, or an earlier token's) would
+                // renew a lease that ended meanwhile, and that another call was refused for.
+                S::owned_lease(tx, token, i64::MIN)?;
                 let now = shared.now();
                 let until = now.saturating_add(lease_ms);
                 let renewed = S::renew_if_owned(tx, token, now, until)?;

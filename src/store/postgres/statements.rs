@@ -73,12 +73,20 @@ pub(crate) const RENEW_IF_OWNED: &str = concat!(
 /// the row locked (`FOR UPDATE`) until the transaction ends, so that no claim, reap, cancel
 /// or settle of another transaction can change the job before this one commits (claims and
 /// reaps skip the locked row; the others wait for it).
+///
+/// The row is locked by its id alone, and the token and lease are judged on the version
+/// the lock returns: a `FOR UPDATE` guarded by the lease itself would judge the version from
+/// before a renewal written but not yet committed (a heartbeat round still renewing other
+/// jobs), skip the wait, and refuse a token that the renewal keeps owning a moment later.
 pub(crate) const OWNED_LEASE: &str = concat!(
-    "SELECT lease_until, heartbeat_at FROM fenceq_jobs
+    "WITH locked AS (
+        SELECT id, attempt, claim_id, state, lease_until, heartbeat_at FROM fenceq_jobs
+        WHERE  id = $1
+        FOR UPDATE
+    )
+    SELECT lease_until, heartbeat_at FROM locked
     WHERE  ",
-    owned_by_token!(),
-    "
-    FOR UPDATE"
+    owned_by_token!()
 );
 
 /// An owned write's commit extends the lease from the commit by the claim's lease length
