@@ -21,6 +21,10 @@
 //! attempt whose completion must be refused. A lease lost to a slow machine outside a pause
 //! only adds refusals, which the same checks cover. Every wait is bounded.
 //!
+//! Also here, in one process with a manual clock: the three deterministic reproductions of
+//! what the paused run found (a token refused for an ended lease that a renewal brought
+//! back, so that it settled after all; fixed in `renew_all` and `OWNED_LEASE`).
+//!
 //! `FENCEQ_PG_PROCS_JOBS` (default 10,000) sizes the paused run; `FENCEQ_PG_RACE_ITERS`
 //! (default 10) the schema races.
 
@@ -255,27 +259,38 @@ fn superseded(raw: &mut PgConnection, held: &[Attempted]) -> Vec<Attempted> {
 /// Stops `child` (SIGSTOP: the whole process, its heartbeat too), waits until the server
 /// shows that another process reclaimed at least one of the jobs it held, and continues it
 /// (SIGCONT). Returns the reclaimed attempts: the paused process still runs them, and their
-/// completions must be refused. `None` when no try of 20 caught it holding a job that
-/// another process could take: it held none (it ended), or the stop came inside one of its
-/// transactions, whose row locks keep its jobs from every other claimer until it goes on
-/// (each such try is given up after `give_up`, 10 leases, and the process continued).
+/// completions must be refused. A try that finds the process holding no job, or whose jobs
+/// no other process can take (the stop came inside one of its transactions, and its row
+/// locks keep them from every claimer until it goes on), continues it at once or after 10
+/// leases and tries again, for up to `WAIT_BOUND`; `None` when no try succeeded (it ended).
 fn pause_until_reclaimed(child: &ChildProc, raw: &mut PgConnection, lease: Duration) -> Option<Vec<Attempted>> {
     let give_up = lease * 10;
-    for _ in 0..20 {
+    let bound = Instant::now() + WAIT_BOUND;
+    let mut tries = 0;
+    while Instant::now() < bound {
+        tries += 1;
         signal(child.pid(), "STOP");
+        let stopped = Instant::now();
         let held = held_by(raw, &child.name);
-        let deadline = Instant::now() + give_up;
         let mut reclaimed = Vec::new();
-        while !held.is_empty() && reclaimed.is_empty() && Instant::now() < deadline {
+        while !held.is_empty() && reclaimed.is_empty() && stopped.elapsed() < give_up {
             std::thread::sleep(Duration::from_millis(10));
             reclaimed = superseded(raw, &held);
         }
         signal(child.pid(), "CONT");
         if !reclaimed.is_empty() {
+            eprintln!(
+                "pause of {} (try {tries}): held {}, {} reclaimed after {:.1?}",
+                child.name,
+                held.len(),
+                reclaimed.len(),
+                stopped.elapsed()
+            );
             return Some(reclaimed);
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(50));
     }
+    eprintln!("pause of {}: no try of {tries} caught it holding a job another process could take", child.name);
     None
 }
 
