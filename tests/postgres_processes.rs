@@ -256,18 +256,27 @@ fn superseded(raw: &mut PgConnection, held: &[Attempted]) -> Vec<Attempted> {
     held.iter().filter(|a| now[&a.id] > a.attempt).cloned().collect()
 }
 
-/// Stops `child` (SIGSTOP: the whole process, its heartbeat too), waits until the server
+/// Stops a process (SIGSTOP: the whole process, its heartbeat too), waits until the server
 /// shows that another process reclaimed at least one of the jobs it held, and continues it
-/// (SIGCONT). Returns the reclaimed attempts: the paused process still runs them, and their
-/// completions must be refused. A try that finds the process holding no job, or whose jobs
-/// no other process can take (the stop came inside one of its transactions, and its row
-/// locks keep them from every claimer until it goes on), continues it at once or after 10
-/// leases and tries again, for up to `WAIT_BOUND`; `None` when no try succeeded (it ended).
-fn pause_until_reclaimed(child: &ChildProc, raw: &mut PgConnection, lease: Duration) -> Option<Vec<Attempted>> {
+/// (SIGCONT). Returns which process it was and the reclaimed attempts: the paused process
+/// still runs them, and their completions must be refused. The victim is `first`, or, when a
+/// try finds it holding no job, or holding only jobs no other process can take (the stop
+/// came inside one of its transactions, whose row locks keep them from every claimer until
+/// it goes on; given up after 10 leases), the next of processes 1..=3 (process 0 is never
+/// paused), for up to `WAIT_BOUND`; `None` when no try succeeded (the run ended).
+fn pause_until_reclaimed(
+    children: &[ChildProc],
+    first: usize,
+    schema: &str,
+    raw: &mut PgConnection,
+    lease: Duration,
+) -> Option<(usize, Vec<Attempted>)> {
     let give_up = lease * 10;
     let bound = Instant::now() + WAIT_BOUND;
     let mut tries = 0;
     while Instant::now() < bound {
+        let k = 1 + (first - 1 + tries) % 3;
+        let child = &children[k];
         tries += 1;
         signal(child.pid(), "STOP");
         let stopped = Instant::now();
@@ -286,11 +295,24 @@ fn pause_until_reclaimed(child: &ChildProc, raw: &mut PgConnection, lease: Durat
                 reclaimed.len(),
                 stopped.elapsed()
             );
-            return Some(reclaimed);
+            return Some((k, reclaimed));
+        }
+        if held.is_empty() && tries % 30 == 1 {
+            let by = lines(
+                raw,
+                "SELECT concat_ws(' ', coalesce(worker, '-'), state, count(*)) AS line FROM fenceq_jobs
+                 WHERE $1 <> '' GROUP BY worker, state ORDER BY 1",
+                "x",
+            );
+            eprintln!(
+                "pause of {} (try {tries}): holds nothing; its sessions {:?}; jobs by worker and state: {by:?}",
+                child.name,
+                sessions_doing(raw, &application(schema, k as i32))
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    eprintln!("pause of {}: no try of {tries} caught it holding a job another process could take", child.name);
+    eprintln!("no pause of {tries} tries caught a process holding a job another process could take");
     None
 }
 
@@ -366,9 +388,7 @@ fn four_processes_work_ten_thousand_jobs_through_pauses_past_the_lease_and_settl
     for (k, fifths) in [(1, 1), (2, 2), (3, 3)] {
         let target = (jobs * fifths / 5) as i64;
         wait_for(&format!("{target} completions"), RUN_BOUND, || settled(&mut raw) >= target);
-        if let Some(reclaimed) = pause_until_reclaimed(&children[k], &mut raw, lease) {
-            pauses.push((k, reclaimed));
-        }
+        pauses.extend(pause_until_reclaimed(&children, k, &s.schema, &mut raw, lease));
     }
     let deadline = Instant::now() + RUN_BOUND;
     let ended: Vec<Ended> = children.into_iter().map(|c| c.wait(deadline)).collect();

@@ -132,6 +132,24 @@ pub fn sessions_of(conn: &mut PgConnection, name: &str) -> i64 {
         .n
 }
 
+#[derive(QueryableByName)]
+struct Doing {
+    #[diesel(sql_type = Text)]
+    doing: String,
+}
+
+/// What the sessions named `name` are doing (state, wait event, query), for failure messages.
+pub fn sessions_doing(conn: &mut PgConnection, name: &str) -> Vec<String> {
+    sql_query(
+        "SELECT concat_ws(' | ', state, wait_event_type, wait_event, left(query, 60)) AS doing
+         FROM pg_stat_activity WHERE application_name = $1",
+    )
+    .bind::<Text, _>(name)
+    .load::<Doing>(conn)
+    .map(|rows| rows.into_iter().map(|r| r.doing).collect())
+    .unwrap_or_default()
+}
+
 /// The domain tables of the exactly-once checks, in `schema`: `settle_log`, one row per
 /// completion a handler committed (written in the completion's own transaction by
 /// `complete_logged`), and `completions`, one row per update of a job row into `completed`
