@@ -76,10 +76,16 @@ impl<S: Store> Queue<S> {
         retry_conflicts(|| {
             let (tokens, shared) = (tokens.to_vec(), self.shared.clone());
             self.store().submit(move |tx| {
-                let now = shared.now_in(tx)?;
-                let until = now.saturating_add(lease_ms);
                 let mut results = Vec::with_capacity(tokens.len());
                 for token in &tokens {
+                    // The job's row first (PostgreSQL: a row lock, which may mean waiting for
+                    // another transaction that holds it; SQLite: one read under the write lock
+                    // the transaction holds), then the instant the lease is judged by: an
+                    // instant taken before a wait (for this row, or an earlier token's) would
+                    // renew a lease that ended meanwhile, and that another call was refused for.
+                    S::owned_lease(tx, token, i64::MIN)?;
+                    let now = shared.now_in(tx)?;
+                    let until = now.saturating_add(lease_ms);
                     let renewed = S::renew_if_owned(tx, token, now, until)?;
                     match fence::owned::<S>(tx, token, now, renewed) {
                         Ok(()) => results.push(Ok(until)),

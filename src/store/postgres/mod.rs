@@ -374,9 +374,10 @@ impl PostgresStore {
     }
 
     /// True when `token` owns its job at `at`, checked inside a transaction the caller
-    /// began on `conn` (of the application's own), and, when it does, locks the job's row
-    /// until that transaction ends, so that no reclaim can commit between this check and
-    /// the caller's commit.
+    /// began on `conn` (of the application's own). While the row holds the token's running
+    /// claim it is locked until that transaction ends (also when the lease has ended: the
+    /// lock comes first, so that a renewal in flight is waited for, not missed), so that no
+    /// reclaim can commit between this check and the caller's commit.
     ///
     /// # Errors
     ///

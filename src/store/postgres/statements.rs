@@ -129,13 +129,20 @@ pub(crate) const RENEW_IF_OWNED: &str = concat!(
 /// the row locked (`FOR UPDATE`) until the transaction ends, so that no claim, reap, cancel
 /// or settle of another transaction can change the job before this one commits (claims and
 /// reaps skip the locked row; the others wait for it).
-pub(crate) const OWNED_LEASE: &str = concat!(
-    "SELECT lease_until, heartbeat_at FROM fenceq_jobs
-    WHERE  ",
-    owned_by_token!(),
-    "
-    FOR UPDATE"
-);
+///
+/// The row is locked when it holds the token's running claim, and the lease is judged on
+/// the version the lock returns: a `FOR UPDATE` guarded by the lease itself would judge the
+/// version from before a renewal written but not yet committed (a heartbeat round still
+/// renewing other jobs), skip the wait, and refuse a token that the renewal keeps owning a
+/// moment later. A token another claim replaced (committed) waits for nothing.
+pub(crate) const OWNED_LEASE: &str = "
+    WITH locked AS (
+        SELECT lease_until, heartbeat_at FROM fenceq_jobs
+        WHERE  id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'running'
+        FOR UPDATE
+    )
+    SELECT lease_until, heartbeat_at FROM locked
+    WHERE  lease_until > $4";
 
 /// An owned write's commit extends the lease from the commit by the claim's lease length
 /// (`$5`), guarded by the exact token and `running` (the lease was checked, and the row
