@@ -19,25 +19,12 @@ use fenceq::{JobId, JobState, NewJob, PostgresStore, Queue, SCHEMA_VERSION};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
+mod pg_support;
+use pg_support::server;
+
 const LEASE: Duration = Duration::from_secs(30);
 
 // ------------------------------------------------------------------------------- harness
-
-/// The test server's URL, or `None` (after saying so) when there is none outside CI.
-fn server() -> Option<String> {
-    match std::env::var("FENCEQ_POSTGRES_URL") {
-        Ok(url) if !url.trim().is_empty() => Some(url),
-        _ if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") => {
-            panic!("FENCEQ_POSTGRES_URL is not set, and CI=true requires the PostgreSQL tests (scripts/postgres start)")
-        }
-        _ => {
-            eprintln!(
-                "skipped: FENCEQ_POSTGRES_URL is not set (scripts/postgres start; eval \"$(scripts/postgres env)\")"
-            );
-            None
-        }
-    }
-}
 
 /// One test's schema on the server, dropped (with every schema named after it) at the end.
 struct Scratch {

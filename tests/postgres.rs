@@ -17,24 +17,11 @@ use fenceq::{Error, ManualClock, NewJob, PostgresStore, Queue, SCHEMA_VERSION};
 use std::sync::{mpsc, Arc, Barrier};
 use std::time::{Duration, Instant};
 
+mod pg_support;
+use pg_support::server;
+
 const T0: i64 = 1_700_000_000_000;
 const LEASE: Duration = Duration::from_secs(30);
-
-/// The test server's URL, or `None` (after saying so) when there is none outside CI.
-fn server() -> Option<String> {
-    match std::env::var("FENCEQ_POSTGRES_URL") {
-        Ok(url) if !url.trim().is_empty() => Some(url),
-        _ if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") => {
-            panic!("FENCEQ_POSTGRES_URL is not set, and CI=true requires the PostgreSQL tests (scripts/postgres start)")
-        }
-        _ => {
-            eprintln!(
-                "skipped: FENCEQ_POSTGRES_URL is not set (scripts/postgres start; eval \"$(scripts/postgres env)\")"
-            );
-            None
-        }
-    }
-}
 
 /// One test's schema, dropped at the end.
 struct Scratch {
@@ -67,9 +54,7 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        if let Ok(mut conn) = PgConnection::establish(&self.url) {
-            let _ = conn.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.schema));
-        }
+        pg_support::drop_schema(&self.url, &self.schema);
     }
 }
 

@@ -20,24 +20,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+mod pg_support;
+use pg_support::server;
+
 const MINUTES_10: i64 = 10 * 60 * 1000;
 const LEASE: Duration = Duration::from_secs(60);
-
-/// The test server's URL, or `None` (after saying so) when there is none outside CI.
-fn server() -> Option<String> {
-    match std::env::var("FENCEQ_POSTGRES_URL") {
-        Ok(url) if !url.trim().is_empty() => Some(url),
-        _ if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") => {
-            panic!("FENCEQ_POSTGRES_URL is not set, and CI=true requires the PostgreSQL tests (scripts/postgres start)")
-        }
-        _ => {
-            eprintln!(
-                "skipped: FENCEQ_POSTGRES_URL is not set (scripts/postgres start; eval \"$(scripts/postgres env)\")"
-            );
-            None
-        }
-    }
-}
 
 /// A host whose wall clock is off by its field, in ms (positive: fast). It is the host's clock as far
 /// as anyone can tell, as the wrong clock of a real machine is.
@@ -86,9 +73,7 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        if let Ok(mut conn) = PgConnection::establish(&self.url) {
-            let _ = conn.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.schema));
-        }
+        pg_support::drop_schema(&self.url, &self.schema);
     }
 }
 

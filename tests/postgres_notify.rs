@@ -13,7 +13,6 @@
 //! (`scripts/postgres start`); without one the tests say they skipped, except under
 //! `CI=true`, where they fail.
 
-use fenceq::diesel::connection::SimpleConnection;
 use fenceq::diesel::sql_types::{BigInt, Text};
 use fenceq::diesel::{sql_query, Connection, PgConnection, QueryableByName, RunQueryDsl};
 use fenceq::{NewJob, Outcome, PostgresStore, Queue, WorkerPool};
@@ -22,24 +21,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+mod pg_support;
+use pg_support::server;
+
 /// Far below the child's poll interval (60 s), far above any wake-up (milliseconds).
 const PROMPTLY: Duration = Duration::from_secs(10);
 const SCHEMA_VARIABLE: &str = "FENCEQ_NOTIFY_SCHEMA";
-
-fn server() -> Option<String> {
-    match std::env::var("FENCEQ_POSTGRES_URL") {
-        Ok(url) if !url.trim().is_empty() => Some(url),
-        _ if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") => {
-            panic!("FENCEQ_POSTGRES_URL is not set, and CI=true requires the PostgreSQL tests (scripts/postgres start)")
-        }
-        _ => {
-            eprintln!(
-                "skipped: FENCEQ_POSTGRES_URL is not set (scripts/postgres start; eval \"$(scripts/postgres env)\")"
-            );
-            None
-        }
-    }
-}
 
 fn unix_micros() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_micros() as i64
@@ -68,9 +55,7 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        if let Ok(mut conn) = PgConnection::establish(&self.url) {
-            let _ = conn.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.schema));
-        }
+        pg_support::drop_schema(&self.url, &self.schema);
     }
 }
 

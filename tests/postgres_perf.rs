@@ -17,22 +17,10 @@ use fenceq::diesel::{sql_query, Connection, PgConnection, QueryableByName, RunQu
 use fenceq::{NewJob, PostgresStore, Queue};
 use std::time::{Duration, Instant};
 
-const LEASE: Duration = Duration::from_secs(60);
+mod pg_support;
+use pg_support::server;
 
-fn server() -> Option<String> {
-    match std::env::var("FENCEQ_POSTGRES_URL") {
-        Ok(url) if !url.trim().is_empty() => Some(url),
-        _ if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") => {
-            panic!("FENCEQ_POSTGRES_URL is not set, and CI=true requires the PostgreSQL tests (scripts/postgres start)")
-        }
-        _ => {
-            eprintln!(
-                "skipped: FENCEQ_POSTGRES_URL is not set (scripts/postgres start; eval \"$(scripts/postgres env)\")"
-            );
-            None
-        }
-    }
-}
+const LEASE: Duration = Duration::from_secs(60);
 
 /// One test's schema, dropped at the end.
 struct Scratch {
@@ -64,9 +52,7 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        if let Ok(mut conn) = PgConnection::establish(&self.url) {
-            let _ = conn.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.schema));
-        }
+        pg_support::drop_schema(&self.url, &self.schema);
     }
 }
 

@@ -1,7 +1,7 @@
-//! Fixtures of the PostgreSQL multi-process and crash tests (`tests/postgres_processes.rs`,
-//! `tests/postgres_crash.rs`): the test server from `FENCEQ_POSTGRES_URL`, a schema of a
-//! test's own, raw SQL, the domain tables a handler writes with its completion, child
-//! processes (this test binary, run with `--ignored --exact`) whose marked stdout lines are
+//! Fixtures of the PostgreSQL tests (the multi-process and crash tests use most of it, the
+//! others its server and its schema clean-up): the test server from `FENCEQ_POSTGRES_URL`, a
+//! schema of a test's own, raw SQL, the domain tables a handler writes with its completion,
+//! child processes (this test binary, run with `--ignored --exact`) whose marked stdout lines are
 //! collected, and signals sent with the system's `kill` program (std has no signal call and
 //! the crate forbids `unsafe`).
 #![allow(dead_code)]
@@ -79,9 +79,14 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        if let Ok(mut conn) = PgConnection::establish(&self.url) {
-            let _ = conn.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.schema));
-        }
+        drop_schema(&self.url, &self.schema);
+    }
+}
+
+/// Drops a test's schema and everything in it (what every test's scratch does at its end).
+pub fn drop_schema(url: &str, schema: &str) {
+    if let Ok(mut conn) = PgConnection::establish(url) {
+        let _ = conn.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"));
     }
 }
 

@@ -14,10 +14,9 @@ use crate::cli::{fail, CliResult, Context, ResultExt};
 use fenceq::diesel::connection::SimpleConnection;
 use fenceq::diesel::sql_types::{Array, BigInt, Bytea, Text};
 use fenceq::diesel::{sql_query, Connection, PgConnection, QueryableByName, RunQueryDsl};
-use fenceq::{NewJob, Outcome, PostgresStore, Queue, WorkerPool};
+use fenceq::{NewJob, PostgresStore, Queue};
 use serde_json::json;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The longest one scenario may take before the bench gives up.
@@ -421,12 +420,12 @@ impl Bench {
                     queue.enqueue_batch((j..end).map(|i| NewJob::new("bench", payload(i)).key(format!("k{i}"))))?;
                     j = end;
                 }
-                work(&queue, jobs, workers, || Ok(()))
+                super::scenarios::pool_completes(&queue, jobs, workers, || Ok(()))
             }
             Column::EndToEnd => {
                 let queue = self.open(schema, self.workers)?;
                 let producer = queue.clone();
-                work(&queue, jobs, self.workers, move || {
+                super::scenarios::pool_completes(&queue, jobs, self.workers, move || {
                     for j in 0..jobs {
                         producer.enqueue(NewJob::new("bench", payload(j)).key(format!("k{j}")))?;
                     }
@@ -600,43 +599,4 @@ fn claim_and_complete(conn: &mut PgConnection, per_tx: usize) -> CliResult<u64> 
         }
         Ok(settled)
     })
-}
-
-/// A pool of `workers` completes every job while `produce` runs on this thread (it may
-/// enqueue them, or do nothing when they are pending already). Returns jobs/s from the
-/// pool's start until the last job completed.
-fn work(
-    queue: &Queue<PostgresStore>,
-    jobs: u64,
-    workers: usize,
-    produce: impl FnOnce() -> CliResult<()>,
-) -> CliResult<f64> {
-    let completed = Arc::new(AtomicU64::new(0));
-    let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
-    let started = Instant::now();
-    let pool = {
-        let completed = completed.clone();
-        WorkerPool::builder(queue.clone(), "bench")
-            .workers(workers)
-            .poll_interval(Duration::from_millis(50))
-            .handler(move |_| {
-                if completed.fetch_add(1, Ordering::Relaxed) + 1 == jobs {
-                    let _ = done_tx.try_send(());
-                }
-                Outcome::Complete
-            })
-            .start()?
-    };
-    let produced = produce();
-    let finished = produced.and_then(|()| {
-        done_rx.recv_timeout(SCENARIO_LIMIT).map_err(|_| fail("the bench's jobs did not finish within 10 minutes"))
-    });
-    // Every handler returned; the last settles commit before shutdown returns.
-    let counters = pool.shutdown(Duration::from_secs(60))?.counters;
-    let elapsed = started.elapsed();
-    finished?;
-    if counters.completed != jobs {
-        return Err(fail(format!("the bench completed {} of {jobs} jobs", counters.completed)));
-    }
-    Ok(jobs as f64 / elapsed.as_secs_f64())
 }

@@ -276,8 +276,14 @@ pub fn enqueue_in_batches(queue: &Queue, jobs: u64, batch: u64) -> CliResult<f64
 }
 
 /// A `workers`-thread pool started on `queue` completing `jobs` jobs (already enqueued, or
-/// enqueued meanwhile by `feed`). Jobs/s from the pool's start to the last completion.
-fn pool_completes(queue: &Queue, jobs: u64, workers: usize, feed: impl FnOnce() -> CliResult<()>) -> CliResult<f64> {
+/// enqueued meanwhile by `feed` on this thread), on either store. Jobs/s from the pool's
+/// start to the last completion. The pool is shut down whether or not `feed` succeeded.
+pub fn pool_completes<S: fenceq::store::Store>(
+    queue: &Queue<S>,
+    jobs: u64,
+    workers: usize,
+    feed: impl FnOnce() -> CliResult<()>,
+) -> CliResult<f64> {
     let completed = Arc::new(AtomicU64::new(0));
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
     let started = Instant::now();
@@ -294,13 +300,15 @@ fn pool_completes(queue: &Queue, jobs: u64, workers: usize, feed: impl FnOnce() 
             })
             .start()?
     };
-    feed()?;
-    done_rx
-        .recv_timeout(Duration::from_secs(600))
-        .map_err(|_| fail("the bench's jobs did not finish within 10 minutes"))?;
+    let finished = feed().and_then(|()| {
+        done_rx
+            .recv_timeout(Duration::from_secs(600))
+            .map_err(|_| fail("the bench's jobs did not finish within 10 minutes"))
+    });
     // Every handler returned; the last settles commit before shutdown returns.
     let counters = pool.shutdown(Duration::from_secs(60))?.counters;
     let elapsed = started.elapsed();
+    finished?;
     if counters.completed != jobs {
         return Err(fail(format!("the bench completed {} of {jobs} jobs", counters.completed)));
     }
