@@ -114,7 +114,15 @@ impl Harness for SqliteHarness {
             let made = self.create();
             drop(Queue::builder().path(made.path()).open().expect("opening the template database"));
             self.create_replies(&made);
-            std::fs::read(made.path()).expect("reading the template database")
+            // The file alone may not hold the schema yet: in WAL mode the last writes are in
+            // the -wal file until a checkpoint, and closing the raw connection checkpoints
+            // only if no other connection (a pool's, still closing) is open. `VACUUM INTO`
+            // writes every committed page, WAL included, into one self-contained file.
+            let copy = made.dir.path().join("template.db");
+            made.raw()
+                .execute("VACUUM INTO ?1", [copy.to_str().expect("a UTF-8 temporary path")])
+                .expect("copying the template database");
+            std::fs::read(&copy).expect("reading the template database")
         });
         std::fs::write(place.path(), template).expect("copying the template database");
         place
