@@ -241,9 +241,11 @@ fn the_wal_switch_is_retried_while_a_rollback_mode_writer_holds_the_lock() {
         let path = dir.path().join("fresh.db");
         let mut app = Connection::open(&path).unwrap();
         app.execute_batch("PRAGMA journal_mode = DELETE; CREATE TABLE app (v)").unwrap();
-        let run = race(&path, 4, |start| {
-            let tx = app.transaction_with_behavior(TransactionBehavior::Immediate).unwrap();
-            tx.execute("INSERT INTO app VALUES (1)", []).unwrap();
+        // The lock is taken before any child exists, so it is held at the start instant
+        // however late the children are spawned on a loaded machine.
+        let tx = app.transaction_with_behavior(TransactionBehavior::Immediate).unwrap();
+        tx.execute("INSERT INTO app VALUES (1)", []).unwrap();
+        let run = race(&path, 4, move |start| {
             while wall_ms() < start + 100 {
                 std::thread::sleep(Duration::from_millis(5));
             }
@@ -268,9 +270,11 @@ fn a_column_added_by_a_foreign_writer_during_the_race_counts_as_applied() {
         let path = dir.path().join("old.db");
         old_database(&path, 1, "q");
         let mut foreign = Connection::open(&path).unwrap();
-        let run = race(&path, 4, |start| {
-            let tx = foreign.transaction_with_behavior(TransactionBehavior::Immediate).unwrap();
-            tx.execute_batch("ALTER TABLE fenceq_jobs ADD COLUMN claim_id BLOB").unwrap();
+        // The column is added (uncommitted, under the write lock) before any child exists:
+        // however late the children start, they meet the lock or the committed column.
+        let tx = foreign.transaction_with_behavior(TransactionBehavior::Immediate).unwrap();
+        tx.execute_batch("ALTER TABLE fenceq_jobs ADD COLUMN claim_id BLOB").unwrap();
+        let run = race(&path, 4, move |start| {
             while wall_ms() < start + 100 {
                 std::thread::sleep(Duration::from_millis(5));
             }
