@@ -59,6 +59,13 @@ pub(crate) struct Lease {
     /// Set once the handler's [`Attempt::complete_with`] committed: the heartbeat stops
     /// renewing it, and a renewal that raced the completion is no lost lease.
     pub completed: AtomicBool,
+    /// Set while the handler's [`Attempt::complete_with`] runs. Its commit can reach the
+    /// heartbeat's connection before it reaches the handler's (on PostgreSQL the row lock is
+    /// released at the server's commit, and the heartbeat's renewal that waited on it is
+    /// answered while the handler still waits for its own `COMMIT` reply): a renewal refused
+    /// meanwhile is the completion's doing, not a lost lease. If the completion fails after
+    /// all, `OwnershipLost` marks the attempt lost itself.
+    pub completing: AtomicBool,
 }
 
 /// One claimed attempt, as a handler sees it.
@@ -144,9 +151,13 @@ impl<S: Store> Attempt<S> {
     ///
     /// Those of [`Queue::complete_with`]; on `OwnershipLost`, `owner_lost()` turns true.
     pub fn complete_with<T>(&self, write: impl FnOnce(&S::Tx) -> Result<T>) -> Result<T> {
-        let value = self.noting_loss(self.queue.complete_with(&self.claimed.token, write))?;
-        self.lease.completed.store(true, Ordering::SeqCst);
-        Ok(value)
+        self.lease.completing.store(true, Ordering::SeqCst);
+        let result = self.noting_loss(self.queue.complete_with(&self.claimed.token, write));
+        if result.is_ok() {
+            self.lease.completed.store(true, Ordering::SeqCst);
+        }
+        self.lease.completing.store(false, Ordering::SeqCst);
+        result
     }
 
     /// Runs a domain write that commits only while this attempt still owns the job (see

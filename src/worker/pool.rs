@@ -696,6 +696,7 @@ fn settle_and_claim<S: Store>(
             until: claimed.lease_until.into(),
             lost: AtomicBool::new(false),
             completed: AtomicBool::new(false),
+            completing: AtomicBool::new(false),
         });
         in_flight.insert(claimed.token, lease);
     }
@@ -754,10 +755,12 @@ fn heartbeat<S: Store>(shared: &Shared<S>, every: Duration, stop: Receiver<()>) 
                 for ((token, lease), result) in in_flight.iter().zip(results) {
                     match result {
                         Ok(until) => lease.until.store(until, Ordering::SeqCst),
-                        // Settled (or completed by its handler) while this round ran: nothing
-                        // was lost.
+                        // Settled (or being or been completed by its handler) while this round
+                        // ran: nothing was lost. `completing` is read first: the handler sets
+                        // `completed` before it clears `completing`, so one of the two is seen.
                         Err(_)
-                            if lease.completed.load(Ordering::SeqCst)
+                            if lease.completing.load(Ordering::SeqCst)
+                                || lease.completed.load(Ordering::SeqCst)
                                 || !shared.in_flight.lock().contains_key(token) => {}
                         Err(e) => {
                             lease.lost.store(true, Ordering::SeqCst);
