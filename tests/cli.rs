@@ -14,55 +14,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
+mod cli_support;
+use cli_support::{run_cmd, Run};
+
 const LEASE: Duration = Duration::from_secs(30);
 
 // ------------------------------------------------------------------------------- harness
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    /// Asserts exit 0 and an empty stderr; returns stdout.
-    fn ok(&self) -> &str {
-        assert_eq!(self.code, 0, "stdout: {}\nstderr: {}", self.stdout, self.stderr);
-        assert!(self.stderr.is_empty(), "stderr: {}", self.stderr);
-        &self.stdout
-    }
-
-    /// Asserts exit 1 with exactly one `error: ` line on stderr and no panic; returns it.
-    fn error(&self) -> &str {
-        assert_eq!(self.code, 1, "stdout: {}\nstderr: {}", self.stdout, self.stderr);
-        assert_no_panic(&self.stderr);
-        assert!(self.stderr.starts_with("error: "), "stderr: {}", self.stderr);
-        assert!(self.stderr.ends_with('\n') && self.stderr.lines().count() == 1, "stderr: {:?}", self.stderr);
-        self.stderr.trim_end()
-    }
-
-    /// Asserts a usage error: exit 2 from clap, no panic.
-    fn usage(&self) {
-        assert_eq!(self.code, 2, "stdout: {}\nstderr: {}", self.stdout, self.stderr);
-        assert_no_panic(&self.stderr);
-        assert!(self.stderr.contains("error:"), "stderr: {}", self.stderr);
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_str(self.ok()).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.stdout))
-    }
-
-    fn json_lines(&self) -> Vec<Value> {
-        self.ok()
-            .lines()
-            .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
-            .collect()
-    }
-}
-
-fn assert_no_panic(stderr: &str) {
-    assert!(!stderr.contains("panicked") && !stderr.contains("RUST_BACKTRACE"), "stderr: {stderr}");
-}
 
 fn cmd(db: &Path, args: &[&str]) -> Command {
     let mut cmd = Command::cargo_bin("fenceq").expect("the fenceq binary is built");
@@ -72,15 +29,6 @@ fn cmd(db: &Path, args: &[&str]) -> Command {
 
 fn run(db: &Path, args: &[&str]) -> Run {
     run_cmd(cmd(db, args))
-}
-
-fn run_cmd(mut cmd: Command) -> Run {
-    let output = cmd.output().expect("the fenceq binary runs");
-    Run {
-        code: output.status.code().expect("exited, not killed"),
-        stdout: String::from_utf8(output.stdout).expect("utf-8 stdout"),
-        stderr: String::from_utf8(output.stderr).expect("utf-8 stderr"),
-    }
 }
 
 fn new_db() -> (TempDir, PathBuf, Queue) {

@@ -19,7 +19,9 @@ use fenceq::{JobId, JobState, NewJob, PostgresStore, Queue, SCHEMA_VERSION};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
+mod cli_support;
 mod pg_support;
+use cli_support::{run_cmd, Run};
 use pg_support::server;
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -82,50 +84,6 @@ impl Drop for Scratch {
                 let _ = conn.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"));
             }
         }
-    }
-}
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    /// Asserts exit 0 and an empty stderr; returns stdout.
-    fn ok(&self) -> &str {
-        assert_eq!(self.code, 0, "stdout: {}\nstderr: {}", self.stdout, self.stderr);
-        assert!(self.stderr.is_empty(), "stderr: {}", self.stderr);
-        &self.stdout
-    }
-
-    /// Asserts exit 1 with exactly one `error: ` line on stderr and no panic; returns it.
-    fn error(&self) -> &str {
-        assert_eq!(self.code, 1, "stdout: {}\nstderr: {}", self.stdout, self.stderr);
-        assert!(!self.stderr.contains("panicked"), "stderr: {}", self.stderr);
-        assert!(self.stderr.starts_with("error: "), "stderr: {}", self.stderr);
-        assert!(self.stderr.ends_with('\n') && self.stderr.lines().count() == 1, "stderr: {:?}", self.stderr);
-        self.stderr.trim_end()
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_str(self.ok()).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.stdout))
-    }
-
-    fn json_lines(&self) -> Vec<Value> {
-        self.ok()
-            .lines()
-            .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
-            .collect()
-    }
-}
-
-fn run_cmd(mut cmd: Command) -> Run {
-    let output = cmd.output().expect("the fenceq binary runs");
-    Run {
-        code: output.status.code().expect("exited, not killed"),
-        stdout: String::from_utf8(output.stdout).expect("utf-8 stdout"),
-        stderr: String::from_utf8(output.stderr).expect("utf-8 stderr"),
     }
 }
 
