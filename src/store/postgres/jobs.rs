@@ -319,7 +319,7 @@ impl Store for PostgresStore {
 
     fn now_estimate(&self, clock: &dyn Clock) -> i64 {
         if clock.is_host_clock() {
-            self.offset.estimate(clock)
+            self.server_clock.estimate(clock)
         } else {
             clock.now_ms()
         }

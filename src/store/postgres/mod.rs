@@ -143,9 +143,9 @@ pub struct PgTx {
     conn: RefCell<Held>,
     /// The server's clock as this transaction read it (`time.rs`).
     time: time::ServerTime,
-    /// The store's estimate of the server's clock, updated by each read (`None` for a
-    /// connection of the application's own).
-    offset: Option<time::Offset>,
+    /// What the store knows of the server's clock, updated by each read (`None` for a
+    /// connection of the application's own, which reads the server's clock every time).
+    server_clock: Option<time::ServerClock>,
 }
 
 enum Held {
@@ -165,11 +165,15 @@ impl PgTx {
     /// queue's `enqueue_tx` can run on it. The caller commits or rolls back (take the
     /// connection back with [`PgTx::into_connection`]).
     pub fn new(conn: PgConnection) -> PgTx {
-        PgTx { conn: RefCell::new(Held::Own(conn)), time: time::ServerTime::default(), offset: None }
+        PgTx { conn: RefCell::new(Held::Own(conn)), time: time::ServerTime::default(), server_clock: None }
     }
 
-    fn pooled(conn: PooledConnection<Manager>, offset: &time::Offset) -> PgTx {
-        PgTx { conn: RefCell::new(Held::Pooled(conn)), time: time::ServerTime::default(), offset: Some(offset.clone()) }
+    fn pooled(conn: PooledConnection<Manager>, server_clock: &time::ServerClock) -> PgTx {
+        PgTx {
+            conn: RefCell::new(Held::Pooled(conn)),
+            time: time::ServerTime::default(),
+            server_clock: Some(server_clock.clone()),
+        }
     }
 
     /// The connection, lent to the caller until the guard is dropped.
@@ -231,8 +235,8 @@ pub struct PostgresStore {
     url: Url,
     schema: Option<String>,
     transactions: AtomicU64,
-    /// The server's clock minus this host's, as last measured (`time.rs`).
-    offset: time::Offset,
+    /// The server's clock as last read, and minus this host's (`time.rs`).
+    server_clock: time::ServerClock,
     /// The session settings, for the listener's own connection.
     settings: String,
     /// The `LISTEN` thread, started by the first [`Store::watch`](crate::store::Store::watch).
@@ -361,7 +365,7 @@ impl PostgresStore {
             url,
             schema: builder.schema.clone(),
             transactions: AtomicU64::new(0),
-            offset: time::Offset::unmeasured(),
+            server_clock: time::ServerClock::unmeasured(),
             settings: session_settings(builder),
             listener: parking_lot::Mutex::new(None),
         };
@@ -401,7 +405,7 @@ impl PostgresStore {
     }
 
     fn run_read<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
-        let tx = PgTx::pooled(self.pool.get()?, &self.offset);
+        let tx = PgTx::pooled(self.pool.get()?, &self.server_clock);
         let result = f(&tx);
         tx.discard_if_lost(&result);
         result
@@ -412,7 +416,7 @@ impl PostgresStore {
     /// trip); for work that writes in one statement at most
     /// ([`Store::submit_single`](crate::store::Store::submit_single)).
     fn run_single<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
-        let tx = PgTx::pooled(self.pool.get()?, &self.offset);
+        let tx = PgTx::pooled(self.pool.get()?, &self.server_clock);
         let result = f(&tx);
         tx.discard_if_lost(&result);
         if result.is_ok() {
@@ -429,7 +433,7 @@ impl PostgresStore {
     /// the success PostgreSQL's `COMMIT` of an aborted transaction would report while
     /// rolling it back.
     fn run_write<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
-        let tx = PgTx::pooled(self.pool.get()?, &self.offset);
+        let tx = PgTx::pooled(self.pool.get()?, &self.server_clock);
         tx.with(|conn| AnsiTransactionManager::begin_transaction(conn).pg("BEGIN"))?;
         let result = f(&tx);
         tx.discard_if_lost(&result);
