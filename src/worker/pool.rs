@@ -8,6 +8,7 @@
 //! when a worker frees up.
 
 use super::attempt::{Attempt, Lease, Outcome};
+use super::prefetch::{Prefetch, Round};
 use crate::error::{Error, Result};
 use crate::job::{ClaimToken, Claimed, JobId, RetryPolicy};
 use crate::queue::settle::{Settle, Settled};
@@ -88,12 +89,19 @@ impl<S: Store> WorkerPoolBuilder<S> {
     }
 
     /// Jobs claimed beyond the free workers (0..=4096), waiting in the pool for the next
-    /// worker to finish, so that a worker never waits for a claim. Defaults to twice the
-    /// workers. Prefetched jobs are in flight like running ones: their leases are renewed
-    /// while they wait (so a slow handler never costs a waiting job an attempt), and
-    /// [`WorkerPool::shutdown`] lets them run. The price: while every worker of the pool is
-    /// stuck in a handler, the prefetched jobs wait with them. Use 0 when handlers can hang,
-    /// or when several pools share a queue and another could start the jobs sooner.
+    /// worker to finish, so that a worker never waits for a claim. Prefetched jobs are in
+    /// flight like running ones: their leases are renewed while they wait (so a slow handler
+    /// never costs a waiting job an attempt), and [`WorkerPool::shutdown`] lets them run. The
+    /// price: while every worker of the pool is stuck in a handler, the prefetched jobs wait
+    /// with them. Use 0 when handlers can hang, or when several pools share a queue and
+    /// another could start the jobs sooner.
+    ///
+    /// Setting it fixes it. By default it follows the handlers: twice the workers to start
+    /// with, and after each claim round twice the attempts that finished since the round
+    /// before, up to [`ADAPTIVE_PREFETCH_CEILING`](crate::ADAPTIVE_PREFETCH_CEILING). Fast
+    /// handlers so get enough jobs per round to outrun a round trip's cost (on PostgreSQL each
+    /// round waits for a WAL flush), while handlers that block finish nothing and keep the
+    /// pool at twice its workers.
     pub fn prefetch(mut self, jobs: usize) -> Self {
         self.prefetch = Some(jobs);
         self
@@ -320,9 +328,9 @@ impl<S: Store> WorkerPool<S> {
             poll_interval: builder.poll_interval,
         });
         let workers = builder.workers;
+        let prefetch = Prefetch::new(builder.prefetch, workers);
         // Claimed jobs never exceed the slots, so sending one never blocks the dispatcher.
-        let slots = workers + builder.prefetch.unwrap_or(2 * workers);
-        let (job_tx, job_rx) = bounded::<Claimed>(slots);
+        let (job_tx, job_rx) = bounded::<Claimed>(workers + prefetch.most());
         let (stop_dispatch, stop_dispatch_rx) = bounded::<()>(0);
         let (stop_heartbeat, stop_heartbeat_rx) = bounded::<()>(0);
         let (exited_tx, exited) = unbounded::<()>();
@@ -353,7 +361,7 @@ impl<S: Store> WorkerPool<S> {
             let poll = builder.poll_interval;
             let channels = DispatchChannels { jobs: job_tx, finished: finished_rx, wake, stop: stop_dispatch_rx };
             threads.push(spawn("fenceq-dispatcher", move || {
-                dispatch(&shared, &worker, slots, poll, channels);
+                dispatch(&shared, &worker, (workers, prefetch), poll, channels);
                 let _ = exited.send(());
             })?);
         }
@@ -510,7 +518,13 @@ struct DispatchChannels {
 /// request per round; sleeps until an attempt finishes, an enqueue wakes it, the poll interval passes,
 /// or the pool stops. After the stop it claims nothing more and returns once every worker
 /// has ended and its last attempt is settled.
-fn dispatch<S: Store>(shared: &Shared<S>, worker: &str, slots: usize, poll: Duration, channels: DispatchChannels) {
+fn dispatch<S: Store>(
+    shared: &Shared<S>,
+    worker: &str,
+    (workers, mut prefetch): (usize, Prefetch),
+    poll: Duration,
+    channels: DispatchChannels,
+) {
     let DispatchChannels { jobs, finished, wake, stop } = channels;
     let mut jobs = Some(jobs);
     let mut busy = 0usize;
@@ -528,13 +542,25 @@ fn dispatch<S: Store>(shared: &Shared<S>, worker: &str, slots: usize, poll: Dura
             }
         }
         busy -= done.len();
-        let free = if jobs.is_some() { slots - busy } else { 0 };
+        let finished_now = done.len();
+        // The prefetch may have shrunk below what the workers still hold.
+        let free = if jobs.is_some() { (workers + prefetch.now()).saturating_sub(busy) } else { 0 };
         let settled_any = !done.is_empty();
         let claimed = settle_and_claim(shared, worker, std::mem::take(&mut done), free);
         if settled_any {
             *shared.rounds.lock() += 1;
             shared.round_done.notify_all();
         }
+        if let Some(jobs) = &jobs {
+            // Judged before this round's claims join the jobs still waiting to start.
+            prefetch.after_round(Round {
+                finished: finished_now,
+                asked: free,
+                claimed: claimed.len(),
+                waiting: jobs.len(),
+            });
+        }
+        let slots = workers + prefetch.now();
         let claimed_any = !claimed.is_empty();
         for claimed in claimed {
             busy += 1;

@@ -316,17 +316,20 @@ fn a_pool_without_a_handler_or_with_bad_settings_does_not_start<H: Harness>(h: &
 }
 
 /// A one-worker pool whose handler reports each job it starts, then waits for a release
-/// before completing it.
+/// before completing it; `prefetch` `None` keeps the default.
 fn gated_pool<H: Harness>(
     db: &Db<'_, H>,
-    prefetch: usize,
+    prefetch: Option<usize>,
     poll: Duration,
 ) -> (WorkerPool<H::Store>, Receiver<fenceq::JobId>, Sender<()>) {
     let (started_tx, started) = unbounded();
     let (release, released) = unbounded::<()>();
-    let pool = WorkerPool::builder(db.queue.clone(), "q")
-        .workers(1)
-        .prefetch(prefetch)
+    let builder = WorkerPool::builder(db.queue.clone(), "q").workers(1);
+    let builder = match prefetch {
+        Some(jobs) => builder.prefetch(jobs),
+        None => builder, // the default
+    };
+    let pool = builder
         .poll_interval(poll)
         .handler(move |a| {
             started_tx.send(a.token().id).unwrap();
@@ -340,13 +343,15 @@ fn gated_pool<H: Harness>(
 
 /// With one worker stuck in its handler, the pool holds exactly `1 + prefetch` claims: the
 /// prefetched jobs wait, leased, for the next free worker, and nothing beyond is claimed.
+/// The default prefetch (twice the workers, growing only while attempts finish) holds
+/// `1 + 2`: a stuck worker finishes nothing, so it never grows.
 fn prefetch_claims_beyond_the_free_workers_but_never_beyond_the_slots<H: Harness>(h: &H) {
-    for prefetch in [0usize, 3] {
+    for (set, prefetch) in [(Some(0), 0usize), (Some(3), 3), (None, 2)] {
         let db = Db::new(h);
         for i in 0..10 {
             db.add(&format!("job {i}"));
         }
-        let (pool, started, release) = gated_pool(&db, prefetch, fenceq::DEFAULT_POLL_INTERVAL);
+        let (pool, started, release) = gated_pool(&db, set, fenceq::DEFAULT_POLL_INTERVAL);
         recv(&started, "the first attempt");
         eventually(|| pool.in_flight().len() == 1 + prefetch, "the prefetched claims");
         db.add("one more"); // wakes the dispatcher, which has no free slot for it
@@ -367,7 +372,7 @@ fn prefetch_claims_beyond_the_free_workers_but_never_beyond_the_slots<H: Harness
 fn a_failing_claim_never_costs_a_finished_attempt_its_settle<H: Harness>(h: &H) {
     let db = Db::new(h);
     let first = db.add("first");
-    let (pool, started, release) = gated_pool(&db, 0, Duration::from_millis(20));
+    let (pool, started, release) = gated_pool(&db, Some(0), Duration::from_millis(20));
     assert_eq!(recv(&started, "the first attempt"), first);
     db.harness.fail_claims(&db.place, true);
     let second = db.add("second");
