@@ -96,12 +96,14 @@ impl<S: Store> WorkerPoolBuilder<S> {
     /// with them. Use 0 when handlers can hang, or when several pools share a queue and
     /// another could start the jobs sooner.
     ///
-    /// Setting it fixes it. By default it follows the handlers: twice the workers to start
-    /// with, and after each claim round twice the attempts that finished since the round
-    /// before, up to [`ADAPTIVE_PREFETCH_CEILING`](crate::ADAPTIVE_PREFETCH_CEILING). Fast
-    /// handlers so get enough jobs per round to outrun a round trip's cost (on PostgreSQL each
-    /// round waits for a WAL flush), while handlers that block finish nothing and keep the
-    /// pool at twice its workers.
+    /// Setting it fixes it. By default it follows the handlers, starting at twice the
+    /// workers: it doubles (up to [`ADAPTIVE_PREFETCH_CEILING`](crate::ADAPTIVE_PREFETCH_CEILING))
+    /// after a round that claimed all it asked for while attempts finished and no claimed
+    /// job was left waiting for a worker, halves while more than half of it waits, and
+    /// returns to twice the workers when a round finds fewer due jobs than it asked for.
+    /// Fast handlers so get enough jobs per round to outrun a round's cost (on PostgreSQL
+    /// each round waits for a WAL flush), while handlers that block finish nothing and keep
+    /// the pool at twice its workers.
     pub fn prefetch(mut self, jobs: usize) -> Self {
         self.prefetch = Some(jobs);
         self
