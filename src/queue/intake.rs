@@ -26,11 +26,16 @@ impl<S: Store> Queue<S> {
     pub fn enqueue(&self, job: NewJob) -> Result<Enqueued> {
         check_job(&job, self.shared.max_payload)?;
         let queue_name = job.queue.clone();
-        let job = Arc::new(job);
-        let enqueued = retry_conflicts(|| {
-            let (shared, job) = (self.shared.clone(), job.clone());
-            self.store().submit_single(move |tx| insert(&shared, tx, &job))
-        })?;
+        let enqueued = if S::GROUPS_INTAKE {
+            // Concurrent callers of this handle share a statement (`intake_group.rs`).
+            self.shared.intake.enqueue(&self.shared, job)?
+        } else {
+            let job = Arc::new(job);
+            retry_conflicts(|| {
+                let (shared, job) = (self.shared.clone(), job.clone());
+                self.store().submit_single(move |tx| insert(&shared, tx, &job))
+            })?
+        };
         self.wake(&queue_name);
         Ok(enqueued)
     }
@@ -105,7 +110,7 @@ fn insert_all<S: Store>(shared: &Shared<S>, tx: &S::Tx, jobs: &[NewJob]) -> Resu
     }
 }
 
-fn new_row<'j, S: Store>(shared: &Shared<S>, job: &'j NewJob, now: i64) -> NewRow<'j> {
+pub(super) fn new_row<'j, S: Store>(shared: &Shared<S>, job: &'j NewJob, now: i64) -> NewRow<'j> {
     NewRow {
         queue: &job.queue,
         key: job.key.as_deref(),

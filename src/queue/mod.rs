@@ -15,6 +15,7 @@ mod exhaustions;
 pub(crate) mod fence;
 mod inspect;
 pub(crate) mod intake;
+mod intake_group;
 pub(crate) mod operator;
 mod pause;
 pub(crate) mod retry;
@@ -58,6 +59,8 @@ pub(crate) struct Shared<S> {
     /// The limits every operation checks before it touches the store.
     pub(crate) max_payload: usize,
     pub(crate) max_attempts: u32,
+    /// Concurrent `enqueue` calls sharing a statement, where the store asks for it.
+    pub(crate) intake: intake_group::IntakeGroup,
     /// Shared with the store's watcher ([`Store::watch`]), which holds it weakly.
     wakers: Arc<Mutex<Vec<Waker>>>,
     /// Whether the store's watcher was registered (once, with the first pool).
@@ -146,6 +149,7 @@ impl<S: Store> Queue<S> {
             clock,
             max_payload,
             max_attempts,
+            intake: intake_group::IntakeGroup::default(),
             wakers: Arc::default(),
             watched: std::sync::Once::new(),
             #[cfg(feature = "schedule")]
@@ -235,7 +239,10 @@ impl<S: Store> Queue<S> {
     /// How this handle's writes were grouped into transactions so far (group commit combines
     /// concurrent writers of one process into one `BEGIN IMMEDIATE` transaction).
     pub fn commit_stats(&self) -> CommitStats {
-        self.store().commit_stats()
+        let mut stats = self.store().commit_stats();
+        // Callers whose enqueue rode in another caller's transaction (`intake_group.rs`).
+        stats.requests += self.shared.intake.joined();
+        stats
     }
 
     /// The schema version of the open database (equal to [`SCHEMA_VERSION`](crate::SCHEMA_VERSION)(crate::SCHEMA_VERSION)

@@ -53,6 +53,12 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// `complete_with`, `transaction`, `enqueue_tx`): the store's own type.
     type Tx;
 
+    /// Whether concurrent `enqueue` calls of one queue handle should share one statement
+    /// and one commit (`queue/intake_group.rs`): true for a server store, where each
+    /// statement is a round trip and each commit the server's own work. The default is
+    /// false: SQLite's writer already groups every request of a process.
+    const GROUPS_INTAKE: bool = false;
+
     // ------------------------------------------------------------ transactions
 
     /// Runs `f` for reads, outside any write transaction.
@@ -186,6 +192,20 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     fn enqueue_all_new(tx: &Self::Tx, rows: &[NewRow<'_>]) -> Result<Option<Vec<JobId>>> {
         let _ = (tx, rows);
         Ok(None)
+    }
+
+    /// Inserts every row of `rows` as a new job in one statement that changes nothing unless
+    /// every row is new, so that a server store can run it as the only write of
+    /// [`Store::submit_single`] (in autocommit): their ids in order, or `None` with nothing
+    /// inserted when a row would not be new (a key conflict, also between two of `rows`).
+    /// An intake group (`queue/intake_group.rs`) tries it first. The default is
+    /// [`Store::enqueue_all_new`].
+    ///
+    /// # Errors
+    ///
+    /// The store's error (a refused row is an error, never `None`).
+    fn enqueue_all_or_none(tx: &Self::Tx, rows: &[NewRow<'_>]) -> Result<Option<Vec<JobId>>> {
+        Self::enqueue_all_new(tx, rows)
     }
 
     /// The id of the job of `queue` with idempotency key `key`.

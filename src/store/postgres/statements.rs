@@ -42,6 +42,26 @@ pub(crate) const ENQUEUE: &str = concat!(
     " END AS woke"
 );
 
+/// An intake group's rows, one statement that inserts all of them or none, so that it can
+/// run in autocommit: `ENQUEUE_ALL` without `ON CONFLICT`, so a key conflict (with a job
+/// already there, or between two of its rows) fails the statement on
+/// `fenceq_jobs_queue_key`; and fewer rows back than `$8` went in (an application's trigger
+/// ignored one) divides by zero, which fails it too. A failed statement changes nothing.
+pub(crate) const ENQUEUE_ALL_OR_NONE: &str = concat!(
+    "
+    WITH inserted AS (
+        INSERT INTO fenceq_jobs (queue, key, payload, priority, run_at, max_attempts, created_at)
+        SELECT queue, key, payload, priority, run_at, max_attempts, created_at
+        FROM   unnest($1::text[], $2::text[], $3::bytea[], $4::integer[], $5::bigint[], $6::integer[], $7::bigint[])
+               WITH ORDINALITY AS r(queue, key, payload, priority, run_at, max_attempts, created_at, n)
+        ORDER  BY n
+        RETURNING id, CASE WHEN run_at <= created_at THEN ",
+    wake_listeners!("queue"),
+    " END AS woke
+    )
+    SELECT id / ((SELECT count(*) FROM inserted) = $8)::integer AS id, woke FROM inserted"
+);
+
 /// Batched intake, one statement: the rows of seven parallel arrays (`ENQUEUE`'s columns),
 /// inserted in array order (so their ids, from the table's sequence, ascend in that order).
 /// A conflicting row is skipped, as in `ENQUEUE`; `Store::enqueue_all_new` then undoes the
