@@ -92,8 +92,9 @@ pub enum Command {
     /// (ratios, p99, grouping) as further fields.
     ///
     /// With a postgres:// --db it measures enqueue 1/call, batch of 100, process W=1,
-    /// process W=--workers and end to end W=--workers, through fenceq and through a raw SQL
-    /// loop on the same server (one operation per transaction, and 100 per transaction),
+    /// process W=--workers, end to end W=--workers and enqueue 1/call from 16 threads at
+    /// once, through fenceq and through a raw SQL loop on the same server (one operation
+    /// per transaction, and 100 per transaction),
     /// each in a scratch schema of its own (named after --schema, or fenceq_bench_PID),
     /// dropped at the end; --sync and --latency-rows do not apply there. Its JSON lines carry
     /// `scenario` (`postgres/ROW/COLUMN`), `value` (jobs/s), `jobs`, `workers`, the server's

@@ -1,5 +1,6 @@
 //! `fenceq bench --db postgres://…`: the issue's five columns (enqueue 1/call, batch of
-//! 100, process W=1, process W=N, end to end W=N) through fenceq's public API on
+//! 100, process W=1, process W=N, end to end W=N), and 16 threads enqueueing one job per
+//! call at once, through fenceq's public API on
 //! PostgreSQL, beside a raw SQL loop on the same server in the same run: the same
 //! queue-shaped statements fenceq's store runs (insert with `ON CONFLICT DO NOTHING`, a
 //! `FOR UPDATE SKIP LOCKED` claim CTE, a fenced complete), one operation per transaction,
@@ -9,6 +10,7 @@
 //! `--schema` or `fenceq_bench_<pid>`), refused if it already exists, dropped at the end.
 //! `tests/cli_postgres.rs` runs it at a small size.
 
+use super::rounds::Spread;
 use super::BenchArgs;
 use crate::cli::{fail, CliResult, Context, ResultExt};
 use fenceq::diesel::connection::SimpleConnection;
@@ -75,10 +77,17 @@ enum Column {
     ProcessW,
     /// One producer enqueueing one per call while `--workers` workers complete them.
     EndToEnd,
+    /// [`CALLERS`] threads enqueueing one per call at once (fenceq's intake groups; the raw
+    /// loop: a connection per thread).
+    Concurrent,
 }
 
+/// The threads of the concurrent intake column.
+const CALLERS: u64 = 16;
+
 impl Column {
-    const ALL: [Column; 5] = [Column::Enqueue, Column::Batch, Column::Process1, Column::ProcessW, Column::EndToEnd];
+    const ALL: [Column; 6] =
+        [Column::Enqueue, Column::Batch, Column::Process1, Column::ProcessW, Column::EndToEnd, Column::Concurrent];
 
     fn name(self) -> &'static str {
         match self {
@@ -87,6 +96,7 @@ impl Column {
             Column::Process1 => "process_w1",
             Column::ProcessW => "process_wn",
             Column::EndToEnd => "end_to_end_wn",
+            Column::Concurrent => "enqueue_1_per_call_16_threads",
         }
     }
 
@@ -97,18 +107,20 @@ impl Column {
             Column::Process1 => "process W=1".to_string(),
             Column::ProcessW => format!("process W={workers}"),
             Column::EndToEnd => format!("end to end W={workers}"),
+            Column::Concurrent => format!("enqueue 1/call, {CALLERS} threads"),
         }
     }
 
     /// The issue's table leaves the raw 100-per-transaction loop out of these: one job per
     /// call is one job per transaction, and a producer racing its workers is not a batch.
     fn applies(self, row: Row) -> bool {
-        !(row == Row::Raw100 && matches!(self, Column::Enqueue | Column::EndToEnd))
+        !(row == Row::Raw100 && matches!(self, Column::Enqueue | Column::EndToEnd | Column::Concurrent))
     }
 }
 
-/// One measured cell.
+/// One measured cell of one round.
 struct Cell {
+    round: usize,
     row: Row,
     column: Column,
     jobs_per_sec: f64,
@@ -120,11 +132,15 @@ struct Bench {
     prefix: String,
     jobs: u64,
     workers: usize,
+    rounds: usize,
     /// The scratch schemas created so far (dropped at the end).
     created: Vec<String>,
 }
 
-/// Runs every cell; with --json one JSON line per cell as it is measured, else a table.
+/// Runs every cell in `--rounds` interleaved rounds (in each round every column's raw loops
+/// and then fenceq, one after the other, on fresh schemas), so that each ratio is computed
+/// within a round; with --json one JSON line per cell as it is measured and then one
+/// `summary` line per cell, else a table of medians with the ratios' spread.
 ///
 /// # Errors
 ///
@@ -144,39 +160,52 @@ pub fn run(args: &BenchArgs, ctx: &mut Context) -> CliResult<()> {
             "--schema {prefix:?}: the bench needs 1..=52 of [a-z0-9_], not starting with a digit"
         )));
     }
-    let mut bench =
-        Bench { url: ctx.server_url(), prefix, jobs: args.jobs, workers: args.workers as usize, created: Vec::new() };
+    let mut bench = Bench {
+        url: ctx.server_url(),
+        prefix,
+        jobs: args.jobs,
+        workers: args.workers as usize,
+        rounds: args.rounds as usize,
+        created: Vec::new(),
+    };
     let server = bench.server_settings()?;
-    let cells =
-        Row::ALL.iter().flat_map(|&row| Column::ALL.iter().filter(move |c| c.applies(row)).map(move |&c| (row, c)));
-    let cells: Vec<(Row, Column)> = cells.collect();
-    let progress = ctx.out.progress(cells.len() as u64, "benchmarking");
+    // Column by column, so that fenceq runs right after the raw loops it is compared with.
+    let cells: Vec<(Row, Column)> = Column::ALL
+        .iter()
+        .flat_map(|&column| Row::ALL.iter().filter(move |&&row| column.applies(row)).map(move |&row| (row, column)))
+        .collect();
+    let progress = ctx.out.progress((cells.len() * bench.rounds) as u64, "benchmarking");
     let mut measured: Vec<Cell> = Vec::new();
     let mut result = Ok(());
-    for (row, column) in cells {
-        progress.set_message(format!("{} {}", row.name(), column.name()));
-        let cell = match bench.measure(row, column) {
-            Ok(jobs_per_sec) => Cell { row, column, jobs_per_sec },
-            Err(e) => {
-                result = Err(e);
-                break;
+    'rounds: for round in 1..=bench.rounds {
+        for &(row, column) in &cells {
+            progress.set_message(format!("round {round}: {} {}", row.name(), column.name()));
+            let cell = match bench.measure(row, column) {
+                Ok(jobs_per_sec) => Cell { round, row, column, jobs_per_sec },
+                Err(e) => {
+                    result = Err(e);
+                    break 'rounds;
+                }
+            };
+            progress.inc(1);
+            if ctx.json() {
+                let line = cell_json(&cell, &measured, &bench, &server);
+                if let Err(e) = ctx.out.record(&line) {
+                    result = Err(e.into());
+                    break 'rounds;
+                }
             }
-        };
-        progress.inc(1);
-        if ctx.json() {
-            let line = cell_json(&cell, &measured, &bench, &server);
-            if let Err(e) = ctx.out.record(&line) {
-                result = Err(e.into());
-                break;
-            }
+            measured.push(cell);
         }
-        measured.push(cell);
     }
     progress.finish_and_clear();
     let dropped = bench.drop_schemas();
     result?;
     dropped?;
     if ctx.json() {
+        for &(row, column) in &cells {
+            ctx.out.record(&summary_json(&measured, row, column, &bench, &server))?;
+        }
         return Ok(());
     }
     let mut header = vec!["".to_string()];
@@ -186,19 +215,26 @@ pub fn run(args: &BenchArgs, ctx: &mut Context) -> CliResult<()> {
     for row in Row::ALL {
         let mut line = vec![row.label().to_string()];
         for column in Column::ALL {
-            let value = measured.iter().find(|c| c.row == row && c.column == column);
-            line.push(value.map_or_else(String::new, |c| format!("{:.0}", c.jobs_per_sec)));
+            line.push(figures(&measured, row, column).map_or_else(String::new, |f| format!("{:.0}", f.median)));
         }
         table.add_row(line);
     }
-    let mut ratios = vec!["fenceq / raw 1 op per tx".to_string()];
+    let mut ratios = vec!["fenceq / raw 1 op per tx (min–max)".to_string()];
     for column in Column::ALL {
-        ratios.push(ratio(&measured, column, Row::Raw1).map_or_else(String::new, |r| format!("{r:.2}x")));
+        ratios.push(ratios_to(&measured, column, Row::Raw1).map_or_else(String::new, |r| {
+            if bench.rounds == 1 {
+                format!("{:.2}x", r.median)
+            } else {
+                format!("{:.2}x ({:.2}–{:.2})", r.median, r.min, r.max)
+            }
+        }));
     }
     table.add_row(ratios);
     ctx.out.table(&table)?;
     ctx.out.line(format!(
-        "jobs/s; jobs={} workers={} on {} (PostgreSQL {}, fsync={}, synchronous_commit={}); ratios are from this one run",
+        "jobs/s, medians of {} interleaved rounds; jobs={} workers={} on {} (PostgreSQL {}, fsync={}, \
+         synchronous_commit={}); each ratio is computed within a round",
+        bench.rounds,
         bench.jobs,
         bench.workers,
         ctx.db_display(),
@@ -209,30 +245,86 @@ pub fn run(args: &BenchArgs, ctx: &mut Context) -> CliResult<()> {
     Ok(())
 }
 
-/// fenceq's figure over the raw loop's in `column`, when both were measured.
-fn ratio(measured: &[Cell], column: Column, raw: Row) -> Option<f64> {
-    let find = |row| measured.iter().find(|c| c.row == row && c.column == column).map(|c| c.jobs_per_sec);
-    Some(find(Row::Fenceq)? / find(raw)?)
+/// The figures of one cell over the rounds.
+fn figures(measured: &[Cell], row: Row, column: Column) -> Option<Spread> {
+    let values: Vec<f64> =
+        measured.iter().filter(|c| c.row == row && c.column == column).map(|c| c.jobs_per_sec).collect();
+    (!values.is_empty()).then(|| Spread::of(&values))
 }
 
-fn cell_json(cell: &Cell, before: &[Cell], bench: &Bench, server: &Server) -> serde_json::Value {
-    let mut value = json!({
-        "scenario": format!("postgres/{}/{}", cell.row.name(), cell.column.name()),
-        "value": (cell.jobs_per_sec * 100.0).round() / 100.0,
-        "unit": "jobs/s",
+/// fenceq's figure over the raw loop's in `column`, within each round that measured both.
+fn ratios_to(measured: &[Cell], column: Column, raw: Row) -> Option<Spread> {
+    let find = |round, row| {
+        measured.iter().find(|c| c.round == round && c.row == row && c.column == column).map(|c| c.jobs_per_sec)
+    };
+    let ratios: Vec<f64> = measured
+        .iter()
+        .filter(|c| c.row == Row::Fenceq && c.column == column)
+        .filter_map(|c| Some(c.jobs_per_sec / find(c.round, raw)?))
+        .collect();
+    (!ratios.is_empty()).then(|| Spread::of(&ratios))
+}
+
+/// The settings every JSON line carries.
+fn settings_json(bench: &Bench, server: &Server) -> serde_json::Value {
+    json!({
         "jobs": bench.jobs,
         "workers": bench.workers,
+        "rounds": bench.rounds,
         "server_version": server.version,
         "fsync": server.fsync,
         "synchronous_commit": server.synchronous_commit,
-    });
+    })
+}
+
+fn scenario(row: Row, column: Column) -> String {
+    format!("postgres/{}/{}", row.name(), column.name())
+}
+
+fn cell_json(cell: &Cell, before: &[Cell], bench: &Bench, server: &Server) -> serde_json::Value {
+    let mut value = settings_json(bench, server);
+    value["round"] = json!(cell.round);
+    value["scenario"] = json!(scenario(cell.row, cell.column));
+    value["value"] = json!((cell.jobs_per_sec * 100.0).round() / 100.0);
+    value["unit"] = json!("jobs/s");
     if cell.row == Row::Fenceq {
-        let all: Vec<&Cell> = before.iter().chain(std::iter::once(cell)).collect();
         for raw in [Row::Raw1, Row::Raw100] {
-            let find = |row| all.iter().find(|c| c.row == row && c.column == cell.column).map(|c| c.jobs_per_sec);
-            if let (Some(f), Some(r)) = (find(Row::Fenceq), find(raw)) {
-                let key = if raw == Row::Raw1 { "ratio_to_raw_1_op_per_tx" } else { "ratio_to_raw_100_ops_per_tx" };
-                value[key] = json!((f / r * 1000.0).round() / 1000.0);
+            let baseline = before.iter().find(|c| c.round == cell.round && c.row == raw && c.column == cell.column);
+            if let Some(baseline) = baseline {
+                value[ratio_key(raw)] = json!((cell.jobs_per_sec / baseline.jobs_per_sec * 1000.0).round() / 1000.0);
+            }
+        }
+    }
+    value
+}
+
+fn ratio_key(raw: Row) -> &'static str {
+    if raw == Row::Raw1 {
+        "ratio_to_raw_1_op_per_tx"
+    } else {
+        "ratio_to_raw_100_ops_per_tx"
+    }
+}
+
+/// One cell over every round: `value` is the median; fenceq's cells carry each ratio's
+/// median and spread (`ratio_to_raw_1_op_per_tx`, `..._min`, `..._max`).
+fn summary_json(measured: &[Cell], row: Row, column: Column, bench: &Bench, server: &Server) -> serde_json::Value {
+    let mut value = settings_json(bench, server);
+    value["summary"] = json!("figure");
+    value["scenario"] = json!(scenario(row, column));
+    value["unit"] = json!("jobs/s");
+    if let Some(f) = figures(measured, row, column) {
+        value["value"] = json!((f.median * 100.0).round() / 100.0);
+        super::spread_json(&mut value, &f, 100.0);
+    }
+    if row == Row::Fenceq {
+        for raw in [Row::Raw1, Row::Raw100] {
+            if let Some(r) = ratios_to(measured, column, raw) {
+                let key = ratio_key(raw);
+                let round3 = |v: f64| (v * 1000.0).round() / 1000.0;
+                value[key] = json!(round3(r.median));
+                value[format!("{key}_min")] = json!(round3(r.min));
+                value[format!("{key}_max")] = json!(round3(r.max));
             }
         }
     }
@@ -422,6 +514,28 @@ impl Bench {
                 }
                 super::scenarios::pool_completes(&queue, jobs, workers, || Ok(()))
             }
+            Column::Concurrent => {
+                let queue = self.open(schema, CALLERS as usize)?;
+                let per_thread = jobs.div_ceil(CALLERS);
+                let started = Instant::now();
+                let added = AtomicU64::new(0);
+                std::thread::scope(|s| -> CliResult<()> {
+                    let handles: Vec<_> = (0..CALLERS)
+                        .map(|t| {
+                            let (queue, added) = (&queue, &added);
+                            s.spawn(move || -> CliResult<()> {
+                                for j in (t * per_thread..(t + 1) * per_thread).take_while(|&j| j < jobs) {
+                                    queue.enqueue(NewJob::new("bench", payload(j)).key(format!("k{j}")))?;
+                                    added.fetch_add(1, Ordering::Relaxed);
+                                }
+                                Ok(())
+                            })
+                        })
+                        .collect();
+                    handles.into_iter().try_for_each(|h| h.join().map_err(|_| fail("an intake thread panicked"))?)
+                })?;
+                Ok(added.into_inner() as f64 / started.elapsed().as_secs_f64())
+            }
             Column::EndToEnd => {
                 let queue = self.open(schema, self.workers)?;
                 let producer = queue.clone();
@@ -473,6 +587,27 @@ impl Bench {
                 }
                 drop(conn);
                 self.raw_workers(schema, per_tx, workers, None)
+            }
+            Column::Concurrent => {
+                let connections = (0..CALLERS).map(|_| self.connect(Some(schema))).collect::<CliResult<Vec<_>>>()?;
+                let per_thread = jobs.div_ceil(CALLERS);
+                let started = Instant::now();
+                std::thread::scope(|s| -> CliResult<()> {
+                    let handles: Vec<_> = connections
+                        .into_iter()
+                        .zip(0..CALLERS)
+                        .map(|(mut conn, t)| {
+                            s.spawn(move || -> CliResult<()> {
+                                for j in (t * per_thread..(t + 1) * per_thread).take_while(|&j| j < jobs) {
+                                    insert(&mut conn, j)?;
+                                }
+                                Ok(())
+                            })
+                        })
+                        .collect();
+                    handles.into_iter().try_for_each(|h| h.join().map_err(|_| fail("a raw SQL thread panicked"))?)
+                })?;
+                Ok(jobs as f64 / started.elapsed().as_secs_f64())
             }
             Column::EndToEnd => {
                 let producer = self.connect(Some(schema))?;

@@ -78,7 +78,7 @@ pub struct Spread {
 }
 
 impl Spread {
-    fn of(values: &[f64]) -> Spread {
+    pub(super) fn of(values: &[f64]) -> Spread {
         let mut sorted = values.to_vec();
         sorted.sort_by(f64::total_cmp);
         let n = sorted.len();
