@@ -259,7 +259,7 @@ pub enum Error {
     },
     /// The connection pool could not hand out a connection in time.
     #[error("connection pool")]
-    Pool(#[source] r2d2::Error),
+    Pool(#[source] PoolError),
     /// An I/O error outside SQLite (creating the database directory, a worker thread).
     #[error("i/o error")]
     Io(#[source] std::io::Error),
@@ -297,5 +297,29 @@ impl Error {
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
         Error::Io(e)
+    }
+}
+
+/// The connection pool's reason ([`Error::Pool`]): r2d2's error, shared, so that every caller
+/// whose write rode on one failed check-out (an intake group, a group transaction) gets it.
+#[derive(Debug, Clone)]
+pub struct PoolError(std::sync::Arc<r2d2::Error>);
+
+impl std::fmt::Display for PoolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for PoolError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+/// From `r2d2::Error`: the connection pool could not hand out a connection (`Error::Pool`).
+impl From<r2d2::Error> for Error {
+    fn from(e: r2d2::Error) -> Self {
+        Error::Pool(PoolError(std::sync::Arc::new(e)))
     }
 }

@@ -26,7 +26,7 @@ pub use config::{
 /// [`PgTx`] (feature `postgres`).
 #[cfg(feature = "postgres")]
 pub use diesel;
-pub use error::{Error, LostReason, Result};
+pub use error::{Error, LostReason, PoolError, Result};
 pub use job::{
     Backoff, ClaimId, ClaimToken, Claimed, Cursor, Decision, Enqueued, Exhaustion, Job, JobId, JobState, NewJob, Page,
     Resolution, Retried, RetryPolicy, UnknownOutcome,

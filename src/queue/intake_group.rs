@@ -183,8 +183,9 @@ fn insert_group<S: Store>(shared: &Arc<Shared<S>>, jobs: Vec<NewJob>) -> Vec<Res
         Err(e) if refused(&e) => {
             return Arc::unwrap_or_clone(jobs).into_iter().map(|job| insert_alone(shared, job)).collect()
         }
-        // Whether it committed is unknown (a lost connection), as it would be for a lone caller.
-        Err(e) => return jobs.iter().map(|_| Err(e.replicate())).collect(),
+        // Not refused (a lost connection: whether it committed is unknown; no connection at
+        // all), as it would be for a lone caller.
+        Err(e) => return shared_error(e, jobs.len()),
     }
     // Set once the work ran to its end: an error after that is the commit's.
     let ran = Arc::new(AtomicBool::new(false));
@@ -199,10 +200,18 @@ fn insert_group<S: Store>(shared: &Arc<Shared<S>>, jobs: Vec<NewJob>) -> Vec<Res
     });
     match one_by_one {
         Ok(results) => results.into_iter().map(Ok).collect(),
-        Err(e) if ran.load(Ordering::SeqCst) => jobs.iter().map(|_| Err(e.replicate())).collect(),
+        Err(e) if ran.load(Ordering::SeqCst) => shared_error(e, jobs.len()),
         // Rolled back before its commit: nothing of it is in the database.
         Err(_) => Arc::unwrap_or_clone(jobs).into_iter().map(|job| insert_alone(shared, job)).collect(),
     }
+}
+
+/// `e` for each of `members`: the error itself for the first (the leader's own call), a
+/// copy for the others.
+fn shared_error(e: Error, members: usize) -> Vec<Result<Enqueued>> {
+    let mut results: Vec<Result<Enqueued>> = (1..members).map(|_| Err(e.replicate())).collect();
+    results.insert(0, Err(e));
+    results
 }
 
 /// Whether an error of the group's one statement proves that nothing of it committed: the

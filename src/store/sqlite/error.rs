@@ -5,8 +5,9 @@ use crate::error::{Error, Result};
 use rusqlite::ErrorCode;
 
 impl Error {
-    /// A copy of this error for every other member of a group transaction that it ended
-    /// (errors are not `Clone`: a rusqlite failure is rebuilt from its code and message).
+    /// A copy of this error for every other member of a group transaction (or a PostgreSQL
+    /// intake group) that it ended (errors are not `Clone`: a rusqlite failure is rebuilt
+    /// from its code and message).
     pub(crate) fn replicate(&self) -> Error {
         match self {
             Error::Busy { statement } => Error::Busy { statement },
@@ -16,6 +17,11 @@ impl Error {
             Error::TooBig { statement } => Error::TooBig { statement },
             Error::Corrupt { statement } => Error::Corrupt { statement },
             Error::Io(e) => Error::Io(std::io::Error::new(e.kind(), e.to_string())),
+            Error::Pool(e) => Error::Pool(e.clone()),
+            Error::TransactionLost => Error::TransactionLost,
+            Error::NestedWrite => Error::NestedWrite,
+            #[cfg(feature = "postgres")]
+            Error::ConnectionLost { statement } => Error::ConnectionLost { statement },
             Error::Sqlite { statement, source: rusqlite::Error::SqliteFailure(code, message) } => {
                 Error::Sqlite { statement, source: rusqlite::Error::SqliteFailure(*code, message.clone()) }
             }
@@ -45,13 +51,6 @@ impl Error {
             Some(ErrorCode::NotADatabase) => Error::NotADatabase { path: String::new() },
             _ => Error::Sqlite { statement, source },
         }
-    }
-}
-
-/// From `r2d2::Error`: the connection pool could not hand out a connection (`Error::Pool`).
-impl From<r2d2::Error> for Error {
-    fn from(e: r2d2::Error) -> Self {
-        Error::Pool(e)
     }
 }
 
