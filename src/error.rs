@@ -301,25 +301,41 @@ impl From<std::io::Error> for Error {
 }
 
 /// The connection pool's reason ([`Error::Pool`]): r2d2's error, shared, so that every caller
-/// whose write rode on one failed check-out (an intake group, a group transaction) gets it.
+/// whose write rode on one failed check-out (an intake group, a group transaction) gets it,
+/// and why the pool's last attempt to connect failed, where r2d2's own error does not say.
 #[derive(Debug, Clone)]
-pub struct PoolError(std::sync::Arc<r2d2::Error>);
+pub struct PoolError {
+    error: std::sync::Arc<r2d2::Error>,
+    last_connect_error: Option<String>,
+}
+
+impl PoolError {
+    /// `error`, with why the pool's latest new connection failed (r2d2 hands that reason to
+    /// one of the callers waiting when it times out, and the others only say they timed out).
+    pub(crate) fn with_reason(error: r2d2::Error, last_connect_error: Option<String>) -> PoolError {
+        PoolError { error: std::sync::Arc::new(error), last_connect_error }
+    }
+}
 
 impl std::fmt::Display for PoolError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
+        self.error.fmt(f)?;
+        match &self.last_connect_error {
+            Some(reason) => write!(f, " (the last attempt to connect failed: {reason})"),
+            None => Ok(()),
+        }
     }
 }
 
 impl std::error::Error for PoolError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.0.source()
+        self.error.source()
     }
 }
 
 /// From `r2d2::Error`: the connection pool could not hand out a connection (`Error::Pool`).
 impl From<r2d2::Error> for Error {
     fn from(e: r2d2::Error) -> Self {
-        Error::Pool(PoolError(std::sync::Arc::new(e)))
+        Error::Pool(PoolError::with_reason(e, None))
     }
 }

@@ -241,6 +241,37 @@ pub struct PostgresStore {
     settings: String,
     /// The `LISTEN` thread, started by the first [`Store::watch`](crate::store::Store::watch).
     listener: parking_lot::Mutex<Option<listen::Listener>>,
+    /// Why the pool's latest new connection failed, for the errors of check-outs that time out.
+    connect_errors: ConnectErrors,
+}
+
+/// The pool's connection failures, as its error handler sees them: the latest one's message,
+/// and when. r2d2 gives the reason to one of the callers waiting when a check-out times out;
+/// the others get "timed out waiting for connection" alone, so the store adds it to theirs.
+#[derive(Debug, Default, Clone)]
+struct ConnectErrors(std::sync::Arc<parking_lot::Mutex<Option<(String, std::time::Instant)>>>);
+
+impl r2d2::HandleError<diesel::r2d2::Error> for ConnectErrors {
+    fn handle_error(&self, error: diesel::r2d2::Error) {
+        // The message is libpq's: it names the host and port, never the password.
+        let message = error.to_string();
+        tracing::warn!(error = %message, "a new PostgreSQL connection failed");
+        *self.0.lock() = Some((message, std::time::Instant::now()));
+    }
+}
+
+impl PostgresStore {
+    /// A connection of the pool; a time-out says why the latest new connection failed, if
+    /// one failed within the check-out's wait.
+    fn checkout(&self) -> Result<PooledConnection<Manager>> {
+        self.pool.get().map_err(|e| {
+            let waited = self.pool.connection_timeout();
+            let reason =
+                self.connect_errors.0.lock().as_ref().filter(|(_, at)| at.elapsed() <= waited).map(|(m, _)| m.clone());
+            let reason = reason.filter(|reason| !e.to_string().contains(reason.as_str()));
+            Error::Pool(crate::error::PoolError::with_reason(e, reason))
+        })
+    }
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -349,6 +380,7 @@ impl PostgresStore {
             check_schema(schema)?;
         }
         let manager = Manager(ConnectionManager::new(with_defaults(&url.0)));
+        let connect_errors = ConnectErrors::default();
         let pool = r2d2::Pool::builder()
             .thread_pool(crate::store::sqlite::pool_threads())
             .max_size(builder.pool_size.saturating_mul(2))
@@ -359,6 +391,7 @@ impl PostgresStore {
             // call uses them.
             .test_on_check_out(true)
             .connection_customizer(Box::new(Session { settings: session_settings(builder) }))
+            .error_handler(Box::new(connect_errors.clone()))
             .build(manager)?;
         let store = PostgresStore {
             pool,
@@ -368,8 +401,9 @@ impl PostgresStore {
             server_clock: time::ServerClock::unmeasured(),
             settings: session_settings(builder),
             listener: parking_lot::Mutex::new(None),
+            connect_errors,
         };
-        let mut conn = store.pool.get()?;
+        let mut conn = store.checkout()?;
         if builder.read_only || !builder.upgrade {
             let found = match &builder.schema {
                 Some(name) if !migrate_schema_exists(&mut conn, name)? => 0,
@@ -405,7 +439,7 @@ impl PostgresStore {
     }
 
     fn run_read<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
-        let tx = PgTx::pooled(self.pool.get()?, &self.server_clock);
+        let tx = PgTx::pooled(self.checkout()?, &self.server_clock);
         let result = f(&tx);
         tx.discard_if_lost(&result);
         result
@@ -416,7 +450,7 @@ impl PostgresStore {
     /// trip); for work that writes in one statement at most
     /// ([`Store::submit_single`](crate::store::Store::submit_single)).
     fn run_single<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
-        let tx = PgTx::pooled(self.pool.get()?, &self.server_clock);
+        let tx = PgTx::pooled(self.checkout()?, &self.server_clock);
         let result = f(&tx);
         tx.discard_if_lost(&result);
         if result.is_ok() {
@@ -433,7 +467,7 @@ impl PostgresStore {
     /// the success PostgreSQL's `COMMIT` of an aborted transaction would report while
     /// rolling it back.
     fn run_write<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
-        let tx = PgTx::pooled(self.pool.get()?, &self.server_clock);
+        let tx = PgTx::pooled(self.checkout()?, &self.server_clock);
         tx.with(|conn| AnsiTransactionManager::begin_transaction(conn).pg("BEGIN"))?;
         let result = f(&tx);
         tx.discard_if_lost(&result);
