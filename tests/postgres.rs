@@ -23,38 +23,31 @@ use pg_support::server;
 const T0: i64 = 1_700_000_000_000;
 const LEASE: Duration = Duration::from_secs(30);
 
-/// One test's schema, dropped at the end.
+/// One test's schema (dropped at the end), its queues on an injected clock.
 struct Scratch {
-    url: String,
-    schema: String,
+    base: pg_support::Scratch,
     clock: ManualClock,
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = pg_support::Scratch;
+
+    fn deref(&self) -> &pg_support::Scratch {
+        &self.base
+    }
 }
 
 impl Scratch {
     fn new() -> Option<Scratch> {
-        let url = server()?;
-        let schema = format!("fenceq_test_{}", uuid::Uuid::new_v4().simple());
-        Some(Scratch { url, schema, clock: ManualClock::new(T0) })
+        Some(Scratch { base: pg_support::Scratch::new()?, clock: ManualClock::new(T0) })
     }
 
     fn builder(&self) -> fenceq::QueueBuilder {
-        Queue::builder().url(self.url.clone()).schema(self.schema.clone()).clock(self.clock.clone())
+        self.base.builder().clock(self.clock.clone())
     }
 
     fn open(&self) -> Queue<PostgresStore> {
         self.builder().open_postgres().expect("open the test schema")
-    }
-
-    fn raw(&self) -> PgConnection {
-        let mut conn = PgConnection::establish(&self.url).expect("a raw connection");
-        conn.batch_execute(&format!("SET search_path TO \"{}\"; SET lock_timeout = '30s'", self.schema)).unwrap();
-        conn
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        pg_support::drop_schema(&self.url, &self.schema);
     }
 }
 

@@ -12,16 +12,15 @@
 //! (`scripts/postgres start`); without one the tests say they skipped, except under
 //! `CI=true`, where they fail.
 
-use fenceq::diesel::connection::SimpleConnection;
 use fenceq::diesel::sql_types::BigInt;
-use fenceq::diesel::{sql_query, Connection, PgConnection, QueryableByName, RunQueryDsl};
+use fenceq::diesel::{sql_query, PgConnection, QueryableByName, RunQueryDsl};
 use fenceq::{Clock, Error, LostReason, ManualClock, NewJob, Outcome, PostgresStore, Queue, SystemClock, WorkerPool};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 mod pg_support;
-use pg_support::server;
+use pg_support::Scratch;
 
 const MINUTES_10: i64 = 10 * 60 * 1000;
 const LEASE: Duration = Duration::from_secs(60);
@@ -46,40 +45,9 @@ impl Clock for SkewedHostClock {
     }
 }
 
-/// One test's schema, dropped at the end.
-struct Scratch {
-    url: String,
-    schema: String,
-}
-
-impl Scratch {
-    fn new() -> Option<Scratch> {
-        let url = server()?;
-        let schema = format!("fenceq_test_{}", uuid::Uuid::new_v4().simple());
-        Some(Scratch { url, schema })
-    }
-
-    /// A handle on a host whose clock is `skew_ms` off.
-    fn host(&self, skew_ms: i64) -> Queue<PostgresStore> {
-        Queue::builder()
-            .url(self.url.clone())
-            .schema(self.schema.clone())
-            .clock(SkewedHostClock(skew_ms))
-            .open_postgres()
-            .expect("open the test schema")
-    }
-
-    fn raw(&self) -> PgConnection {
-        let mut conn = PgConnection::establish(&self.url).expect("a raw connection");
-        conn.batch_execute(&format!("SET search_path TO \"{}\"", self.schema)).unwrap();
-        conn
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        pg_support::drop_schema(&self.url, &self.schema);
-    }
+/// A handle on the test's schema from a host whose clock is `skew_ms` off.
+fn host(s: &Scratch, skew_ms: i64) -> Queue<PostgresStore> {
+    s.builder().clock(SkewedHostClock(skew_ms)).open_postgres().expect("open the test schema")
 }
 
 #[derive(QueryableByName)]
@@ -123,10 +91,10 @@ fn lease_until_of(q: &Queue<PostgresStore>, id: fenceq::JobId) -> i64 {
 #[test]
 fn a_host_whose_clock_is_minutes_fast_cannot_take_a_live_lease_another_host_holds() {
     let Some(s) = Scratch::new() else { return };
-    let fast = s.host(MINUTES_10);
+    let fast = host(&s, MINUTES_10);
     let mut raw = s.raw();
     for (holder_skew, name) in [(-MINUTES_10, "slow"), (0, "on time"), (MINUTES_10, "fast too")] {
-        let holder = s.host(holder_skew);
+        let holder = host(&s, holder_skew);
         let id = holder.enqueue(NewJob::new("q", name.as_bytes().to_vec())).unwrap().id();
         let (before, claimed, after) = between(&mut raw, || holder.claim("q", name, LEASE).unwrap().unwrap());
         assert!(fast.claim("q", "fast", LEASE).unwrap().is_none(), "{name}: the fast host takes no live lease");
@@ -150,8 +118,8 @@ fn a_host_whose_clock_is_minutes_fast_cannot_take_a_live_lease_another_host_hold
 #[test]
 fn a_host_whose_clock_is_minutes_slow_cannot_keep_a_lease_alive_past_its_server_measured_end() {
     let Some(s) = Scratch::new() else { return };
-    let on_time = s.host(0);
-    let slow = s.host(-MINUTES_10);
+    let on_time = host(&s, 0);
+    let slow = host(&s, -MINUTES_10);
     let mut raw = s.raw();
     let id = on_time.enqueue(NewJob::new("q", b"x".to_vec())).unwrap().id();
     let claimed = on_time.claim("q", "on-time", Duration::from_millis(300)).unwrap().unwrap();
@@ -172,7 +140,7 @@ fn a_host_whose_clock_is_minutes_slow_cannot_keep_a_lease_alive_past_its_server_
     assert!(expired(slow.complete(&token).unwrap_err()), "so is its completion");
     assert_eq!(lease_until_of(&slow, id), claimed.lease_until, "nothing moved the lease");
 
-    let fast = s.host(MINUTES_10);
+    let fast = host(&s, MINUTES_10);
     let reclaimed = fast.claim("q", "fast", LEASE).unwrap().expect("the expired lease is reclaimable at once");
     assert_eq!(reclaimed.token.attempt, 2);
     assert!(slow.claim("q", "slow", LEASE).unwrap().is_none(), "and the new lease is live for the slow host");
@@ -187,7 +155,7 @@ fn renewals_extensions_and_retries_from_skewed_hosts_are_measured_from_the_serve
     let mut raw = s.raw();
     let lease_ms = LEASE.as_millis() as i64;
     for skew in [-MINUTES_10, MINUTES_10] {
-        let host = s.host(skew);
+        let host = host(&s, skew);
         let id = host.enqueue(NewJob::new("q", b"x".to_vec())).unwrap().id();
         let claimed = host.claim("q", "w", Duration::from_secs(5)).unwrap().unwrap();
 
@@ -228,7 +196,7 @@ fn renewals_extensions_and_retries_from_skewed_hosts_are_measured_from_the_serve
 #[test]
 fn a_long_owned_write_extends_the_lease_from_its_commit_not_its_start() {
     let Some(s) = Scratch::new() else { return };
-    let host = s.host(-MINUTES_10);
+    let host = host(&s, -MINUTES_10);
     let id = host.enqueue(NewJob::new("q", b"x".to_vec())).unwrap().id();
     let claimed = host.claim("q", "w", Duration::from_millis(400)).unwrap().unwrap();
     let mut raw = s.raw();
@@ -258,7 +226,7 @@ fn a_skewed_hosts_now_ms_and_owner_lost_follow_the_servers_clock() {
     let Some(s) = Scratch::new() else { return };
     let mut raw = s.raw();
     for skew in [-MINUTES_10, MINUTES_10] {
-        let host = s.host(skew);
+        let host = host(&s, skew);
         let (before, now, after) = between(&mut raw, || host.now_ms());
         // An estimate: the offset was measured on another connection, a moment earlier.
         assert!((before - 1_000..=after + 1_000).contains(&now), "skew {skew}: now_ms is {} off", now - before);

@@ -14,30 +14,36 @@
 
 use fenceq::diesel::connection::SimpleConnection;
 use fenceq::diesel::sql_types::{BigInt, Text};
-use fenceq::diesel::{sql_query, Connection, PgConnection, QueryableByName, RunQueryDsl};
+use fenceq::diesel::{sql_query, PgConnection, QueryableByName, RunQueryDsl};
 use fenceq::{ClaimToken, Error, JobId, JobState, ManualClock, NewJob, PostgresStore, Queue};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 mod pg_support;
-use pg_support::server;
 
 const LEASE: Duration = Duration::from_secs(600);
 
-/// One test's schema, dropped at the end; the queue's connections carry a name of their own
+/// One test's schema (dropped at the end); the queue's connections carry a name of their own
 /// (`application_name`), so the test can find their backends.
 struct Scratch {
-    url: String,
-    schema: String,
+    base: pg_support::Scratch,
     name: String,
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = pg_support::Scratch;
+
+    fn deref(&self) -> &pg_support::Scratch {
+        &self.base
+    }
 }
 
 impl Scratch {
     fn new() -> Option<Scratch> {
-        let url = server()?;
-        let id = uuid::Uuid::new_v4().simple().to_string();
-        Some(Scratch { url, schema: format!("fenceq_test_{id}"), name: format!("fenceq_app_{id}") })
+        let base = pg_support::Scratch::new()?;
+        let name = base.schema.replace("fenceq_test_", "fenceq_app_");
+        Some(Scratch { base, name })
     }
 
     /// The URL with `key=value` added (`value` percent-encoded for a URI).
@@ -53,12 +59,6 @@ impl Scratch {
 
     fn open(&self) -> Queue<PostgresStore> {
         self.open_at(self.url_with("application_name", &self.name)).expect("open the test schema")
-    }
-
-    fn raw(&self) -> PgConnection {
-        let mut conn = PgConnection::establish(&self.url).expect("a raw connection");
-        conn.batch_execute(&format!("SET search_path TO \"{}\"; SET lock_timeout = '30s'", self.schema)).unwrap();
-        conn
     }
 
     /// Waits (bounded) until a backend of the queue waits for a row lock.
@@ -78,12 +78,6 @@ impl Scratch {
             assert!(Instant::now() < give_up, "the queue's transaction never waited for the lock");
             std::thread::sleep(Duration::from_millis(5));
         }
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        pg_support::drop_schema(&self.url, &self.schema);
     }
 }
 

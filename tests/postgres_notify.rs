@@ -14,15 +14,15 @@
 //! `CI=true`, where they fail.
 
 use fenceq::diesel::sql_types::{BigInt, Text};
-use fenceq::diesel::{sql_query, Connection, PgConnection, QueryableByName, RunQueryDsl};
-use fenceq::{NewJob, Outcome, PostgresStore, Queue, WorkerPool};
+use fenceq::diesel::{sql_query, PgConnection, QueryableByName, RunQueryDsl};
+use fenceq::{NewJob, Outcome, Queue, WorkerPool};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod pg_support;
-use pg_support::server;
+use pg_support::Scratch;
 
 /// Far below the child's poll interval (60 s), far above any wake-up (milliseconds).
 const PROMPTLY: Duration = Duration::from_secs(10);
@@ -30,33 +30,6 @@ const SCHEMA_VARIABLE: &str = "FENCEQ_NOTIFY_SCHEMA";
 
 fn unix_micros() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_micros() as i64
-}
-
-/// One test's schema, dropped at the end.
-struct Scratch {
-    url: String,
-    schema: String,
-}
-
-impl Scratch {
-    fn new() -> Option<Scratch> {
-        let url = server()?;
-        Some(Scratch { url, schema: format!("fenceq_test_{}", uuid::Uuid::new_v4().simple()) })
-    }
-
-    fn open(&self) -> Queue<PostgresStore> {
-        Queue::builder().url(self.url.clone()).schema(self.schema.clone()).open_postgres().expect("open the schema")
-    }
-
-    fn raw(&self) -> PgConnection {
-        PgConnection::establish(&self.url).expect("a raw connection")
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        pg_support::drop_schema(&self.url, &self.schema);
-    }
 }
 
 #[derive(QueryableByName)]

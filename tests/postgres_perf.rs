@@ -18,42 +18,13 @@ use fenceq::{NewJob, PostgresStore, Queue};
 use std::time::{Duration, Instant};
 
 mod pg_support;
-use pg_support::server;
+use pg_support::Scratch;
 
 const LEASE: Duration = Duration::from_secs(60);
 
-/// One test's schema, dropped at the end.
-struct Scratch {
-    url: String,
-    schema: String,
-}
-
-impl Scratch {
-    fn new() -> Option<Scratch> {
-        let url = server()?;
-        Some(Scratch { url, schema: format!("fenceq_test_{}", uuid::Uuid::new_v4().simple()) })
-    }
-
-    fn open(&self, pool_size: u32) -> Queue<PostgresStore> {
-        Queue::builder()
-            .url(self.url.clone())
-            .schema(self.schema.clone())
-            .pool_size(pool_size)
-            .open_postgres()
-            .expect("open the test schema")
-    }
-
-    fn raw(&self) -> PgConnection {
-        let mut conn = PgConnection::establish(&self.url).expect("a raw connection");
-        conn.batch_execute(&format!("SET search_path TO \"{}\"", self.schema)).unwrap();
-        conn
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        pg_support::drop_schema(&self.url, &self.schema);
-    }
+/// A handle on the test's schema with `pool_size` connections.
+fn open(s: &Scratch, pool_size: u32) -> Queue<PostgresStore> {
+    s.builder().pool_size(pool_size).open_postgres().expect("open the test schema")
 }
 
 // ---------------------------------------------------------------- figures (ignored)
@@ -189,7 +160,7 @@ fn print_throughput_beside_a_raw_loop() {
     let Some(s) = Scratch::new() else { return };
     let n = env_or("FENCEQ_BENCH_JOBS", 2000);
     let rounds = env_or("FENCEQ_BENCH_ROUNDS", 3);
-    let q = s.open(8);
+    let q = open(&s, 8);
     let mut raw = s.raw();
     raw.batch_execute(
         "CREATE TABLE raw_jobs (id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, queue TEXT NOT NULL,

@@ -63,12 +63,13 @@ impl Scratch {
         Scratch { url, schema }
     }
 
+    /// A builder on the test's schema (the server's clock, the default settings).
+    pub fn builder(&self) -> fenceq::QueueBuilder {
+        Queue::builder().url(self.url.clone()).schema(self.schema.clone())
+    }
+
     pub fn open(&self) -> Queue<PostgresStore> {
-        Queue::builder()
-            .url(self.url.clone())
-            .schema(self.schema.clone())
-            .open_postgres()
-            .expect("open the test schema")
+        self.builder().open_postgres().expect("open the test schema")
     }
 
     /// A connection of the test's own, in the schema.
