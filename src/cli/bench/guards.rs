@@ -10,10 +10,10 @@
 //! claim of expired leases without `fenceq_jobs_lease` scans): the figures say what the
 //! index costs the hot paths, not that it could go.
 
-use super::scenarios::{open, payload};
+use super::scenarios::{enqueue_in_batches, open};
 use crate::cli::{fail, CliResult, ResultExt};
 use fenceq::rusqlite::Connection;
-use fenceq::{NewJob, Synchronous};
+use fenceq::Synchronous;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -88,14 +88,7 @@ pub fn measure(path: &Path, variant: &Variant, jobs: u64) -> CliResult<PhaseCost
     let queue = open(path, Synchronous::Normal, 2)?;
     let per_job = |d: Duration| d.as_secs_f64() * 1e6 / jobs as f64;
 
-    let started = Instant::now();
-    let mut j = 0;
-    while j < jobs {
-        let end = (j + 100).min(jobs);
-        queue.enqueue_batch((j..end).map(|i| NewJob::new("bench", payload(i)).key(format!("k{i}"))))?;
-        j = end;
-    }
-    let enqueue = per_job(started.elapsed());
+    let enqueue = 1e6 / enqueue_in_batches(&queue, jobs, 100)?;
 
     let mut claiming = Duration::ZERO;
     let mut completing = Duration::ZERO;

@@ -11,12 +11,13 @@
 //! `tests/cli_postgres.rs` runs it at a small size.
 
 use super::rounds::Spread;
+use super::scenarios::{enqueue_in_batches, job, payload};
 use super::BenchArgs;
 use crate::cli::{fail, CliResult, Context, ResultExt};
 use fenceq::diesel::connection::SimpleConnection;
 use fenceq::diesel::sql_types::{Array, BigInt, Bytea, Text};
 use fenceq::diesel::{sql_query, Connection, PgConnection, QueryableByName, RunQueryDsl};
-use fenceq::{NewJob, PostgresStore, Queue};
+use fenceq::{PostgresStore, Queue};
 use serde_json::json;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -352,14 +353,6 @@ struct Claimed {
     claim_id: String,
 }
 
-/// ~100-byte payload, as in the issue's baseline (the same as the SQLite bench's).
-fn payload(i: u64) -> Vec<u8> {
-    format!(
-        "{{\"update_id\":{i:>12},\"message\":{{\"chat\":4711,\"text\":\"hello from the benchmark, job {i:>10}\"}}}}"
-    )
-    .into_bytes()
-}
-
 /// The raw loop's table: the columns a fenced claim needs, the idempotency index and the
 /// claim index, as fenceq's own schema has them.
 const RAW_SCHEMA: &str = "
@@ -488,30 +481,15 @@ impl Bench {
                 let queue = self.open(schema, 1)?;
                 let started = Instant::now();
                 for j in 0..jobs {
-                    queue.enqueue(NewJob::new("bench", payload(j)).key(format!("k{j}")))?;
+                    queue.enqueue(job(j))?;
                 }
                 Ok(jobs as f64 / started.elapsed().as_secs_f64())
             }
-            Column::Batch => {
-                let queue = self.open(schema, 1)?;
-                let started = Instant::now();
-                let mut j = 0;
-                while j < jobs {
-                    let end = (j + 100).min(jobs);
-                    queue.enqueue_batch((j..end).map(|i| NewJob::new("bench", payload(i)).key(format!("k{i}"))))?;
-                    j = end;
-                }
-                Ok(jobs as f64 / started.elapsed().as_secs_f64())
-            }
+            Column::Batch => enqueue_in_batches(&self.open(schema, 1)?, jobs, 100),
             Column::Process1 | Column::ProcessW => {
                 let workers = if column == Column::Process1 { 1 } else { self.workers };
                 let queue = self.open(schema, workers)?;
-                let mut j = 0;
-                while j < jobs {
-                    let end = (j + 5000).min(jobs);
-                    queue.enqueue_batch((j..end).map(|i| NewJob::new("bench", payload(i)).key(format!("k{i}"))))?;
-                    j = end;
-                }
+                enqueue_in_batches(&queue, jobs, 5000)?;
                 super::scenarios::pool_completes(&queue, jobs, workers, || Ok(()))
             }
             Column::Concurrent => {
@@ -525,7 +503,7 @@ impl Bench {
                             let (queue, added) = (&queue, &added);
                             s.spawn(move || -> CliResult<()> {
                                 for j in (t * per_thread..(t + 1) * per_thread).take_while(|&j| j < jobs) {
-                                    queue.enqueue(NewJob::new("bench", payload(j)).key(format!("k{j}")))?;
+                                    queue.enqueue(job(j))?;
                                     added.fetch_add(1, Ordering::Relaxed);
                                 }
                                 Ok(())
@@ -541,7 +519,7 @@ impl Bench {
                 let producer = queue.clone();
                 super::scenarios::pool_completes(&queue, jobs, self.workers, move || {
                     for j in 0..jobs {
-                        producer.enqueue(NewJob::new("bench", payload(j)).key(format!("k{j}")))?;
+                        producer.enqueue(job(j))?;
                     }
                     Ok(())
                 })

@@ -247,7 +247,8 @@ pub fn open(path: &Path, sync: Synchronous, pool: u32) -> CliResult<Queue> {
     Ok(Queue::builder().path(path).synchronous(sync).pool_size(pool).open()?)
 }
 
-fn job(j: u64) -> NewJob {
+/// Job `j` of a scenario: queue `bench`, key `k{j}`, [`payload`]`(j)`.
+pub fn job(j: u64) -> NewJob {
     NewJob::new("bench", payload(j)).key(format!("k{j}"))
 }
 
@@ -263,8 +264,8 @@ pub fn enqueue_one_per_call(queue: &Queue, jobs: u64) -> CliResult<(f64, Latency
     Ok((jobs as f64 / started.elapsed().as_secs_f64(), Latency::of(micros)))
 }
 
-/// One thread calling `enqueue_batch` with `batch` jobs per call. Jobs/s.
-pub fn enqueue_in_batches(queue: &Queue, jobs: u64, batch: u64) -> CliResult<f64> {
+/// One thread calling `enqueue_batch` with `batch` jobs per call, on either store. Jobs/s.
+pub fn enqueue_in_batches<S: fenceq::store::Store>(queue: &Queue<S>, jobs: u64, batch: u64) -> CliResult<f64> {
     let started = Instant::now();
     let mut j = 0;
     while j < jobs {
