@@ -40,7 +40,7 @@ impl<S: Store> Queue<S> {
         retry_conflicts(|| {
             let (queue, worker, shared) = (queue.to_string(), worker.to_string(), self.shared.clone());
             self.store().submit_single(move |tx| {
-                let now = shared.now_in(tx)?;
+                let now = shared.fresh_now_in(tx)?;
                 S::claim(tx, &queue, &worker, now, now.saturating_add(lease_ms), limit)
             })
         })

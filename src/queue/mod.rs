@@ -82,6 +82,11 @@ impl<S: Store> Shared<S> {
     pub(crate) fn now_in(&self, tx: &S::Tx) -> Result<i64> {
         S::now(tx, &*self.clock)
     }
+
+    /// [`Shared::now_in`] read afresh ([`Store::fresh_now`]): what claims judge due jobs by.
+    pub(crate) fn fresh_now_in(&self, tx: &S::Tx) -> Result<i64> {
+        S::fresh_now(tx, &*self.clock)
+    }
 }
 
 /// A worker pool's wake-up channel for one queue.

@@ -204,7 +204,8 @@ impl<S: Store> Queue<S> {
             let (items, shared) = (items.clone(), self.shared.clone());
             let (queue, worker) = (queue.to_string(), worker.to_string());
             self.store().submit(move |tx| {
-                let now = shared.now_in(tx)?;
+                // Read afresh: the claim must find due what other processes made due.
+                let now = shared.fresh_now_in(tx)?;
                 let settled = settle_each::<S>(tx, &items, now)?;
                 Ok((settled, S::claim(tx, &queue, &worker, now, now.saturating_add(lease_ms), limit)?))
             })

@@ -164,6 +164,19 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
         Ok(clock.now_ms())
     }
 
+    /// [`Store::now`], read afresh where the store extends earlier readings of its clock:
+    /// what a claim judges due jobs by. A job another process (or handle) made due at its
+    /// own reading of the clock is then due for every claim that starts after that commit;
+    /// an extended reading may trail the other process's and find it not yet due, and a pool
+    /// woken for the job would sleep until its next poll. The default is [`Store::now`].
+    ///
+    /// # Errors
+    ///
+    /// The store's error reading its clock.
+    fn fresh_now(tx: &Self::Tx, clock: &dyn Clock) -> Result<i64> {
+        Self::now(tx, clock)
+    }
+
     /// [`Store::now`] outside any transaction, without asking the store: an estimate for
     /// advisory uses only (`Queue::now_ms`, `Attempt::owner_lost`), never for a decision.
     /// By default the queue's `clock`.

@@ -321,6 +321,11 @@ impl Store for PostgresStore {
         super::time::now(tx, clock)
     }
 
+    /// The server's clock read now (and kept as the store's anchor), else the injected one.
+    fn fresh_now(tx: &PgTx, clock: &dyn Clock) -> Result<i64> {
+        super::time::fresh_now(tx, clock)
+    }
+
     fn now_estimate(&self, clock: &dyn Clock) -> i64 {
         if clock.is_host_clock() {
             self.server_clock.estimate(clock)

@@ -44,6 +44,15 @@
 //! time first, instead of one per transaction: an enqueue of one job is one round trip (its
 //! `INSERT`), as a raw SQL loop's is.
 //!
+//! Claims are the exception: a claim reads the server's clock afresh
+//! ([`Store::fresh_now`](crate::store::Store::fresh_now)). Each process's extended reading
+//! trails the server's clock by its own reading's reply time, so a job another process made
+//! due "now" could look a moment early to a claim judged by an anchor that trails more, and
+//! the pool that process's `NOTIFY` woke would find nothing and sleep until its next poll.
+//! Read at the claim, the server's clock is past every commit the claim can see, so a job
+//! made due before is due. A pool round costs that one round trip more, for up to a
+//! thousand jobs.
+//!
 //! Outside any transaction ([`Queue::now_ms`](crate::Queue::now_ms), and the advisory
 //! [`Attempt::owner_lost`](crate::Attempt::owner_lost)) the store offers an estimate without
 //! a round trip: the host's clock plus the offset between the server's clock and the host's
@@ -135,19 +144,39 @@ pub(crate) fn now(tx: &PgTx, clock: &dyn Clock) -> Result<i64> {
     }
     let read = match tx.time.read.get().or_else(|| tx.server_clock.as_ref().and_then(ServerClock::anchor)) {
         Some(read) => read,
-        None => {
-            let server_us = tx.with(|conn| sql_query(SERVER_NOW).get_result::<Us>(conn).pg("SERVER_NOW"))?.n;
-            // Anchored after the reply: the server read its clock before this instant, so
-            // the extrapolation never runs ahead of it.
-            let at = Instant::now();
-            if let Some(known) = &tx.server_clock {
-                known.record(server_us, at, clock.now_ms());
-            }
-            (server_us, at)
-        }
+        None => read_server_clock(tx, clock)?,
     };
     tx.time.read.set(Some(read));
-    Ok(read.0.saturating_add(elapsed_us(read.1)).div_euclid(1000))
+    Ok(extended_ms(read))
+}
+
+/// [`Store::fresh_now`](crate::store::Store::fresh_now) on PostgreSQL: the injected clock as
+/// it is, or the server's clock read by this call (a claim's time: see the module docs),
+/// which becomes the transaction's reading and the store's anchor.
+pub(crate) fn fresh_now(tx: &PgTx, clock: &dyn Clock) -> Result<i64> {
+    if !clock.is_host_clock() {
+        return Ok(clock.now_ms());
+    }
+    let read = read_server_clock(tx, clock)?;
+    tx.time.read.set(Some(read));
+    Ok(extended_ms(read))
+}
+
+/// Reads the server's clock (µs) on `tx`'s connection, and records it as the store's anchor.
+fn read_server_clock(tx: &PgTx, clock: &dyn Clock) -> Result<(i64, Instant)> {
+    let server_us = tx.with(|conn| sql_query(SERVER_NOW).get_result::<Us>(conn).pg("SERVER_NOW"))?.n;
+    // Anchored after the reply: the server read its clock before this instant, so the
+    // extrapolation never runs ahead of it.
+    let at = Instant::now();
+    if let Some(known) = &tx.server_clock {
+        known.record(server_us, at, clock.now_ms());
+    }
+    Ok((server_us, at))
+}
+
+/// A reading moved on by the host's monotonic time since it, in whole ms.
+fn extended_ms((server_us, at): (i64, Instant)) -> i64 {
+    server_us.saturating_add(elapsed_us(at)).div_euclid(1000)
 }
 
 /// Whole µs elapsed since `at`, rounded down.
