@@ -30,11 +30,7 @@ impl<S: Store> Queue<S> {
             // Concurrent callers of this handle share a statement (`intake_group.rs`).
             self.shared.intake.enqueue(&self.shared, job)?
         } else {
-            let job = Arc::new(job);
-            retry_conflicts(|| {
-                let (shared, job) = (self.shared.clone(), job.clone());
-                self.store().submit_single(move |tx| insert(&shared, tx, &job))
-            })?
+            insert_alone(&self.shared, job)?
         };
         self.wake(&queue_name);
         Ok(enqueued)
@@ -120,6 +116,16 @@ pub(super) fn new_row<'j, S: Store>(shared: &Shared<S>, job: &'j NewJob, now: i6
         max_attempts: job.max_attempts.unwrap_or(shared.max_attempts),
         created_at: now,
     }
+}
+
+/// Adds `job` (or finds the job with its key) in a statement of its own (autocommit where
+/// the store can), run again after a conflict.
+pub(super) fn insert_alone<S: Store>(shared: &Arc<Shared<S>>, job: NewJob) -> Result<Enqueued> {
+    let job = Arc::new(job);
+    retry_conflicts(|| {
+        let (owner, job) = (shared.clone(), job.clone());
+        shared.store.submit_single(move |tx| insert(&owner, tx, &job))
+    })
 }
 
 /// Adds `job` (or finds the job with its key) in the transaction `tx`.

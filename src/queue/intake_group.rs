@@ -27,7 +27,7 @@
 //! SQLite's writer already groups every request of a process (one transaction, one savepoint
 //! each), so it keeps the plain path.
 
-use super::intake::{insert, new_row};
+use super::intake::{insert, insert_alone, new_row};
 use super::retry::retry_conflicts;
 use super::Shared;
 use crate::error::{Error, Result};
@@ -163,7 +163,7 @@ impl IntakeGroup {
 /// The result of each of `jobs`, in order (see the module docs).
 fn insert_group<S: Store>(shared: &Arc<Shared<S>>, jobs: Vec<NewJob>) -> Vec<Result<Enqueued>> {
     if jobs.len() == 1 {
-        return jobs.into_iter().map(|job| insert_alone(shared, job)).collect();
+        return each_alone(shared, jobs);
     }
     let jobs = Arc::new(jobs);
     // The common case, every job new: one statement, in autocommit where the store can.
@@ -180,9 +180,7 @@ fn insert_group<S: Store>(shared: &Arc<Shared<S>>, jobs: Vec<NewJob>) -> Vec<Res
         // A key conflict: nothing was inserted; job by job below.
         Ok(None) => {}
         // Refused, so nothing of it committed: each job alone, each caller its own outcome.
-        Err(e) if refused(&e) => {
-            return Arc::unwrap_or_clone(jobs).into_iter().map(|job| insert_alone(shared, job)).collect()
-        }
+        Err(e) if refused(&e) => return each_alone(shared, Arc::unwrap_or_clone(jobs)),
         // Not refused (a lost connection: whether it committed is unknown; no connection at
         // all), as it would be for a lone caller.
         Err(e) => return shared_error(e, jobs.len()),
@@ -202,8 +200,13 @@ fn insert_group<S: Store>(shared: &Arc<Shared<S>>, jobs: Vec<NewJob>) -> Vec<Res
         Ok(results) => results.into_iter().map(Ok).collect(),
         Err(e) if ran.load(Ordering::SeqCst) => shared_error(e, jobs.len()),
         // Rolled back before its commit: nothing of it is in the database.
-        Err(_) => Arc::unwrap_or_clone(jobs).into_iter().map(|job| insert_alone(shared, job)).collect(),
+        Err(_) => each_alone(shared, Arc::unwrap_or_clone(jobs)),
     }
+}
+
+/// Each of `jobs` in a statement of its own, each with its own outcome.
+fn each_alone<S: Store>(shared: &Arc<Shared<S>>, jobs: Vec<NewJob>) -> Vec<Result<Enqueued>> {
+    jobs.into_iter().map(|job| insert_alone(shared, job)).collect()
 }
 
 /// `e` for each of `members`: the error itself for the first (the leader's own call), a
@@ -230,13 +233,4 @@ fn refused(e: &Error) -> bool {
             | Error::TooBig { .. }
             | Error::OutOfMemory { .. }
     )
-}
-
-/// One job in a statement of its own (autocommit where the store can).
-fn insert_alone<S: Store>(shared: &Arc<Shared<S>>, job: NewJob) -> Result<Enqueued> {
-    let job = Arc::new(job);
-    retry_conflicts(|| {
-        let (owner, job) = (shared.clone(), job.clone());
-        shared.store.submit_single(move |tx| insert(&owner, tx, &job))
-    })
 }
