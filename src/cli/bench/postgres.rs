@@ -11,7 +11,7 @@
 //! `tests/cli_postgres.rs` runs it at a small size.
 
 use super::rounds::Spread;
-use super::scenarios::{enqueue_in_batches, job, payload};
+use super::scenarios::{enqueue_from_threads, enqueue_in_batches, job, payload};
 use super::BenchArgs;
 use crate::cli::{fail, CliResult, Context, ResultExt};
 use fenceq::diesel::connection::SimpleConnection;
@@ -494,25 +494,9 @@ impl Bench {
             }
             Column::Concurrent => {
                 let queue = self.open(schema, CALLERS as usize)?;
-                let per_thread = jobs.div_ceil(CALLERS);
                 let started = Instant::now();
-                let added = AtomicU64::new(0);
-                std::thread::scope(|s| -> CliResult<()> {
-                    let handles: Vec<_> = (0..CALLERS)
-                        .map(|t| {
-                            let (queue, added) = (&queue, &added);
-                            s.spawn(move || -> CliResult<()> {
-                                for j in (t * per_thread..(t + 1) * per_thread).take_while(|&j| j < jobs) {
-                                    queue.enqueue(job(j))?;
-                                    added.fetch_add(1, Ordering::Relaxed);
-                                }
-                                Ok(())
-                            })
-                        })
-                        .collect();
-                    handles.into_iter().try_for_each(|h| h.join().map_err(|_| fail("an intake thread panicked"))?)
-                })?;
-                Ok(added.into_inner() as f64 / started.elapsed().as_secs_f64())
+                enqueue_from_threads(&queue, jobs, CALLERS)?;
+                Ok(jobs as f64 / started.elapsed().as_secs_f64())
             }
             Column::EndToEnd => {
                 let queue = self.open(schema, self.workers)?;

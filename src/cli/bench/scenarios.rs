@@ -329,8 +329,9 @@ pub fn end_to_end(path: &Path, jobs: u64, producers: u64, workers: usize, sync: 
     Ok(Figure::rate(String::new(), rate).grouped(queue.commit_stats()))
 }
 
-/// `threads` threads calling `enqueue` once per job, `jobs` in all (keys `k{n}`).
-fn enqueue_from_threads(queue: &Queue, jobs: u64, threads: u64) -> CliResult<()> {
+/// `threads` threads calling `enqueue` once per job, `jobs` in all (keys `k{n}`), on either
+/// store.
+pub fn enqueue_from_threads<S: fenceq::store::Store>(queue: &Queue<S>, jobs: u64, threads: u64) -> CliResult<()> {
     std::thread::scope(|s| -> CliResult<()> {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
