@@ -452,10 +452,18 @@ fn a_worker_process_killed_with_sigkill_mid_run_loses_nothing_and_its_jobs_are_r
     create_domain_tables(&mut raw, &s.schema);
     enqueue_jobs(&q, JOBS);
     let lease = Duration::from_secs(2);
+    // The victim starts alone, so that it surely completes its HANG_AFTER jobs and has four
+    // more to hang on: started together, the survivors (whose prefetch grows while their
+    // handlers outrun the claim rounds) could take every job first. The survivors start
+    // while its hung workers still hold their leases, renewed, and work beside it until the
+    // kill.
     let victim = spawn_pool(&s, 0, "victim", lease, HANG_AFTER as i64);
-    let survivors: Vec<ChildProc> = (1..4).map(|k| spawn_pool(&s, k, "pool", lease, 0)).collect();
     wait_for("the victim's four workers to hang", RUN_BOUND, || {
         victim.lines().iter().filter(|l| l.starts_with("HOLD")).count() >= 4
+    });
+    let survivors: Vec<ChildProc> = (1..4).map(|k| spawn_pool(&s, k, "pool", lease, 0)).collect();
+    wait_for("the survivors to start", WAIT_BOUND, || {
+        survivors.iter().all(|c| c.lines().iter().any(|l| l.starts_with("STARTED")))
     });
     let mut victim = victim;
     victim.child.kill().unwrap();
