@@ -378,7 +378,12 @@ impl Store for PostgresStore {
         let query = rows_query(ENQUEUE_ALL_OR_NONE, rows).bind::<BigInt, _>(rows.len() as i64);
         match tx.with(|conn| Ok(query.load::<IdRow>(conn)))? {
             Ok(ids) if ids.len() == rows.len() => Ok(Some(ascending(ids.into_iter().map(|r| r.id).collect()))),
-            // The statement divides by zero first; this would be a bug.
+            // Every row ignored (an application's trigger): nothing was inserted, and no row
+            // came back to divide by zero. Refused, so each job is then inserted alone.
+            Ok(ids) if ids.is_empty() => {
+                Err(Error::invalid("job", "the insert was ignored (is there a trigger on fenceq_jobs?)"))
+            }
+            // Some rows back but not all: the statement divides by zero first; a bug.
             Ok(ids) => Err(Error::domain(format!("ENQUEUE_ALL_OR_NONE returned {} of {} rows", ids.len(), rows.len()))),
             Err(diesel::result::Error::DatabaseError(diesel::result::DatabaseErrorKind::UniqueViolation, info))
                 if info.constraint_name() == Some("fenceq_jobs_queue_key") =>

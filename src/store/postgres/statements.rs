@@ -46,7 +46,8 @@ pub(crate) const ENQUEUE: &str = concat!(
 /// run in autocommit: `ENQUEUE_ALL` without `ON CONFLICT`, so a key conflict (with a job
 /// already there, or between two of its rows) fails the statement on
 /// `fenceq_jobs_queue_key`; and fewer rows back than `$8` went in (an application's trigger
-/// ignored one) divides by zero, which fails it too. A failed statement changes nothing.
+/// ignored one) divides by zero, which fails it too. A failed statement changes nothing; when
+/// every row was ignored, nothing was inserted and no row comes back.
 pub(crate) const ENQUEUE_ALL_OR_NONE: &str = concat!(
     "
     WITH inserted AS (
