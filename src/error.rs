@@ -1,6 +1,7 @@
 //! The one public error enum and the mapping of SQLite result codes onto it.
 
 use crate::job::{ClaimToken, JobId, JobState};
+use std::sync::Arc;
 
 /// How the statement name of a `Busy` ends when the server aborted the transaction to
 /// break a deadlock (PostgreSQL's 40P01).
@@ -39,7 +40,10 @@ impl std::fmt::Display for LostReason {
 
 /// Everything that can go wrong in fenceq. Every variant says when it happens; a call that
 /// returns an error has changed nothing, unless the variant says otherwise.
-#[derive(Debug, thiserror::Error)]
+///
+/// `Clone`: the sources are shared (`Arc`), so that every caller whose write rode on one
+/// failed transaction (an intake group, a group commit) gets the store's own error.
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The token no longer owns its job: the lease ran out, another claim replaced it, or
@@ -192,7 +196,7 @@ pub enum Error {
         path: String,
         /// The file system's error.
         #[source]
-        source: std::io::Error,
+        source: Arc<std::io::Error>,
     },
     /// A backup did not finish within its time limit
     /// ([`BackupOptions::time_limit`](crate::BackupOptions::time_limit)). Nothing was left at
@@ -224,7 +228,7 @@ pub enum Error {
     },
     /// An error returned by a caller's closure (a domain write); the transaction was rolled back.
     #[error("caller's closure failed")]
-    Domain(#[source] Box<dyn std::error::Error + Send + Sync>),
+    Domain(#[source] Arc<dyn std::error::Error + Send + Sync>),
     /// Any other SQLite error; `statement` names the SQL constant that failed.
     #[error("sqlite error in {statement}")]
     Sqlite {
@@ -232,7 +236,7 @@ pub enum Error {
         statement: &'static str,
         /// SQLite's error.
         #[source]
-        source: rusqlite::Error,
+        source: Arc<rusqlite::Error>,
     },
     /// Any other PostgreSQL error (feature `postgres`); `statement` names the statement that
     /// failed. The server's message is in the source; it never carries the URL's password.
@@ -243,7 +247,7 @@ pub enum Error {
         statement: &'static str,
         /// diesel's error, with the server's message.
         #[source]
-        source: diesel::result::Error,
+        source: Arc<diesel::result::Error>,
     },
     /// The connection to the PostgreSQL server was lost during the call (feature
     /// `postgres`): the server went down or restarted, or the session was ended by a
@@ -262,14 +266,14 @@ pub enum Error {
     Pool(#[source] PoolError),
     /// An I/O error outside SQLite (creating the database directory, a worker thread).
     #[error("i/o error")]
-    Io(#[source] std::io::Error),
+    Io(#[source] Arc<std::io::Error>),
 }
 
 impl Error {
     /// Wraps an error of a caller's closure, so it can be returned from `with_ownership`
     /// and `complete_with` closures with `?` or `map_err(Error::domain)`.
     pub fn domain(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
-        Error::Domain(e.into())
+        Error::Domain(Arc::from(e.into()))
     }
 
     /// True for errors that a later retry of the same call may not see (busy, locked).
@@ -296,7 +300,7 @@ impl Error {
 /// From `std::io::Error`: I/O outside SQLite (`Error::Io`).
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
-        Error::Io(e)
+        Error::Io(Arc::new(e))
     }
 }
 

@@ -224,9 +224,12 @@ fn ioerr_10_stays_a_wrapped_sqlite_error_with_its_source() {
         let e = rusqlite::Error::SqliteFailure(ffi::Error::new(extended), None);
         let mapped = Error::from(e);
         match &mapped {
-            Error::Sqlite { source: rusqlite::Error::SqliteFailure(f, _), .. } => {
-                assert_eq!((f.code, f.extended_code), (ErrorCode::SystemIoFailure, extended))
-            }
+            Error::Sqlite { source, .. } => match &**source {
+                rusqlite::Error::SqliteFailure(f, _) => {
+                    assert_eq!((f.code, f.extended_code), (ErrorCode::SystemIoFailure, extended))
+                }
+                other => panic!("{other:?}"),
+            },
             other => panic!("{other:?}"),
         }
         fatal(&mapped);

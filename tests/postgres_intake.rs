@@ -132,6 +132,53 @@ fn a_job_the_database_ignores_fails_alone_and_its_neighbours_are_added_once() {
     assert_grouped(&queue);
 }
 
+/// A group whose one-by-one transaction fails at its COMMIT (an application's deferred
+/// constraint trigger refuses one of its jobs) answers every member with the server's own
+/// error, never an SQLite error standing in for it.
+#[test]
+fn every_member_of_a_group_whose_commit_fails_gets_the_servers_own_error() {
+    let Some(s) = Scratch::new() else { return };
+    let queue = Queue::open(&s);
+    s.raw()
+        .batch_execute(
+            "CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN IF NEW.payload = convert_to('poison', 'UTF8') THEN
+                 RAISE EXCEPTION 'poison refused at commit'; END IF; RETURN NULL; END $$;
+             CREATE CONSTRAINT TRIGGER refuse_poison AFTER INSERT ON fenceq_jobs
+                 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_poison();",
+        )
+        .unwrap();
+    // A key that exists already: a group holding it cannot be inserted all-new in one
+    // statement, so it runs job by job in one transaction, which the poison fails at COMMIT.
+    queue.enqueue(NewJob::new("q", b"first".to_vec()).key("dup")).unwrap();
+    let results: Vec<fenceq::Result<Enqueued>> = at_once(&queue, |t, queue| {
+        (0..CALLS / 2)
+            .map(|i| {
+                let job = if (t + i) % 2 == 0 {
+                    NewJob::new("q", b"poison".to_vec())
+                } else {
+                    NewJob::new("q", b"x".to_vec()).key("dup")
+                };
+                queue.enqueue(job)
+            })
+            .collect()
+    });
+    let mut failed = 0;
+    for result in &results {
+        match result {
+            Ok(Enqueued::Duplicate(_)) => {}
+            Err(Error::Postgres { source, .. }) => {
+                assert!(source.to_string().contains("poison refused at commit"), "{source}");
+                failed += 1;
+            }
+            other => panic!("neither a duplicate nor the server's own error: {other:?}"),
+        }
+    }
+    assert!(failed >= THREADS * CALLS / 4, "every poison failed: {failed}");
+    let mut raw = s.raw();
+    assert_eq!(scalar(&mut raw, "SELECT count(*) AS n FROM fenceq_jobs"), 1, "no poison was added");
+}
+
 /// Runs `calls` on [`THREADS`] threads released at once, each with its number and the
 /// queue; every thread's results, in thread order.
 fn at_once<T: Send + 'static>(queue: &Queue, calls: fn(usize, &Queue) -> Vec<T>) -> Vec<T> {

@@ -212,7 +212,7 @@ fn each_alone<S: Store>(shared: &Arc<Shared<S>>, jobs: Vec<NewJob>) -> Vec<Resul
 /// `e` for each of `members`: the error itself for the first (the leader's own call), a
 /// copy for the others.
 fn shared_error(e: Error, members: usize) -> Vec<Result<Enqueued>> {
-    let mut results: Vec<Result<Enqueued>> = (1..members).map(|_| Err(e.replicate())).collect();
+    let mut results: Vec<Result<Enqueued>> = (1..members).map(|_| Err(e.clone())).collect();
     results.insert(0, Err(e));
     results
 }

@@ -106,7 +106,7 @@ impl Error {
             Said::Full => Error::StorageFull { statement },
             Said::Aborted => Error::TransactionLost,
             Said::Gone => Error::ConnectionLost { statement },
-            Said::Other => Error::Postgres { statement, source },
+            Said::Other => Error::Postgres { statement, source: std::sync::Arc::new(source) },
         }
     }
 }

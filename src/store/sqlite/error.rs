@@ -1,40 +1,10 @@
 //! SQLite's errors as fenceq's: the classification of every rusqlite error by its code, the
-//! statement name it carries, and the copy a group transaction gives each member it ended.
+//! statement name it carries.
 
 use crate::error::{Error, Result};
 use rusqlite::ErrorCode;
 
 impl Error {
-    /// A copy of this error for every other member of a group transaction (or a PostgreSQL
-    /// intake group) that it ended (errors are not `Clone`: a rusqlite failure is rebuilt
-    /// from its code and message).
-    pub(crate) fn replicate(&self) -> Error {
-        match self {
-            Error::Busy { statement } => Error::Busy { statement },
-            Error::StorageFull { statement } => Error::StorageFull { statement },
-            Error::ReadOnly { statement } => Error::ReadOnly { statement },
-            Error::OutOfMemory { statement } => Error::OutOfMemory { statement },
-            Error::TooBig { statement } => Error::TooBig { statement },
-            Error::Corrupt { statement } => Error::Corrupt { statement },
-            Error::Io(e) => Error::Io(std::io::Error::new(e.kind(), e.to_string())),
-            Error::Pool(e) => Error::Pool(e.clone()),
-            Error::TransactionLost => Error::TransactionLost,
-            Error::NestedWrite => Error::NestedWrite,
-            #[cfg(feature = "postgres")]
-            Error::ConnectionLost { statement } => Error::ConnectionLost { statement },
-            Error::Sqlite { statement, source: rusqlite::Error::SqliteFailure(code, message) } => {
-                Error::Sqlite { statement, source: rusqlite::Error::SqliteFailure(*code, message.clone()) }
-            }
-            other => Error::Sqlite {
-                statement: "group transaction",
-                source: rusqlite::Error::SqliteFailure(
-                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
-                    Some(format!("the transaction carrying this write was lost: {other}")),
-                ),
-            },
-        }
-    }
-
     /// Classifies a rusqlite error raised by `statement` into its typed variant.
     pub(crate) fn sqlite(statement: &'static str, source: rusqlite::Error) -> Self {
         let code = match &source {
@@ -49,7 +19,7 @@ impl Error {
             Some(ErrorCode::TooBig) => Error::TooBig { statement },
             Some(ErrorCode::DatabaseCorrupt) => Error::Corrupt { statement },
             Some(ErrorCode::NotADatabase) => Error::NotADatabase { path: String::new() },
-            _ => Error::Sqlite { statement, source },
+            _ => Error::Sqlite { statement, source: std::sync::Arc::new(source) },
         }
     }
 }

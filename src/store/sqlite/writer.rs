@@ -130,7 +130,7 @@ where
 
     fn failure(&self) -> Option<Error> {
         match &self.result {
-            Some(Err(e)) => Some(e.replicate()),
+            Some(Err(e)) => Some(e.clone()),
             _ => None,
         }
     }
@@ -267,7 +267,7 @@ impl Writer {
         }
         let shared = commit.and_then(|seq| self.sync_through(seq));
         for request in carried {
-            let shared = shared.as_ref().map(|_| ()).map_err(Error::replicate);
+            let shared = shared.as_ref().map(|_| ()).map_err(Error::clone);
             request.answer(shared);
         }
         for (request, shared) in answered {
@@ -298,7 +298,7 @@ impl Writer {
                 }
             }
             if let Some(e) = &cannot_begin {
-                request.fail(e.replicate());
+                request.fail(e.clone());
                 answered.push((request, Ok(())));
                 continue;
             }
@@ -311,7 +311,7 @@ impl Writer {
                 // SQLite rolled the whole transaction back (disk full, I/O error in the
                 // middle): the work carried so far is gone, so those requests fail too.
                 let cause = request.failure().unwrap_or_else(|| Error::domain("the transaction was lost"));
-                answered.extend(carried.drain(..).map(|r| (r, Err(cause.replicate()))));
+                answered.extend(carried.drain(..).map(|r| (r, Err(cause.clone()))));
                 open = false;
             } else if carried.is_empty() {
                 // It ran first, without a savepoint: undo its partial work with the
@@ -473,7 +473,7 @@ fn spin_briefly(ready: &AtomicBool) {
 }
 
 fn poisoned(why: &str) -> Error {
-    Error::Io(std::io::Error::other(format!("{why}; no write is durable any more until the queue is reopened")))
+    Error::from(std::io::Error::other(format!("{why}; no write is durable any more until the queue is reopened")))
 }
 
 /// One cached statement without results (transaction control).
