@@ -301,6 +301,10 @@ pub struct UnknownOutcome {
     pub evidence: Option<String>,
     /// When the outcome was recorded (ms since the epoch).
     pub at: i64,
+    /// The old name of [`UnknownOutcome::evidence`], holding the same text, so that code
+    /// written against it still builds.
+    #[deprecated(since = "0.1.0", note = "renamed: use `evidence` (the same text)")]
+    pub reason: Option<String>,
 }
 
 impl UnknownOutcome {
@@ -308,7 +312,8 @@ impl UnknownOutcome {
     /// fields; its text is the evidence).
     pub(crate) fn from_record(record: Exhaustion) -> UnknownOutcome {
         let Exhaustion { token, queue, key, payload, reason, at } = record;
-        UnknownOutcome { token, queue, key, payload, evidence: reason, at }
+        #[allow(deprecated)]
+        UnknownOutcome { token, queue, key, payload, evidence: reason.clone(), at, reason }
     }
 }
 

@@ -55,7 +55,7 @@ pub use store::postgres::{
 pub use store::sqlite::backup::backup_file;
 pub use store::sqlite::migrate::SCHEMA_VERSION;
 pub use store::sqlite::{owns_in, schema_version_of, SqliteStore};
-pub use validate::{MAX_BATCH, MAX_ERROR_LEN};
+pub use validate::{MAX_BATCH, MAX_ERROR_LEN, NUL_SHOWN_AS};
 pub use worker::{
     Attempt, Outcome, PoolCounters, ShutdownReport, WorkerPool, WorkerPoolBuilder, ADAPTIVE_PREFETCH_CEILING,
     DEFAULT_POLL_INTERVAL, DEFAULT_POOL_LEASE, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WORKERS, MAX_PREFETCH,

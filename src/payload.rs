@@ -52,7 +52,7 @@ fn decode<'a, T: Deserialize<'a>>(id: JobId, payload: &'a [u8]) -> Result<T> {
     serde_json::from_slice(payload).map_err(|e| Error::Decode {
         id,
         type_name: type_name::<T>(),
-        reason: clip(&e.to_string()).to_string(),
+        reason: clip(&e.to_string()).into_owned(),
     })
 }
 

@@ -7,6 +7,7 @@ use crate::clock::duration_ms;
 use crate::config::{MAX_ATTEMPTS_LIMIT, MAX_KEY_LEN, MAX_LEASE, MAX_NAME_LEN};
 use crate::error::{Error, Result};
 use crate::job::NewJob;
+use std::borrow::Cow;
 use std::time::Duration;
 
 /// Longest error, reason or evidence text stored; longer texts are cut (at a char boundary).
@@ -22,22 +23,31 @@ const MAX_BACKUP_STEP: u32 = 1 << 20;
 /// Longest time limit of a backup.
 const MAX_BACKUP_TIME: Duration = Duration::from_secs(24 * 3600);
 
-/// A queue name, worker id or operator name: 1..=128 bytes without a NUL byte.
+/// A queue name, worker id, operator or schedule name: 1..=128 bytes without a control
+/// character (C0, DEL or C1, NUL among them). Names are printed by the CLI and in logs as
+/// they are; a control character there could rewrite a terminal (an escape sequence) or
+/// forge a line of output (a newline). SQLite's `length()` (in the schema's CHECK) and C
+/// strings stop at a NUL byte, and PostgreSQL's `text` refuses one.
 pub(crate) fn check_name(what: &'static str, name: &str) -> Result<()> {
     if name.is_empty() || name.len() > MAX_NAME_LEN {
         return Err(Error::invalid(what, format!("{} bytes is not in 1..={MAX_NAME_LEN}", name.len())));
     }
-    // SQLite's length() (in the schema's CHECK) and C strings stop at a NUL byte.
-    if name.contains('\0') {
-        return Err(Error::invalid(what, "contains a NUL byte"));
+    if let Some(c) = name.chars().find(|c| c.is_control()) {
+        return Err(Error::invalid(what, format!("contains the control character {:?}", c)));
     }
     Ok(())
 }
 
-/// An idempotency key: 1..=512 bytes.
+/// An idempotency key: 1..=512 bytes without a NUL byte (PostgreSQL's `text` cannot hold
+/// one, so the same key would mean different things on the two stores). Other bytes are
+/// the application's own: keys often come from upstream ids, and the CLI escapes what it
+/// prints.
 pub(crate) fn check_key(key: &str) -> Result<()> {
     if key.is_empty() || key.len() > MAX_KEY_LEN {
         return Err(Error::invalid("key", format!("{} bytes is not in 1..={MAX_KEY_LEN}", key.len())));
+    }
+    if key.contains('\0') {
+        return Err(Error::invalid("key", "contains a NUL byte"));
     }
     Ok(())
 }
@@ -104,13 +114,11 @@ pub(crate) fn check_park_timeout(timeout: Duration) -> Result<()> {
     Ok(())
 }
 
-/// An operator's note: at most [`MAX_ERROR_LEN`] bytes, without a NUL byte.
+/// An operator's note, as stored (see [`show_nul`]): at most [`MAX_ERROR_LEN`] bytes. A
+/// note is typed by a person, so an over-long one is refused rather than cut.
 pub(crate) fn check_note(note: &str) -> Result<()> {
-    if note.len() > MAX_ERROR_LEN || note.contains('\0') {
-        return Err(Error::invalid(
-            "decision note",
-            format!("{} bytes is over {MAX_ERROR_LEN}, or it holds a NUL byte", note.len()),
-        ));
+    if note.len() > MAX_ERROR_LEN {
+        return Err(Error::invalid("decision note", format!("{} bytes is over {MAX_ERROR_LEN}", note.len())));
     }
     Ok(())
 }
@@ -162,9 +170,25 @@ pub(crate) fn check_expected(operation: &'static str, expected: Option<u64>, fou
     }
 }
 
-/// Cuts a stored text to [`MAX_ERROR_LEN`] bytes at a char boundary (texts are cut, never
-/// refused: an error message must not fail the settle that records it).
-pub(crate) fn clip(text: &str) -> &str {
+/// How a NUL byte of a stored text is shown: U+2400 SYMBOL FOR NULL (`␀`). PostgreSQL's
+/// `text` cannot hold a NUL at all and SQLite's `length()` and C strings stop at one, so the
+/// same text is stored the same way on every store.
+pub const NUL_SHOWN_AS: char = '\u{2400}';
+
+/// `text` with each NUL byte shown as [`NUL_SHOWN_AS`]: what every store can hold.
+pub(crate) fn show_nul(text: &str) -> Cow<'_, str> {
+    if text.contains('\0') {
+        Cow::Owned(text.replace('\0', NUL_SHOWN_AS.encode_utf8(&mut [0; 4])))
+    } else {
+        Cow::Borrowed(text)
+    }
+}
+
+/// A stored error, reason or evidence text as every store can hold it: each NUL byte
+/// shown as [`NUL_SHOWN_AS`], then cut to [`MAX_ERROR_LEN`] bytes at a char boundary (texts
+/// are cut, never refused: an error message must not fail the settle that records it).
+pub(crate) fn clip(text: &str) -> Cow<'_, str> {
+    let text = show_nul(text);
     if text.len() <= MAX_ERROR_LEN {
         return text;
     }
@@ -172,5 +196,44 @@ pub(crate) fn clip(text: &str) -> &str {
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    &text[..end]
+    match text {
+        Cow::Borrowed(text) => Cow::Borrowed(&text[..end]),
+        Cow::Owned(mut text) => {
+            text.truncate(end);
+            Cow::Owned(text)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clip_shows_nul_bytes_and_cuts_at_a_char_boundary() {
+        assert_eq!(clip("upstream said: \0 (binary)"), "upstream said: \u{2400} (binary)");
+        assert!(matches!(clip("plain"), Cow::Borrowed("plain")));
+        let long = "é".repeat(MAX_ERROR_LEN);
+        let cut = clip(&long);
+        assert!(cut.len() <= MAX_ERROR_LEN && cut.len() > MAX_ERROR_LEN - 2);
+        // A NUL near the end grows into three bytes and is then cut whole, never split.
+        let mut near_end = "a".repeat(MAX_ERROR_LEN - 1);
+        near_end.push('\0');
+        let cut = clip(&near_end);
+        assert_eq!(cut.len(), MAX_ERROR_LEN - 1);
+        assert!(!cut.contains('\0'));
+    }
+
+    #[test]
+    fn names_refuse_control_characters_and_keys_refuse_nul() {
+        assert!(check_name("queue name", "telegram").is_ok());
+        assert!(check_name("queue name", "chat\u{1b}[2J").is_err());
+        assert!(check_name("queue name", "a\nFORGED").is_err());
+        assert!(check_name("queue name", "a\u{7f}").is_err());
+        assert!(check_name("queue name", "a\u{9b}").is_err());
+        assert!(check_name("queue name", "a\0").is_err());
+        assert!(check_name("queue name", "émoji 🚀 ok").is_ok());
+        assert!(check_key("update:\0:1").is_err());
+        assert!(check_key("update:\n:1").is_ok());
+    }
 }

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::job::{ClaimToken, JobId, JobState, Resolution};
 use crate::store::sqlite::SqliteStore;
 use crate::store::{Decided, Store};
-use crate::validate::{check_expected, check_name, check_note};
+use crate::validate::{check_expected, check_name, check_note, show_nul};
 
 /// A handle for changes made on someone's behalf: every change through it records `by` and
 /// the note on the job's row (or, for a pause, the queue's). Made by [`Queue::operator`];
@@ -28,9 +28,14 @@ impl<'q, S: Store> Operator<'q, S> {
         Operator { queue, by, note: None }
     }
 
-    /// Why: a note recorded with every change made through this handle.
+    /// Why: a note recorded with every change made through this handle. A NUL byte in it is
+    /// stored as [`NUL_SHOWN_AS`](crate::NUL_SHOWN_AS), as in every stored text.
     pub fn note(mut self, note: impl Into<String>) -> Self {
-        self.note = Some(note.into());
+        let note = note.into();
+        self.note = Some(match show_nul(&note) {
+            std::borrow::Cow::Borrowed(_) => note,
+            std::borrow::Cow::Owned(shown) => shown,
+        });
         self
     }
 

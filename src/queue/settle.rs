@@ -103,7 +103,7 @@ impl<S: Store> Queue<S> {
     /// it, the job is no longer running, or its row is gone) unless `token` is the exact
     /// claim of a running job with a live lease. Running out of attempts is not an error
     /// (`Retried::Exhausted`), no delay is refused, and an `error` longer than
-    /// [`MAX_ERROR_LEN`](crate::MAX_ERROR_LEN) (4,096 bytes) is cut, not refused. Storage errors: `Busy`,
+    /// [`MAX_ERROR_LEN`](crate::MAX_ERROR_LEN) (4,096 bytes) is cut, not refused; a NUL byte in it is stored as [`NUL_SHOWN_AS`](crate::NUL_SHOWN_AS). Storage errors: `Busy`,
     /// `StorageFull`, `ReadOnly`; `NestedWrite` from inside a closure holding the queue's
     /// transaction (or an in-memory queue's `with_connection`).
     pub fn retry(&self, token: &ClaimToken, backoff: impl Into<Backoff>, error: &str) -> Result<Retried> {
@@ -125,7 +125,7 @@ impl<S: Store> Queue<S> {
     /// `OwnershipLost` (with its `LostReason`: the lease expired, another claim replaced
     /// it, the job is no longer running, or its row is gone) unless `token` is the exact
     /// claim of a running job with a live lease; an `error` longer than [`MAX_ERROR_LEN`](crate::MAX_ERROR_LEN)
-    /// (4,096 bytes) is cut, not refused. Storage errors: `Busy`, `StorageFull`,
+    /// (4,096 bytes) is cut, not refused; a NUL byte in it is stored as [`NUL_SHOWN_AS`](crate::NUL_SHOWN_AS). Storage errors: `Busy`, `StorageFull`,
     /// `ReadOnly`; `NestedWrite` from inside a closure holding the queue's transaction (or
     /// an in-memory queue's `with_connection`).
     pub fn exhaust(&self, token: &ClaimToken, error: &str) -> Result<()> {
@@ -140,7 +140,7 @@ impl<S: Store> Queue<S> {
     /// `OwnershipLost` (with its `LostReason`: the lease expired, another claim replaced
     /// it, the job is no longer running, or its row is gone) unless `token` is the exact
     /// claim of a running job with a live lease; `evidence` longer than [`MAX_ERROR_LEN`](crate::MAX_ERROR_LEN)
-    /// (4,096 bytes) is cut, not refused. Storage errors: `Busy`, `StorageFull`,
+    /// (4,096 bytes) is cut, not refused; a NUL byte in it is stored as [`NUL_SHOWN_AS`](crate::NUL_SHOWN_AS). Storage errors: `Busy`, `StorageFull`,
     /// `ReadOnly`; `NestedWrite` from inside a closure holding the queue's transaction (or
     /// an in-memory queue's `with_connection`).
     pub fn mark_unknown(&self, token: &ClaimToken, evidence: &str) -> Result<()> {
@@ -156,7 +156,7 @@ impl<S: Store> Queue<S> {
     /// `InvalidInput` when `timeout` is shorter than 1 ms or longer than a year (365 days). `OwnershipLost` (with its `LostReason`: the lease expired,
     /// another claim replaced it, the job is no longer running, or its row is gone) unless
     /// `token` is the exact claim of a running job with a live lease; a `reason` longer
-    /// than [`MAX_ERROR_LEN`](crate::MAX_ERROR_LEN) (4,096 bytes) is cut, not refused. Storage errors: `Busy`,
+    /// than [`MAX_ERROR_LEN`](crate::MAX_ERROR_LEN) (4,096 bytes) is cut, not refused; a NUL byte in it is stored as [`NUL_SHOWN_AS`](crate::NUL_SHOWN_AS). Storage errors: `Busy`,
     /// `StorageFull`, `ReadOnly`; `NestedWrite` from inside a closure holding the queue's
     /// transaction (or an in-memory queue's `with_connection`).
     pub fn park(&self, token: &ClaimToken, timeout: Duration, reason: &str) -> Result<()> {
@@ -237,7 +237,7 @@ fn settle_in<S: Store>(tx: &S::Tx, token: &ClaimToken, settle: &Settle, now: i64
     let (changed, settled) = match settle {
         Settle::Complete => (S::complete_if_owned(tx, token, now)?, Settled::Completed),
         Settle::Retry { delay, error } => {
-            let error = clip(error);
+            let error = &*clip(error);
             let run_at = now.saturating_add(duration_ms(*delay));
             if S::retry_if_owned(tx, token, now, run_at, error)? {
                 return Ok(Settled::Retried(run_at));
@@ -245,11 +245,11 @@ fn settle_in<S: Store>(tx: &S::Tx, token: &ClaimToken, settle: &Settle, now: i64
             // Either no attempts are left or the token is stale; exhaust tells them apart.
             (S::exhaust_if_owned(tx, token, now, error)?, Settled::Exhausted)
         }
-        Settle::Exhaust(error) => (S::exhaust_if_owned(tx, token, now, clip(error))?, Settled::Exhausted),
-        Settle::Unknown(evidence) => (S::mark_unknown_if_owned(tx, token, now, clip(evidence))?, Settled::Unknown),
+        Settle::Exhaust(error) => (S::exhaust_if_owned(tx, token, now, &clip(error))?, Settled::Exhausted),
+        Settle::Unknown(evidence) => (S::mark_unknown_if_owned(tx, token, now, &clip(evidence))?, Settled::Unknown),
         Settle::Park { timeout, reason } => {
             let wait_until = now.saturating_add(duration_ms(*timeout));
-            (S::park_if_owned(tx, token, now, wait_until, clip(reason))?, Settled::Parked)
+            (S::park_if_owned(tx, token, now, wait_until, &clip(reason))?, Settled::Parked)
         }
     };
     fence::owned::<S>(tx, token, now, changed)?;

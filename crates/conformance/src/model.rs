@@ -938,7 +938,9 @@ enum Got {
 /// exhaustion's (the same row fields; its text is the evidence).
 fn unknown_of(record: Exhaustion) -> UnknownOutcome {
     let Exhaustion { token, queue, key, payload, reason, at } = record;
-    UnknownOutcome { token, queue, key, payload, evidence: reason, at }
+    // The deprecated `reason` holds the evidence too, so that old code still builds.
+    #[allow(deprecated)]
+    UnknownOutcome { token, queue, key, payload, evidence: reason.clone(), at, reason }
 }
 
 fn got_of<T>(r: &fenceq::Result<T>) -> Got {

@@ -12,7 +12,7 @@ use std::time::Duration;
 pub fn rules<H: Harness>() -> Vec<Rule<H>> {
     crate::rules![
         prometheus_text_counts_every_state_with_the_oldest_pending_age,
-        prometheus_text_escapes_quote_backslash_and_line_feed_in_queue_names,
+        prometheus_text_escapes_quote_and_backslash_in_queue_names,
         prometheus_text_of_an_empty_database_is_only_the_headers,
     ]
 }
@@ -94,14 +94,15 @@ fenceq_expired_leases{queue=\"telegram\"} 1
     assert!(text.contains("fenceq_oldest_pending_age_seconds{queue=\"telegram\"} 12.5\n"), "{text}");
 }
 
-/// A queue name may hold any character but NUL; `\`, `"` and a line feed must be escaped or
-/// a scraper would read a broken (or a different) sample.
-fn prometheus_text_escapes_quote_backslash_and_line_feed_in_queue_names<H: Harness>(h: &H) {
+/// A queue name may hold any character but a control character; `\` and `"` must be escaped
+/// or a scraper would read a broken (or a different) sample. (A line feed, which the text
+/// format escapes too, is refused in names before it can reach a row.)
+fn prometheus_text_escapes_quote_and_backslash_in_queue_names<H: Harness>(h: &H) {
     let db = Db::new(h);
-    let name = "bot \"prod\"\\eu\nsecond line";
+    let name = "bot \"prod\"\\eu second line";
     db.enqueue(NewJob::new(name, b"x".to_vec())).unwrap();
     let text = db.metrics_text().unwrap();
-    let label = r#"queue="bot \"prod\"\\eu\nsecond line""#;
+    let label = r#"queue="bot \"prod\"\\eu second line""#;
     assert!(text.contains(&format!("fenceq_jobs{{{label},state=\"pending\"}} 1\n")), "{text}");
     assert!(text.contains(&format!("fenceq_oldest_pending_age_seconds{{{label}}} 0\n")), "{text}");
     assert!(text.contains(&format!("fenceq_expired_leases{{{label}}} 0\n")), "{text}");

@@ -10,6 +10,7 @@
 //! - `pool`: the worker pool, from exactly-once settles to shutdown and `wait_idle`;
 //! - `paused`: paused queues (claims skip them, everything else goes on);
 //! - `metrics`: the Prometheus text of the counts;
+//! - `texts`: NUL bytes in stored texts, keys and names, the same on every store;
 //! - `schedule` (feature `schedule`): periodic jobs, one run per tick;
 //! - `typed_payloads` (feature `serde`): JSON payloads and poison messages.
 //!
@@ -22,6 +23,7 @@ mod metrics;
 mod paused;
 mod pool;
 mod retention;
+mod texts;
 #[cfg(feature = "schedule")]
 mod schedule;
 #[cfg(feature = "serde")]
@@ -40,6 +42,7 @@ pub fn rules<H: Harness>() -> Vec<Rule<H>> {
     rules.extend(pool::rules::<H>());
     rules.extend(paused::rules::<H>());
     rules.extend(metrics::rules::<H>());
+    rules.extend(texts::rules::<H>());
     #[cfg(feature = "schedule")]
     rules.extend(schedule::rules::<H>());
     #[cfg(feature = "serde")]

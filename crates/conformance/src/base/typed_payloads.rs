@@ -18,6 +18,7 @@ pub fn rules<H: Harness>() -> Vec<Rule<H>> {
         a_struct_round_trips_through_every_record_that_carries_it,
         a_payload_of_another_shape_is_a_decode_error_that_changes_nothing,
         json_handler_gets_the_decoded_value_and_exhausts_poison_at_once_without_calling_it,
+        json_handler_exhausts_poison_whose_message_quotes_a_nul_byte,
     ]
 }
 
@@ -151,4 +152,47 @@ fn json_handler_gets_the_decoded_value_and_exhausts_poison_at_once_without_calli
     }
     let exhausted: Vec<JobId> = db.exhaustions(None, 10).unwrap().items.iter().map(|e| e.token.id).collect();
     assert_eq!(exhausted, poison_ids, "durable exhaustions awaiting acknowledgement");
+}
+
+/// An enum a payload names by a string: serde's "unknown variant" message quotes the string
+/// it got, NUL bytes and all.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+enum Kind {
+    Text,
+    Photo,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Typed {
+    kind: Kind,
+}
+
+fn json_handler_exhausts_poison_whose_message_quotes_a_nul_byte<H: Harness>(h: &H) {
+    let db = Db::new(h);
+    let poison = db.enqueue(NewJob::new("q", br#"{"kind":"\u0000"}"#.to_vec()).max_attempts(5)).unwrap().id();
+    let good = db.enqueue(NewJob::json("q", &Typed { kind: Kind::Photo }).unwrap()).unwrap().id();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let pool = {
+        let calls = calls.clone();
+        WorkerPool::builder(db.queue.clone(), "q")
+            .workers(2)
+            .lease(LEASE)
+            .poll_interval(Duration::from_millis(5))
+            .json_handler(move |_, typed: Typed| {
+                assert_eq!(typed.kind, Kind::Photo);
+                calls.fetch_add(1, Ordering::SeqCst);
+                Outcome::Complete
+            })
+            .start()
+            .unwrap()
+    };
+    assert!(pool.wait_idle(HANG_GUARD).unwrap(), "the pool worked both jobs");
+    let counters = pool.shutdown(HANG_GUARD).unwrap().counters;
+    assert_eq!((counters.completed, counters.exhausted, counters.errors), (1, 1, 0), "{counters:?}");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(db.job(good).unwrap().unwrap().state, JobState::Completed);
+    let job = db.job(poison).unwrap().unwrap();
+    assert_eq!((job.state, job.attempt), (JobState::Exhausted, 1));
+    let reason = job.last_error.unwrap();
+    assert!(reason.contains(&format!("unknown variant `{}`", fenceq::NUL_SHOWN_AS)), "{reason}");
 }
