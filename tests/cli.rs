@@ -972,3 +972,39 @@ fn a_queue_without_jobs_can_be_paused_and_bad_names_are_refused() {
     run(&db, &["unpause"]).usage();
     run(&db, &["pause", "a", "b"]).usage();
 }
+
+/// Texts from the database (keys, errors, notes, payloads, and names an older fenceq let
+/// through) reach the terminal escaped: no escape sequence, and no line of output forged by a
+/// line feed in a field.
+#[test]
+fn texts_from_the_database_reach_the_terminal_escaped() {
+    let (_dir, db, queue) = new_db();
+    let hostile = "boom\u{1b}[2J\u{1b}]0;pwned\u{7}\nFORGED: all ok";
+    let id = enqueue(&queue, NewJob::new("q", b"p\x1b[31mred".to_vec()).key(hostile));
+    let claim = queue.claim("q", "w", LEASE).unwrap().unwrap();
+    queue.exhaust(&claim.token, hostile).unwrap();
+    queue.operator("ops").note(hostile).pause("q").unwrap();
+    let old = enqueue(&queue, NewJob::new("old", b"x".to_vec()));
+    drop(queue);
+    // A queue name written before names refused control characters.
+    let conn = fenceq::rusqlite::Connection::open(&db).unwrap();
+    conn.execute("UPDATE fenceq_jobs SET queue = ?1 WHERE id = ?2", (hostile, old.0)).unwrap();
+    drop(conn);
+    let id = id.0.to_string();
+    for args in [
+        vec!["stats"],
+        vec!["list"],
+        vec!["list", "--state", "exhausted"],
+        vec!["show", id.as_str()],
+        vec!["exhausted"],
+        vec!["show", &old.0.to_string()],
+    ] {
+        let out = run(&db, &args);
+        let stdout = out.ok();
+        assert!(!stdout.contains('\u{1b}') && !stdout.contains('\u{7}'), "{args:?} printed a raw control: {stdout}");
+        for line in stdout.lines() {
+            let text = line.trim_start_matches(|c: char| !c.is_alphanumeric());
+            assert!(!text.starts_with("FORGED"), "{args:?} printed a forged line: {stdout}");
+        }
+    }
+}

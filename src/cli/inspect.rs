@@ -101,7 +101,7 @@ impl StatsArgs {
         let rows = stats.queues.iter().chain((stats.queues.len() > 1).then_some(&totals));
         for q in rows {
             t.add_row(vec![
-                if q.paused.is_some() { format!("{} (paused)", q.queue) } else { q.queue.clone() },
+                if q.paused.is_some() { format!("{} (paused)", output::sanitize(&q.queue)) } else { output::sanitize(&q.queue) },
                 q.pending.to_string(),
                 q.oldest_pending_run_at.map_or_else(|| "-".to_string(), |at| relative(at, now)),
                 q.running.to_string(),
@@ -216,7 +216,7 @@ impl ListArgs {
         for job in &jobs {
             t.add_row(vec![
                 job.id.to_string(),
-                job.queue.clone(),
+                output::sanitize(&job.queue),
                 cell(job.key.as_deref(), 24),
                 state_label(job),
                 format!("{}/{}", job.attempt, job.max_attempts),
@@ -305,7 +305,7 @@ impl ShowArgs {
         let mut t = table(&["FIELD", "VALUE"]);
         let rows: Vec<(&str, String)> = vec![
             ("id", job.id.to_string()),
-            ("queue", job.queue.clone()),
+            ("queue", output::sanitize(&job.queue)),
             ("key", cell(job.key.as_deref(), 512)),
             ("state", state_label(&job)),
             ("priority", job.priority.to_string()),
@@ -508,7 +508,7 @@ fn print_records(
     for item in items {
         t.add_row(vec![
             item.token.id.to_string(),
-            item.queue.clone(),
+            output::sanitize(&item.queue),
             cell(item.key.as_deref(), 24),
             item.token.attempt.to_string(),
             relative(item.at, now),

@@ -582,7 +582,7 @@ pub fn error_line(error: &(dyn StdError + 'static)) -> String {
         }
         source = cause.source();
     }
-    line.replace(['\n', '\r'], " ")
+    output::terminal_safe(&line.replace(['\n', '\r'], " ")).into_owned()
 }
 
 /// True when the error (or a cause) is a closed stdout, as in `fenceq list | head -1`.

@@ -28,19 +28,21 @@ impl Output {
         self.json
     }
 
-    /// One line of text.
+    /// One line of text (its control characters but line feeds and tabs escaped, as in
+    /// everything the human mode prints: see [`terminal_safe`]).
     pub fn line(&mut self, text: impl Display) -> io::Result<()> {
-        writeln!(self.out, "{text}")
+        writeln!(self.out, "{}", terminal_safe(&text.to_string()))
     }
 
-    /// Text exactly as it is (it brings its own line feeds).
+    /// Text as it is, but for its control characters other than line feeds and tabs (it
+    /// brings its own line feeds).
     pub fn text(&mut self, text: &str) -> io::Result<()> {
-        self.out.write_all(text.as_bytes())
+        self.out.write_all(terminal_safe(text).as_bytes())
     }
 
-    /// A table, followed by a newline.
+    /// A table, followed by a newline (control characters of its cells escaped).
     pub fn table(&mut self, table: &Table) -> io::Result<()> {
-        writeln!(self.out, "{table}")
+        writeln!(self.out, "{}", terminal_safe(&table.to_string()))
     }
 
     /// One JSON document (pretty-printed).
@@ -135,11 +137,26 @@ pub fn when(ms: Option<i64>, now: i64) -> String {
 
 // ------------------------------------------------------------------------------- text and payloads
 
-/// Text made safe for a terminal: control characters other than newline and tab are escaped.
+/// The last guard of everything the human mode prints: control characters other than line
+/// feeds and tabs escaped, so that no text from the database (a name written by an older
+/// fenceq, a key, a note, an error, a payload) can move the cursor, rewrite the screen or
+/// change the terminal's settings with an escape sequence.
+pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    std::borrow::Cow::Owned(
+        text.chars()
+            .map(|c| if c.is_control() && c != '\n' && c != '\t' { c.escape_default().to_string() } else { c.to_string() })
+            .collect(),
+    )
+}
+
+/// A text from the database made safe for one field of a line or table: every control
+/// character escaped, line feeds too, so that a note, an error or a key cannot forge a line
+/// of output.
 pub fn sanitize(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_control() && c != '\n' && c != '\t' { c.escape_default().to_string() } else { c.to_string() })
-        .collect()
+    text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
 }
 
 /// Text on one line of at most `max` characters (newlines and control characters escaped).
@@ -232,7 +249,7 @@ impl PayloadView {
                 .map(|line| String::from_utf8_lossy(line).into_owned())
                 .collect::<Vec<_>>()
                 .join("\n"),
-            _ => sanitize(&self.text),
+            _ => terminal_safe(&self.text).into_owned(),
         }
     }
 }
@@ -252,6 +269,14 @@ pub fn payload_preview(bytes: &[u8], max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn texts_from_the_database_cannot_forge_lines_or_reach_the_terminal_raw() {
+        assert_eq!(sanitize("ok\nFORGED: all ok\u{1b}[2J"), "ok\\nFORGED: all ok\\u{1b}[2J");
+        assert_eq!(terminal_safe("a\tb\nc\u{1b}]0;title\u{7}"), "a\tb\nc\\u{1b}]0;title\\u{7}");
+        assert_eq!(terminal_safe("plain ✓"), "plain ✓");
+        assert_eq!(one_line("a\nb", 10), "a\\nb");
+    }
 
     #[test]
     fn timestamps_are_utc() {
@@ -283,6 +308,6 @@ mod tests {
         assert_eq!(payload_preview(&[0xff; 40], 12), "hex:ffffffff…");
         assert_eq!(payload_preview(b"a\nb", 10), "a\\nb");
         assert_eq!(one_line("abcdef", 4), "abc…");
-        assert_eq!(sanitize("a\u{1b}[2Jb\n"), "a\\u{1b}[2Jb\n");
+        assert_eq!(sanitize("a\u{1b}[2Jb\n"), "a\\u{1b}[2Jb\\n");
     }
 }
