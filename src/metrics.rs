@@ -28,12 +28,15 @@ impl Stats {
     ///   0 included). Settled rows count until retention prunes them.
     /// - `fenceq_oldest_pending_age_seconds{queue}`: how long the most overdue pending job has
     ///   been due (since its `run_at`: enqueue, or the end of its retry backoff), in seconds
-    ///   with millisecond precision; 0 when no pending job is due.
+    ///   with millisecond precision; 0 when no pending job is due
+    ///   ([`QueueStats::oldest_due_age_ms`]).
     /// - `fenceq_exhaustions_unacknowledged{queue}`: exhaustions awaiting acknowledgement
     ///   (`fenceq exhausted`; acknowledged ones are still in `fenceq_jobs{state="exhausted"}`).
     /// - `fenceq_unknown_outcomes_unresolved{queue}`: unknown outcomes awaiting resolution.
     /// - `fenceq_expired_leases{queue}`: running jobs whose lease ran out at `now_ms`
     ///   (reclaimable; the reaper returns them to pending).
+    /// - `fenceq_queue_paused{queue}`: 1 while the queue is paused (a paused queue with no
+    ///   rows is listed too), else 0.
     ///
     /// No sample has a timestamp (the textfile collector refuses them; the scrape's time is
     /// the reading's). The text ends with a line feed.
@@ -67,7 +70,7 @@ impl Stats {
             "How long the most overdue pending job has been due, in seconds (0 when none is due).",
             queues,
             |q| {
-                let age_ms = q.oldest_pending_run_at.map_or(0, |run_at| now_ms.saturating_sub(run_at).max(0));
+                let age_ms = q.oldest_due_age_ms(now_ms).unwrap_or(0);
                 // f64's Display is the shortest text that reads back the same: 12.5, 0, 0.001.
                 (age_ms as f64 / 1000.0).to_string()
             },
@@ -92,6 +95,13 @@ impl Stats {
             "Running jobs whose lease has expired (reclaimable; fenceq reap).",
             queues,
             |q| q.expired_leases.to_string(),
+        );
+        gauge(
+            &mut out,
+            "fenceq_queue_paused",
+            "1 while the queue is paused (its claims find nothing; fenceq unpause), else 0.",
+            queues,
+            |q| u8::from(q.paused.is_some()).to_string(),
         );
         out
     }
@@ -170,7 +180,7 @@ mod tests {
     #[test]
     fn no_queues_is_only_the_headers() {
         let text = Stats::default().to_prometheus(0);
-        assert_eq!(text.lines().count(), 10);
+        assert_eq!(text.lines().count(), 12);
         assert!(text.lines().all(|line| line.starts_with("# HELP fenceq_") || line.starts_with("# TYPE fenceq_")));
         assert!(text.ends_with(" gauge\n"));
     }

@@ -87,6 +87,21 @@ pub struct QueueStats {
 }
 
 impl QueueStats {
+    /// How long the most overdue pending job has been due at `now` (ms since the epoch, the
+    /// clock's now), in ms; `None` when no pending job is due (none at all, or only delayed
+    /// ones: see [`QueueStats::next_due_at`]). Never negative. The Prometheus gauge
+    /// `fenceq_oldest_pending_age_seconds`, the CLI's `OLDEST DUE` column and its JSON
+    /// `oldest_pending_age_ms` all show this one figure.
+    pub fn oldest_due_age_ms(&self, now: i64) -> Option<u64> {
+        self.oldest_pending_run_at.filter(|&run_at| run_at <= now).map(|run_at| now.abs_diff(run_at))
+    }
+
+    /// While no pending job is due at `now`, when the first delayed one becomes due (ms
+    /// since the epoch); `None` when a job is due already or nothing is pending.
+    pub fn next_due_at(&self, now: i64) -> Option<i64> {
+        self.oldest_pending_run_at.filter(|&run_at| run_at > now)
+    }
+
     /// Rows of this queue in all.
     pub fn total(&self) -> u64 {
         self.pending

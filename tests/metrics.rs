@@ -82,6 +82,11 @@ fenceq_unknown_outcomes_unresolved{queue="quiet"} 0
 fenceq_expired_leases{queue="alerts"} 1
 fenceq_expired_leases{queue="later"} 0
 fenceq_expired_leases{queue="quiet"} 0
+# HELP fenceq_queue_paused 1 while the queue is paused (its claims find nothing; fenceq unpause), else 0.
+# TYPE fenceq_queue_paused gauge
+fenceq_queue_paused{queue="alerts"} 0
+fenceq_queue_paused{queue="later"} 0
+fenceq_queue_paused{queue="quiet"} 0
 "#;
     assert_eq!(stats.to_prometheus(NOW), expected);
     // Ages in whole and fractional seconds, and far from the epoch.
@@ -112,7 +117,7 @@ fn label_values_are_escaped_in_every_metric() {
     };
     let text = Stats { queues: vec![q] }.to_prometheus(NOW);
     let samples: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
-    assert_eq!(samples.len(), 7 + 4, "{text}");
+    assert_eq!(samples.len(), 7 + 5, "{text}");
     for sample in samples {
         assert!(sample.contains(r#"{queue="a\"b\\c\nd""#), "{sample}");
     }
@@ -199,8 +204,10 @@ mod cli {
             v.as_object_mut().unwrap().remove("now");
             for q in v["queues"].as_array_mut().unwrap() {
                 q.as_object_mut().unwrap().remove("oldest_pending_age_ms");
+                q.as_object_mut().unwrap().remove("next_due_at");
             }
             v["totals"].as_object_mut().unwrap().remove("oldest_pending_age_ms");
+            v["totals"].as_object_mut().unwrap().remove("next_due_at");
             v
         };
         let json = counts(&["stats", "--json"]);
@@ -211,6 +218,33 @@ mod cli {
         assert!(text.contains("EXHAUSTED UNACKED") && text.contains("attention: 1 exhaustion"), "{text}");
         let plain = run(&path, &["stats"]).ok().to_string();
         assert_eq!(plain.lines().next(), text.lines().next(), "the table is the default");
+    }
+
+    /// A queue whose only pending job is delayed has no due job: one meaning in every form
+    /// (no age, never a negative one), and the instant the delayed job becomes due beside it.
+    /// A paused queue is a gauge of 1.
+    #[test]
+    fn a_queue_of_delayed_jobs_has_no_oldest_due_age_and_says_when_the_next_is_due() {
+        let (_dir, path, queue) = db();
+        queue.operator("ops").note("maintenance").pause("telegram").unwrap();
+        let json: Value = serde_json::from_str(run(&path, &["stats", "--json"]).ok()).unwrap();
+        let now = json["now"].as_i64().unwrap();
+        let telegram = json["queues"].as_array().unwrap().iter().find(|q| q["queue"] == "telegram").unwrap();
+        assert!(telegram["oldest_pending_age_ms"].is_null(), "{telegram}");
+        let next = telegram["next_due_at"].as_i64().expect("the delayed job's due instant");
+        assert!(next > now && next <= now + HOUR.as_millis() as i64, "{next} vs {now}");
+        assert!(json["totals"]["oldest_pending_age_ms"].is_null(), "{}", json["totals"]);
+
+        let text = run(&path, &["stats", "--format", "prometheus"]).ok().to_string();
+        assert!(text.contains("fenceq_oldest_pending_age_seconds{queue=\"telegram\"} 0\n"), "{text}");
+        assert!(text.contains("fenceq_queue_paused{queue=\"telegram\"} 1\n"), "{text}");
+        assert!(text.contains("fenceq_queue_paused{queue=\"ops \\\"eu\\\"\\\\1\"} 0\n"), "{text}");
+
+        let table = run(&path, &["stats"]).ok().to_string();
+        assert!(table.contains("OLDEST DUE") && table.contains("NEXT DUE"), "{table}");
+        let row = table.lines().find(|l| l.contains("telegram")).unwrap();
+        assert!(row.contains(" in 59m ") || row.contains(" in 1h 0m "), "{row}");
+        assert!(!row.contains(" ago "), "nothing is overdue: {row}");
     }
 
     #[test]

@@ -87,7 +87,8 @@ impl StatsArgs {
         let mut t = table(&[
             "QUEUE",
             "PENDING",
-            "OLDEST PENDING",
+            "OLDEST DUE",
+            "NEXT DUE",
             "RUNNING",
             "EXPIRED LEASES",
             "WAITING",
@@ -103,7 +104,8 @@ impl StatsArgs {
             t.add_row(vec![
                 if q.paused.is_some() { format!("{} (paused)", output::sanitize(&q.queue)) } else { output::sanitize(&q.queue) },
                 q.pending.to_string(),
-                q.oldest_pending_run_at.map_or_else(|| "-".to_string(), |at| relative(at, now)),
+                q.oldest_due_age_ms(now).map_or_else(|| "-".to_string(), output::human_duration),
+                q.next_due_at(now).map_or_else(|| "-".to_string(), |at| relative(at, now)),
                 q.running.to_string(),
                 q.expired_leases.to_string(),
                 q.waiting.to_string(),
@@ -166,7 +168,8 @@ fn stats_json(q: &QueueStats, now: i64) -> Value {
         "cancelled": q.cancelled,
         "total": q.total(),
         "oldest_pending_run_at": q.oldest_pending_run_at,
-        "oldest_pending_age_ms": q.oldest_pending_run_at.map(|at| now.saturating_sub(at)),
+        "oldest_pending_age_ms": q.oldest_due_age_ms(now),
+        "next_due_at": q.next_due_at(now),
         "paused": super::pause::pause_json(q.paused.as_ref(), now),
     })
 }

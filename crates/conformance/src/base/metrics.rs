@@ -81,6 +81,10 @@ fenceq_unknown_outcomes_unresolved{queue=\"telegram\"} 1
 # TYPE fenceq_expired_leases gauge
 fenceq_expired_leases{queue=\"emails\"} 0
 fenceq_expired_leases{queue=\"telegram\"} 1
+# HELP fenceq_queue_paused 1 while the queue is paused (its claims find nothing; fenceq unpause), else 0.
+# TYPE fenceq_queue_paused gauge
+fenceq_queue_paused{queue=\"emails\"} 0
+fenceq_queue_paused{queue=\"telegram\"} 0
 ";
     assert_eq!(db.metrics_text().unwrap(), expected);
     assert_eq!(db.stats().unwrap().to_prometheus(db.now_ms()), expected, "the same text from stats");
@@ -107,7 +111,7 @@ fn prometheus_text_escapes_quote_and_backslash_in_queue_names<H: Harness>(h: &H)
     assert!(text.contains(&format!("fenceq_oldest_pending_age_seconds{{{label}}} 0\n")), "{text}");
     assert!(text.contains(&format!("fenceq_expired_leases{{{label}}} 0\n")), "{text}");
     // Every line is a comment or a sample of ours: no raw line feed split one.
-    assert_eq!(text.lines().count(), 10 + 7 + 4, "{text}");
+    assert_eq!(text.lines().count(), 12 + 7 + 5, "{text}");
     for line in text.lines() {
         assert!(
             line.starts_with("# HELP fenceq_") || line.starts_with("# TYPE fenceq_") || line.starts_with("fenceq_")
@@ -127,7 +131,8 @@ fn prometheus_text_of_an_empty_database_is_only_the_headers<H: Harness>(h: &H) {
             "fenceq_exhaustions_unacknowledged gauge",
             "fenceq_unknown_outcomes_unresolved gauge",
             "fenceq_expired_leases gauge",
+            "fenceq_queue_paused gauge",
         ]
     );
-    assert_eq!(text.lines().count(), 10, "{text}");
+    assert_eq!(text.lines().count(), 12, "{text}");
 }
