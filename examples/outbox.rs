@@ -25,6 +25,9 @@ fn place_order(queue: &Queue, order: i64, amount_cents: i64) -> fenceq::Result<(
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // fenceq logs what it cannot return (a lost lease, a failed settle) through `tracing`:
+    // without a subscriber those warnings go nowhere.
+    tracing_subscriber::fmt().with_max_level(tracing_subscriber::filter::LevelFilter::WARN).init();
     let dir = tempfile::tempdir()?;
     let queue = Queue::open(dir.path().join("shop.db"))?;
     queue.transaction(|tx| {

@@ -16,6 +16,9 @@ use fenceq::{NewJob, Outcome, Queue, Resolution, WorkerPool};
 use std::time::Duration;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // fenceq logs what it cannot return (a lost lease, a failed settle) through `tracing`:
+    // without a subscriber those warnings go nowhere.
+    tracing_subscriber::fmt().with_max_level(tracing_subscriber::filter::LevelFilter::WARN).init();
     let dir = tempfile::tempdir()?;
     let queue = Queue::open(dir.path().join("bot.db"))?;
     queue.transaction(|tx| {

@@ -34,6 +34,9 @@ fn send_reply(update: u64, attempt: u32) -> Result<String, Outcome> {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // fenceq logs what it cannot return (a lost lease, a failed settle) through `tracing`:
+    // without a subscriber those warnings go nowhere.
+    tracing_subscriber::fmt().with_max_level(tracing_subscriber::filter::LevelFilter::WARN).init();
     let serve = std::env::args().any(|a| a == "--serve");
     let dir = tempfile::tempdir()?;
     let queue = Queue::open(dir.path().join("bot.db"))?;

@@ -17,6 +17,14 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
+    // The library reports what it cannot return through `tracing` (a lost lease, a settle
+    // that failed in a worker pool, a maintenance pass that failed): warnings and errors go
+    // to stderr, never to stdout, which holds the command's own output.
+    tracing_subscriber::fmt()
+        .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
     match cli::run(args) {
         Ok(()) => ExitCode::SUCCESS,
         // The reader went away (`fenceq list | head`): nothing left to tell anyone.

@@ -27,3 +27,16 @@ fn the_in_memory_queue_works_from_several_threads() {
     }
     assert_eq!(done, 100);
 }
+
+/// `UnknownOutcome::reason`, the field's old name, still builds and holds the evidence.
+#[test]
+#[allow(deprecated)]
+fn unknown_outcomes_keep_the_deprecated_reason_beside_the_evidence() {
+    let queue = fenceq::Queue::open_in_memory().unwrap();
+    queue.enqueue(fenceq::NewJob::new("q", b"x".to_vec())).unwrap();
+    let claim = queue.claim("q", "w", std::time::Duration::from_secs(30)).unwrap().unwrap();
+    queue.mark_unknown(&claim.token, "timed out after sending").unwrap();
+    let unknown = queue.unknowns(None, 10).unwrap().items.remove(0);
+    assert_eq!(unknown.evidence.as_deref(), Some("timed out after sending"));
+    assert_eq!(unknown.reason, unknown.evidence);
+}

@@ -106,6 +106,34 @@ impl<S: Store> Attempt<S> {
         &self.claimed
     }
 
+    /// The queue this attempt was claimed from, so that a handler can enqueue follow-up
+    /// jobs without capturing a clone of its own: inside [`Attempt::complete_with`] or
+    /// [`Attempt::with_ownership`] with [`Queue::enqueue_tx`] (the follow-up commits with the
+    /// completion), or outside them with [`Queue::enqueue`].
+    ///
+    /// ```
+    /// # use fenceq::{NewJob, Outcome, Queue, WorkerPool};
+    /// # use std::time::Duration;
+    /// # let queue = Queue::open_in_memory()?;
+    /// let pool = WorkerPool::builder(queue.clone(), "updates")
+    ///     .handler(|attempt| {
+    ///         let reply = NewJob::new("replies", attempt.payload().to_vec());
+    ///         match attempt.complete_with(|tx| attempt.queue().enqueue_tx(tx, reply)) {
+    ///             Ok(_) => Outcome::Complete,
+    ///             Err(e) => Outcome::retry(e.to_string()),
+    ///         }
+    ///     })
+    ///     .start()?;
+    /// queue.enqueue(NewJob::new("updates", b"hi".to_vec()))?;
+    /// assert!(pool.wait_idle(Duration::from_secs(10))?);
+    /// assert_eq!(queue.stats()?.queue("replies").pending, 1);
+    /// # pool.shutdown(Duration::from_secs(5))?;
+    /// # Ok::<(), fenceq::Error>(())
+    /// ```
+    pub fn queue(&self) -> &Queue<S> {
+        &self.queue
+    }
+
     /// True once a renewal failed or the last confirmed lease ran out: stop working and
     /// return. Advisory only; see [`Attempt::with_ownership`].
     pub fn owner_lost(&self) -> bool {
