@@ -17,6 +17,15 @@ pub mod store;
 mod validate;
 mod worker;
 
+/// The code of the pages in `docs/`, compiled and run as doctests like the README's.
+#[cfg(doctest)]
+mod docs {
+    #[doc = include_str!("../docs/guide.md")]
+    struct Guide;
+    #[doc = include_str!("../docs/guarantees.md")]
+    struct Guarantees;
+}
+
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{
     QueueBuilder, Retention, Synchronous, DEFAULT_BUSY_TIMEOUT, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD,

@@ -102,7 +102,11 @@ impl StatsArgs {
         let rows = stats.queues.iter().chain((stats.queues.len() > 1).then_some(&totals));
         for q in rows {
             t.add_row(vec![
-                if q.paused.is_some() { format!("{} (paused)", output::sanitize(&q.queue)) } else { output::sanitize(&q.queue) },
+                if q.paused.is_some() {
+                    format!("{} (paused)", output::sanitize(&q.queue))
+                } else {
+                    output::sanitize(&q.queue)
+                },
                 q.pending.to_string(),
                 q.oldest_due_age_ms(now).map_or_else(|| "-".to_string(), output::human_duration),
                 q.next_due_at(now).map_or_else(|| "-".to_string(), |at| relative(at, now)),

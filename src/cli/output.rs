@@ -147,7 +147,15 @@ pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
     }
     std::borrow::Cow::Owned(
         text.chars()
-            .map(|c| if c.is_control() && c != '\n' && c != '\t' { c.escape_default().to_string() } else { c.to_string() })
+            .map(
+                |c| {
+                    if c.is_control() && c != '\n' && c != '\t' {
+                        c.escape_default().to_string()
+                    } else {
+                        c.to_string()
+                    }
+                },
+            )
             .collect(),
     )
 }

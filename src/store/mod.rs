@@ -21,8 +21,8 @@
 //! alternatives were an enum of stores or a boxed trait object. A type parameter is the
 //! only one that gives a caller's closure the store's own transaction type (`S::Tx`, for
 //! SQLite `rusqlite::Connection`) instead of a wrapper, it costs nothing on the hot paths
-//! (every call is monomorphised and inlined; no vtable, no match per statement; see the
-//! bench figures in issue #11's closing note), and methods that only one store has (WAL
+//! (every call is monomorphised and inlined; no vtable, no match per statement; see
+//! `docs/performance.md`), and methods that only one store has (WAL
 //! checkpoints) stay on `Queue<SqliteStore>` instead of failing at run time on the others.
 //!
 //! The trait is public because a public generic type needs a nameable bound, and because a

@@ -1,4 +1,4 @@
-//! The positive and stale-identity controls every level runs (ADR 0256, decision 6), one
+//! The positive and stale-identity controls every level runs (so that no level can pass by refusing everything), one
 //! rule per level, scenario and side:
 //!
 //! - `expiry`: a token whose lease is live to its last millisecond, and the same token once

@@ -1,5 +1,6 @@
 //! Test support for fenceq, never published: the conformance kit every store runs,
-//! organised by capability level (ADR 0256, decision 6), and the reference model of the
+//! organised by capability level (base, fenced, durable: a store can claim the levels it
+//! passes), and the reference model of the
 //! queue ([`model`]) that the property tests and the fuzz targets compare a store against.
 //!
 //! ## The kit

@@ -386,7 +386,7 @@ fn ratio_specs(o: &BenchOptions) -> Vec<RatioSpec> {
     specs
 }
 
-/// plainjob (Node, better-sqlite3), the best peer in issue #14's side-by-side run: 20,000
+/// plainjob (Node, better-sqlite3), the fastest peer measured side by side: 20,000
 /// jobs of ~100 bytes, WAL, NORMAL, one producer, a pool of 4.
 fn peer_specs(o: &BenchOptions) -> Vec<PeerSpec> {
     let mut peers = vec![

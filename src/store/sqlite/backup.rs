@@ -234,7 +234,8 @@ impl TempFile {
     fn create(target: &Path) -> Result<TempFile> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let name = target.file_name().unwrap_or_default();
-        let failed = |source| Error::BackupWrite { path: target.display().to_string(), source: std::sync::Arc::new(source) };
+        let failed =
+            |source| Error::BackupWrite { path: target.display().to_string(), source: std::sync::Arc::new(source) };
         // A name left by a crashed backup of the same pid is skipped, never reused.
         for _ in 0..100 {
             let mut temp = OsString::from(".");
@@ -261,7 +262,8 @@ impl TempFile {
     /// Syncs the copy, gives it the target's name (a link that refuses an existing name, or
     /// with `replace` a rename that replaces it), syncs the directory; returns its size.
     fn publish(mut self, target: &Path, replace: bool) -> Result<u64> {
-        let failed = |source| Error::BackupWrite { path: target.display().to_string(), source: std::sync::Arc::new(source) };
+        let failed =
+            |source| Error::BackupWrite { path: target.display().to_string(), source: std::sync::Arc::new(source) };
         let file = File::open(&self.path).map_err(failed)?;
         file.sync_all().map_err(failed)?;
         let bytes = file.metadata().map_err(failed)?.len();

@@ -23,9 +23,9 @@ mod metrics;
 mod paused;
 mod pool;
 mod retention;
-mod texts;
 #[cfg(feature = "schedule")]
 mod schedule;
+mod texts;
 #[cfg(feature = "serde")]
 mod typed_payloads;
 
