@@ -276,14 +276,14 @@ mod cli {
         assert!(!missing.exists(), "not created");
     }
 
-    /// The README's textfile-collector lines, run by `sh` as written there (with this
+    /// The textfile-collector lines of `docs/operations.md`, run by `sh` as written there (with this
     /// test's paths): the file appears whole, nothing is left beside it, and a failing run
     /// keeps the last good file and exits non-zero.
     #[test]
-    fn the_readmes_textfile_recipe_renames_a_whole_file_into_place() {
+    fn the_documented_textfile_recipe_renames_a_whole_file_into_place() {
         let (dir, path, queue) = db();
-        let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
-        let start = readme.find("out=/var/lib/node_exporter/textfile/fenceq.prom\n").expect("the recipe in the README");
+        let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/operations.md")).unwrap();
+        let start = readme.find("out=/var/lib/node_exporter/textfile/fenceq.prom\n").expect("the recipe in the docs");
         let recipe = &readme[start..start + readme[start..].find("```").unwrap()];
         let textfile = dir.path().join("textfile");
         std::fs::create_dir(&textfile).unwrap();

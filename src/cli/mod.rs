@@ -107,7 +107,7 @@ pub enum Command {
     /// (since when, by whom, why), a paused queue with no jobs too.
     ///
     /// `--format prometheus` prints them as Prometheus metrics (text format 0.0.4; see the
-    /// README for node-exporter's textfile collector): `fenceq_jobs{queue,state}`,
+    /// docs/operations.md for node-exporter's textfile collector): `fenceq_jobs{queue,state}`,
     /// `fenceq_oldest_pending_age_seconds`, `fenceq_exhaustions_unacknowledged`,
     /// `fenceq_unknown_outcomes_unresolved` and `fenceq_expired_leases`, each per queue.
     Stats(inspect::StatsArgs),
