@@ -106,10 +106,11 @@ pub enum Command {
     /// acknowledged exhaustions, unknown outcomes, cancelled; and which queues are paused
     /// (since when, by whom, why), a paused queue with no jobs too.
     ///
-    /// `--format prometheus` prints them as Prometheus metrics (text format 0.0.4; see the
+    /// `--format prometheus` prints them as Prometheus metrics (text format 0.0.4; see
     /// docs/operations.md for node-exporter's textfile collector): `fenceq_jobs{queue,state}`,
     /// `fenceq_oldest_pending_age_seconds`, `fenceq_exhaustions_unacknowledged`,
-    /// `fenceq_unknown_outcomes_unresolved` and `fenceq_expired_leases`, each per queue.
+    /// `fenceq_unknown_outcomes_unresolved`, `fenceq_expired_leases` and `fenceq_queue_paused`,
+    /// each per queue.
     Stats(inspect::StatsArgs),
     /// Jobs in id order, optionally of one queue and one state.
     List(inspect::ListArgs),
