@@ -212,8 +212,11 @@ impl QueueBuilder {
     ///
     /// # Errors
     ///
-    /// `InvalidInput` for bad settings, `NotADatabase`, `SchemaTooNew`, `SchemaTooOld` (read
-    /// only, or without [`QueueBuilder::upgrade`]), `ReadOnly`, `Busy`.
+    /// `InvalidInput` for bad settings, and for a path that names a directory, a FIFO, a
+    /// device or anything else that is not a regular file (never opened); `NotADatabase`,
+    /// `SchemaTooNew`, `SchemaTooOld` (read only, or without [`QueueBuilder::upgrade`]),
+    /// `ReadOnly`, `Busy`; `Io`, naming the file and what failed, when a new file or its
+    /// directory cannot be created.
     pub fn open(self) -> Result<crate::Queue> {
         self.validate()?;
         let store = crate::store::sqlite::SqliteStore::open(&self)?;

@@ -124,8 +124,9 @@ impl Queue {
     /// # Errors
     ///
     /// `NotADatabase`, `SchemaTooNew` (the file is left untouched), `ReadOnly`, `Busy`;
-    /// `Io` when the file's directory cannot be created, `Pool` when the reader connections
-    /// cannot be opened.
+    /// `InvalidInput` when `path` names a directory, a FIFO, a device or anything else that
+    /// is not a regular file; `Io` (naming the file and what failed) when the file or its
+    /// directory cannot be created, `Pool` when the reader connections cannot be opened.
     pub fn open(path: impl AsRef<Path>) -> Result<Queue> {
         Queue::builder().path(path.as_ref()).open()
     }
