@@ -156,7 +156,11 @@ impl QueueBuilder {
         self
     }
 
-    /// How long a write waits for another process's lock before failing with `Busy`.
+    /// How long a write waits for another process's lock before failing with `Busy`. On
+    /// SQLite it also bounds a call's wait for the queue's writer while another thread's
+    /// closure holds it (`Queue::transaction`, `with_ownership`, `complete_with`, an
+    /// in-memory queue's `with_connection`), since a closure that waits for that call would
+    /// never end; fenceq's own group commits are waited for without this bound.
     pub fn busy_timeout(mut self, timeout: Duration) -> Self {
         self.busy_timeout = timeout;
         self

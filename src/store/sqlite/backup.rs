@@ -54,7 +54,7 @@ impl SqliteStore {
             }
             None => {
                 let _flag = WriteFlag::set()?;
-                self.writer.exclusive(|conn| copy(conn, target, options))
+                self.writer.exclusive(super::writer::Holder::Backup, |conn| copy(conn, target, options))
             }
         }
     }

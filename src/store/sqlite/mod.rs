@@ -69,6 +69,11 @@ fn poll_busy(calls: i32) -> bool {
     true
 }
 
+/// This thread's busy patience (see [`Patience`]).
+pub(crate) fn patience() -> Duration {
+    Duration::from_millis(BUSY_PATIENCE_MS.with(Cell::get))
+}
+
 /// Sets this thread's busy patience for the duration of one operation.
 pub(crate) struct Patience(u64);
 
@@ -163,7 +168,7 @@ impl SqliteStore {
             // thread's write) would wait for itself, so it is `NestedWrite` instead.
             None => {
                 let _flag = WriteFlag::set()?;
-                self.writer.exclusive(f)
+                self.writer.exclusive(writer::Holder::Connection, f)
             }
         }
     }
