@@ -261,8 +261,11 @@ fn backup_refuses_the_database_s_own_journal_wal_and_shm_names_up_front() {
     assert_eq!(names(dir.path()), ["queue.db"]);
     for suffix in ["-journal", "-wal", "-shm"] {
         let out = format!("queue.db{suffix}");
-        for args in [vec!["backup", &out], vec!["backup", &out, "--replace"], vec!["prune", "--older-than", "0s", "--backup", &out]]
-        {
+        for args in [
+            vec!["backup", &out],
+            vec!["backup", &out, "--replace"],
+            vec!["prune", "--older-than", "0s", "--backup", &out],
+        ] {
             let err = refused_within(&db, dir.path(), &args);
             assert!(err.contains(&format!("is the database being backed up (its {suffix} file")), "{args:?}: {err}");
             assert!(!err.contains("appeared while the backup ran"), "{err}");

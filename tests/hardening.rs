@@ -158,7 +158,8 @@ fn a_queue_call_from_a_helper_thread_inside_a_transaction_is_busy_never_a_hang()
     holder_says(&group.unwrap_err());
     let queue = q.queue.clone();
     let token = claimed.token();
-    let owned = from_a_helper_inside(|wait| q.transaction(|_| wait()), move || queue.with_ownership(&token, |_| Ok(())));
+    let owned =
+        from_a_helper_inside(|wait| q.transaction(|_| wait()), move || queue.with_ownership(&token, |_| Ok(())));
     holder_says(&owned.unwrap_err());
     let queue = q.queue.clone();
     let token = claimed.token();

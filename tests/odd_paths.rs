@@ -209,17 +209,21 @@ fn a_fifo_is_refused_as_a_database_and_as_a_backup_source_or_target_without_bloc
     let path = fifo.clone();
     assert_invalid(&bounded("open on a FIFO", move || Queue::open(path).unwrap_err()), "database file", &says);
     let path = fifo.clone();
-    let err = bounded("a read-only open of a FIFO", move || {
-        Queue::builder().path(path).read_only(true).open().unwrap_err()
-    });
+    let err =
+        bounded("a read-only open of a FIFO", move || Queue::builder().path(path).read_only(true).open().unwrap_err());
     assert_invalid(&err, "database file", &says);
     let uri = format!("file:{}?mode=rw", fifo.display());
     let err = bounded("open of a FIFO's file: URI", move || Queue::builder().path(uri).open().unwrap_err());
     assert_invalid(&err, "database file", &says);
     let path = fifo.clone();
-    assert_invalid(&bounded("schema_version_of a FIFO", move || schema_version_of(path).unwrap_err()), "database file", &says);
+    assert_invalid(
+        &bounded("schema_version_of a FIFO", move || schema_version_of(path).unwrap_err()),
+        "database file",
+        &says,
+    );
     let (path, target) = (fifo.clone(), dir.path().join("copy.db"));
-    let err = bounded("backup_file from a FIFO", move || backup_file(path, target, &BackupOptions::default()).unwrap_err());
+    let err =
+        bounded("backup_file from a FIFO", move || backup_file(path, target, &BackupOptions::default()).unwrap_err());
     assert_invalid(&err, "backup source", &says);
 
     // As a target, with replace: never replaced by the backup.

@@ -253,8 +253,9 @@ fn create_parent(path: &Path) -> Result<()> {
         return Ok(());
     }
     match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() && !dir.exists() => std::fs::create_dir_all(dir)
-            .map_err(|e| naming_io(e, format!("creating the directory {} for the database {}", dir.display(), path.display()))),
+        Some(dir) if !dir.as_os_str().is_empty() && !dir.exists() => std::fs::create_dir_all(dir).map_err(|e| {
+            naming_io(e, format!("creating the directory {} for the database {}", dir.display(), path.display()))
+        }),
         _ => Ok(()),
     }
 }
