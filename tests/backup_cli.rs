@@ -255,26 +255,31 @@ fn names(dir: &Path) -> Vec<String> {
 #[test]
 fn backup_refuses_the_database_s_own_journal_wal_and_shm_names_up_front() {
     let dir = tempfile::tempdir().unwrap();
-    drop(queue_with_jobs(dir.path()));
+    // A database nothing has open, without -wal or -shm: a backup of a queue (a dropped
+    // queue's pool may still close a connection, and SQLite remove its files, a moment later).
+    let source = tempfile::tempdir().unwrap();
+    let (queue, _, _) = queue_with_jobs(source.path());
     let db = db_path(dir.path());
-    // Closed: no -wal, -shm or -journal exists.
+    queue.backup(&db).unwrap();
     assert_eq!(names(dir.path()), ["queue.db"]);
+    let says = |suffix: &str, args: &[&str], err: &str| {
+        assert!(err.contains(&format!("is the database being backed up (its {suffix} file")), "{args:?}: {err}");
+        assert!(!err.contains("appeared while the backup ran"), "{err}");
+        assert!(!dir.path().join("queue.db-journal").exists(), "{args:?}");
+    };
     for suffix in ["-journal", "-wal", "-shm"] {
         let out = format!("queue.db{suffix}");
-        for args in [
-            vec!["backup", &out],
-            vec!["backup", &out, "--replace"],
-            vec!["prune", "--older-than", "0s", "--backup", &out],
-        ] {
-            let err = refused_within(&db, dir.path(), &args);
-            assert!(err.contains(&format!("is the database being backed up (its {suffix} file")), "{args:?}: {err}");
-            assert!(!err.contains("appeared while the backup ran"), "{err}");
-            if args[0] == "backup" {
-                // Refused before the database was opened (which makes its -wal and -shm).
-                assert_eq!(names(dir.path()), ["queue.db"], "{args:?}");
-            }
-            assert!(!dir.path().join("queue.db-journal").exists(), "{args:?}");
+        for args in [vec!["backup", &out], vec!["backup", &out, "--replace"]] {
+            says(suffix, &args, &refused_within(&db, dir.path(), &args));
+            // Refused before the database was opened (which makes its -wal and -shm).
+            assert_eq!(names(dir.path()), ["queue.db"], "{args:?}");
         }
+    }
+    // `--backup` of a command that changes rows (which opens its queue first).
+    for suffix in ["-journal", "-wal", "-shm"] {
+        let out = format!("queue.db{suffix}");
+        let args = ["prune", "--older-than", "0s", "--backup", &out];
+        says(suffix, &args, &refused_within(&db, dir.path(), &args));
     }
     // The database is still whole and writable for the CLI.
     ok(Path::new(&db), &["enqueue", "--queue", "q", "--payload", "after"]);

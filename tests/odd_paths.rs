@@ -182,8 +182,11 @@ fn a_backup_never_takes_the_name_of_the_database_s_journal_wal_or_shm() {
 fn backup_file_refuses_the_database_s_own_names_before_it_opens_anything() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("queue.db");
-    Queue::open(&db).unwrap().enqueue(NewJob::new("q", b"x".to_vec())).unwrap();
-    // Closed: SQLite has removed its -wal and -shm.
+    // A database nothing has open, without -wal or -shm: a backup of a queue (a dropped
+    // queue's pool may still close a connection, and SQLite remove its files, a moment later).
+    let q = temp_queue();
+    q.add("x");
+    q.backup(&db).unwrap();
     assert_eq!(names(dir.path()), ["queue.db"]);
     for suffix in ["-wal", "-shm", "-journal"] {
         let target = dir.path().join(format!("queue.db{suffix}"));
