@@ -156,7 +156,11 @@ impl QueueBuilder {
         self
     }
 
-    /// How long a write waits for another process's lock before failing with `Busy`.
+    /// How long a write waits for another process's lock before failing with `Busy`. On
+    /// SQLite it also bounds a call's wait for the queue's writer while another thread's
+    /// closure holds it (`Queue::transaction`, `with_ownership`, `complete_with`, an
+    /// in-memory queue's `with_connection`), since a closure that waits for that call would
+    /// never end; fenceq's own group commits are waited for without this bound.
     pub fn busy_timeout(mut self, timeout: Duration) -> Self {
         self.busy_timeout = timeout;
         self
@@ -212,8 +216,11 @@ impl QueueBuilder {
     ///
     /// # Errors
     ///
-    /// `InvalidInput` for bad settings, `NotADatabase`, `SchemaTooNew`, `SchemaTooOld` (read
-    /// only, or without [`QueueBuilder::upgrade`]), `ReadOnly`, `Busy`.
+    /// `InvalidInput` for bad settings, and for a path that names a directory, a FIFO, a
+    /// device or anything else that is not a regular file (never opened); `NotADatabase`,
+    /// `SchemaTooNew`, `SchemaTooOld` (read only, or without [`QueueBuilder::upgrade`]),
+    /// `ReadOnly`, `Busy`; `Io`, naming the file and what failed, when a new file or its
+    /// directory cannot be created.
     pub fn open(self) -> Result<crate::Queue> {
         self.validate()?;
         let store = crate::store::sqlite::SqliteStore::open(&self)?;

@@ -116,7 +116,9 @@ pub enum Error {
         /// The statement that failed.
         statement: &'static str,
     },
-    /// The database stayed locked by another process for longer than the busy timeout (on
+    /// The database stayed locked by another process (or the queue's writer stayed held by
+    /// another thread's closure: `transaction`, `with_ownership`, `complete_with`) for longer
+    /// than the busy timeout (on
     /// PostgreSQL also: a statement ran past its timeout, the server had no connection slot
     /// left, or it aborted the transaction for a deadlock or a serialization failure, which
     /// the statement name then says; fenceq's own transactions are re-run a few times

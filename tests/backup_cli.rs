@@ -228,3 +228,92 @@ fn every_command_that_changes_rows_takes_backup_and_no_reading_command_does() {
         assert!(!help(command).contains("--backup <PATH>"), "{command} should not take --backup");
     }
 }
+
+/// `refused`, bounded: a command that blocks is killed and fails the test instead of hanging.
+fn refused_within(db: &str, cwd: &Path, args: &[&str]) -> String {
+    let out = Command::cargo_bin("fenceq")
+        .unwrap()
+        .current_dir(cwd)
+        .args([&["--db", db], args].concat())
+        .timeout(Duration::from_secs(20))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let code = out.status.code().unwrap_or_else(|| panic!("fenceq --db {db} {args:?} hung and was killed"));
+    assert_eq!(code, 1, "{args:?}\n{stderr}");
+    assert!(stderr.starts_with("error: ") && stderr.lines().count() == 1, "{stderr:?}");
+    stderr
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn backup_refuses_the_database_s_own_journal_wal_and_shm_names_up_front() {
+    let dir = tempfile::tempdir().unwrap();
+    // A database nothing has open, without -wal or -shm: a backup of a queue (a dropped
+    // queue's pool may still close a connection, and SQLite remove its files, a moment later).
+    let source = tempfile::tempdir().unwrap();
+    let (queue, _, _) = queue_with_jobs(source.path());
+    let db = db_path(dir.path());
+    queue.backup(&db).unwrap();
+    assert_eq!(names(dir.path()), ["queue.db"]);
+    let says = |suffix: &str, args: &[&str], err: &str| {
+        assert!(err.contains(&format!("is the database being backed up (its {suffix} file")), "{args:?}: {err}");
+        assert!(!err.contains("appeared while the backup ran"), "{err}");
+        assert!(!dir.path().join("queue.db-journal").exists(), "{args:?}");
+    };
+    for suffix in ["-journal", "-wal", "-shm"] {
+        let out = format!("queue.db{suffix}");
+        for args in [vec!["backup", &out], vec!["backup", &out, "--replace"]] {
+            says(suffix, &args, &refused_within(&db, dir.path(), &args));
+            // Refused before the database was opened (which makes its -wal and -shm).
+            assert_eq!(names(dir.path()), ["queue.db"], "{args:?}");
+        }
+    }
+    // `--backup` of a command that changes rows (which opens its queue first).
+    for suffix in ["-journal", "-wal", "-shm"] {
+        let out = format!("queue.db{suffix}");
+        let args = ["prune", "--older-than", "0s", "--backup", &out];
+        says(suffix, &args, &refused_within(&db, dir.path(), &args));
+    }
+    // The database is still whole and writable for the CLI.
+    ok(Path::new(&db), &["enqueue", "--queue", "q", "--payload", "after"]);
+    assert!(ok(Path::new(&db), &["stats"]).contains('q'));
+}
+
+#[test]
+fn a_fifo_or_a_character_device_as_db_is_refused_without_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("pipe");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let fifo = fifo.to_str().unwrap();
+    let commands: [&[&str]; 5] = [
+        &["stats"],
+        &["enqueue", "--queue", "q", "--payload", "x"],
+        &["migrate"],
+        &["backup", "out.db"],
+        &["prune", "--older-than", "0s", "--backup", "b.db"],
+    ];
+    for args in commands {
+        let err = refused_within(fifo, dir.path(), args);
+        assert!(err.contains("is a FIFO (named pipe), not a database file"), "{args:?}: {err}");
+    }
+    assert_eq!(names(dir.path()), ["pipe"], "nothing was created beside it");
+
+    let journal = Path::new("/dev/null-journal");
+    let journal_before = journal.exists();
+    for args in commands {
+        let err = refused_within("/dev/null", dir.path(), args);
+        if !journal_before && journal.exists() {
+            let _ = std::fs::remove_file(journal);
+            panic!("{args:?} left /dev/null-journal behind: {err}");
+        }
+        assert!(err.contains("/dev/null is a character device, not a database file"), "{args:?}: {err}");
+    }
+    assert_eq!(names(dir.path()), ["pipe"], "no backup of /dev/null was written");
+}

@@ -116,6 +116,110 @@ fn a_nested_call_on_an_in_memory_queue_is_an_error_never_a_hang() {
     assert!(matches!(lookup, Err(Error::NestedWrite)), "{lookup:?}");
 }
 
+/// Runs `call` on a helper thread from inside `hold`, which holds the queue's writer (or
+/// its only connection) while it waits for the helper's answer; returns that answer, or
+/// panics if the helper never answered.
+fn from_a_helper_inside<T: Send + 'static>(
+    hold: impl FnOnce(&mut dyn FnMut() -> fenceq::Result<()>) -> fenceq::Result<()>,
+    call: impl FnOnce() -> fenceq::Result<T> + Send + 'static,
+) -> fenceq::Result<T> {
+    // Far longer than the queues' 50 ms busy timeout: only a guard against the hang.
+    const GUARD: Duration = Duration::from_secs(10);
+    let (answer_tx, answer_rx) = bounded(1);
+    let mut call = Some(call);
+    let mut answer = None;
+    let held = hold(&mut || {
+        let call = call.take().expect("called once");
+        let answer_tx = answer_tx.clone();
+        std::thread::spawn(move || answer_tx.send(call()).unwrap());
+        let got = answer_rx.recv_timeout(GUARD);
+        answer = Some(got.expect("the helper's call hung, waiting for what this closure holds"));
+        Ok(())
+    });
+    held.expect("the holding call itself succeeds");
+    answer.expect("the helper answered")
+}
+
+#[test]
+fn a_queue_call_from_a_helper_thread_inside_a_transaction_is_busy_never_a_hang() {
+    let busy = Duration::from_millis(50);
+    let q = temp_queue_with(|b| b.busy_timeout(busy));
+    q.add("held");
+    let claimed = q.take("w");
+    let holder_says = |err: &Error| {
+        let Error::Busy { statement } = err else { panic!("{err:?}") };
+        assert!(statement.contains("another thread's write transaction"), "{statement}");
+    };
+    let queue = q.queue.clone();
+    let group = from_a_helper_inside(
+        |wait| q.transaction(|_| wait()),
+        move || queue.enqueue(NewJob::new("q", b"from the helper".to_vec())),
+    );
+    holder_says(&group.unwrap_err());
+    let queue = q.queue.clone();
+    let token = claimed.token();
+    let owned =
+        from_a_helper_inside(|wait| q.transaction(|_| wait()), move || queue.with_ownership(&token, |_| Ok(())));
+    holder_says(&owned.unwrap_err());
+    let queue = q.queue.clone();
+    let token = claimed.token();
+    let inside_owned =
+        from_a_helper_inside(|wait| q.with_ownership(&claimed.token(), |_| wait()), move || queue.renew(&token, LEASE));
+    holder_says(&inside_owned.unwrap_err());
+    // Nothing of the helpers' calls was written, and the queue works on.
+    assert_eq!(q.stats().unwrap().queue("q").pending, 0);
+    q.complete(&claimed.token()).unwrap();
+    q.add("after");
+    assert_eq!(q.stats().unwrap().queue("q").pending, 1);
+
+    // An in-memory queue's only connection, held by `with_connection` or a transaction.
+    let memory = Queue::builder().busy_timeout(busy).open().unwrap();
+    let queue = memory.clone();
+    let read = from_a_helper_inside(|wait| memory.with_connection(|_| wait()), move || queue.stats());
+    let Error::Busy { statement } = read.unwrap_err() else { panic!() };
+    assert!(statement.contains("in-memory queue's only connection"), "{statement}");
+    let queue = memory.clone();
+    let write = from_a_helper_inside(
+        |wait| memory.transaction(|_| wait()),
+        move || queue.enqueue(NewJob::new("q", b"x".to_vec())),
+    );
+    holder_says(&write.unwrap_err());
+    memory.enqueue(NewJob::new("q", b"after".to_vec())).unwrap();
+    assert_eq!(memory.stats().unwrap().queue("q").pending, 1);
+}
+
+#[test]
+fn fenceq_s_own_writes_and_checkpoints_wait_for_each_other_without_the_busy_timeout() {
+    // A zero busy timeout: a wait for the writer that the bound applied to would fail at
+    // once. Group commits and checkpoints are fenceq's own work, which always ends, and are
+    // waited for without it.
+    let q = temp_queue_with(|b| b.busy_timeout(Duration::ZERO));
+    let workers: Vec<_> = (0..4)
+        .map(|n| {
+            let queue = q.queue.clone();
+            std::thread::spawn(move || -> fenceq::Result<()> {
+                for i in 0..100 {
+                    queue.enqueue(NewJob::new("q", format!("{n}:{i}").into_bytes()))?;
+                    if let Some(claimed) = queue.claim("q", &format!("w{n}"), LEASE)? {
+                        queue.complete(&claimed.token())?;
+                    }
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    let checkpoints = {
+        let queue = q.queue.clone();
+        std::thread::spawn(move || (0..50).try_for_each(|_| queue.checkpoint_with(HANG_GUARD).map(drop)))
+    };
+    for worker in workers {
+        worker.join().unwrap().unwrap();
+    }
+    checkpoints.join().unwrap().unwrap();
+    let stats = q.stats().unwrap();
+    assert_eq!(stats.queue("q").pending + stats.queue("q").completed, 400);
+}
+
 // ------------------------------------------------------------------------------- owned writes
 
 #[test]
@@ -247,10 +351,10 @@ fn a_job_enqueued_in_a_transaction_wakes_the_pool_after_the_commit() {
 }
 
 #[test]
-fn the_outbox_transaction_makes_other_threads_wait_in_process_never_busy() {
-    // A 1 ms busy timeout: a claim that met the transaction in SQLite's busy handler would
-    // fail with Busy at once; on the queue's writer it waits its turn in the process.
-    let q = temp_queue_with(|b| b.busy_timeout(Duration::from_millis(1)));
+fn the_outbox_transaction_makes_other_threads_wait_their_turn_in_process() {
+    // The claim waits for the queue's writer in the process (not in SQLite's busy handler),
+    // within the busy timeout, and gets the job once the transaction has committed.
+    let q = temp_queue_with(|b| b.busy_timeout(HANG_GUARD));
     create_domain(&q);
     q.add("to claim");
     let (inside_tx, inside_rx) = bounded(1);

@@ -104,8 +104,11 @@ impl Queue {
     ///
     /// Every error leaves nothing at the target path and changes nothing in the queue.
     /// `InvalidInput` for settings out of range, a target that exists (unless `replace`), is
-    /// a directory, has no file name, or is the queue's own database (or its `-wal`, `-shm`
-    /// or `-journal` file); `BackupWrite` (naming the target) when the target's directory is
+    /// a directory or anything else that is neither a regular file nor a symbolic link (a
+    /// FIFO, a device: never replaced), has no file name, or is the queue's own database or
+    /// its `-wal`, `-shm` or `-journal` file, whether that file exists or not (SQLite takes
+    /// a file of such a name for the database's own: a `-journal` for a hot journal, which
+    /// it rolls back into the database and deletes); `BackupWrite` (naming the target) when the target's directory is
     /// missing or not writable or the file cannot be synced or linked; `BackupTimedOut` when
     /// the copy outlasts the time limit; `StorageFull` when the disk fills during the copy;
     /// `Pool` when no reader connection came free in time; `NestedWrite` on an in-memory

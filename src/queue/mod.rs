@@ -124,8 +124,9 @@ impl Queue {
     /// # Errors
     ///
     /// `NotADatabase`, `SchemaTooNew` (the file is left untouched), `ReadOnly`, `Busy`;
-    /// `Io` when the file's directory cannot be created, `Pool` when the reader connections
-    /// cannot be opened.
+    /// `InvalidInput` when `path` names a directory, a FIFO, a device or anything else that
+    /// is not a regular file; `Io` (naming the file and what failed) when the file or its
+    /// directory cannot be created, `Pool` when the reader connections cannot be opened.
     pub fn open(path: impl AsRef<Path>) -> Result<Queue> {
         Queue::builder().path(path.as_ref()).open()
     }
@@ -206,8 +207,11 @@ impl<S: Store> Queue<S> {
     /// The closure's own error; `NestedWrite` for a queue write from inside it (or for this
     /// call from inside another queue closure); `TransactionLost` when SQLite rolled the
     /// transaction back while the closure carried on; `Busy` when another process held the
-    /// write lock past the busy timeout; `StorageFull`, `ReadOnly` when the database cannot
-    /// be written.
+    /// write lock past the busy timeout, or (SQLite) another thread's closure held the
+    /// queue's writer that long; `StorageFull`, `ReadOnly` when the database cannot be
+    /// written. A queue call made on another thread while this closure runs waits for the
+    /// closure: if the closure waits for that call, the call fails with `Busy` after the
+    /// busy timeout, naming the closure's transaction, instead of both waiting forever.
     pub fn transaction<T>(&self, f: impl FnOnce(&S::Tx) -> Result<T>) -> Result<T> {
         self.write_waking(f)
     }

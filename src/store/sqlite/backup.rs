@@ -21,7 +21,7 @@
 
 use super::error::SqlContext;
 use super::statements::{BACKUP_SNAPSHOT_BEGIN, BACKUP_SNAPSHOT_END, BACKUP_SNAPSHOT_READ};
-use super::{naming, poll_busy, Patience, SqliteStore};
+use super::{check_regular, kind_of, naming, poll_busy, Patience, SqliteStore};
 use crate::config::DEFAULT_BUSY_TIMEOUT;
 use crate::error::{Error, Result};
 use crate::maintenance::BackupOptions;
@@ -54,7 +54,7 @@ impl SqliteStore {
             }
             None => {
                 let _flag = WriteFlag::set()?;
-                self.writer.exclusive(|conn| copy(conn, target, options))
+                self.writer.exclusive(super::writer::Holder::Backup, |conn| copy(conn, target, options))
             }
         }
     }
@@ -78,8 +78,10 @@ impl SqliteStore {
 ///
 /// # Errors
 ///
-/// Those of [`Queue::backup_with`](crate::Queue::backup_with), and `InvalidInput` when there
-/// is no file at `source` or it is a directory; `NotADatabase` (naming `source`) for a file
+/// Those of [`Queue::backup_with`](crate::Queue::backup_with) (the target is checked before
+/// the source is opened), and `InvalidInput` when there is no file at `source` or it is a
+/// directory, a FIFO, a device or anything else that is not a regular file (never opened:
+/// SQLite would block reading a FIFO); `NotADatabase` (naming `source`) for a file
 /// that is not an SQLite database; `Busy` when another process held a lock on it past the
 /// default busy timeout.
 pub fn backup_file(
@@ -87,25 +89,25 @@ pub fn backup_file(
     target: impl AsRef<Path>,
     options: &BackupOptions,
 ) -> Result<BackupReport> {
-    let source = source.as_ref();
+    let (source, target) = (source.as_ref(), target.as_ref());
     check_backup(options)?;
-    if source.is_dir() {
-        return Err(Error::invalid("backup source", format!("{} is a directory, not a database", source.display())));
-    }
     if !source.exists() {
         return Err(Error::invalid("backup source", format!("no database at {}", source.display())));
     }
+    check_regular(source, "backup source")?;
+    // Before the source is opened: opening a WAL database creates its `-wal` and `-shm`.
+    check_target(target, Some(source), options.replace)?;
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(source, flags).sql("open backup source").map_err(naming(source))?;
     conn.busy_handler(Some(poll_busy)).sql("busy handler")?;
     let _patience = Patience::set(DEFAULT_BUSY_TIMEOUT);
-    copy(&conn, target.as_ref(), options).map_err(naming(source))
+    copy(&conn, target, options).map_err(naming(source))
 }
 
 /// Copies the database of `source` to `target` (see the module docs).
 fn copy(source: &Connection, target: &Path, options: &BackupOptions) -> Result<BackupReport> {
     let started = Instant::now();
-    check_target(target, source.path(), options.replace)?;
+    check_target(target, source.path().filter(|p| !p.is_empty()).map(Path::new), options.replace)?;
     let temp = TempFile::create(target)?;
     let mut dest =
         Connection::open_with_flags(temp.path(), OpenFlags::SQLITE_OPEN_READ_WRITE).sql("open backup target")?;
@@ -178,9 +180,10 @@ impl Drop for Snapshot<'_> {
     }
 }
 
-/// Refuses a target that exists (unless `replace`), is a directory, has no file name, or is
-/// the source database or one of its companion files.
-fn check_target(target: &Path, source: Option<&str>, replace: bool) -> Result<()> {
+/// Refuses a target that exists (unless `replace`), is a directory or anything else that
+/// is not a regular file or a symbolic link, has no file name, or is the source database or
+/// one of its companion files (whether that file exists or not).
+fn check_target(target: &Path, source: Option<&Path>, replace: bool) -> Result<()> {
     let refuse = |reason: String| Err(Error::invalid("backup target", reason));
     let shown = target.display();
     if target.file_name().is_none() {
@@ -189,28 +192,55 @@ fn check_target(target: &Path, source: Option<&str>, replace: bool) -> Result<()
     if target.is_dir() {
         return refuse(format!("{shown} is a directory; name the backup file"));
     }
-    let exists = target.symlink_metadata().is_ok();
-    if exists && !replace {
-        return refuse(format!("{shown} already exists; a backup never overwrites a file unless told to replace it"));
-    }
-    if let (true, Some(source)) = (exists, source.filter(|s| !s.is_empty())) {
-        if is_part_of(target, Path::new(source)) {
-            return refuse(format!("{shown} is the database being backed up (or one of its files)"));
+    if let Some(source) = source {
+        if let Some(part) = part_of(target, source) {
+            return refuse(format!("{shown} is the database being backed up{part}"));
         }
+    }
+    let found = target.symlink_metadata().ok();
+    if let Some(metadata) = &found {
+        let file_type = metadata.file_type();
+        if !file_type.is_file() && !file_type.is_symlink() {
+            // Replacing it would replace a device or a pipe (`/dev/null`) with a file.
+            let kind = kind_of(&file_type);
+            return refuse(format!("{shown} is a {kind}; a backup is written only as a regular file"));
+        }
+    }
+    if found.is_some() && !replace {
+        return refuse(format!("{shown} already exists; a backup never overwrites a file unless told to replace it"));
     }
     Ok(())
 }
 
-/// True when `target` names the database file `source` or its `-wal`, `-shm` or `-journal`
-/// file (the target's own name is not resolved: replacing a symbolic link replaces the link).
-fn is_part_of(target: &Path, source: &Path) -> bool {
-    let (Ok(source), Some(name)) = (fs::canonicalize(source), target.file_name()) else { return false };
-    let Ok(dir) = fs::canonicalize(parent_of(target)) else { return false };
-    let target = dir.join(name);
-    ["", "-wal", "-shm", "-journal"].iter().any(|suffix| {
-        let mut companion = source.clone().into_os_string();
-        companion.push(suffix);
-        target == Path::new(&companion)
+/// Whether `target` names the database file `source` (`Some("")`) or its `-wal`, `-shm` or
+/// `-journal` file (`Some` of words saying which), compared by the canonical path of the
+/// target's directory and its file name (the name itself is not resolved: replacing a
+/// symbolic link replaces the link). A companion file need not exist: SQLite takes any file
+/// of that name for the database's own (a `-journal` for a hot journal, which it rolls back
+/// into the database and deletes).
+fn part_of(target: &Path, source: &Path) -> Option<&'static str> {
+    let name = target.file_name()?;
+    let target = fs::canonicalize(parent_of(target)).ok()?.join(name);
+    // The database by its canonical path, and by its own name in its canonical directory
+    // (a database reached through a symbolic link), where SQLite may put its files.
+    let mut spellings = Vec::with_capacity(2);
+    spellings.extend(fs::canonicalize(source).ok());
+    if let (Ok(dir), Some(name)) = (fs::canonicalize(parent_of(source)), source.file_name()) {
+        spellings.push(dir.join(name));
+    }
+    let parts = [
+        ("", ""),
+        ("-wal", " (its -wal file, which SQLite would take for the database's own)"),
+        ("-shm", " (its -shm file, which SQLite would take for the database's own)"),
+        ("-journal", " (its -journal file, which SQLite would take for a hot journal of the database)"),
+    ];
+    parts.into_iter().find_map(|(suffix, says)| {
+        let hit = spellings.iter().any(|db| {
+            let mut companion = db.clone().into_os_string();
+            companion.push(suffix);
+            target == Path::new(&companion)
+        });
+        hit.then_some(says)
     })
 }
 

@@ -69,6 +69,11 @@ fn poll_busy(calls: i32) -> bool {
     true
 }
 
+/// This thread's busy patience (see [`Patience`]).
+pub(crate) fn patience() -> Duration {
+    Duration::from_millis(BUSY_PATIENCE_MS.with(Cell::get))
+}
+
 /// Sets this thread's busy patience for the duration of one operation.
 pub(crate) struct Patience(u64);
 
@@ -115,6 +120,7 @@ impl SqliteStore {
         let flags = access | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let (readers, writer) = match &builder.location {
             Location::File(path) => {
+                check_regular(path, "database file")?;
                 if builder.read_only || !builder.upgrade {
                     check_current(path, flags)?;
                 } else {
@@ -162,7 +168,7 @@ impl SqliteStore {
             // thread's write) would wait for itself, so it is `NestedWrite` instead.
             None => {
                 let _flag = WriteFlag::set()?;
-                self.writer.exclusive(f)
+                self.writer.exclusive(writer::Holder::Connection, f)
             }
         }
     }
@@ -247,7 +253,9 @@ fn create_parent(path: &Path) -> Result<()> {
         return Ok(());
     }
     match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() && !dir.exists() => Ok(std::fs::create_dir_all(dir)?),
+        Some(dir) if !dir.as_os_str().is_empty() && !dir.exists() => std::fs::create_dir_all(dir).map_err(|e| {
+            naming_io(e, format!("creating the directory {} for the database {}", dir.display(), path.display()))
+        }),
         _ => Ok(()),
     }
 }
@@ -257,25 +265,112 @@ fn create_parent(path: &Path) -> Result<()> {
 /// mode), and makes its directory entry durable: SQLite never syncs the directory after
 /// creating a main database file, so a power loss could lose a file whose every commit was
 /// synced. A file that exists (or that a racing process just created) is left as it is.
+/// Every failure names the file and what was being done (the file system's own error
+/// names neither).
 fn create_private(path: &Path) -> Result<()> {
     if path.to_string_lossy().starts_with("file:") || path.exists() {
         return Ok(());
     }
+    let shown = path.display();
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
     match options.open(path) {
-        Ok(file) => file.sync_all()?,
+        Ok(file) => file.sync_all().map_err(|e| naming_io(e, format!("syncing the new database file {shown}")))?,
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(naming_io(e, format!("creating the database file {shown}"))),
     }
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
     };
-    std::fs::File::open(dir)?.sync_all()?;
-    Ok(())
+    std::fs::File::open(dir)
+        .and_then(|dir| dir.sync_all())
+        .map_err(|e| naming_io(e, format!("syncing the directory {} after creating {shown}", dir.display())))
+}
+
+/// An `Io` error that says what was done to which file (`doing`), keeping the error's kind.
+fn naming_io(e: std::io::Error, doing: String) -> Error {
+    Error::from(std::io::Error::new(e.kind(), format!("{doing}: {e}")))
+}
+
+/// Refuses a database path that names anything but a regular file (a directory, a FIFO, a
+/// device, a socket) before SQLite opens it: SQLite would block forever opening or reading
+/// a FIFO, read a character device such as `/dev/null` as an empty database and then fail
+/// to write it, leaving a `-journal` file beside it. A path that does not exist (or cannot
+/// be inspected) passes: opening or creating it reports what is wrong. A symbolic link is
+/// judged by what it points to. `what` names the argument in the error.
+pub(crate) fn check_regular(path: &Path, what: &'static str) -> Result<()> {
+    let Some(file) = file_of(path) else { return Ok(()) };
+    let Ok(metadata) = std::fs::metadata(&file) else { return Ok(()) };
+    if metadata.is_file() {
+        return Ok(());
+    }
+    let kind = kind_of(&metadata.file_type());
+    let why = if kind == "directory" { "" } else { ": a database is a regular file" };
+    Err(Error::invalid(what, format!("{} is a {kind}, not a database file{why}", path.display())))
+}
+
+/// What a file that is not a regular file is, in words.
+fn kind_of(file_type: &std::fs::FileType) -> &'static str {
+    if file_type.is_dir() {
+        return "directory";
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if file_type.is_fifo() {
+            return "FIFO (named pipe)";
+        }
+        if file_type.is_char_device() {
+            return "character device";
+        }
+        if file_type.is_block_device() {
+            return "block device";
+        }
+        if file_type.is_socket() {
+            return "socket";
+        }
+    }
+    "special file"
+}
+
+/// The file a database path names: the path itself, or the file of a `file:` URI (percent
+/// escapes decoded, the query dropped); `None` for an in-memory URI.
+fn file_of(path: &Path) -> Option<PathBuf> {
+    let text = path.to_str().unwrap_or_default();
+    let Some(uri) = text.strip_prefix("file:") else { return Some(path.to_path_buf()) };
+    let (name, query) = uri.split_once('?').unwrap_or((uri, ""));
+    let name = name.split('#').next().unwrap_or_default();
+    // `file://host/path`: SQLite accepts only an empty host or `localhost`.
+    let name = match name.strip_prefix("//") {
+        Some(rest) => rest.strip_prefix("localhost").unwrap_or(rest),
+        None => name,
+    };
+    let in_memory = name.is_empty() || name == ":memory:" || query.split('&').any(|p| p == "mode=memory");
+    if in_memory {
+        return None;
+    }
+    Some(PathBuf::from(percent_decoded(name)?))
+}
+
+/// `%XX` escapes decoded (as SQLite decodes a URI's file name); `None` if the result is not
+/// UTF-8 or an escape is malformed (SQLite then reports the name itself).
+fn percent_decoded(text: &str) -> Option<String> {
+    let mut bytes = Vec::with_capacity(text.len());
+    let mut rest = text.as_bytes();
+    while let Some((&b, tail)) = rest.split_first() {
+        if b == b'%' {
+            let hex = std::str::from_utf8(tail.get(..2)?).ok()?;
+            bytes.push(u8::from_str_radix(hex, 16).ok()?);
+            rest = &tail[2..];
+        } else {
+            bytes.push(b);
+            rest = tail;
+        }
+    }
+    String::from_utf8(bytes).ok()
 }
 
 /// Puts `path` into a `NotADatabase` error (SQLite's own error does not name the file).
@@ -319,15 +414,17 @@ fn prepare_file(path: &Path, flags: OpenFlags, busy_timeout: Duration) -> Result
 ///
 /// # Errors
 ///
-/// A missing file is `Ok(0)`, not an error. `NotADatabase` (naming the file) for a file
-/// that is not an SQLite database; otherwise the SQLite error of the read-only open or read
-/// (a file that cannot be opened is `Sqlite`; a file another process holds locked is
-/// `Busy`).
+/// A missing file is `Ok(0)`, not an error. `InvalidInput` for a path that names a
+/// directory, a FIFO, a device or anything else that is not a regular file (never
+/// opened: reading a FIFO would block). `NotADatabase` (naming the file) for a file that is
+/// not an SQLite database; otherwise the SQLite error of the read-only open or read (a file
+/// that cannot be opened is `Sqlite`; a file another process holds locked is `Busy`).
 pub fn schema_version_of(path: impl AsRef<Path>) -> Result<i64> {
     let path = path.as_ref();
     if !path.exists() {
         return Ok(0);
     }
+    check_regular(path, "database file")?;
     let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).sql("open read-only")?;
     migrate::user_version(&conn).map_err(naming(path))
 }

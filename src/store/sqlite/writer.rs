@@ -18,6 +18,14 @@
 //! - [`Writer::write`] takes a borrowed closure (`with_ownership`, `complete_with`, operator
 //!   writes): it runs on the caller's thread in a transaction of its own.
 //!
+//! The connection itself is held by one of them at a time: a leader's group, a `write`
+//! closure, or `exclusive` work. A thread waiting for it waits without bound for fenceq's
+//! own work (a group, a checkpoint, a backup), which always ends; but a caller's closure
+//! (a `write` closure such as `Queue::transaction`'s, an in-memory queue's
+//! `with_connection`) may itself wait for the waiting thread (a helper thread it joins),
+//! and neither would ever go on: a wait for a closure is bounded by the busy timeout, as a
+//! wait for another process's lock is, and then fails with `Busy` naming the holder.
+//!
 //! Two small waits make the groups large on few cores: a new leader yields its CPU once
 //! before it takes its batch (the threads it just answered get to submit and join), and a
 //! follower polls its slot for up to 100 µs before it parks (a parked thread wakes later
@@ -34,13 +42,13 @@
 
 use super::error::SqlContext;
 use crate::error::{Error, Result};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use rusqlite::Connection;
 use std::any::Any;
 use std::fs::File;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -50,6 +58,79 @@ const MAX_GROUP: usize = 256;
 const GATHER_UNTIL: usize = 16;
 /// How long a follower polls its slot before it parks; see [`spin_briefly`].
 const SPIN_FOR: Duration = Duration::from_micros(100);
+
+/// How often a thread waiting for the connection looks again at who holds it (it is woken
+/// at once when the connection comes free; this only notices a new holder).
+const HOLDER_RECHECK: Duration = Duration::from_millis(10);
+
+/// Who holds the writer connection, for the threads that wait for it (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Holder {
+    Nobody = 0,
+    /// A leader running its group (fenceq's own statements).
+    Group = 1,
+    /// A `write` closure: an application's transaction or owned write, or an operator write.
+    Transaction = 2,
+    /// `exclusive` work that may run a caller's closure: reads of the in-memory queue,
+    /// `with_connection` on it.
+    Connection = 3,
+    /// A checkpoint (bounded by its own patience).
+    Checkpoint = 4,
+    /// A backup of the in-memory queue (bounded by its time limit).
+    Backup = 5,
+}
+
+impl Holder {
+    fn from_u8(n: u8) -> Holder {
+        match n {
+            1 => Holder::Group,
+            2 => Holder::Transaction,
+            3 => Holder::Connection,
+            4 => Holder::Checkpoint,
+            5 => Holder::Backup,
+            _ => Holder::Nobody,
+        }
+    }
+
+    /// The `Busy` statement for a wait that ran out while this holder held the connection;
+    /// `None` for a holder that is waited for without bound (fenceq's own work, which ends).
+    fn runs_callers_code(self) -> Option<&'static str> {
+        match self {
+            Holder::Transaction => Some(
+                "the queue's writer (another thread's write transaction held it past the busy timeout; \
+                 a closure of Queue::transaction, with_ownership or complete_with that waits for this call \
+                 would never end)",
+            ),
+            Holder::Connection => Some(
+                "the in-memory queue's only connection (another thread's closure held it past the busy \
+                 timeout; a with_connection closure that waits for this call would never end)",
+            ),
+            Holder::Nobody | Holder::Group | Holder::Checkpoint | Holder::Backup => None,
+        }
+    }
+}
+
+/// The writer connection, held; says so to the waiting threads until dropped.
+pub(crate) struct Held<'w> {
+    conn: MutexGuard<'w, Connection>,
+    holder: &'w AtomicU8,
+}
+
+impl std::ops::Deref for Held<'_> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        // Before the guard (a field) unlocks: a waiter never sees a holder that left.
+        self.holder.store(Holder::Nobody as u8, Ordering::Release);
+    }
+}
 
 /// One submitted request, as its leader sees it.
 trait Request: Send {
@@ -178,6 +259,8 @@ struct SyncState {
 
 pub(crate) struct Writer {
     conn: Mutex<Connection>,
+    /// Who holds `conn` (a [`Holder`]).
+    holder: AtomicU8,
     pending: Mutex<Pending>,
     /// Commits so far (the sequence number of the latest).
     committed: AtomicU64,
@@ -192,6 +275,7 @@ impl Writer {
     pub(crate) fn new(conn: Connection, wal: Option<PathBuf>) -> Writer {
         Writer {
             conn: Mutex::new(conn),
+            holder: AtomicU8::new(Holder::Nobody as u8),
             pending: Mutex::default(),
             committed: AtomicU64::new(0),
             requests: AtomicU64::new(0),
@@ -250,21 +334,14 @@ impl Writer {
             // to run, the yield returns at once); yielding twice gained nothing more.
             std::thread::yield_now();
         }
-        let conn = self.conn.lock();
-        let batch: Vec<Box<dyn Request>> = {
-            let mut pending = self.pending.lock();
-            let take = pending.requests.len().min(MAX_GROUP);
-            pending.requests.drain(..take).collect()
+        let conn = match self.lock(Holder::Group) {
+            Ok(conn) => conn,
+            Err(e) => return self.fail_group(&e),
         };
+        let batch = self.take_batch();
         let (answered, carried, commit) = self.run_group(&conn, batch);
         drop(conn);
-        {
-            let mut pending = self.pending.lock();
-            match pending.requests.first() {
-                Some(next) => next.hand_lead(),
-                None => pending.leading = false,
-            }
-        }
+        self.hand_on();
         let shared = commit.and_then(|seq| self.sync_through(seq));
         for request in carried {
             let shared = shared.as_ref().map(|_| ()).map_err(Error::clone);
@@ -272,6 +349,59 @@ impl Writer {
         }
         for (request, shared) in answered {
             request.answer(shared);
+        }
+    }
+
+    /// The requests of the next group (the leader's own is the first).
+    fn take_batch(&self) -> Vec<Box<dyn Request>> {
+        let mut pending = self.pending.lock();
+        let take = pending.requests.len().min(MAX_GROUP);
+        pending.requests.drain(..take).collect()
+    }
+
+    /// Hands the leadership to the first request that arrived meanwhile, if any.
+    fn hand_on(&self) {
+        let mut pending = self.pending.lock();
+        match pending.requests.first() {
+            Some(next) => next.hand_lead(),
+            None => pending.leading = false,
+        }
+    }
+
+    /// Answers a group whose leader could not get the connection with `error`, unrun.
+    fn fail_group(&self, error: &Error) {
+        let batch = self.take_batch();
+        self.hand_on();
+        for mut request in batch {
+            request.fail(error.clone());
+            request.answer(Ok(()));
+        }
+    }
+
+    /// Takes the connection for `by`. Waits without bound while fenceq's own work holds it,
+    /// and at most this thread's busy patience in all while a caller's closure does (see the
+    /// module docs): then `Busy`, naming the holder.
+    fn lock(&self, by: Holder) -> Result<Held<'_>> {
+        let patience = super::patience();
+        let mut waited = Duration::ZERO;
+        loop {
+            let holder = Holder::from_u8(self.holder.load(Ordering::Acquire));
+            let busy = holder.runs_callers_code();
+            let slice = match busy {
+                Some(statement) => match patience.checked_sub(waited).filter(|left| !left.is_zero()) {
+                    Some(left) => left.min(HOLDER_RECHECK),
+                    None => return Err(Error::Busy { statement }),
+                },
+                None => HOLDER_RECHECK,
+            };
+            let started = Instant::now();
+            if let Some(conn) = self.conn.try_lock_for(slice) {
+                self.holder.store(by as u8, Ordering::Release);
+                return Ok(Held { conn, holder: &self.holder });
+            }
+            if busy.is_some() {
+                waited += started.elapsed();
+            }
         }
     }
 
@@ -346,7 +476,7 @@ impl Writer {
     /// and the panic continues: no transaction is ever left open for the next writer.
     pub(crate) fn write<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         self.check_usable()?;
-        let conn = self.conn.lock();
+        let conn = self.lock(Holder::Transaction)?;
         exec(&conn, "BEGIN IMMEDIATE")?;
         let rollback = |conn: &Connection| {
             if !conn.is_autocommit() {
@@ -427,9 +557,10 @@ impl Writer {
     }
 
     /// Runs `f` on the writer connection with no transaction open (reads of the in-memory
-    /// queue, checkpoints). No transaction is ever open while the connection is free.
-    pub(crate) fn exclusive<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        f(&self.conn.lock())
+    /// queue, checkpoints), as `by`. No transaction is ever open while the connection is free.
+    pub(crate) fn exclusive<T>(&self, by: Holder, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let conn = self.lock(by)?;
+        f(&conn)
     }
 
     /// `PRAGMA wal_checkpoint(TRUNCATE)` on the writer connection, waiting (through the busy
@@ -440,7 +571,7 @@ impl Writer {
     /// the ones whose sync failed, and the kernel may have dropped them.
     pub(crate) fn checkpoint(&self) -> Result<(i64, i64, i64)> {
         self.check_usable()?;
-        self.exclusive(|conn| {
+        self.exclusive(Holder::Checkpoint, |conn| {
             conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
                 Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?, row.get::<_, i64>(2)?))
             })
@@ -535,7 +666,7 @@ mod tests {
     }
 
     fn rows(w: &Writer) -> Vec<i64> {
-        w.exclusive(|c| {
+        w.exclusive(Holder::Connection, |c| {
             let mut s = c.prepare("SELECT n FROM t ORDER BY n").sql("select")?;
             let rows = s.query_map([], |r| r.get(0)).sql("select")?.collect::<rusqlite::Result<Vec<i64>>>();
             rows.sql("select")
@@ -566,7 +697,7 @@ mod tests {
     #[test]
     fn a_failed_first_member_does_not_take_the_group_down() {
         let w = writer();
-        w.exclusive(|c| insert(c, 1)).unwrap();
+        w.exclusive(Holder::Connection, |c| insert(c, 1)).unwrap();
         // Runs first (no savepoint): writes 5, then fails; the whole transaction goes.
         let failing = queue_request(&w, |c| insert(c, 5).and_then(|()| insert(c, 1)));
         let next = queue_request(&w, |c| insert(c, 6));
