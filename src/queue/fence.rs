@@ -14,6 +14,37 @@ pub(crate) fn owned<S: Store>(tx: &S::Tx, token: &ClaimToken, now: i64, changed:
     Err(ownership_lost::<S>(tx, token, now)?)
 }
 
+/// What a guarded transition of the exact live claim that changed nothing found.
+pub(crate) enum Miss {
+    /// The token does not own its job: `OwnershipLost`, with why.
+    Lost(Error),
+    /// The row still holds the token's claim, live at `now`: another transaction held the
+    /// row, and the guard skipped it rather than wait and judge the lease by an instant read
+    /// before the wait (PostgreSQL's settles). The caller waits for the row
+    /// ([`Store::owned_lease`]), reads the clock again and runs the transition once more.
+    Held,
+}
+
+/// [`owned`], telling a row another transaction held ([`Miss::Held`]) from a lost token.
+pub(crate) fn owned_or_held<S: Store>(
+    tx: &S::Tx,
+    token: &ClaimToken,
+    now: i64,
+    changed: bool,
+) -> Result<std::result::Result<(), Miss>> {
+    if changed {
+        return Ok(Ok(()));
+    }
+    let current = S::identity(tx, token.id)?;
+    let held = current.as_ref().is_some_and(|c| {
+        c.matches(token) && c.state == JobState::Running && c.lease_until.is_some_and(|l| l > now)
+    });
+    if held {
+        return Ok(Err(Miss::Held));
+    }
+    Ok(Err(Miss::Lost(Error::OwnershipLost { token: *token, reason: lost_reason(current, token, now) })))
+}
+
 /// `OwnershipLost` for `token`, with the reason its row gives at `now`.
 pub(crate) fn ownership_lost<S: Store>(tx: &S::Tx, token: &ClaimToken, now: i64) -> Result<Error> {
     Ok(Error::OwnershipLost { token: *token, reason: lost_reason(S::identity(tx, token.id)?, token, now) })

@@ -423,11 +423,17 @@ impl PostgresStore {
         Ok(store)
     }
 
-    /// True when `token` owns its job at `at`, checked inside a transaction the caller
-    /// began on `conn` (of the application's own). While the row holds the token's running
-    /// claim it is locked until that transaction ends (also when the lease has ended: the
-    /// lock comes first, so that a renewal in flight is waited for, not missed), so that no
-    /// reclaim can commit between this check and the caller's commit.
+    /// True when `token` owns its job, checked inside a transaction the caller began on
+    /// `conn` (of the application's own). While the row holds the token's running claim it
+    /// is locked until that transaction ends (also when the lease has ended: the lock comes
+    /// first, so that a renewal in flight is waited for, not missed), so that no reclaim can
+    /// commit between this check and the caller's commit.
+    ///
+    /// `at` is the caller's now as it calls (ms since the epoch, by the queue's clock:
+    /// [`Queue::now_ms`](crate::Queue::now_ms)). The lease is judged once the row is locked,
+    /// at `at` moved on by the time taking the lock took (on this host's monotonic clock):
+    /// a call that waited for another transaction holding the row judges the lease at the
+    /// end of that wait, as the queue's own owned writes do, not at an instant read before it.
     ///
     /// # Errors
     ///
@@ -435,7 +441,10 @@ impl PostgresStore {
     /// server's error for the query (`Busy` after the lock timeout when another
     /// transaction holds the row).
     pub fn owns_in(conn: &mut PgConnection, token: &crate::ClaimToken, at: i64) -> Result<bool> {
-        Ok(jobs::owned_lease_on(conn, token, at)?.is_some())
+        let asked = std::time::Instant::now();
+        let locked = jobs::owned_lease_on(conn, token, i64::MIN)?;
+        let waited_ms = i64::try_from(asked.elapsed().as_millis()).unwrap_or(i64::MAX);
+        Ok(locked.is_some_and(|lease| lease.until > at.saturating_add(waited_ms)))
     }
 
     fn run_read<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
