@@ -398,12 +398,12 @@ fn complete_all_answers_each_token_as_its_own_call_would() {
 
 /// Runs `call` on a thread of its own while a raw transaction holds the row of job `id`:
 /// once the server reports the call's backend waiting for that transaction (polled,
-/// bounded), the clock moves on by `advance` and the raw transaction rolls back. Returns
-/// what the call returned.
+/// bounded), `while_held` runs (the clock moves on) and the raw transaction rolls back.
+/// Returns what the call returned.
 fn blocked_on_the_row<R: Send + 'static>(
     s: &Scratch,
     id: fenceq::JobId,
-    advance: Duration,
+    while_held: impl FnOnce(),
     call: impl FnOnce() -> R + Send + 'static,
 ) -> R {
     let mut holder = s.raw();
@@ -416,7 +416,7 @@ fn blocked_on_the_row<R: Send + 'static>(
             format!("SELECT count(*) AS n FROM pg_stat_activity WHERE {holder_pid} = ANY(pg_blocking_pids(pid))");
         scalar(&mut watcher, &blocked) > 0
     });
-    s.clock.advance(advance);
+    while_held();
     holder.batch_execute("ROLLBACK").unwrap();
     call.join().expect("the call did not panic")
 }
@@ -470,7 +470,8 @@ fn every_owned_write_judges_the_lease_once_it_holds_the_row() {
         q.enqueue(NewJob::new(&queue, name.as_bytes().to_vec())).unwrap();
         let token = q.claim(&queue, "w", lease).unwrap().unwrap().token();
         let caller = q.clone();
-        let result = blocked_on_the_row(&s, token.id, past_the_lease, move || call(&caller, &token));
+        let result =
+            blocked_on_the_row(&s, token.id, || s.clock.advance(past_the_lease), move || call(&caller, &token));
         if !lease_expired(&result) {
             wrong.push(format!("{name}: a lease that ended while it waited for the row gave {result:?}"));
         }
@@ -486,4 +487,42 @@ fn every_owned_write_judges_the_lease_once_it_holds_the_row() {
         }
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+/// `PostgresStore::owns_in` in the queue's transaction judges the lease at the end of its
+/// wait for the row: its `at` (the caller's now as it called) moved on by the wait. The
+/// lease had 200 ms left at `at` and the row was held for longer: not owned, and the
+/// caller's write that depended on it did not happen.
+#[test]
+fn owns_in_judges_the_lease_at_the_end_of_its_wait_for_the_row() {
+    let Some(s) = Scratch::new() else { return };
+    let q = s.open();
+    let mut raw = s.raw();
+    raw.batch_execute("CREATE TABLE domain_rows (job bigint NOT NULL)").unwrap();
+    q.enqueue(NewJob::new("q", b"x".to_vec())).unwrap();
+    let token = q.claim("q", "w", Duration::from_secs(10)).unwrap().unwrap().token();
+    let at = T0 + 9_800;
+    let caller = q.clone();
+    let held_for = Duration::from_millis(400);
+    let owned = blocked_on_the_row(
+        &s,
+        token.id,
+        // Time passing while the row is held (the order is the server's report of the wait).
+        || std::thread::sleep(held_for),
+        move || {
+            caller.transaction(|tx| {
+                let owned = PostgresStore::owns_in(&mut tx.conn(), &token, at)?;
+                if owned {
+                    sql_query(format!("INSERT INTO domain_rows (job) VALUES ({})", token.id.0))
+                        .execute(&mut *tx.conn())?;
+                }
+                Ok(owned)
+            })
+        },
+    );
+    assert!(!owned.unwrap(), "a lease with 200 ms left at `at` was judged live after a wait of {held_for:?}");
+    assert_eq!(scalar(&mut raw, "SELECT count(*) AS n FROM domain_rows"), 0);
+    // Without a wait, the same `at` finds the lease live.
+    let live = q.transaction(|tx| PostgresStore::owns_in(&mut tx.conn(), &token, at)).unwrap();
+    assert!(live);
 }
