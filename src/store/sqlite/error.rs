@@ -21,7 +21,9 @@ impl Error {
             Error::TransactionLost => Error::TransactionLost,
             Error::NestedWrite => Error::NestedWrite,
             #[cfg(feature = "postgres")]
-            Error::ConnectionLost { statement } => Error::ConnectionLost { statement },
+            Error::ConnectionLost { statement, commit_unknown } => {
+                Error::ConnectionLost { statement, commit_unknown: *commit_unknown }
+            }
             Error::Sqlite { statement, source: rusqlite::Error::SqliteFailure(code, message) } => {
                 Error::Sqlite { statement, source: rusqlite::Error::SqliteFailure(*code, message.clone()) }
             }
