@@ -398,12 +398,12 @@ fn complete_all_answers_each_token_as_its_own_call_would() {
 
 /// Runs `call` on a thread of its own while a raw transaction holds the row of job `id`:
 /// once the server reports the call's backend waiting for that transaction (polled,
-/// bounded), `while_held` runs (the clock moves on) and the raw transaction rolls back.
-/// Returns what the call returned.
+/// bounded), `while_held` runs on the raw transaction (the clock moves on; it may renew
+/// the lease) and that transaction commits. Returns what the call returned.
 fn blocked_on_the_row<R: Send + 'static>(
     s: &Scratch,
     id: fenceq::JobId,
-    while_held: impl FnOnce(),
+    while_held: impl FnOnce(&mut PgConnection),
     call: impl FnOnce() -> R + Send + 'static,
 ) -> R {
     let mut holder = s.raw();
@@ -416,13 +416,47 @@ fn blocked_on_the_row<R: Send + 'static>(
             format!("SELECT count(*) AS n FROM pg_stat_activity WHERE {holder_pid} = ANY(pg_blocking_pids(pid))");
         scalar(&mut watcher, &blocked) > 0
     });
-    while_held();
-    holder.batch_execute("ROLLBACK").unwrap();
+    while_held(&mut holder);
+    holder.batch_execute("COMMIT").unwrap();
     call.join().expect("the call did not panic")
 }
 
 fn lease_expired<T: std::fmt::Debug>(result: &fenceq::Result<T>) -> bool {
     matches!(result, Err(Error::OwnershipLost { reason: fenceq::LostReason::LeaseExpired, .. }))
+}
+
+/// An owned call of the queue on a token: its name and the call.
+type OwnedCall = (&'static str, fn(&Queue<PostgresStore>, &fenceq::ClaimToken) -> fenceq::Result<()>);
+
+fn domain_row(tx: &fenceq::PgTx, token: &fenceq::ClaimToken) -> fenceq::Result<()> {
+    sql_query(format!("INSERT INTO domain_rows (job) VALUES ({})", token.id.0)).execute(&mut *tx.conn())?;
+    Ok(())
+}
+
+fn other_token(q: &Queue<PostgresStore>) -> fenceq::ClaimToken {
+    q.enqueue(NewJob::new("other", b"o".to_vec())).unwrap();
+    q.claim("other", "w", Duration::from_secs(3600)).unwrap().unwrap().token()
+}
+
+/// Every owned path of the queue: the owned writes (whose domain row goes in `domain_rows`),
+/// each settle, and `complete_all` alone and beside a free neighbour.
+fn owned_calls() -> Vec<OwnedCall> {
+    vec![
+        ("with_ownership", |q, t| q.with_ownership(t, |tx| domain_row(tx, t))),
+        ("complete_with", |q, t| q.complete_with(t, |tx| domain_row(tx, t))),
+        ("complete", |q, t| q.complete(t)),
+        ("retry", |q, t| q.retry(t, Duration::ZERO, "again").map(drop)),
+        ("exhaust", |q, t| q.exhaust(t, "no")),
+        ("mark_unknown", |q, t| q.mark_unknown(t, "maybe")),
+        ("park", |q, t| q.park(t, Duration::from_secs(60), "wait")),
+        ("complete_all", |q, t| q.complete_all(&[*t])?.pop().expect("one result")),
+        ("complete_all of two", |q, t| {
+            // The other token's row is free: the held one must not fail its neighbour.
+            let mut results = q.complete_all(&[*t, other_token(q)])?;
+            assert!(results[1].is_ok(), "the free neighbour completed: {:?}", results[1]);
+            results.swap_remove(0)
+        }),
+    ]
 }
 
 /// Every owned write judges the lease at the instant it holds the job's row, not at an
@@ -438,40 +472,15 @@ fn every_owned_write_judges_the_lease_once_it_holds_the_row() {
     raw.batch_execute("CREATE TABLE domain_rows (job bigint NOT NULL)").unwrap();
     let lease = Duration::from_secs(10);
     let past_the_lease = Duration::from_secs(15);
-    type Call = fn(&Queue<PostgresStore>, &fenceq::ClaimToken) -> fenceq::Result<()>;
-    fn domain_row(tx: &fenceq::PgTx, token: &fenceq::ClaimToken) -> fenceq::Result<()> {
-        sql_query(format!("INSERT INTO domain_rows (job) VALUES ({})", token.id.0)).execute(&mut *tx.conn())?;
-        Ok(())
-    }
-    let calls: Vec<(&str, Call)> = vec![
-        ("with_ownership", |q, t| q.with_ownership(t, |tx| domain_row(tx, t))),
-        ("complete_with", |q, t| q.complete_with(t, |tx| domain_row(tx, t))),
-        ("complete", |q, t| q.complete(t)),
-        ("retry", |q, t| q.retry(t, Duration::ZERO, "again").map(drop)),
-        ("exhaust", |q, t| q.exhaust(t, "no")),
-        ("mark_unknown", |q, t| q.mark_unknown(t, "maybe")),
-        ("park", |q, t| q.park(t, Duration::from_secs(60), "wait")),
-        ("complete_all", |q, t| q.complete_all(&[*t])?.pop().expect("one result")),
-        ("complete_all of two", |q, t| {
-            // The other token's row is free: the held one must not fail its neighbour.
-            let mut results = q.complete_all(&[*t, other_token(q)])?;
-            assert!(results[1].is_ok(), "the free neighbour completed: {:?}", results[1]);
-            results.swap_remove(0)
-        }),
-    ];
-    fn other_token(q: &Queue<PostgresStore>) -> fenceq::ClaimToken {
-        q.enqueue(NewJob::new("other", b"o".to_vec())).unwrap();
-        q.claim("other", "w", Duration::from_secs(3600)).unwrap().unwrap().token()
-    }
     let mut wrong = Vec::new();
-    for (name, call) in calls {
+    for (name, call) in owned_calls() {
         // A queue of each call's own: the jobs of earlier calls expire as the clock moves.
         let queue = format!("q-{}", name.replace(' ', "-"));
         q.enqueue(NewJob::new(&queue, name.as_bytes().to_vec())).unwrap();
         let token = q.claim(&queue, "w", lease).unwrap().unwrap().token();
         let caller = q.clone();
         let result =
-            blocked_on_the_row(&s, token.id, || s.clock.advance(past_the_lease), move || call(&caller, &token));
+            blocked_on_the_row(&s, token.id, |_| s.clock.advance(past_the_lease), move || call(&caller, &token));
         if !lease_expired(&result) {
             wrong.push(format!("{name}: a lease that ended while it waited for the row gave {result:?}"));
         }
@@ -508,7 +517,7 @@ fn owns_in_judges_the_lease_at_the_end_of_its_wait_for_the_row() {
         &s,
         token.id,
         // Time passing while the row is held (the order is the server's report of the wait).
-        || std::thread::sleep(held_for),
+        |_| std::thread::sleep(held_for),
         move || {
             caller.transaction(|tx| {
                 let owned = PostgresStore::owns_in(&mut tx.conn(), &token, at)?;
@@ -525,4 +534,35 @@ fn owns_in_judges_the_lease_at_the_end_of_its_wait_for_the_row() {
     // Without a wait, the same `at` finds the lease live.
     let live = q.transaction(|tx| PostgresStore::owns_in(&mut tx.conn(), &token, at)).unwrap();
     assert!(live);
+}
+
+/// The other side of the same rule: the transaction that held the row was the owner's
+/// renewal (it moved the lease on, and committed) while the clock passed the old lease's
+/// end. Judged once the row is free, the renewed lease lives: every owned path succeeds.
+#[test]
+fn every_owned_write_that_waited_for_a_renewal_is_judged_by_the_renewed_lease() {
+    let Some(s) = Scratch::new() else { return };
+    let q = s.open();
+    let mut raw = s.raw();
+    raw.batch_execute("CREATE TABLE domain_rows (job bigint NOT NULL)").unwrap();
+    let lease = Duration::from_secs(10);
+    let mut wrong = Vec::new();
+    for (name, call) in owned_calls() {
+        let queue = format!("q-{}", name.replace(' ', "-"));
+        q.enqueue(NewJob::new(&queue, name.as_bytes().to_vec())).unwrap();
+        let token = q.claim(&queue, "w", lease).unwrap().unwrap().token();
+        let caller = q.clone();
+        let renew = |holder: &mut PgConnection| {
+            s.clock.advance(Duration::from_secs(15));
+            let until = fenceq::Clock::now_ms(&s.clock) + 60_000;
+            holder
+                .batch_execute(&format!("UPDATE fenceq_jobs SET lease_until = {until} WHERE id = {}", token.id.0))
+                .unwrap();
+        };
+        let result = blocked_on_the_row(&s, token.id, renew, move || call(&caller, &token));
+        if let Err(e) = result {
+            wrong.push(format!("{name}: refused after the renewal it waited for: {e:?}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
 }

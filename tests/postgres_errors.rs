@@ -328,7 +328,11 @@ fn end_the_queues_sessions(s: &Scratch, raw: &mut PgConnection) -> i64 {
 }
 
 fn jobs_of(raw: &mut PgConnection, queue: &str) -> i64 {
-    sql_query("SELECT count(*) AS n FROM fenceq_jobs WHERE queue = $1").bind::<Text, _>(queue).get_result::<N>(raw).unwrap().n
+    sql_query("SELECT count(*) AS n FROM fenceq_jobs WHERE queue = $1")
+        .bind::<Text, _>(queue)
+        .get_result::<N>(raw)
+        .unwrap()
+        .n
 }
 
 fn says_nothing_was_written(e: &Error) -> bool {

@@ -179,12 +179,7 @@ impl<S: Store> Queue<S> {
     /// in [`Queue::renew_all`]: an instant read before waiting for a transaction that held
     /// the row would pass a lease that ended during the wait.
     pub(crate) fn owned_lease(&self, tx: &S::Tx, token: &ClaimToken) -> Result<OwnedLease> {
-        let locked = S::owned_lease(tx, token, i64::MIN)?;
-        let now = self.shared.now_in(tx)?;
-        match locked.filter(|lease| lease.until > now) {
-            Some(lease) => Ok(lease),
-            None => Err(fence::ownership_lost::<S>(tx, token, now)?),
-        }
+        Ok(fence::lease_after_the_row::<S>(tx, token, |tx| self.shared.now_in(tx))?.0)
     }
 }
 

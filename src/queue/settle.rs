@@ -245,8 +245,9 @@ impl<S: Store> Queue<S> {
 const HELD_RETRIES: u32 = 20;
 
 /// One guarded settle (two for a retry out of attempts) for the exact token, judged at
-/// `now`, or, when another transaction held the row, at an instant read (`clock`) after
-/// waiting for it.
+/// `now`, or, when it missed a row that still holds the token's running claim (another
+/// transaction held the row, or the lease had ended), at an instant read (`clock`) once the
+/// row is free.
 fn settle_in<S: Store>(
     tx: &S::Tx,
     token: &ClaimToken,
@@ -263,12 +264,9 @@ fn settle_in<S: Store>(
         match fence::owned_or_held::<S>(tx, token, now, changed)? {
             Ok(()) => return Ok(settled),
             Err(fence::Miss::Lost(e)) => return Err(e),
-            Err(fence::Miss::Held) => {
-                // The row first (waiting for the transaction that holds it), then the
-                // instant, as `owned_lease` does.
-                S::owned_lease(tx, token, i64::MIN)?;
-                now = clock(tx)?;
-            }
+            // Judged again once the row is free, at an instant read then; a lease that
+            // ended by that instant is refused here, one that lives is settled again.
+            Err(fence::Miss::Held) => now = fence::lease_after_the_row::<S>(tx, token, clock)?.1,
         }
     }
     Err(Error::Busy { statement: "settle (the job's row stayed held by other transactions)" })

@@ -524,7 +524,9 @@ impl PostgresStore {
             Ok(value) => {
                 let phase = if session_ended(conn) { error::Phase::CommitNotSent } else { error::Phase::CommitSent };
                 let committed = match phase {
-                    error::Phase::CommitNotSent => Err(Error::ConnectionLost { statement: "COMMIT", commit_unknown: false }),
+                    error::Phase::CommitNotSent => {
+                        Err(Error::ConnectionLost { statement: "COMMIT", commit_unknown: false })
+                    }
                     _ => conn.batch_execute("SELECT 1; COMMIT").pg("COMMIT"),
                 }
                 .map_err(|e| error::lost_in(phase, e));
