@@ -11,10 +11,17 @@
 //! begun through diesel's transaction manager, so that a caller's closure may nest
 //! `conn.transaction(..)` (a savepoint). There is no group commit yet: [`Store::submit`](crate::store::Store::submit)
 //! runs the work on the calling thread in its own transaction, like [`Store::write`](crate::store::Store::write).
-//! Ownership is a row lock: an owned write (`with_ownership`, `complete_with`) first reads
-//! the exact token's live lease with `SELECT … FOR UPDATE`, and holds that lock until it
-//! commits, so no claim, reap or cancel of another process can change the job in between
-//! (claims and reaps skip the locked row, the others wait for it).
+//! Ownership is a row lock: an owned write (`with_ownership`, `complete_with`) first locks
+//! the row of the exact token's running claim with `SELECT … FOR UPDATE`, then reads the
+//! clock and judges the lease, and holds that lock until it commits, so no claim, reap or
+//! cancel of another process can change the job in between (claims and reaps skip the
+//! locked row, the others wait for it). The lease is judged at an instant read once the
+//! row is held, never before a wait for it: a settle's statement skips a row another
+//! transaction holds, then waits for it and judges again (`queue/settle.rs`).
+//!
+//! A lost connection ([`Error::ConnectionLost`]) says whether the work may have committed:
+//! not when it broke inside the transaction, or before a statement that writes was sent in
+//! autocommit; perhaps once the `COMMIT` (or such a statement) was sent (`run_write`).
 //!
 //! Calls that write in one statement at most (an enqueue, a claim, a settle:
 //! [`Store::submit_single`](crate::store::Store::submit_single)) run in autocommit instead:

@@ -172,6 +172,10 @@ pub(crate) const RENEW_IF_OWNED: &str = concat!(
 /// version from before a renewal written but not yet committed (a heartbeat round still
 /// renewing other jobs), skip the wait, and refuse a token that the renewal keeps owning a
 /// moment later. A token another claim replaced (committed) waits for nothing.
+///
+/// The queue passes the earliest instant as `$4` and judges the returned lease itself, by
+/// an instant it reads once the statement returned (the row held): an instant bound before
+/// the statement would be stale by the time a wait for the row ended.
 pub(crate) const OWNED_LEASE: &str = "
     WITH locked AS (
         SELECT lease_until, heartbeat_at FROM fenceq_jobs
