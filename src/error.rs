@@ -292,7 +292,7 @@ impl Error {
     /// connection lost before anything was written), and after which nothing was written,
     /// so that any call may be retried as it is.
     ///
-    /// False for a [`Error::ConnectionLost`] whose `commit_unknown` is true: the work may
+    /// False for a `ConnectionLost` (PostgreSQL) whose `commit_unknown` is true: the work may
     /// have committed. The answer is the error's, not the call's: after such an error a
     /// retry is still safe for a call that cannot apply twice (an enqueue whose jobs carry
     /// idempotency keys, a settle or renewal fenced by its token), but not for an enqueue
