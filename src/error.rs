@@ -253,15 +253,31 @@ pub enum Error {
     },
     /// The connection to the PostgreSQL server was lost during the call (feature
     /// `postgres`): the server went down or restarted, or the session was ended by a
-    /// timeout. The connection is discarded and the pool opens a new one. The transaction
-    /// was rolled back, except when the connection broke during its commit: then whether it
-    /// committed is unknown, and the call may be retried (every fenceq write is fenced or
-    /// idempotent).
+    /// timeout or an administrator. The connection is discarded and the pool opens a new
+    /// one. `commit_unknown` says whether anything may have been written:
+    ///
+    /// - `false`: the connection broke before the work could commit (during the
+    ///   transaction, before its `COMMIT` was sent; or before a statement that writes was
+    ///   sent, for a call that runs in autocommit). Nothing was written: retry the call.
+    /// - `true`: it broke while committing (after the `COMMIT` was sent, or after a
+    ///   statement that writes in autocommit was sent, such as an enqueue or a settle of
+    ///   one job), so the work may have committed. A retry is safe only for a call that
+    ///   cannot apply twice: an enqueue whose jobs carry idempotency keys finds them
+    ///   (`Duplicate`), and a settle or renewal by a token that already committed is
+    ///   refused (`OwnershipLost`); an enqueue without keys may insert its jobs a second
+    ///   time. [`Error::is_retryable`] is false for it.
     #[cfg(feature = "postgres")]
-    #[error("lost the connection to the postgresql server in {statement}; the pool reconnects, retry the call")]
+    #[error("lost the connection to the postgresql server in {statement}; {}", if *commit_unknown {
+        "it broke while committing: the work may have committed; retry only calls that carry idempotency keys"
+    } else {
+        "nothing was written; the pool reconnects, retry the call"
+    })]
     ConnectionLost {
         /// The statement that failed.
         statement: &'static str,
+        /// True when the connection broke while the work was committing: whether it
+        /// committed is unknown. False: nothing was written.
+        commit_unknown: bool,
     },
     /// The connection pool could not hand out a connection in time.
     #[error("connection pool")]
@@ -278,11 +294,19 @@ impl Error {
         Error::Domain(Arc::from(e.into()))
     }
 
-    /// True for errors that a later retry of the same call may not see (busy, locked).
+    /// True for errors that a later retry of the same call may not see (busy, locked, a
+    /// connection lost before anything was written), and after which nothing was written,
+    /// so that any call may be retried as it is.
+    ///
+    /// False for a `ConnectionLost` (PostgreSQL) whose `commit_unknown` is true: the work may
+    /// have committed. The answer is the error's, not the call's: after such an error a
+    /// retry is still safe for a call that cannot apply twice (an enqueue whose jobs carry
+    /// idempotency keys, a settle or renewal fenced by its token), but not for an enqueue
+    /// without keys, which may insert its jobs a second time.
     pub fn is_retryable(&self) -> bool {
         #[cfg(feature = "postgres")]
-        if matches!(self, Error::ConnectionLost { .. }) {
-            return true;
+        if let Error::ConnectionLost { commit_unknown, .. } = self {
+            return !commit_unknown;
         }
         matches!(self, Error::Busy { .. })
     }

@@ -395,3 +395,174 @@ fn complete_all_answers_each_token_as_its_own_call_would() {
     assert_eq!(q.job(a.id).unwrap().unwrap().state, fenceq::JobState::Completed);
     assert_eq!(q.job(late.id).unwrap().unwrap().state, fenceq::JobState::Running, "an expired lease is not completed");
 }
+
+/// Runs `call` on a thread of its own while a raw transaction holds the row of job `id`:
+/// once the server reports the call's backend waiting for that transaction (polled,
+/// bounded), `while_held` runs on the raw transaction (the clock moves on; it may renew
+/// the lease) and that transaction commits. Returns what the call returned.
+fn blocked_on_the_row<R: Send + 'static>(
+    s: &Scratch,
+    id: fenceq::JobId,
+    while_held: impl FnOnce(&mut PgConnection),
+    call: impl FnOnce() -> R + Send + 'static,
+) -> R {
+    let mut holder = s.raw();
+    let holder_pid = scalar(&mut holder, "SELECT pg_backend_pid()::bigint AS n");
+    holder.batch_execute(&format!("BEGIN; SELECT id FROM fenceq_jobs WHERE id = {} FOR UPDATE", id.0)).unwrap();
+    let call = std::thread::spawn(call);
+    let mut watcher = s.raw();
+    pg_support::wait_for("the call to wait for the held row", Duration::from_secs(30), || {
+        let blocked =
+            format!("SELECT count(*) AS n FROM pg_stat_activity WHERE {holder_pid} = ANY(pg_blocking_pids(pid))");
+        scalar(&mut watcher, &blocked) > 0
+    });
+    while_held(&mut holder);
+    holder.batch_execute("COMMIT").unwrap();
+    call.join().expect("the call did not panic")
+}
+
+fn lease_expired<T: std::fmt::Debug>(result: &fenceq::Result<T>) -> bool {
+    matches!(result, Err(Error::OwnershipLost { reason: fenceq::LostReason::LeaseExpired, .. }))
+}
+
+/// An owned call of the queue on a token: its name and the call.
+type OwnedCall = (&'static str, fn(&Queue<PostgresStore>, &fenceq::ClaimToken) -> fenceq::Result<()>);
+
+fn domain_row(tx: &fenceq::PgTx, token: &fenceq::ClaimToken) -> fenceq::Result<()> {
+    sql_query(format!("INSERT INTO domain_rows (job) VALUES ({})", token.id.0)).execute(&mut *tx.conn())?;
+    Ok(())
+}
+
+fn other_token(q: &Queue<PostgresStore>) -> fenceq::ClaimToken {
+    q.enqueue(NewJob::new("other", b"o".to_vec())).unwrap();
+    q.claim("other", "w", Duration::from_secs(3600)).unwrap().unwrap().token()
+}
+
+/// Every owned path of the queue: the owned writes (whose domain row goes in `domain_rows`),
+/// each settle, and `complete_all` alone and beside a free neighbour.
+fn owned_calls() -> Vec<OwnedCall> {
+    vec![
+        ("with_ownership", |q, t| q.with_ownership(t, |tx| domain_row(tx, t))),
+        ("complete_with", |q, t| q.complete_with(t, |tx| domain_row(tx, t))),
+        ("complete", |q, t| q.complete(t)),
+        ("retry", |q, t| q.retry(t, Duration::ZERO, "again").map(drop)),
+        ("exhaust", |q, t| q.exhaust(t, "no")),
+        ("mark_unknown", |q, t| q.mark_unknown(t, "maybe")),
+        ("park", |q, t| q.park(t, Duration::from_secs(60), "wait")),
+        ("complete_all", |q, t| q.complete_all(&[*t])?.pop().expect("one result")),
+        ("complete_all of two", |q, t| {
+            // The other token's row is free: the held one must not fail its neighbour.
+            let mut results = q.complete_all(&[*t, other_token(q)])?;
+            assert!(results[1].is_ok(), "the free neighbour completed: {:?}", results[1]);
+            results.swap_remove(0)
+        }),
+    ]
+}
+
+/// Every owned write judges the lease at the instant it holds the job's row, not at an
+/// instant taken before it waited for the row: with another transaction holding the row
+/// while the clock moved past the lease (10 s lease, 15 s later), `with_ownership`,
+/// `complete_with`, each settle and `complete_all` refuse with `LeaseExpired` (as `renew`
+/// does), and nothing of them is written: no domain row, the job still running.
+#[test]
+fn every_owned_write_judges_the_lease_once_it_holds_the_row() {
+    let Some(s) = Scratch::new() else { return };
+    let q = s.open();
+    let mut raw = s.raw();
+    raw.batch_execute("CREATE TABLE domain_rows (job bigint NOT NULL)").unwrap();
+    let lease = Duration::from_secs(10);
+    let past_the_lease = Duration::from_secs(15);
+    let mut wrong = Vec::new();
+    for (name, call) in owned_calls() {
+        // A queue of each call's own: the jobs of earlier calls expire as the clock moves.
+        let queue = format!("q-{}", name.replace(' ', "-"));
+        q.enqueue(NewJob::new(&queue, name.as_bytes().to_vec())).unwrap();
+        let token = q.claim(&queue, "w", lease).unwrap().unwrap().token();
+        let caller = q.clone();
+        let result =
+            blocked_on_the_row(&s, token.id, |_| s.clock.advance(past_the_lease), move || call(&caller, &token));
+        if !lease_expired(&result) {
+            wrong.push(format!("{name}: a lease that ended while it waited for the row gave {result:?}"));
+        }
+        let written = scalar(&mut raw, &format!("SELECT count(*) AS n FROM domain_rows WHERE job = {}", token.id.0));
+        let job = q.job(token.id).unwrap().unwrap();
+        if written != 0 || (job.state, job.attempt) != (fenceq::JobState::Running, 1) {
+            wrong.push(format!("{name} wrote: {written} domain rows, the job {:?}", job.state));
+        }
+        if lease_expired(&result) {
+            assert!(q.claim(&queue, "w2", lease).unwrap().is_some(), "{name}: the job is claimable again");
+        } else {
+            let _ = q.cancel(token.id);
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+/// `PostgresStore::owns_in` in the queue's transaction judges the lease at the end of its
+/// wait for the row: its `at` (the caller's now as it called) moved on by the wait. The
+/// lease had 200 ms left at `at` and the row was held for longer: not owned, and the
+/// caller's write that depended on it did not happen.
+#[test]
+fn owns_in_judges_the_lease_at_the_end_of_its_wait_for_the_row() {
+    let Some(s) = Scratch::new() else { return };
+    let q = s.open();
+    let mut raw = s.raw();
+    raw.batch_execute("CREATE TABLE domain_rows (job bigint NOT NULL)").unwrap();
+    q.enqueue(NewJob::new("q", b"x".to_vec())).unwrap();
+    let token = q.claim("q", "w", Duration::from_secs(10)).unwrap().unwrap().token();
+    let at = T0 + 9_800;
+    let caller = q.clone();
+    let held_for = Duration::from_millis(400);
+    let owned = blocked_on_the_row(
+        &s,
+        token.id,
+        // Time passing while the row is held (the order is the server's report of the wait).
+        |_| std::thread::sleep(held_for),
+        move || {
+            caller.transaction(|tx| {
+                let owned = PostgresStore::owns_in(&mut tx.conn(), &token, at)?;
+                if owned {
+                    sql_query(format!("INSERT INTO domain_rows (job) VALUES ({})", token.id.0))
+                        .execute(&mut *tx.conn())?;
+                }
+                Ok(owned)
+            })
+        },
+    );
+    assert!(!owned.unwrap(), "a lease with 200 ms left at `at` was judged live after a wait of {held_for:?}");
+    assert_eq!(scalar(&mut raw, "SELECT count(*) AS n FROM domain_rows"), 0);
+    // Without a wait, the same `at` finds the lease live.
+    let live = q.transaction(|tx| PostgresStore::owns_in(&mut tx.conn(), &token, at)).unwrap();
+    assert!(live);
+}
+
+/// The other side of the same rule: the transaction that held the row was the owner's
+/// renewal (it moved the lease on, and committed) while the clock passed the old lease's
+/// end. Judged once the row is free, the renewed lease lives: every owned path succeeds.
+#[test]
+fn every_owned_write_that_waited_for_a_renewal_is_judged_by_the_renewed_lease() {
+    let Some(s) = Scratch::new() else { return };
+    let q = s.open();
+    let mut raw = s.raw();
+    raw.batch_execute("CREATE TABLE domain_rows (job bigint NOT NULL)").unwrap();
+    let lease = Duration::from_secs(10);
+    let mut wrong = Vec::new();
+    for (name, call) in owned_calls() {
+        let queue = format!("q-{}", name.replace(' ', "-"));
+        q.enqueue(NewJob::new(&queue, name.as_bytes().to_vec())).unwrap();
+        let token = q.claim(&queue, "w", lease).unwrap().unwrap().token();
+        let caller = q.clone();
+        let renew = |holder: &mut PgConnection| {
+            s.clock.advance(Duration::from_secs(15));
+            let until = fenceq::Clock::now_ms(&s.clock) + 60_000;
+            holder
+                .batch_execute(&format!("UPDATE fenceq_jobs SET lease_until = {until} WHERE id = {}", token.id.0))
+                .unwrap();
+        };
+        let result = blocked_on_the_row(&s, token.id, renew, move || call(&caller, &token));
+        if let Err(e) = result {
+            wrong.push(format!("{name}: refused after the renewal it waited for: {e:?}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}

@@ -314,3 +314,154 @@ fn sessions_ask_for_untranslated_messages() {
         .unwrap();
     assert_eq!(shown.value, "C");
 }
+
+/// Ends every session of the queue (its `application_name`), waiting until each is gone.
+fn end_the_queues_sessions(s: &Scratch, raw: &mut PgConnection) -> i64 {
+    sql_query(
+        "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 10000)) AS n FROM pg_stat_activity \
+         WHERE application_name = $1 AND pid <> pg_backend_pid()",
+    )
+    .bind::<Text, _>(&s.name)
+    .get_result::<N>(raw)
+    .unwrap()
+    .n
+}
+
+fn jobs_of(raw: &mut PgConnection, queue: &str) -> i64 {
+    sql_query("SELECT count(*) AS n FROM fenceq_jobs WHERE queue = $1")
+        .bind::<Text, _>(queue)
+        .get_result::<N>(raw)
+        .unwrap()
+        .n
+}
+
+fn says_nothing_was_written(e: &Error) -> bool {
+    matches!(e, Error::ConnectionLost { .. }) && e.to_string().contains("nothing was written") && e.is_retryable()
+}
+
+fn says_it_may_have_committed(e: &Error) -> bool {
+    matches!(e, Error::ConnectionLost { .. }) && e.to_string().contains("may have committed") && !e.is_retryable()
+}
+
+/// A transaction whose session the server ended while its closure ran, and that then goes
+/// on to commit: nothing was committed, and the error says so (a retry is safe).
+#[test]
+fn a_commit_on_a_session_the_server_ended_says_nothing_was_written() {
+    let Some(s) = Scratch::new() else { return };
+    let q = s.open();
+    let mut raw = s.raw();
+    let err = q
+        .transaction(|tx| {
+            q.enqueue_tx(tx, NewJob::new("lost", b"keyless".to_vec()))?;
+            let pid = sql_query("SELECT pg_backend_pid()::bigint AS n").get_result::<N>(&mut *tx.conn())?.n;
+            let ended = sql_query(format!("SELECT count(*) FILTER (WHERE pg_terminate_backend({pid}, 10000)) AS n"))
+                .get_result::<N>(&mut raw)
+                .unwrap();
+            assert_eq!(ended.n, 1, "the queue's backend was ended");
+            Ok(())
+        })
+        .unwrap_err();
+    assert!(says_nothing_was_written(&err), "{err:?}: {err}");
+    assert_eq!(jobs_of(&mut raw, "lost"), 0);
+    q.enqueue(NewJob::new("q", b"x".to_vec())).expect("the pool reconnected");
+}
+
+/// The work of a call blocks as it commits (a deferred trigger waits for a lock the test
+/// holds), and the server ends its session then: the `COMMIT` (or, in autocommit, the
+/// insert) was sent, so the call cannot know whether it committed, and says so: a keyless
+/// enqueue must not be retried blindly. Both a transaction (`enqueue_batch`) and a single
+/// enqueue in autocommit.
+#[test]
+fn a_connection_lost_while_committing_says_the_work_may_have_committed() {
+    let Some(s) = Scratch::new() else { return };
+    let q = s.open();
+    let mut raw = s.raw();
+    raw.batch_execute(
+        "CREATE FUNCTION hold_commit() RETURNS trigger LANGUAGE plpgsql AS \
+           $$ BEGIN PERFORM pg_advisory_xact_lock(4711); RETURN NULL; END $$;
+         CREATE CONSTRAINT TRIGGER hold_commit AFTER INSERT ON fenceq_jobs \
+           DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION hold_commit();",
+    )
+    .unwrap();
+    type Call = fn(&Queue<PostgresStore>) -> fenceq::Result<()>;
+    let calls: [(&str, Call); 2] = [
+        ("enqueue_batch", |q| {
+            q.enqueue_batch((0..3).map(|i| NewJob::new("held", vec![i])).collect::<Vec<_>>()).map(drop)
+        }),
+        ("enqueue", |q| q.enqueue(NewJob::new("held", b"one".to_vec())).map(drop)),
+    ];
+    for (name, call) in calls {
+        let mut holder = s.raw();
+        holder.batch_execute("BEGIN; SELECT pg_advisory_xact_lock(4711)").unwrap();
+        let caller = q.clone();
+        let result = std::thread::spawn(move || call(&caller));
+        let mut watcher = s.raw();
+        s.until_the_queue_waits_for_a_lock(&mut watcher);
+        assert!(end_the_queues_sessions(&s, &mut raw) >= 1);
+        holder.batch_execute("ROLLBACK").unwrap();
+        let err = result.join().unwrap().unwrap_err();
+        assert!(says_it_may_have_committed(&err), "{name}: {err:?}: {err}");
+        assert_eq!(jobs_of(&mut raw, "held"), 0, "{name}: (it did not, here: the server ended it first)");
+    }
+}
+
+/// Sessions ended again and again while batches of keyless jobs are enqueued: every `Ok`
+/// committed its whole batch, every "nothing was written" wrote nothing, and a "may have
+/// committed" wrote all or nothing. Bounded: 120 batches.
+#[test]
+fn batches_under_ended_sessions_are_committed_or_say_what_they_may_have_written() {
+    let Some(s) = Scratch::new() else { return };
+    let q = s.open();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let killer = {
+        let (stop, url, schema, name) = (stop.clone(), s.url.clone(), s.schema.clone(), s.name.clone());
+        std::thread::spawn(move || {
+            let mut raw = pg_support::raw_in(&url, &schema);
+            let mut ended = 0;
+            while !stop.load(Ordering::SeqCst) {
+                ended += sql_query(
+                    "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) AS n FROM pg_stat_activity \
+                     WHERE application_name = $1",
+                )
+                .bind::<Text, _>(&name)
+                .get_result::<N>(&mut raw)
+                .unwrap()
+                .n;
+                // Load, not ordering: how often sessions end.
+                std::thread::sleep(Duration::from_millis(15));
+            }
+            ended
+        })
+    };
+    let (mut ok, mut nothing, mut unknown, mut other) = (0, 0, 0, Vec::new());
+    let mut outcomes = Vec::new();
+    for i in 0..120 {
+        let queue = format!("b{i}");
+        let jobs: Vec<NewJob> = (0..20u8).map(|j| NewJob::new(&queue, vec![j])).collect();
+        outcomes.push((queue, q.enqueue_batch(jobs).map(drop)));
+    }
+    stop.store(true, Ordering::SeqCst);
+    let ended = killer.join().unwrap();
+    let mut raw = s.raw();
+    for (queue, outcome) in outcomes {
+        let rows = jobs_of(&mut raw, &queue);
+        match outcome {
+            Ok(()) => {
+                ok += 1;
+                assert_eq!(rows, 20, "{queue}: Ok but {rows} of 20 rows");
+            }
+            Err(e) if says_nothing_was_written(&e) => {
+                nothing += 1;
+                assert_eq!(rows, 0, "{queue}: {e} but {rows} rows");
+            }
+            Err(e) if says_it_may_have_committed(&e) => {
+                unknown += 1;
+                assert!(rows == 0 || rows == 20, "{queue}: {e} and {rows} rows");
+            }
+            Err(Error::Pool(_)) => assert_eq!(rows, 0, "{queue}: no connection, yet {rows} rows"),
+            Err(e) => other.push(format!("{queue}: {e:?}")),
+        }
+    }
+    eprintln!("sessions ended {ended}: ok {ok}, nothing written {nothing}, may have committed {unknown}");
+    assert!(other.is_empty(), "{other:#?}");
+}

@@ -174,13 +174,12 @@ impl<S: Store> Queue<S> {
         })
     }
 
-    /// The token's live lease as the transaction began, or `OwnershipLost`.
+    /// The token's live lease once the transaction holds the job (PostgreSQL: its row
+    /// lock), or `OwnershipLost`. The row first, then the instant the lease is judged by, as
+    /// in [`Queue::renew_all`]: an instant read before waiting for a transaction that held
+    /// the row would pass a lease that ended during the wait.
     pub(crate) fn owned_lease(&self, tx: &S::Tx, token: &ClaimToken) -> Result<OwnedLease> {
-        let now = self.shared.now_in(tx)?;
-        match S::owned_lease(tx, token, now)? {
-            Some(lease) => Ok(lease),
-            None => Err(fence::ownership_lost::<S>(tx, token, now)?),
-        }
+        Ok(fence::lease_after_the_row::<S>(tx, token, |tx| self.shared.now_in(tx))?.0)
     }
 }
 

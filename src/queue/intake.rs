@@ -23,6 +23,11 @@ impl<S: Store> Queue<S> {
     /// error (`Enqueued::Duplicate`). Storage errors: `Busy`, `StorageFull`, `ReadOnly`;
     /// `NestedWrite` from inside a closure holding the queue's transaction (or an in-memory
     /// queue's `with_connection`).
+    ///
+    /// On PostgreSQL, `ConnectionLost` when the connection broke: with `commit_unknown`
+    /// false nothing was written and the call may be retried; with `commit_unknown` true the
+    /// job may have been added. Retrying then is safe only for a job with a key (the retry
+    /// finds it, `Enqueued::Duplicate`); a job without one may be added twice.
     pub fn enqueue(&self, job: NewJob) -> Result<Enqueued> {
         check_job(&job, self.shared.max_payload)?;
         let queue_name = job.queue.clone();
@@ -46,6 +51,12 @@ impl<S: Store> Queue<S> {
     /// trigger): then no job is added. Storage errors: `Busy`, `StorageFull`, `ReadOnly`;
     /// `NestedWrite` from inside a closure holding the queue's transaction (or an in-memory
     /// queue's `with_connection`).
+    ///
+    /// On PostgreSQL, `ConnectionLost` when the connection broke: with `commit_unknown`
+    /// false none was added and the call may be retried; with `commit_unknown` true the
+    /// connection broke while the batch committed, so either all or none were added.
+    /// Retrying then is safe only when every job has a key (the retry finds those added,
+    /// `Enqueued::Duplicate`); jobs without one may be added twice.
     pub fn enqueue_batch(&self, jobs: impl IntoIterator<Item = NewJob>) -> Result<Vec<Enqueued>> {
         let jobs: Vec<NewJob> = jobs.into_iter().collect();
         for job in &jobs {

@@ -87,7 +87,8 @@ impl<S: Store> Queue<S> {
     pub fn complete_with<T>(&self, token: &ClaimToken, write: impl FnOnce(&S::Tx) -> Result<T>) -> Result<T> {
         self.write_waking(|tx| {
             let lease = self.owned_lease(tx, token)?;
-            settle_in::<S>(tx, token, &Settle::Complete, self.shared.now_in(tx)?)?;
+            let now = |tx: &S::Tx| self.shared.now_in(tx);
+            settle_in::<S>(tx, token, &Settle::Complete, now(tx)?, &now)?;
             // (The writer refuses to commit a transaction the store rolled back meanwhile.)
             held_briefly(token, lease, || write(tx))
         })
@@ -170,7 +171,10 @@ impl<S: Store> Queue<S> {
         // retry's guard changed nothing.
         retry_conflicts(|| {
             let (settle, shared) = (settle.clone(), self.shared.clone());
-            self.store().submit_single(move |tx| settle_in::<S>(tx, &token, &settle, shared.now_in(tx)?))
+            self.store().submit_single(move |tx| {
+                let now = |tx: &S::Tx| shared.now_in(tx);
+                settle_in::<S>(tx, &token, &settle, now(tx)?, &now)
+            })
         })
     }
 
@@ -180,7 +184,10 @@ impl<S: Store> Queue<S> {
         let items = Arc::new(items);
         retry_conflicts(|| {
             let (items, shared) = (items.clone(), self.shared.clone());
-            self.store().submit(move |tx| settle_each::<S>(tx, &items, shared.now_in(tx)?))
+            self.store().submit(move |tx| {
+                let now = |tx: &S::Tx| shared.now_in(tx);
+                settle_each::<S>(tx, &items, now(tx)?, &now)
+            })
         })
     }
 
@@ -206,7 +213,7 @@ impl<S: Store> Queue<S> {
             self.store().submit(move |tx| {
                 // Read afresh: the claim must find due what other processes made due.
                 let now = shared.fresh_now_in(tx)?;
-                let settled = settle_each::<S>(tx, &items, now)?;
+                let settled = settle_each::<S>(tx, &items, now, &|tx: &S::Tx| shared.now_in(tx))?;
                 Ok((settled, S::claim(tx, &queue, &worker, now, now.saturating_add(lease_ms), limit)?))
             })
         })
@@ -232,15 +239,54 @@ impl<S: Store> Queue<S> {
     }
 }
 
-/// One guarded settle (two for a retry out of attempts) for the exact token.
-fn settle_in<S: Store>(tx: &S::Tx, token: &ClaimToken, settle: &Settle, now: i64) -> Result<Settled> {
-    let (changed, settled) = match settle {
+/// How many times a settle waits for a row another transaction holds before it gives up
+/// with `Busy` (each wait is bounded by the busy timeout; in autocommit another transaction
+/// may take the row again between the wait and the settle's own statement).
+const HELD_RETRIES: u32 = 20;
+
+/// One guarded settle (two for a retry out of attempts) for the exact token, judged at
+/// `now`, or, when it missed a row that still holds the token's running claim (another
+/// transaction held the row, or the lease had ended), at an instant read (`clock`) once the
+/// row is free.
+fn settle_in<S: Store>(
+    tx: &S::Tx,
+    token: &ClaimToken,
+    settle: &Settle,
+    now: i64,
+    clock: &dyn Fn(&S::Tx) -> Result<i64>,
+) -> Result<Settled> {
+    let mut now = now;
+    for _ in 0..HELD_RETRIES {
+        let (changed, settled) = match settle_once::<S>(tx, token, settle, now)? {
+            Ok(settled) => return Ok(settled),
+            Err(missed) => missed,
+        };
+        match fence::owned_or_held::<S>(tx, token, now, changed)? {
+            Ok(()) => return Ok(settled),
+            Err(fence::Miss::Lost(e)) => return Err(e),
+            // Judged again once the row is free, at an instant read then; a lease that
+            // ended by that instant is refused here, one that lives is settled again.
+            Err(fence::Miss::Held) => now = fence::lease_after_the_row::<S>(tx, token, clock)?.1,
+        }
+    }
+    Err(Error::Busy { statement: "settle (the job's row stayed held by other transactions)" })
+}
+
+/// The guarded statement(s) of one settle at `now`: `Ok` when a retry was scheduled, else
+/// whether the settle changed the row and what it did if it did.
+fn settle_once<S: Store>(
+    tx: &S::Tx,
+    token: &ClaimToken,
+    settle: &Settle,
+    now: i64,
+) -> Result<std::result::Result<Settled, (bool, Settled)>> {
+    Ok(Err(match settle {
         Settle::Complete => (S::complete_if_owned(tx, token, now)?, Settled::Completed),
         Settle::Retry { delay, error } => {
             let error = &*clip(error);
             let run_at = now.saturating_add(duration_ms(*delay));
             if S::retry_if_owned(tx, token, now, run_at, error)? {
-                return Ok(Settled::Retried(run_at));
+                return Ok(Ok(Settled::Retried(run_at)));
             }
             // Either no attempts are left or the token is stale; exhaust tells them apart.
             (S::exhaust_if_owned(tx, token, now, error)?, Settled::Exhausted)
@@ -251,14 +297,17 @@ fn settle_in<S: Store>(tx: &S::Tx, token: &ClaimToken, settle: &Settle, now: i64
             let wait_until = now.saturating_add(duration_ms(*timeout));
             (S::park_if_owned(tx, token, now, wait_until, &clip(reason))?, Settled::Parked)
         }
-    };
-    fence::owned::<S>(tx, token, now, changed)?;
-    Ok(settled)
+    }))
 }
 
 /// Settles each item in `tx`: a guarded miss or bad input is that item's result (it changed
 /// nothing); any other error fails them all.
-fn settle_each<S: Store>(tx: &S::Tx, items: &[(ClaimToken, Settle)], now: i64) -> Result<Vec<Result<Settled>>> {
+fn settle_each<S: Store>(
+    tx: &S::Tx,
+    items: &[(ClaimToken, Settle)],
+    now: i64,
+    clock: &dyn Fn(&S::Tx) -> Result<i64>,
+) -> Result<Vec<Result<Settled>>> {
     if items.len() > 1 && items.iter().all(|(_, settle)| matches!(settle, Settle::Complete)) {
         // Only completions (`complete_all`, most pool rounds): the store completes them all
         // at once, and each miss is explained as `settle_in` would.
@@ -266,17 +315,22 @@ fn settle_each<S: Store>(tx: &S::Tx, items: &[(ClaimToken, Settle)], now: i64) -
         let changed = S::complete_many_if_owned(tx, &tokens, now)?;
         let mut results = Vec::with_capacity(items.len());
         for (token, changed) in tokens.iter().zip(changed) {
-            match fence::owned::<S>(tx, token, now, changed) {
+            match fence::owned_or_held::<S>(tx, token, now, changed)? {
                 Ok(()) => results.push(Ok(Settled::Completed)),
-                Err(e @ Error::OwnershipLost { .. }) => results.push(Err(e)),
-                Err(e) => return Err(e),
+                Err(fence::Miss::Lost(e)) => results.push(Err(e)),
+                // Another transaction held the row: this one alone, after waiting for it.
+                Err(fence::Miss::Held) => match settle_in::<S>(tx, token, &Settle::Complete, now, clock) {
+                    Ok(settled) => results.push(Ok(settled)),
+                    Err(e @ Error::OwnershipLost { .. }) => results.push(Err(e)),
+                    Err(e) => return Err(e),
+                },
             }
         }
         return Ok(results);
     }
     let mut results = Vec::with_capacity(items.len());
     for (token, settle) in items {
-        match settle.check().and_then(|()| settle_in::<S>(tx, token, settle, now)) {
+        match settle.check().and_then(|()| settle_in::<S>(tx, token, settle, now, clock)) {
             Ok(settled) => results.push(Ok(settled)),
             Err(e @ (Error::OwnershipLost { .. } | Error::InvalidInput { .. })) => results.push(Err(e)),
             Err(e) => return Err(e),

@@ -687,13 +687,25 @@ fn settle_and_claim<S: Store>(
         Ok(both) => both,
         Err(e) => {
             bump(&c.errors);
-            tracing::error!(queue = %shared.queue_name, error = %e, "claim failed");
+            if may_have_committed(&e) {
+                tracing::error!(queue = %shared.queue_name, jobs = batch.len(), error = %e,
+                    "claim outcome unknown: the connection broke while the round committed; settling again \
+                     (a settle that did commit is refused as no longer owned)");
+            } else {
+                tracing::error!(queue = %shared.queue_name, error = %e, "claim failed");
+            }
             match shared.queue.settle_many(settles(shared, &batch)) {
                 Ok(results) => (results, Vec::new()),
                 Err(e) => {
                     c.errors.fetch_add(batch.len() as u64, Ordering::SeqCst);
-                    tracing::error!(queue = %shared.queue_name, jobs = batch.len(), error = %e,
+                    if may_have_committed(&e) {
+                        tracing::error!(queue = %shared.queue_name, jobs = batch.len(), error = %e,
+                            "settle outcome unknown: the connection broke while it committed, so the jobs may be \
+                             settled; if not, the leases will expire and the jobs be reclaimed");
+                    } else {
+                        tracing::error!(queue = %shared.queue_name, jobs = batch.len(), error = %e,
                             "settle failed; the leases will expire and the jobs be reclaimed");
+                    }
                     return Vec::new();
                 }
             }
@@ -710,6 +722,11 @@ fn settle_and_claim<S: Store>(
                 bump(&c.stale_settles_rejected);
                 tracing::warn!(job = %token.id, attempt = token.attempt, claim = %token.claim_id, %reason,
                     "settle rejected: the attempt no longer owns its job");
+            }
+            Err(e) if may_have_committed(&e) => {
+                bump(&c.errors);
+                tracing::error!(job = %token.id, attempt = token.attempt, error = %e,
+                    "settle outcome unknown: the connection broke while it committed, so the job may be settled");
             }
             Err(e) => {
                 bump(&c.errors);
@@ -804,4 +821,15 @@ fn heartbeat<S: Store>(shared: &Shared<S>, every: Duration, stop: Receiver<()>) 
             }
         }
     }
+}
+
+/// True for an error after which the work may have committed (PostgreSQL's `ConnectionLost`
+/// while committing): a settle's outcome is then unknown, not failed.
+fn may_have_committed(e: &Error) -> bool {
+    #[cfg(feature = "postgres")]
+    if let Error::ConnectionLost { commit_unknown, .. } = e {
+        return *commit_unknown;
+    }
+    let _ = e;
+    false
 }

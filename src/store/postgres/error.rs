@@ -89,7 +89,7 @@ impl Error {
     pub(crate) fn postgres(statement: &'static str, source: DieselError) -> Self {
         let (kind, message) = match &source {
             DieselError::DatabaseError(kind, info) => (Some(kind), info.message().to_string()),
-            DieselError::BrokenTransactionManager => return Error::ConnectionLost { statement },
+            DieselError::BrokenTransactionManager => return Error::ConnectionLost { statement, commit_unknown: false },
             _ => (None, String::new()),
         };
         match kind {
@@ -97,7 +97,9 @@ impl Error {
                 return Error::Busy { statement: conflict(statement, SERIALIZATION_FAILURE) }
             }
             Some(DatabaseErrorKind::ReadOnlyTransaction) => return Error::ReadOnly { statement },
-            Some(DatabaseErrorKind::ClosedConnection) => return Error::ConnectionLost { statement },
+            Some(DatabaseErrorKind::ClosedConnection) => {
+                return Error::ConnectionLost { statement, commit_unknown: false }
+            }
             _ => {}
         }
         match said(&message) {
@@ -105,9 +107,44 @@ impl Error {
             Said::Busy => Error::Busy { statement },
             Said::Full => Error::StorageFull { statement },
             Said::Aborted => Error::TransactionLost,
-            Said::Gone => Error::ConnectionLost { statement },
+            Said::Gone => Error::ConnectionLost { statement, commit_unknown: false },
             Said::Other => Error::Postgres { statement, source: std::sync::Arc::new(source) },
         }
+    }
+}
+
+/// Where a call was when its connection broke, for whether its work may have committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Inside a transaction, before its `COMMIT` was sent: the server rolls back the
+    /// transaction of a session that ends, so nothing was written.
+    Transaction,
+    /// At the commit, with the session found ended before the `COMMIT` was sent (the
+    /// server's goodbye already read): nothing was committed.
+    CommitNotSent,
+    /// After the `COMMIT` was sent: it may have committed before the connection broke.
+    CommitSent,
+    /// In autocommit, where each statement commits as it ends: the work may have committed
+    /// when a statement that writes was sent (`wrote`), else nothing was written.
+    Autocommit {
+        /// Whether a statement that writes was sent on the connection during the call.
+        wrote: bool,
+    },
+}
+
+/// `error` with what its phase says of the work: a `ConnectionLost` says whether the work
+/// may have committed (`commit_unknown`); any other error is returned as it is.
+pub(crate) fn lost_in(phase: Phase, error: Error) -> Error {
+    match error {
+        Error::ConnectionLost { statement, .. } => {
+            let commit_unknown = match phase {
+                Phase::Transaction | Phase::CommitNotSent => false,
+                Phase::CommitSent => true,
+                Phase::Autocommit { wrote } => wrote,
+            };
+            Error::ConnectionLost { statement, commit_unknown }
+        }
+        other => other,
     }
 }
 
@@ -131,9 +168,12 @@ fn conflict(statement: &'static str, what: &'static str) -> &'static str {
 /// inside `with_ownership`, `complete_with` and `transaction` closures.
 impl From<DieselError> for Error {
     fn from(e: DieselError) -> Self {
-        Error::postgres("caller transaction", e)
+        Error::postgres(CALLER_STATEMENT, e)
     }
 }
+
+/// The statement name of errors raised by a caller's own SQL.
+pub(crate) const CALLER_STATEMENT: &str = "caller transaction";
 
 /// Adds the statement name to a diesel result (`.pg("CLAIM")?`).
 pub(crate) trait PgContext<T> {
@@ -255,6 +295,38 @@ mod tests {
         assert!(shown.contains("CLAIM (deadlock)"), "{shown}");
         let serialization = Error::postgres("COMMIT", db_error(DatabaseErrorKind::SerializationFailure, "x"));
         assert!(matches!(serialization, Error::Busy { statement: "COMMIT (serialization failure)" }));
+    }
+
+    #[test]
+    fn a_lost_connection_says_whether_the_work_may_have_committed() {
+        let lost = || db_error(DatabaseErrorKind::ClosedConnection, "server closed the connection unexpectedly");
+        let terminated = || db_error(DatabaseErrorKind::Unknown, "terminating connection due to administrator command");
+        let cases = [
+            (Phase::Transaction, false),
+            (Phase::CommitNotSent, false),
+            (Phase::CommitSent, true),
+            (Phase::Autocommit { wrote: false }, false),
+            (Phase::Autocommit { wrote: true }, true),
+        ];
+        for (phase, unknown) in cases {
+            for source in [lost(), terminated(), DieselError::BrokenTransactionManager] {
+                let e = lost_in(phase, Error::postgres("S", source));
+                assert!(
+                    matches!(e, Error::ConnectionLost { statement: "S", commit_unknown } if commit_unknown == unknown),
+                    "{phase:?}: {e:?}"
+                );
+                assert_eq!(e.is_retryable(), !unknown, "{phase:?}");
+                let shown = e.to_string();
+                if unknown {
+                    assert!(shown.contains("may have committed") && shown.contains("idempotency keys"), "{shown}");
+                } else {
+                    assert!(shown.contains("nothing was written") && shown.contains("retry the call"), "{shown}");
+                }
+            }
+            // Any other error passes as it is.
+            let busy = lost_in(phase, Error::postgres("S", db_error(DatabaseErrorKind::Unknown, "deadlock detected")));
+            assert!(matches!(busy, Error::Busy { .. }), "{busy:?}");
+        }
     }
 
     #[test]

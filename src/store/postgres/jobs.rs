@@ -48,8 +48,9 @@ fn limit(n: u32) -> i64 {
     i64::from(n)
 }
 
+/// The rows a statement that writes changed.
 fn count(tx: &PgTx, query: Query<'_>, name: &'static str) -> Result<usize> {
-    tx.with(|conn| query.execute(conn).pg(name))
+    tx.writing(|conn| query.execute(conn).pg(name))
 }
 
 fn changed(tx: &PgTx, query: Query<'_>, name: &'static str) -> Result<bool> {
@@ -344,7 +345,7 @@ impl Store for PostgresStore {
             .bind::<BigInt, _>(row.run_at)
             .bind::<Integer, _>(attempt(row.max_attempts))
             .bind::<BigInt, _>(row.created_at);
-        let id = tx.with(|conn| query.get_result::<IdRow>(conn).optional().pg("ENQUEUE"))?;
+        let id = tx.writing(|conn| query.get_result::<IdRow>(conn).optional().pg("ENQUEUE"))?;
         Ok(id.map(|r| JobId(r.id)))
     }
 
@@ -359,7 +360,7 @@ impl Store for PostgresStore {
         let query = rows_query(ENQUEUE_ALL, rows);
         tx.with(|conn| sql_query("SAVEPOINT fenceq_enqueue_all").execute(conn).pg("SAVEPOINT fenceq_enqueue_all"))?;
         let ids: Vec<i64> =
-            tx.with(|conn| query.load::<IdRow>(conn).pg("ENQUEUE_ALL"))?.into_iter().map(|r| r.id).collect();
+            tx.writing(|conn| query.load::<IdRow>(conn).pg("ENQUEUE_ALL"))?.into_iter().map(|r| r.id).collect();
         if ids.len() != rows.len() {
             tx.with(|conn| {
                 sql_query("ROLLBACK TO SAVEPOINT fenceq_enqueue_all")
@@ -376,7 +377,7 @@ impl Store for PostgresStore {
     /// `fenceq_jobs_queue_key` and is `None`; any failure leaves nothing of it in autocommit.
     fn enqueue_all_or_none(tx: &PgTx, rows: &[NewRow<'_>]) -> Result<Option<Vec<JobId>>> {
         let query = rows_query(ENQUEUE_ALL_OR_NONE, rows).bind::<BigInt, _>(rows.len() as i64);
-        match tx.with(|conn| Ok(query.load::<IdRow>(conn)))? {
+        match tx.writing(|conn| Ok(query.load::<IdRow>(conn)))? {
             Ok(ids) if ids.len() == rows.len() => Ok(Some(ascending(ids.into_iter().map(|r| r.id).collect()))),
             // Every row ignored (an application's trigger): nothing was inserted, and no row
             // came back to divide by zero. Refused, so each job is then inserted alone.
@@ -409,7 +410,7 @@ impl Store for PostgresStore {
             .bind::<BigInt, _>(limit(limit_))
             .bind::<Text, _>(worker)
             .bind::<BigInt, _>(lease_until);
-        let mut rows = tx.with(|conn| query.load::<ClaimRow>(conn).pg("CLAIM"))?;
+        let mut rows = tx.writing(|conn| query.load::<ClaimRow>(conn).pg("CLAIM"))?;
         rows.sort_by_key(|r| (std::cmp::Reverse(r.priority), r.run_at, r.id));
         Ok(rows
             .into_iter()
@@ -479,7 +480,7 @@ impl Store for PostgresStore {
             .bind::<Array<Integer>, _>(attempts)
             .bind::<Array<SqlUuid>, _>(claims)
             .bind::<BigInt, _>(now);
-        let rows = tx.with(|conn| query.load::<TokenRow>(conn).pg("COMPLETE_MANY_IF_OWNED"))?;
+        let rows = tx.writing(|conn| query.load::<TokenRow>(conn).pg("COMPLETE_MANY_IF_OWNED"))?;
         let mut completed: std::collections::HashSet<(i64, i32, uuid::Uuid)> =
             rows.into_iter().map(|r| (r.id, r.attempt, r.claim_id)).collect();
         // The first listing of the exact token that completed its row reports it; any other
@@ -558,7 +559,7 @@ impl Store for PostgresStore {
             .bind::<Text, _>(decided.action)
             .bind::<Nullable<Text>, _>(decided.by)
             .bind::<Nullable<Text>, _>(decided.note);
-        let rows = tx.with(|conn| query.load::<IdRow>(conn).pg("ACKNOWLEDGE_ALL"))?;
+        let rows = tx.writing(|conn| query.load::<IdRow>(conn).pg("ACKNOWLEDGE_ALL"))?;
         let mut ids: Vec<JobId> = rows.into_iter().map(|r| JobId(r.id)).collect();
         ids.sort_unstable();
         Ok(ids)
@@ -586,7 +587,7 @@ impl Store for PostgresStore {
 
     fn reap_expired(tx: &PgTx, now: i64, limit_: u32) -> Result<(u64, u64)> {
         let query = sql_query(REAP_EXPIRED).into_boxed::<Pg>().bind::<BigInt, _>(now).bind::<BigInt, _>(limit(limit_));
-        let states = tx.with(|conn| query.load::<StateRow>(conn).pg("REAP_EXPIRED"))?;
+        let states = tx.writing(|conn| query.load::<StateRow>(conn).pg("REAP_EXPIRED"))?;
         let requeued = states.iter().filter(|s| s.state == "pending").count() as u64;
         Ok((requeued, states.len() as u64 - requeued))
     }

@@ -11,10 +11,17 @@
 //! begun through diesel's transaction manager, so that a caller's closure may nest
 //! `conn.transaction(..)` (a savepoint). There is no group commit yet: [`Store::submit`](crate::store::Store::submit)
 //! runs the work on the calling thread in its own transaction, like [`Store::write`](crate::store::Store::write).
-//! Ownership is a row lock: an owned write (`with_ownership`, `complete_with`) first reads
-//! the exact token's live lease with `SELECT … FOR UPDATE`, and holds that lock until it
-//! commits, so no claim, reap or cancel of another process can change the job in between
-//! (claims and reaps skip the locked row, the others wait for it).
+//! Ownership is a row lock: an owned write (`with_ownership`, `complete_with`) first locks
+//! the row of the exact token's running claim with `SELECT … FOR UPDATE`, then reads the
+//! clock and judges the lease, and holds that lock until it commits, so no claim, reap or
+//! cancel of another process can change the job in between (claims and reaps skip the
+//! locked row, the others wait for it). The lease is judged at an instant read once the
+//! row is held, never before a wait for it: a settle's statement skips a row another
+//! transaction holds, then waits for it and judges again (`queue/settle.rs`).
+//!
+//! A lost connection ([`Error::ConnectionLost`]) says whether the work may have committed:
+//! not when it broke inside the transaction, or before a statement that writes was sent in
+//! autocommit; perhaps once the `COMMIT` (or such a statement) was sent (`run_write`).
 //!
 //! Calls that write in one statement at most (an enqueue, a claim, a settle:
 //! [`Store::submit_single`](crate::store::Store::submit_single)) run in autocommit instead:
@@ -100,6 +107,15 @@ impl ManageConnection for Manager {
     }
 }
 
+/// True when the server has ended the session: its goodbye (`FATAL`) and the end of the
+/// stream are already here, read without waiting and without a round trip (libpq's
+/// `PQconsumeInput`, through diesel's `notifications_iter`, as the pool's check-out test).
+/// False when nothing says so; the session may still be gone.
+fn session_ended(conn: &mut PgConnection) -> bool {
+    // Twice: the first read may take the server's last message, the second the end.
+    (0..2).any(|_| matches!(conn.notifications_iter().next(), Some(Err(_))))
+}
+
 /// How long opening a connection may take (libpq's `connect_timeout`, unless the URL sets
 /// its own). 10 seconds.
 pub const POSTGRES_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -146,6 +162,9 @@ pub struct PgTx {
     /// What the store knows of the server's clock, updated by each read (`None` for a
     /// connection of the application's own, which reads the server's clock every time).
     server_clock: Option<time::ServerClock>,
+    /// Whether a statement that writes was sent on the connection ([`PgTx::writing`]): in
+    /// autocommit, a connection lost after that may have committed it.
+    wrote: std::cell::Cell<bool>,
 }
 
 enum Held {
@@ -165,7 +184,12 @@ impl PgTx {
     /// queue's `enqueue_tx` can run on it. The caller commits or rolls back (take the
     /// connection back with [`PgTx::into_connection`]).
     pub fn new(conn: PgConnection) -> PgTx {
-        PgTx { conn: RefCell::new(Held::Own(conn)), time: time::ServerTime::default(), server_clock: None }
+        PgTx {
+            conn: RefCell::new(Held::Own(conn)),
+            time: time::ServerTime::default(),
+            server_clock: None,
+            wrote: std::cell::Cell::new(false),
+        }
     }
 
     fn pooled(conn: PooledConnection<Manager>, server_clock: &time::ServerClock) -> PgTx {
@@ -173,6 +197,7 @@ impl PgTx {
             conn: RefCell::new(Held::Pooled(conn)),
             time: time::ServerTime::default(),
             server_clock: Some(server_clock.clone()),
+            wrote: std::cell::Cell::new(false),
         }
     }
 
@@ -206,6 +231,13 @@ impl PgTx {
                 AnsiTransactionManager::transaction_manager_status_mut(conn).set_in_error();
             }
         }
+    }
+
+    /// [`PgTx::with`] for a statement that may write: noted first, so that a connection lost
+    /// once it was sent says, in autocommit, that the write may have committed.
+    pub(crate) fn writing<T>(&self, f: impl FnOnce(&mut PgConnection) -> Result<T>) -> Result<T> {
+        self.wrote.set(true);
+        self.with(f)
     }
 
     /// Runs `f` on the connection; `InvalidInput` when the caller still holds it.
@@ -423,11 +455,17 @@ impl PostgresStore {
         Ok(store)
     }
 
-    /// True when `token` owns its job at `at`, checked inside a transaction the caller
-    /// began on `conn` (of the application's own). While the row holds the token's running
-    /// claim it is locked until that transaction ends (also when the lease has ended: the
-    /// lock comes first, so that a renewal in flight is waited for, not missed), so that no
-    /// reclaim can commit between this check and the caller's commit.
+    /// True when `token` owns its job, checked inside a transaction the caller began on
+    /// `conn` (of the application's own). While the row holds the token's running claim it
+    /// is locked until that transaction ends (also when the lease has ended: the lock comes
+    /// first, so that a renewal in flight is waited for, not missed), so that no reclaim can
+    /// commit between this check and the caller's commit.
+    ///
+    /// `at` is the caller's now as it calls (ms since the epoch, by the queue's clock:
+    /// [`Queue::now_ms`](crate::Queue::now_ms)). The lease is judged once the row is locked,
+    /// at `at` moved on by the time taking the lock took (on this host's monotonic clock):
+    /// a call that waited for another transaction holding the row judges the lease at the
+    /// end of that wait, as the queue's own owned writes do, not at an instant read before it.
     ///
     /// # Errors
     ///
@@ -435,14 +473,23 @@ impl PostgresStore {
     /// server's error for the query (`Busy` after the lock timeout when another
     /// transaction holds the row).
     pub fn owns_in(conn: &mut PgConnection, token: &crate::ClaimToken, at: i64) -> Result<bool> {
-        Ok(jobs::owned_lease_on(conn, token, at)?.is_some())
+        let asked = std::time::Instant::now();
+        let locked = jobs::owned_lease_on(conn, token, i64::MIN)?;
+        let waited_ms = i64::try_from(asked.elapsed().as_millis()).unwrap_or(i64::MAX);
+        Ok(locked.is_some_and(|lease| lease.until > at.saturating_add(waited_ms)))
     }
 
+    /// Runs `f` on a connection in autocommit (reads, and a caller's `with_connection`,
+    /// whose own statements may write: a connection lost in one of them may have committed
+    /// it).
     fn run_read<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
         let tx = PgTx::pooled(self.checkout()?, &self.server_clock);
         let result = f(&tx);
         tx.discard_if_lost(&result);
-        result
+        result.map_err(|e| {
+            let callers = matches!(e, Error::ConnectionLost { statement: error::CALLER_STATEMENT, .. });
+            error::lost_in(error::Phase::Autocommit { wrote: tx.wrote.get() || callers }, e)
+        })
     }
 
     /// Runs `f` without a transaction of its own (autocommit: each statement is its own
@@ -456,7 +503,7 @@ impl PostgresStore {
         if result.is_ok() {
             self.transactions.fetch_add(1, Ordering::Relaxed);
         }
-        result
+        result.map_err(|e| error::lost_in(error::Phase::Autocommit { wrote: tx.wrote.get() }, e))
     }
 
     /// Runs `f` in a transaction of its own and commits it when `f` returns `Ok`.
@@ -466,24 +513,44 @@ impl PostgresStore {
     /// fails and the `COMMIT` never runs, so the call reports `TransactionLost` instead of
     /// the success PostgreSQL's `COMMIT` of an aborted transaction would report while
     /// rolling it back.
+    ///
+    /// A lost connection says whether the work may have committed (`commit_unknown`): not
+    /// before the `COMMIT` is sent (the server rolls back the transaction of a session that
+    /// ends), nor when the session is found ended just before sending it (the server's
+    /// goodbye already arrived, read without a round trip as the pool's check-out test
+    /// does); once the `COMMIT` was sent, it may have.
     fn run_write<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
         let tx = PgTx::pooled(self.checkout()?, &self.server_clock);
-        tx.with(|conn| AnsiTransactionManager::begin_transaction(conn).pg("BEGIN"))?;
-        let result = f(&tx);
+        let before_commit = |e| error::lost_in(error::Phase::Transaction, e);
+        tx.with(|conn| AnsiTransactionManager::begin_transaction(conn).pg("BEGIN")).map_err(before_commit)?;
+        let result = f(&tx).map_err(before_commit);
         tx.discard_if_lost(&result);
         let mut held = tx.conn.try_borrow_mut().map_err(|_| Error::invalid("transaction", "still lent out"))?;
         let conn = held.connection();
         match result {
-            Ok(value) => match conn.batch_execute("SELECT 1; COMMIT").pg("COMMIT") {
-                Ok(()) => {
-                    self.transactions.fetch_add(1, Ordering::Relaxed);
-                    Ok(value)
+            Ok(value) => {
+                let phase = if session_ended(conn) { error::Phase::CommitNotSent } else { error::Phase::CommitSent };
+                let committed = match phase {
+                    error::Phase::CommitNotSent => {
+                        Err(Error::ConnectionLost { statement: "COMMIT", commit_unknown: false })
+                    }
+                    _ => conn.batch_execute("SELECT 1; COMMIT").pg("COMMIT"),
                 }
-                Err(e) => {
-                    let _ = AnsiTransactionManager::rollback_transaction(conn);
-                    Err(e)
+                .map_err(|e| error::lost_in(phase, e));
+                match committed {
+                    Ok(()) => {
+                        self.transactions.fetch_add(1, Ordering::Relaxed);
+                        Ok(value)
+                    }
+                    Err(e) => {
+                        let _ = AnsiTransactionManager::rollback_transaction(conn);
+                        if matches!(e, Error::ConnectionLost { .. }) {
+                            AnsiTransactionManager::transaction_manager_status_mut(conn).set_in_error();
+                        }
+                        Err(e)
+                    }
                 }
-            },
+            }
             Err(e) => {
                 // A failed rollback marks the connection broken; the pool then discards it.
                 let _ = AnsiTransactionManager::rollback_transaction(conn);

@@ -15,6 +15,22 @@ macro_rules! owned_by_token {
     };
 }
 
+/// The settles' fence against a row another transaction holds: the row is locked as part
+/// of the statement only if no other transaction holds it (`SKIP LOCKED`), and the
+/// statement changes nothing otherwise, instead of waiting for the row and then judging the
+/// lease by `$4`, an instant read before the wait. The caller tells the two misses apart by
+/// the row's identity (a row that still holds the token's live claim was held), waits for
+/// the row, reads the clock again and runs the statement once more (`queue/settle.rs`): a
+/// lease is judged at an instant read while nobody else holds the row. A row this
+/// transaction locked itself (`complete_with`'s `OWNED_LEASE`) is never skipped.
+macro_rules! unless_held_elsewhere {
+    () => {
+        " AND id = (SELECT id FROM fenceq_jobs
+                    WHERE id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'running'
+                    FOR UPDATE SKIP LOCKED)"
+    };
+}
+
 /// The wake-up of every listener of this schema's queues (`listen.rs`): `NOTIFY` on the
 /// schema's channel with the queue's name as payload, for a row the statement made due now.
 /// Sent by the server when the transaction commits, and only then; repeats within one
@@ -156,6 +172,10 @@ pub(crate) const RENEW_IF_OWNED: &str = concat!(
 /// version from before a renewal written but not yet committed (a heartbeat round still
 /// renewing other jobs), skip the wait, and refuse a token that the renewal keeps owning a
 /// moment later. A token another claim replaced (committed) waits for nothing.
+///
+/// The queue passes the earliest instant as `$4` and judges the returned lease itself, by
+/// an instant it reads once the statement returned (the row held): an instant bound before
+/// the statement would be stale by the time a wait for the row ended.
 pub(crate) const OWNED_LEASE: &str = "
     WITH locked AS (
         SELECT lease_until, heartbeat_at FROM fenceq_jobs
@@ -183,18 +203,23 @@ pub(crate) const COMPLETE_IF_OWNED: &str = concat!(
     "UPDATE fenceq_jobs
     SET    state = 'completed', lease_until = NULL, settled_at = $4
     WHERE  ",
-    owned_by_token!()
+    owned_by_token!(),
+    unless_held_elsewhere!()
 );
 
 /// Every exact live claim of the arrays `$1` ids, `$2` attempts, `$3` claim ids (at `$4`)
 /// completed in one statement, returning the tokens that completed their rows (a token listed
-/// twice matches its row once).
+/// twice matches its row once). A row another transaction holds is skipped, as in
+/// `unless_held_elsewhere!`.
 pub(crate) const COMPLETE_MANY_IF_OWNED: &str = "
     UPDATE fenceq_jobs AS j
     SET    state = 'completed', lease_until = NULL, settled_at = $4
     FROM   unnest($1::bigint[], $2::integer[], $3::uuid[]) AS t(id, attempt, claim_id)
     WHERE  j.id = t.id AND j.attempt = t.attempt AND j.claim_id = t.claim_id
       AND  j.state = 'running' AND j.lease_until > $4
+      AND  j.id IN (SELECT f.id FROM fenceq_jobs AS f
+                    WHERE f.id = ANY($1) AND f.state = 'running'
+                    FOR UPDATE SKIP LOCKED)
     RETURNING j.id, j.attempt, j.claim_id";
 
 /// Back to pending at `$5` with error `$6` while attempts are left (the constraint
@@ -204,6 +229,7 @@ pub(crate) const RETRY_IF_OWNED: &str = concat!(
     SET    state = 'pending', lease_until = NULL, run_at = $5, last_error = $6
     WHERE  attempt < max_attempts AND ",
     owned_by_token!(),
+    unless_held_elsewhere!(),
     "
     RETURNING CASE WHEN $5 <= $4 THEN ",
     wake_listeners!("queue"),
@@ -215,14 +241,16 @@ pub(crate) const EXHAUST_IF_OWNED: &str = concat!(
     SET    state = 'exhausted', lease_until = NULL, last_error = $5,
            settled_at = $4, exhausted_at = $4, acknowledged_at = NULL
     WHERE  ",
-    owned_by_token!()
+    owned_by_token!(),
+    unless_held_elsewhere!()
 );
 
 pub(crate) const MARK_UNKNOWN_IF_OWNED: &str = concat!(
     "UPDATE fenceq_jobs
     SET    state = 'unknown', lease_until = NULL, last_error = $5, settled_at = $4
     WHERE  ",
-    owned_by_token!()
+    owned_by_token!(),
+    unless_held_elsewhere!()
 );
 
 /// Parked until `$5` with reason `$6`.
@@ -230,7 +258,8 @@ pub(crate) const PARK_IF_OWNED: &str = concat!(
     "UPDATE fenceq_jobs
     SET    state = 'waiting', lease_until = NULL, wait_until = $5, last_error = $6
     WHERE  ",
-    owned_by_token!()
+    owned_by_token!(),
+    unless_held_elsewhere!()
 );
 
 /// One more attempt for the resumed work; refused once the deadline has passed, whether or
