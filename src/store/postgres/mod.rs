@@ -298,7 +298,8 @@ impl PostgresStore {
                 .as_ref()
                 .filter(|(_, at)| at.elapsed() <= waited.max(self.pool.connection_timeout()))
                 .map(|(m, _)| m.clone());
-            let reason = reason.filter(|reason| !e.to_string().contains(reason.as_str()));
+            let said = e.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
+            let reason = reason.filter(|reason| !said.contains(reason.as_str()));
             Error::Pool(crate::error::PoolError::with_reason(e, reason))
         })
     }
