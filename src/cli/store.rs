@@ -166,26 +166,28 @@ mod postgres {
              WHERE c.relname = 'fenceq_schema_version' AND c.relkind IN ('r', 'p') ORDER BY 1",
         )
         .load::<Name>(&mut conn)
-        .map(|names| names.into_iter().map(|n| n.name).filter(|n| Some(n) != ctx.schema.as_ref()).collect())
+        .map(|names| names.into_iter().map(|n| n.name).collect())
         .unwrap_or_default()
     }
 
-    /// "DB holds no fenceq queue", naming the schemas that hold one when there are any: the
-    /// usual cause is a forgotten (or mistyped) `--schema`, and `fenceq migrate` would then
-    /// create a second, empty queue beside the real one.
+    /// "DB holds no fenceq queue". Without `--schema`, when other schemas of the database
+    /// hold one, it names them and `--schema` instead: the usual cause is a forgotten
+    /// `--schema`, and `fenceq migrate` would then create a second, empty queue beside the
+    /// real one. (With `--schema`, the plain advice: a new schema is migrated first.)
     fn no_queue_here(ctx: &Context) -> BoxError {
+        if ctx.schema.is_some() {
+            return no_queue(ctx);
+        }
         let found = schemas_with_queues(ctx);
         let Some(first) = found.first() else { return no_queue(ctx) };
-        let holds = if found.len() == 1 { "schema holds" } else { "schemas hold" };
-        let db = fenceq::redact_connection_string(&ctx.db.to_string_lossy());
-        let (here, migrate) = match &ctx.schema {
-            Some(schema) => (format!("schema {schema}"), format!("fenceq migrate --schema {schema}")),
-            None => ("its default schema (no --schema given)".to_string(), "fenceq migrate".to_string()),
-        };
+        let holds = if found.len() == 1 { "schema" } else { "schemas" };
         fail(format!(
-            "{db} holds no fenceq queue in {here} (schema version 0), but this {holds} one: {}; \
-             pass --schema {first} to use it (`{migrate}` would create a second, empty queue)",
+            "{} holds no fenceq queue in its default schema (no --schema given; schema version 0), but {holds} {} \
+             of this database {}: pass --schema {first} to use it (`fenceq migrate` without --schema would create \
+             a second, empty queue)",
+            ctx.db_display(),
             found.join(", "),
+            if found.len() == 1 { "holds one" } else { "hold one each" },
         ))
     }
 
