@@ -300,9 +300,8 @@ impl Context {
     /// mode, `PGGSSENCMODE`) chooses its own. It holds the password: never print it. (The
     /// queue's own connections get the same from the library.)
     ///
-    /// Why: a command is a short-lived process, and it can exit while the queue's pool is
-    /// still opening a connection in the background (it tops its idle connections up after
-    /// each checkout). libpq's default `gssencmode=prefer` asks libkrb5 for credentials on
+    /// Why: a command is a short-lived process, and it can exit while a connection is still
+    /// being opened on another thread (the demo's and the bench's workers). libpq's default `gssencmode=prefer` asks libkrb5 for credentials on
     /// every connect, and libkrb5's exit-time finalizer then aborts the process (SIGABRT,
     /// "krb5int_getspecific: Assertion `destructors_set[keynum] == 1' failed"): measured
     /// here at about 1 exit in 100 under load, none in 900 with GSS encryption off. GSS

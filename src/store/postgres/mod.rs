@@ -367,9 +367,9 @@ fn session_settings(builder: &QueueBuilder) -> String {
 /// `connect_timeout`, else [`POSTGRES_CONNECT_TIMEOUT`]; libpq counts it in whole seconds.
 ///
 /// Why no GSS encryption by default: libpq's default `gssencmode=prefer` asks libkrb5 for
-/// credentials at every connect, and a process that exits while the pool is still opening a
-/// connection in the background (it tops its idle connections up after each checkout) then
-/// aborts in libkrb5's exit-time finalizer ("k5_mutex_lock: Assertion `r == 0' failed", or
+/// credentials at every connect, and a process that exits while a connection is still being
+/// opened on another thread (a worker's, or, before the pool kept no idle minimum, the
+/// pool's own top-up after each checkout) then aborts in libkrb5's exit-time finalizer ("k5_mutex_lock: Assertion `r == 0' failed", or
 /// "krb5int_getspecific"). Measured at about 1 exit in 100 under load for short-lived
 /// processes, none in 900 with GSS encryption off. GSS authentication (`gss` in pg_hba.conf)
 /// does not need it; a deployment that wants GSS encryption says `gssencmode=require`.
@@ -485,7 +485,14 @@ impl PostgresStore {
         let pool = r2d2::Pool::builder()
             .thread_pool(crate::store::sqlite::pool_threads())
             .max_size(builder.pool_size.saturating_mul(2))
-            .min_idle(Some(1))
+            // No idle minimum: with one, every checkout of the last idle connection starts a
+            // new one in the background, and a process that exits while that connect is
+            // under way (a CLI command, a script that enqueues one job) crashes in the exit
+            // handlers of libpq's libraries (SIGSEGV or SIGBUS in about 1 exit in 16 with
+            // SCRAM password logins, whose hashing is OpenSSL's). Connections returned to the
+            // pool stay idle for r2d2's idle timeout (10 minutes), so a busy pool stays warm;
+            // a new connection is opened only for a caller that waits for it.
+            .min_idle(Some(0))
             .connection_timeout(builder.busy_timeout + connect_timeout)
             // Every checkout looks for a session the server ended (no round trip: see
             // `Manager`), so that connections a server restart broke are replaced before a
