@@ -517,7 +517,21 @@ fn a_key_value_db_is_postgres_and_never_names_a_file() {
     cmd.current_dir(cwd.path()).args(["--db", "host=h password='s3cret", "enqueue", "--queue", "q", "--payload", "x"]);
     let err = run_cmd(cmd).error().to_string();
     assert!(err.contains("invalid database URL") && !err.contains("s3cret"), "{err}");
+    let mut cmd = Command::cargo_bin("fenceq").unwrap();
+    cmd.current_dir(cwd.path()).args(["--db", "postgres:", "stats"]);
+    let err = run_cmd(cmd).error().to_string();
+    assert!(err.contains("postgres:// alone"), "{err}");
     assert!(std::fs::read_dir(cwd.path()).unwrap().next().is_none());
+
+    // `postgres://` alone: every setting from libpq's PG* environment variables.
+    let mut cmd = Command::cargo_bin("fenceq").unwrap();
+    cmd.current_dir(cwd.path())
+        .env("PGHOST", &p.host)
+        .env("PGPORT", &p.port)
+        .env("PGUSER", &p.user)
+        .env("PGDATABASE", &p.dbname)
+        .args(["--db", "postgres://", "--schema", &s.schema, "stats", "--json"]);
+    assert_eq!(run_cmd(cmd).json()["totals"]["pending"], 2);
 }
 
 /// `#` and `?` in a URL's password are the password's to libpq; the CLI added its

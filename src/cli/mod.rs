@@ -188,7 +188,18 @@ impl Command {
         match (ctx.is_postgres(), &ctx.schema) {
             (true, _) => {
                 // Read as libpq would, before anything connects; the refusal never repeats it.
-                fenceq::ConnInfo::parse(&ctx.db.to_string_lossy())?;
+                let db = ctx.db.to_string_lossy();
+                if let Err(e) = fenceq::ConnInfo::parse(&db) {
+                    let lower = db.to_ascii_lowercase();
+                    if (lower.starts_with("postgres:") || lower.starts_with("postgresql:")) && !lower.contains("://") {
+                        return Err(fail(
+                            "--db starts with `postgres:` but is not a postgres:// URL: write \
+                             postgres://user@host:5432/dbname, or postgres:// alone to take every setting from \
+                             the PG* environment variables (write ./NAME for a file of that name)",
+                        ));
+                    }
+                    return Err(e.into());
+                }
                 self.run_on_postgres(ctx)
             }
             (false, Some(_)) => {
