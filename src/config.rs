@@ -83,6 +83,8 @@ pub(crate) enum Location {
 /// - clock: [`SystemClock`]
 /// - payload limit: [`DEFAULT_MAX_PAYLOAD`]
 /// - attempts per job: [`DEFAULT_MAX_ATTEMPTS`]
+/// - connect timeout (PostgreSQL): the URL's `connect_timeout`, else
+///   `POSTGRES_CONNECT_TIMEOUT` (10 seconds)
 ///
 /// ```
 /// # let dir = tempfile::tempdir().unwrap();
@@ -112,6 +114,10 @@ pub struct QueueBuilder {
     /// The PostgreSQL schema (`QueueBuilder::schema`).
     #[cfg(feature = "postgres")]
     pub(crate) schema: Option<String>,
+    /// How long opening a PostgreSQL connection may take (`QueueBuilder::connect_timeout`;
+    /// `None`: the URL's `connect_timeout`, else `POSTGRES_CONNECT_TIMEOUT`).
+    #[cfg(feature = "postgres")]
+    pub(crate) connect_timeout: Option<Duration>,
 }
 
 impl Default for QueueBuilder {
@@ -131,6 +137,8 @@ impl Default for QueueBuilder {
             url: None,
             #[cfg(feature = "postgres")]
             schema: None,
+            #[cfg(feature = "postgres")]
+            connect_timeout: None,
         }
     }
 }

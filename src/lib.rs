@@ -3,6 +3,7 @@
 
 mod clock;
 mod config;
+mod conninfo;
 mod error;
 mod job;
 mod maintenance;
@@ -31,6 +32,7 @@ pub use config::{
     QueueBuilder, Retention, Synchronous, DEFAULT_BUSY_TIMEOUT, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD,
     DEFAULT_POOL_SIZE, DEFAULT_PRUNE_BATCH, DEFAULT_RETENTION, MAX_KEY_LEN, MAX_LEASE, MAX_NAME_LEN,
 };
+pub use conninfo::{is_connection_string, redact_connection_string, ConnInfo};
 /// The diesel version the PostgreSQL store is built with, for closures that receive its
 /// [`PgTx`] (feature `postgres`).
 #[cfg(feature = "postgres")]

@@ -462,6 +462,164 @@ fn sqlite_only_options_are_refused_and_passwords_never_printed() {
     }
 }
 
+// ------------------------------------------------------------------------------- connection strings
+
+/// The test server's URL (`postgres://USER@HOST:PORT/DB`) as its parts.
+struct Parts {
+    user: String,
+    host: String,
+    port: String,
+    dbname: String,
+}
+
+fn parts(url: &str) -> Parts {
+    let rest = url.split_once("://").expect("a URL").1;
+    let (userinfo, rest) = rest.split_once('@').expect("a user");
+    let (hostport, dbname) = rest.split_once('/').expect("a database");
+    let (host, port) = hostport.split_once(':').expect("a port");
+    let user = userinfo.split(':').next().unwrap_or(userinfo).to_string();
+    Parts { user, host: host.into(), port: port.into(), dbname: dbname.split('?').next().unwrap_or(dbname).into() }
+}
+
+/// A libpq key/value string is a PostgreSQL database to the CLI, as it is to the library:
+/// it took it for an SQLite file name, created that file (password in its name) in the
+/// current directory, and enqueued there.
+#[test]
+fn a_key_value_db_is_postgres_and_never_names_a_file() {
+    let Some(s) = Scratch::new() else { return };
+    let p = parts(&s.url);
+    let cwd = tempfile::tempdir().unwrap();
+    let db = format!("host={} port={} user={} password=WrongPW_letmein dbname={}", p.host, p.port, p.user, p.dbname);
+    let spaced =
+        format!("host = {} port = {} user = {} password = 'Wrong PW' dbname = {}", p.host, p.port, p.user, p.dbname);
+    for (i, db) in [db, spaced].iter().enumerate() {
+        let run = |args: &[&str]| {
+            let mut cmd = Command::cargo_bin("fenceq").unwrap();
+            cmd.current_dir(cwd.path()).args(["--db", db, "--schema", &s.schema]).args(args);
+            run_cmd(cmd)
+        };
+        let out = run(&["enqueue", "--queue", "q", "--payload", "x"]);
+        assert!(out.ok().contains("enqueued job"), "{}", out.stdout);
+        let stats = run(&["stats", "--json"]);
+        assert_eq!(stats.json()["totals"]["pending"], i as u64 + 1);
+        let hint = run(&["list", "--queue", "none"]);
+        for printed in [&out, &stats, &hint] {
+            let text = format!("{}{}", printed.stdout, printed.stderr);
+            assert!(!text.contains("WrongPW") && !text.contains("Wrong PW"), "{text}");
+        }
+        let files: Vec<_> = std::fs::read_dir(cwd.path()).unwrap().collect();
+        assert!(files.is_empty(), "files created in the current directory: {files:?}");
+    }
+    assert_eq!(job_count(&s.queue()), 2, "both jobs went to the PostgreSQL schema");
+
+    // A value that looks like a connection string but cannot be read is refused, never a file.
+    let mut cmd = Command::cargo_bin("fenceq").unwrap();
+    cmd.current_dir(cwd.path()).args(["--db", "host=h password='s3cret", "enqueue", "--queue", "q", "--payload", "x"]);
+    let err = run_cmd(cmd).error().to_string();
+    assert!(err.contains("invalid database URL") && !err.contains("s3cret"), "{err}");
+    let mut cmd = Command::cargo_bin("fenceq").unwrap();
+    cmd.current_dir(cwd.path()).args(["--db", "postgres:", "stats"]);
+    let err = run_cmd(cmd).error().to_string();
+    assert!(err.contains("postgres:// alone"), "{err}");
+    assert!(std::fs::read_dir(cwd.path()).unwrap().next().is_none());
+
+    // `postgres://` alone: every setting from libpq's PG* environment variables.
+    let mut cmd = Command::cargo_bin("fenceq").unwrap();
+    cmd.current_dir(cwd.path())
+        .env("PGHOST", &p.host)
+        .env("PGPORT", &p.port)
+        .env("PGUSER", &p.user)
+        .env("PGDATABASE", &p.dbname)
+        .args(["--db", "postgres://", "--schema", &s.schema, "stats", "--json"]);
+    assert_eq!(run_cmd(cmd).json()["totals"]["pending"], 2);
+}
+
+/// `#` and `?` in a URL's password are the password's to libpq; the CLI added its
+/// `gssencmode` before the `#` as if it began a fragment, and the database name became
+/// `fenceq_test&connect_timeout=10&...` after 15 s.
+#[test]
+fn a_url_whose_password_holds_a_hash_or_question_mark_opens_its_database() {
+    let Some(s) = Scratch::new() else { return };
+    let p = parts(&s.url);
+    for password in ["se#cret", "se?cr#et", "se cr#?et"] {
+        let db = format!("postgres://{}:{password}@{}:{}/{}", p.user, p.host, p.port, p.dbname);
+        let started = Instant::now();
+        let mut cmd = Command::cargo_bin("fenceq").unwrap();
+        cmd.args(["--db", &db, "--schema", &s.schema, "enqueue", "--queue", "q", "--payload", password]);
+        let run = run_cmd(cmd);
+        assert!(!run.stdout.contains("cret") && !run.stderr.contains("cret"), "{}{}", run.stdout, run.stderr);
+        run.ok();
+        assert!(started.elapsed() < Duration::from_secs(3), "{password}: took {:?}", started.elapsed());
+    }
+    assert_eq!(job_count(&s.queue()), 3);
+}
+
+/// A missing database is the server's final word: the CLI says so at once with the server's
+/// reason (it waited 15 s for the pool's check-out to time out).
+#[test]
+fn a_missing_database_is_reported_at_once() {
+    let Some(s) = Scratch::new() else { return };
+    let p = parts(&s.url);
+    let missing = format!("no_db_{}", uuid::Uuid::new_v4().simple());
+    let db = format!("postgres://{}:pw-s3cret@{}:{}/{missing}", p.user, p.host, p.port);
+    let started = Instant::now();
+    let mut cmd = Command::cargo_bin("fenceq").unwrap();
+    cmd.args(["--db", &db, "stats"]);
+    let run = run_cmd(cmd);
+    let took = started.elapsed();
+    let line = run.error();
+    assert!(line.contains(&format!("database \"{missing}\" does not exist")), "{line}");
+    assert!(!line.contains("pw-s3cret"), "{line}");
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+}
+
+/// Without `--schema`, a database whose queue lives in a schema of its own: the error names
+/// that schema and `--schema`, instead of advising `fenceq migrate`, which would create a
+/// second, empty queue in `public`. On a database of the test's own, so that no other
+/// test's schema is listed.
+#[test]
+fn a_forgotten_schema_is_named_instead_of_advising_a_second_queue() {
+    let Some(s) = Scratch::new() else { return };
+    let p = parts(&s.url);
+    let dbname = format!("fenceq_cli_{}", uuid::Uuid::new_v4().simple());
+    s.raw().batch_execute(&format!("CREATE DATABASE {dbname}")).unwrap();
+    struct Dropped<'a>(&'a Scratch, String);
+    impl Drop for Dropped<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.raw().batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.1));
+        }
+    }
+    let _dropped = Dropped(&s, dbname.clone());
+    let db = format!("postgres://{}@{}:{}/{dbname}", p.user, p.host, p.port);
+    let run = |args: &[&str]| {
+        let mut cmd = Command::cargo_bin("fenceq").unwrap();
+        cmd.args(["--db", &db]).args(args);
+        run_cmd(cmd)
+    };
+    run(&["--schema", "bot_queue", "migrate"]).ok();
+    for command in [&["stats"][..], &["cancel", "1"], &["list"]] {
+        let line = run(command).error().to_string();
+        assert!(line.contains("holds no fenceq queue"), "{line}");
+        assert!(line.contains("--schema bot_queue"), "{line}");
+    }
+    // A second schema with a queue: both named.
+    run(&["--schema", "audit", "migrate"]).ok();
+    let line = run(&["stats"]).error().to_string();
+    assert!(line.contains("schemas audit, bot_queue of this database hold one each"), "{line}");
+    // Nothing was created in `public`.
+    let stats = run(&["--schema", "bot_queue", "stats", "--json"]);
+    assert_eq!(stats.json()["totals"]["pending"], 0);
+    let mut conn = PgConnection::establish(&db).unwrap();
+    #[derive(QueryableByName)]
+    struct Found {
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+    }
+    let found: Found =
+        sql_query("SELECT count(*) AS n FROM pg_tables WHERE schemaname = 'public'").get_result(&mut conn).unwrap();
+    assert_eq!(found.n, 0);
+}
+
 // ------------------------------------------------------------------------------- demo, bench
 
 /// A figure of the demo's JSON document, as a count.

@@ -465,3 +465,107 @@ fn batches_under_ended_sessions_are_committed_or_say_what_they_may_have_written(
     eprintln!("sessions ended {ended}: ok {ok}, nothing written {nothing}, may have committed {unknown}");
     assert!(other.is_empty(), "{other:#?}");
 }
+
+// ------------------------------------------------------------------------------- connecting
+
+/// A final refusal must come back well within this (it took busy timeout + connect timeout,
+/// 15 s, while the pool's check-out retried it).
+const AT_ONCE: Duration = Duration::from_secs(3);
+
+/// The test server's URL (`postgres://USER@HOST:PORT/DB`) with `user`, `password` and
+/// `dbname` in its place; `password` as written (reserved characters and all).
+fn server_url_as(url: &str, user: Option<&str>, password: &str, dbname: Option<&str>) -> String {
+    let (scheme, rest) = url.split_once("://").expect("a URL");
+    let (userinfo, rest) = rest.split_once('@').expect("a user");
+    let (hostport, db) = rest.split_once('/').expect("a database");
+    let user = user.unwrap_or(userinfo.split(':').next().unwrap_or(userinfo));
+    format!("{scheme}://{user}:{password}@{hostport}/{}", dbname.unwrap_or(db))
+}
+
+/// The error with its sources, on one line.
+fn chain(e: &Error) -> String {
+    let mut shown = format!("{e} / {e:?}");
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        shown.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    shown
+}
+
+/// libpq reads everything from the user information's `:` to its first `@` as the password,
+/// `?` and `#` included; the queue must connect to the same database (the server trusts every
+/// login, so the password itself is checked by tests/postgres_urls.rs). It appended its own
+/// parameters to the URL as text, and the database name became
+/// `fenceq_test&connect_timeout=10&...`, after a 10 s wait.
+#[test]
+fn a_password_holding_a_question_mark_or_a_hash_keeps_the_database() {
+    let Some(s) = Scratch::new() else { return };
+    for password in ["se?cret", "se#cret", "s%20e?c#r&et=1"] {
+        let url = server_url_as(&s.url, None, password, None);
+        let started = Instant::now();
+        let q = s.open_at(url).unwrap_or_else(|e| panic!("{password}: {}", chain(&e)));
+        assert!(started.elapsed() < AT_ONCE, "{password}: opening took {:?}", started.elapsed());
+        q.enqueue(NewJob::new("q", password.as_bytes().to_vec())).unwrap();
+        let shown = q
+            .with_connection(|tx| {
+                Ok(sql_query("SELECT current_database()::text AS value").get_result::<Shown>(&mut *tx.conn())?)
+            })
+            .unwrap();
+        assert_eq!(shown.value, "fenceq_test");
+    }
+}
+
+/// A missing database or role is the server's final word: reported at once (not after the
+/// pool's check-out timed out), as `InvalidInput` with the server's reason.
+#[test]
+fn a_missing_database_or_role_is_refused_at_once_with_the_servers_reason() {
+    let Some(s) = Scratch::new() else { return };
+    let missing_db = format!("no_db_{}", uuid::Uuid::new_v4().simple());
+    let missing_role = format!("no_role_{}", uuid::Uuid::new_v4().simple());
+    for (url, said) in [
+        (
+            server_url_as(&s.url, None, "pw-s3cret", Some(&missing_db)),
+            format!("database \"{missing_db}\" does not exist"),
+        ),
+        (
+            server_url_as(&s.url, Some(&missing_role), "pw-s3cret", None),
+            format!("role \"{missing_role}\" does not exist"),
+        ),
+    ] {
+        let started = Instant::now();
+        let err = s.open_at(url).expect_err("refused");
+        let took = started.elapsed();
+        let shown = chain(&err);
+        assert!(matches!(err, Error::InvalidInput { .. }), "{shown}");
+        assert!(shown.contains(&said), "{shown}");
+        assert!(!shown.contains("pw-s3cret"), "{shown}");
+        assert!(took < AT_ONCE, "took {took:?}: {shown}");
+    }
+}
+
+/// Nothing listens on the port: not a final refusal (a server may be restarting), so it is
+/// tried again, but only until the connect timeout the URL sets, not busy timeout + 10 s.
+#[test]
+fn an_unreachable_server_is_reported_within_the_connect_timeout() {
+    let Some(s) = Scratch::new() else { return };
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("postgres://fenceq:pw-s3cret@127.0.0.1:{port}/none?connect_timeout=2");
+    let started = Instant::now();
+    let err = s.open_at(url).expect_err("nothing listens");
+    let took = started.elapsed();
+    let shown = chain(&err);
+    assert!(matches!(err, Error::Pool(_)), "{shown}");
+    assert!(shown.contains("refused"), "{shown}");
+    assert!(!shown.contains("pw-s3cret"), "{shown}");
+    assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(5), "took {took:?}");
+
+    // The builder's own setting replaces the URL's.
+    let url = format!("postgres://fenceq@127.0.0.1:{port}/none?connect_timeout=30");
+    let started = Instant::now();
+    let builder = Queue::builder().url(url).connect_timeout(Duration::from_secs(1));
+    assert!(matches!(builder.open_postgres(), Err(Error::Pool(_))));
+    assert!(started.elapsed() < Duration::from_secs(4), "took {:?}", started.elapsed());
+    let err = Queue::builder().url(s.url.clone()).connect_timeout(Duration::ZERO).open_postgres().expect_err("0 s");
+    assert!(matches!(err, Error::InvalidInput { what: "connect timeout", .. }), "{err}");
+}

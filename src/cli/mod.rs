@@ -37,18 +37,28 @@ use store::{CliStore, Open};
 #[derive(Debug, Parser)]
 #[command(name = "fenceq", version, propagate_version = true, max_term_width = 100)]
 pub struct Cli {
-    /// The queue database: an SQLite file, or a PostgreSQL URL.
+    /// The queue database: an SQLite file, or a PostgreSQL URL or connection string.
     ///
     /// Defaults to `fenceq.db` (for `demo`: a temporary file, deleted afterwards). Only
     /// `enqueue`, `migrate` and `demo` create it when it is missing; every other command
-    /// fails with "no database at PATH". A value starting with `postgres://` or
-    /// `postgresql://` opens that PostgreSQL database (a build with the `postgres` feature),
-    /// where every command works the same, except `backup` (use pg_dump); the CLI never
-    /// prints the URL's password. Prefer ~/.pgpass or PGPASSWORD to a password in the URL.
+    /// fails with "no database at PATH".
+    ///
+    /// PostgreSQL (a build with the `postgres` feature), where every command works the same
+    /// except `backup` (use pg_dump): a URL (`postgres://user:password@host:5432/dbname`,
+    /// `postgresql://...`; percent-encode `@` and `/` in a password as %40 and %2F) or a
+    /// libpq key/value string (`host=db port=5432 user=bot password='a b' dbname=app`).
+    /// What it leaves unset comes from libpq's PG* environment variables (PGHOST, PGPORT,
+    /// PGUSER, PGPASSWORD, PGDATABASE, ...): `--db postgres://` takes everything from them.
+    /// A value that starts with `postgres:` or holds a libpq keyword followed by `=` (host=,
+    /// dbname=, password=, ...) is always taken as PostgreSQL, never as a file name (write
+    /// ./NAME for such a file). A wrong password or a missing database is reported at once;
+    /// a server that does not answer is waited for up to the connect timeout (10 s; set
+    /// `connect_timeout=N` in the URL to wait less). The CLI never prints the password.
+    /// Prefer ~/.pgpass or PGPASSWORD to a password on the command line.
     #[arg(long, global = true, value_name = "PATH|URL")]
     pub db: Option<PathBuf>,
 
-    /// The PostgreSQL schema the queue's tables live in (only with a postgres:// --db).
+    /// The PostgreSQL schema the queue's tables live in (only with a PostgreSQL --db).
     ///
     /// A lowercase identifier of [a-z0-9_]; created by the commands that create a queue
     /// (`enqueue`, `migrate`, `demo`). Without it, the connection's current schema
@@ -177,8 +187,25 @@ impl Command {
             backup.check_store(ctx)?;
         }
         match (ctx.is_postgres(), &ctx.schema) {
-            (true, _) => self.run_on_postgres(ctx),
-            (false, Some(_)) => Err(fail("--schema names a PostgreSQL schema; it needs a postgres:// --db")),
+            (true, _) => {
+                // Read as libpq would, before anything connects; the refusal never repeats it.
+                let db = ctx.db.to_string_lossy();
+                if let Err(e) = fenceq::ConnInfo::parse(&db) {
+                    let lower = db.to_ascii_lowercase();
+                    if (lower.starts_with("postgres:") || lower.starts_with("postgresql:")) && !lower.contains("://") {
+                        return Err(fail(
+                            "--db starts with `postgres:` but is not a postgres:// URL: write \
+                             postgres://user@host:5432/dbname, or postgres:// alone to take every setting from \
+                             the PG* environment variables (write ./NAME for a file of that name)",
+                        ));
+                    }
+                    return Err(e.into());
+                }
+                self.run_on_postgres(ctx)
+            }
+            (false, Some(_)) => {
+                Err(fail("--schema names a PostgreSQL schema; it needs a PostgreSQL --db (postgres://... or host=...)"))
+            }
             (false, None) => self.run_on::<SqliteStore>(ctx),
         }
     }
@@ -210,8 +237,8 @@ impl Command {
             return args.run(_ctx);
         }
         Err(fail(
-            "--db is a PostgreSQL URL, but this fenceq was built without the `postgres` feature \
-             (build it with `--features postgres`)",
+            "--db is a PostgreSQL URL or connection string, but this fenceq was built without the \
+             `postgres` feature (build it with `--features postgres`, or write ./NAME for a file of that name)",
         ))
     }
 
@@ -273,17 +300,20 @@ impl Context {
         self.out.is_json()
     }
 
-    /// True when `--db` is a `postgres://` or `postgresql://` URL.
+    /// True when `--db` is a PostgreSQL URL or connection string
+    /// ([`fenceq::is_connection_string`]).
     pub fn is_postgres(&self) -> bool {
-        backup::is_server_url(&self.db)
+        is_server_url(&self.db)
     }
 
-    /// The PostgreSQL URL the CLI connects with: `--db`, with `gssencmode=disable` added
-    /// unless the URL or `PGGSSENCMODE` chooses a GSS encryption mode.
+    /// The libpq connection string the CLI's own connections use (the bench's raw loops):
+    /// `--db` read as libpq reads it and written back as a key/value string, with a connect
+    /// timeout (10 seconds) and `gssencmode=disable` added unless `--db` (or, for the GSS
+    /// mode, `PGGSSENCMODE`) chooses its own. It holds the password: never print it. (The
+    /// queue's own connections get the same from the library.)
     ///
-    /// Why: a command is a short-lived process, and it can exit while the queue's pool is
-    /// still opening a connection in the background (it tops its idle connections up after
-    /// each checkout). libpq's default `gssencmode=prefer` asks libkrb5 for credentials on
+    /// Why: a command is a short-lived process, and it can exit while a connection is still
+    /// being opened on another thread (the demo's and the bench's workers). libpq's default `gssencmode=prefer` asks libkrb5 for credentials on
     /// every connect, and libkrb5's exit-time finalizer then aborts the process (SIGABRT,
     /// "krb5int_getspecific: Assertion `destructors_set[keynum] == 1' failed"): measured
     /// here at about 1 exit in 100 under load, none in 900 with GSS encryption off. GSS
@@ -292,17 +322,13 @@ impl Context {
     #[cfg(feature = "postgres")]
     pub fn server_url(&self) -> String {
         let url = self.db.to_string_lossy().into_owned();
-        if url.to_ascii_lowercase().contains("gssencmode=") || std::env::var_os("PGGSSENCMODE").is_some() {
-            return url;
+        // `Command::run` refused a string libpq cannot read before any command ran.
+        let Ok(info) = fenceq::ConnInfo::parse(&url) else { return url };
+        let mut info = info.or_set("connect_timeout", &fenceq::POSTGRES_CONNECT_TIMEOUT.as_secs().to_string());
+        if std::env::var_os("PGGSSENCMODE").is_none() {
+            info = info.or_set("gssencmode", "disable");
         }
-        let (base, fragment) = url.split_once('#').map_or((url.as_str(), None), |(b, f)| (b, Some(f)));
-        let separator = if base.contains('?') { '&' } else { '?' };
-        let mut out = format!("{base}{separator}gssencmode=disable");
-        if let Some(fragment) = fragment {
-            out.push('#');
-            out.push_str(fragment);
-        }
-        out
+        info.to_libpq()
     }
 
     /// `--db` for people: the file's path, or the URL without its password (and the
@@ -311,7 +337,7 @@ impl Context {
         if !self.is_postgres() {
             return self.db.display().to_string();
         }
-        let url = store::redact(&self.db.to_string_lossy());
+        let url = fenceq::redact_connection_string(&self.db.to_string_lossy());
         match &self.schema {
             Some(schema) => format!("{url} (schema {schema})"),
             None => url,
@@ -324,7 +350,8 @@ impl Context {
         if !self.is_postgres() {
             return format!("--db {}", self.db.display());
         }
-        let url = store::redact(&self.db.to_string_lossy());
+        // In single quotes for a POSIX shell (a `'` inside as '\'').
+        let url = fenceq::redact_connection_string(&self.db.to_string_lossy()).replace('\'', r"'\''");
         match &self.schema {
             Some(schema) => format!("--db '{url}' --schema {schema}"),
             None => format!("--db '{url}'"),
@@ -393,10 +420,16 @@ pub fn check_existing(path: &Path) -> CliResult<()> {
     Ok(())
 }
 
+/// True when `--db` is a PostgreSQL URL or connection string, never to be taken as a file
+/// name ([`fenceq::is_connection_string`]: `postgres:...`, or `host=... dbname=...`).
+fn is_server_url(path: &Path) -> bool {
+    fenceq::is_connection_string(&path.to_string_lossy())
+}
+
 /// Fails for a PostgreSQL URL where a file must be, which would otherwise name a file (and
 /// its directories). The URL is not repeated: it may hold a password.
 fn check_not_server_url(path: &Path) -> CliResult<()> {
-    if backup::is_server_url(path) {
+    if is_server_url(path) {
         return Err(fail(
             "--db is a PostgreSQL URL, but this needs an SQLite database file \
              (a PostgreSQL queue's backups are the server's job: pg_dump)",
@@ -632,13 +665,18 @@ mod tests {
     #[cfg(not(feature = "postgres"))]
     #[test]
     fn a_postgres_url_without_the_feature_names_the_feature() {
-        for url in ["postgres://ops:s3cret@db.internal/bot", "postgresql://ops:s3cret@db.internal/bot"] {
+        for url in [
+            "postgres://ops:s3cret@db.internal/bot",
+            "postgresql://ops:s3cret@db.internal/bot",
+            "host=127.0.0.1 port=45601 user=botpw password=s3cret dbname=fenceq_test",
+        ] {
             for command in [&["stats"][..], &["migrate"], &["demo"], &["bench"], &["cancel", "1"]] {
                 let args = ["fenceq", "--db", url].into_iter().chain(command.iter().copied());
                 let error = run(Cli::try_parse_from(args).expect("valid arguments")).expect_err("refused");
                 let line = error_line(error.as_ref());
                 assert!(line.contains("without the `postgres` feature"), "{line}");
                 assert!(!line.contains("s3cret"), "{line}");
+                assert!(!Path::new(url).exists(), "no file named after the connection string");
             }
         }
     }
@@ -656,14 +694,17 @@ mod tests {
         if std::env::var_os("PGGSSENCMODE").is_some() {
             return; // the environment chose; the URL is left as it is (checked below)
         }
-        assert_eq!(ctx("postgres://u@h/d").server_url(), "postgres://u@h/d?gssencmode=disable");
-        assert_eq!(
-            ctx("postgres://u@h/d?sslmode=require").server_url(),
-            "postgres://u@h/d?sslmode=require&gssencmode=disable"
-        );
-        assert_eq!(ctx("postgres://u@h/d?gssencmode=require").server_url(), "postgres://u@h/d?gssencmode=require");
-        assert_eq!(ctx("postgresql://u:p@h/d#x").server_url(), "postgresql://u:p@h/d?gssencmode=disable#x");
+        let info = |db: &str| fenceq::ConnInfo::parse(&ctx(db).server_url()).unwrap();
+        assert_eq!(info("postgres://u@h/d").get("gssencmode"), Some("disable"));
+        assert_eq!(info("postgres://u@h/d?sslmode=require").get("sslmode"), Some("require"));
+        assert_eq!(info("postgres://u@h/d?gssencmode=require").get("gssencmode"), Some("require"));
+        // `#` and `?` are a password's characters to libpq, not a fragment or a query.
+        let hashed = info("postgresql://u:p#x?y@h/d");
+        assert_eq!((hashed.get("password"), hashed.get("dbname")), (Some("p#x?y"), Some("d")));
+        assert_eq!(hashed.get("gssencmode"), Some("disable"));
+        assert_eq!(info("host=h dbname=d").get("connect_timeout"), Some("10"));
         assert_eq!(ctx("postgres://u:s3cret@h/d").db_display(), "postgres://u:***@h/d");
+        assert_eq!(ctx("host=h password = 's3 cret' dbname=d").db_display(), "host=h password = *** dbname=d");
     }
 
     #[test]

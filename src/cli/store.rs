@@ -3,8 +3,9 @@
 //! upgrading it, and the few statements the demo runs on a caller's transaction.
 //!
 //! Every command is written once, generic over [`CliStore`]; [`super::Command::run`] picks
-//! the store once, from `--db`: a `postgres://` or `postgresql://` URL opens PostgreSQL
-//! (feature `postgres`), anything else is an SQLite file.
+//! the store once, from `--db`: a PostgreSQL URL or libpq key/value string
+//! ([`fenceq::is_connection_string`]) opens PostgreSQL (feature `postgres`), anything else
+//! is an SQLite file.
 
 use super::{check_existing, fail, CliResult, Context};
 use fenceq::store::Store;
@@ -136,18 +137,58 @@ pub fn no_queue(ctx: &Context) -> super::BoxError {
 #[cfg(feature = "postgres")]
 mod postgres {
     use super::{no_queue, CliStore, Open};
-    use crate::cli::{CliResult, Context};
+    use crate::cli::{fail, BoxError, CliResult, Context};
     use fenceq::diesel::sql_types::{BigInt, Text};
-    use fenceq::diesel::{sql_query, QueryableByName, RunQueryDsl};
+    use fenceq::diesel::{sql_query, Connection, PgConnection, QueryableByName, RunQueryDsl};
     use fenceq::{Error, PostgresStore, Queue, QueueBuilder};
 
-    /// The builder for `--db URL` and `--schema`.
+    /// The builder for `--db URL` and `--schema` (the library adds its connect timeout,
+    /// application name and GSS setting to the URL).
     fn builder(ctx: &Context) -> QueueBuilder {
-        let builder = Queue::builder().url(ctx.server_url());
+        let builder = Queue::builder().url(ctx.db.to_string_lossy().into_owned());
         match &ctx.schema {
             Some(schema) => builder.schema(schema.clone()),
             None => builder,
         }
+    }
+
+    /// The schemas of `--db`'s database that hold fenceq tables (empty when they cannot be
+    /// listed: the advice is then the plain one).
+    fn schemas_with_queues(ctx: &Context) -> Vec<String> {
+        #[derive(QueryableByName)]
+        struct Name {
+            #[diesel(sql_type = Text)]
+            name: String,
+        }
+        let Ok(mut conn) = PgConnection::establish(&ctx.server_url()) else { return Vec::new() };
+        sql_query(
+            "SELECT n.nspname::text AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE c.relname = 'fenceq_schema_version' AND c.relkind IN ('r', 'p') ORDER BY 1",
+        )
+        .load::<Name>(&mut conn)
+        .map(|names| names.into_iter().map(|n| n.name).collect())
+        .unwrap_or_default()
+    }
+
+    /// "DB holds no fenceq queue". Without `--schema`, when other schemas of the database
+    /// hold one, it names them and `--schema` instead: the usual cause is a forgotten
+    /// `--schema`, and `fenceq migrate` would then create a second, empty queue beside the
+    /// real one. (With `--schema`, the plain advice: a new schema is migrated first.)
+    fn no_queue_here(ctx: &Context) -> BoxError {
+        if ctx.schema.is_some() {
+            return no_queue(ctx);
+        }
+        let found = schemas_with_queues(ctx);
+        let Some(first) = found.first() else { return no_queue(ctx) };
+        let holds = if found.len() == 1 { "schema" } else { "schemas" };
+        fail(format!(
+            "{} holds no fenceq queue in its default schema (no --schema given; schema version 0), but {holds} {} \
+             of this database {}: pass --schema {first} to use it (`fenceq migrate` without --schema would create \
+             a second, empty queue)",
+            ctx.db_display(),
+            found.join(", "),
+            if found.len() == 1 { "holds one" } else { "hold one each" },
+        ))
     }
 
     impl CliStore for PostgresStore {
@@ -162,7 +203,7 @@ mod postgres {
                 Open::Existing => builder.upgrade(false).open_postgres(),
             };
             match opened {
-                Err(Error::SchemaTooOld { found: 0, .. }) => Err(no_queue(ctx)),
+                Err(Error::SchemaTooOld { found: 0, .. }) => Err(no_queue_here(ctx)),
                 other => Ok(other?),
             }
         }
@@ -213,45 +254,5 @@ mod postgres {
                 Ok(count.n as u64)
             })
         }
-    }
-}
-
-/// `url` with its password replaced by `***` (in the user info and in a `password=`
-/// parameter), so that the CLI can name a PostgreSQL target in its output and errors.
-pub fn redact(url: &str) -> String {
-    let mut out = url.to_string();
-    if let Some(scheme_end) = out.find("://") {
-        let start = scheme_end + 3;
-        let authority_end = out[start..].find(['/', '?', '#']).map_or(out.len(), |i| start + i);
-        if let Some(at) = out[start..authority_end].rfind('@') {
-            if let Some(colon) = out[start..start + at].find(':') {
-                out.replace_range(start + colon + 1..start + at, "***");
-            }
-        }
-    }
-    let mut from = 0;
-    while let Some(found) = out[from..].to_ascii_lowercase().find("password=") {
-        let value = from + found + "password=".len();
-        let end = out[value..].find(['&', ' ', '#']).map_or(out.len(), |i| value + i);
-        out.replace_range(value..end, "***");
-        from = value + 3;
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redact;
-
-    #[test]
-    fn passwords_are_redacted() {
-        assert_eq!(redact("postgres://bot:s3cret@h:5432/app"), "postgres://bot:***@h:5432/app");
-        assert_eq!(redact("postgres://bot@h/app"), "postgres://bot@h/app");
-        assert_eq!(
-            redact("postgresql://h/app?password=s3cret&sslmode=require"),
-            "postgresql://h/app?password=***&sslmode=require"
-        );
-        assert_eq!(redact("postgres://a:b@h/d?PASSWORD=x"), "postgres://a:***@h/d?PASSWORD=***");
-        assert_eq!(redact("queue.db"), "queue.db");
     }
 }

@@ -79,14 +79,26 @@ pub(crate) type PgConn = PgConnection;
 /// the read of the end of the stream fails. A connection that silently vanished (a network
 /// that drops packets, no reset) passes the test and fails its call with `ConnectionLost`,
 /// after which the store discards it (see `PgTx::discard`).
-#[derive(Debug)]
-pub(crate) struct Manager(ConnectionManager<PgConnection>);
+///
+/// It also holds the connection `PostgresStore::open` made itself (to tell a refusal from an
+/// unreachable server at once), which the pool's first new connection then is, instead of a
+/// second connect.
+pub(crate) struct Manager(ConnectionManager<PgConnection>, parking_lot::Mutex<Option<PgConnection>>);
+
+impl std::fmt::Debug for Manager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Manager").finish_non_exhaustive()
+    }
+}
 
 impl ManageConnection for Manager {
     type Connection = PgConnection;
     type Error = diesel::r2d2::Error;
 
     fn connect(&self) -> std::result::Result<PgConnection, diesel::r2d2::Error> {
+        if let Some(conn) = self.1.lock().take() {
+            return Ok(conn);
+        }
         self.0.connect()
     }
 
@@ -116,8 +128,8 @@ fn session_ended(conn: &mut PgConnection) -> bool {
     (0..2).any(|_| matches!(conn.notifications_iter().next(), Some(Err(_))))
 }
 
-/// How long opening a connection may take (libpq's `connect_timeout`, unless the URL sets
-/// its own). 10 seconds.
+/// How long opening a connection may take unless the URL's `connect_timeout` or
+/// [`QueueBuilder::connect_timeout`] says otherwise: 10 seconds.
 pub const POSTGRES_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest any one statement may run (`statement_timeout`): 30 seconds.
 pub const POSTGRES_STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -131,7 +143,7 @@ pub(crate) struct Url(pub(crate) String);
 
 impl std::fmt::Debug for Url {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&error::redact(&self.0))
+        f.write_str(&crate::conninfo::redact_connection_string(&self.0))
     }
 }
 
@@ -271,6 +283,8 @@ pub struct PostgresStore {
     server_clock: time::ServerClock,
     /// The session settings, for the listener's own connection.
     settings: String,
+    /// The key/value string libpq connects with (holds the password: never shown).
+    conninfo: String,
     /// The `LISTEN` thread, started by the first [`Store::watch`](crate::store::Store::watch).
     listener: parking_lot::Mutex<Option<listen::Listener>>,
     /// Why the pool's latest new connection failed, for the errors of check-outs that time out.
@@ -285,8 +299,15 @@ struct ConnectErrors(std::sync::Arc<parking_lot::Mutex<Option<(String, std::time
 
 impl r2d2::HandleError<diesel::r2d2::Error> for ConnectErrors {
     fn handle_error(&self, error: diesel::r2d2::Error) {
-        // The message is libpq's: it names the host and port, never the password.
-        let message = error.to_string();
+        // The message is libpq's: it names the host and port, never the password (a string
+        // libpq could not read, whose message might, was refused before any connect).
+        self.record(connect_failure(&error));
+    }
+}
+
+impl ConnectErrors {
+    /// A failure of a connect the store made itself, as the pool's own are recorded.
+    fn record(&self, message: String) {
         tracing::warn!(error = %message, "a new PostgreSQL connection failed");
         *self.0.lock() = Some((message, std::time::Instant::now()));
     }
@@ -296,11 +317,21 @@ impl PostgresStore {
     /// A connection of the pool; a time-out says why the latest new connection failed, if
     /// one failed within the check-out's wait.
     fn checkout(&self) -> Result<PooledConnection<Manager>> {
-        self.pool.get().map_err(|e| {
-            let waited = self.pool.connection_timeout();
-            let reason =
-                self.connect_errors.0.lock().as_ref().filter(|(_, at)| at.elapsed() <= waited).map(|(m, _)| m.clone());
-            let reason = reason.filter(|reason| !e.to_string().contains(reason.as_str()));
+        self.checkout_within(self.pool.connection_timeout())
+    }
+
+    /// [`PostgresStore::checkout`], waiting at most `waited`.
+    fn checkout_within(&self, waited: Duration) -> Result<PooledConnection<Manager>> {
+        self.pool.get_timeout(waited).map_err(|e| {
+            let reason = self
+                .connect_errors
+                .0
+                .lock()
+                .as_ref()
+                .filter(|(_, at)| at.elapsed() <= waited.max(self.pool.connection_timeout()))
+                .map(|(m, _)| m.clone());
+            let said = e.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
+            let reason = reason.filter(|reason| !said.contains(reason.as_str()));
             Error::Pool(crate::error::PoolError::with_reason(e, reason))
         })
     }
@@ -355,36 +386,74 @@ fn session_settings(builder: &QueueBuilder) -> String {
     sql
 }
 
-/// The URL with a connect timeout, an application name and `gssencmode=disable`, unless it
-/// sets its own (or, for the GSS mode, `PGGSSENCMODE` does).
+/// The key/value string libpq connects with, and how long opening a connection may take:
+/// the URL read as libpq reads it (`crate::conninfo`), with a connect timeout, an application
+/// name and `gssencmode=disable` added unless it sets its own (or, for the GSS mode,
+/// `PGGSSENCMODE` does).
+///
+/// Written back as a key/value string with every value quoted, never appended to the URL as
+/// text: a password may hold `?` or `#`, and libpq would take whatever fenceq appended after
+/// them as part of the password or of the database name.
+///
+/// The connect timeout is the builder's (which then replaces the URL's), else the URL's
+/// `connect_timeout`, else [`POSTGRES_CONNECT_TIMEOUT`]; libpq counts it in whole seconds.
 ///
 /// Why no GSS encryption by default: libpq's default `gssencmode=prefer` asks libkrb5 for
-/// credentials at every connect, and a process that exits while the pool is still opening a
-/// connection in the background (it tops its idle connections up after each checkout) then
-/// aborts in libkrb5's exit-time finalizer ("k5_mutex_lock: Assertion `r == 0' failed", or
+/// credentials at every connect, and a process that exits while a connection is still being
+/// opened on another thread (a worker's, or, before the pool kept no idle minimum, the
+/// pool's own top-up after each checkout) then aborts in libkrb5's exit-time finalizer ("k5_mutex_lock: Assertion `r == 0' failed", or
 /// "krb5int_getspecific"). Measured at about 1 exit in 100 under load for short-lived
 /// processes, none in 900 with GSS encryption off. GSS authentication (`gss` in pg_hba.conf)
 /// does not need it; a deployment that wants GSS encryption says `gssencmode=require`.
-fn with_defaults(url: &str) -> String {
-    let mut url = url.to_string();
-    let is_uri = url.starts_with("postgres://") || url.starts_with("postgresql://");
-    let gss_chosen = std::env::var_os("PGGSSENCMODE").is_some();
-    for (key, value) in [
-        ("connect_timeout", POSTGRES_CONNECT_TIMEOUT.as_secs().to_string()),
-        ("application_name", "fenceq".into()),
-        ("gssencmode", "disable".into()),
-    ] {
-        if url.contains(&format!("{key}=")) || (key == "gssencmode" && gss_chosen) {
-            continue;
-        }
-        if is_uri {
-            let separator = if url.contains('?') { '&' } else { '?' };
-            url.push_str(&format!("{separator}{key}={value}"));
-        } else {
-            url.push_str(&format!(" {key}={value}"));
-        }
+fn connection_string(url: &str, connect_timeout: Option<Duration>) -> Result<(String, Duration)> {
+    let info = crate::ConnInfo::parse(url)?;
+    let from_url = info
+        .get("connect_timeout")
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|&secs| secs > 0)
+        .map(Duration::from_secs);
+    let timeout = connect_timeout.or(from_url).unwrap_or(POSTGRES_CONNECT_TIMEOUT);
+    let whole_seconds = (timeout.as_secs() + u64::from(timeout.subsec_nanos() > 0)).to_string();
+    let mut info = match connect_timeout {
+        Some(_) => info.set("connect_timeout", &whole_seconds),
+        None => info.or_set("connect_timeout", &whole_seconds),
+    };
+    info = info.or_set("application_name", "fenceq");
+    if std::env::var_os("PGGSSENCMODE").is_none() {
+        info = info.or_set("gssencmode", "disable");
     }
-    url
+    Ok((info.to_libpq(), timeout))
+}
+
+/// libpq's message for a failed connect, on one line.
+fn connect_failure(error: &diesel::r2d2::Error) -> String {
+    error.to_string().split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// True when a failed connect is final: authentication failed, no such database or role, no
+/// permission to connect, a setting libpq or the server refuses. Trying again cannot change
+/// those, so `open` reports them at once. Not final: a server that does not answer, a port
+/// nothing listens on (the server may be restarting), a server starting up or shutting down,
+/// no free connection slot, a host name that does not resolve (yet): those are tried again
+/// until the connect timeout. The server words these messages in its own `lc_messages` (the
+/// session's setting comes later); a translated one counts as not final, and is reported
+/// with the connect timeout's error.
+fn is_refusal(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    let said = |s: &str| m.contains(s);
+    said("authentication failed") // 28P01, and every method's own failure
+        || said("no pg_hba.conf entry") // 28000
+        || said("pg_hba.conf rejects connection") // 28000
+        || said("is not permitted to log in") // 28000
+        || said("no password supplied") // libpq: the server asked for a password
+        || said("permission denied for database") // 42501
+        || said("is not currently accepting connections") // 55000, datallowconn
+        || (said("does not exist") && (said("database \"") || said("role \""))) // 3D000, 28000
+        || said("invalid connection option") // libpq: an unknown keyword
+        || (said("invalid ") && (said(" value") || said("port number"))) // libpq or the server: a bad setting
+        || said("server does not support ssl")
+        || said("certificate verify failed")
+        || said("channel binding")
 }
 
 /// A schema name fenceq quotes into SQL itself: a plain lowercase identifier.
@@ -403,6 +472,13 @@ pub(crate) fn check_schema(schema: &str) -> Result<()> {
 
 impl PostgresStore {
     /// Connects to the builder's URL and validates and upgrades the schema.
+    ///
+    /// The first connection is made here, not through the pool: a pool's check-out retries
+    /// every failure until its timeout, so a wrong password or a missing database would take
+    /// the whole wait to be reported. A final refusal ([`is_refusal`]) is reported at once,
+    /// with the server's reason; any other failure (an unreachable server) is waited out
+    /// through the pool until the connect timeout. The connection made here does the schema
+    /// work and then becomes the pool's first connection.
     pub(crate) fn open(builder: &QueueBuilder) -> Result<PostgresStore> {
         let url = builder
             .url
@@ -411,43 +487,68 @@ impl PostgresStore {
         if let Some(schema) = &builder.schema {
             check_schema(schema)?;
         }
-        let manager = Manager(ConnectionManager::new(with_defaults(&url.0)));
+        if let Some(timeout) = builder.connect_timeout {
+            if timeout < Duration::from_secs(1) || timeout > Duration::from_secs(3600) {
+                return Err(Error::invalid("connect timeout", format!("{timeout:?} is not in 1 s..=1 h")));
+            }
+        }
+        let (conninfo, connect_timeout) = connection_string(&url.0, builder.connect_timeout)?;
+        let started = std::time::Instant::now();
+        let settings = session_settings(builder);
+        let manager = Manager(ConnectionManager::new(conninfo.clone()), parking_lot::Mutex::new(None));
         let connect_errors = ConnectErrors::default();
+        let first = match manager.connect() {
+            Ok(mut conn) => {
+                conn.batch_execute(&settings).pg("session settings")?;
+                prepare_schema(&mut conn, builder)?;
+                Some(conn)
+            }
+            Err(e) => {
+                let reason = connect_failure(&e);
+                if is_refusal(&reason) {
+                    return Err(Error::invalid("database URL", format!("the server refused the connection: {reason}")));
+                }
+                connect_errors.record(reason);
+                None
+            }
+        };
+        let opened = first.is_some();
+        *manager.1.lock() = first;
         let pool = r2d2::Pool::builder()
             .thread_pool(crate::store::sqlite::pool_threads())
             .max_size(builder.pool_size.saturating_mul(2))
-            .min_idle(Some(1))
-            .connection_timeout(builder.busy_timeout + POSTGRES_CONNECT_TIMEOUT)
+            // No idle minimum: with one, every checkout of the last idle connection starts a
+            // new one in the background, and a process that exits while that connect is
+            // under way (a CLI command, a script that enqueues one job) crashes in the exit
+            // handlers of libpq's libraries (SIGSEGV or SIGBUS in about 1 exit in 16 with
+            // SCRAM password logins, whose hashing is OpenSSL's). Connections returned to the
+            // pool stay idle for r2d2's idle timeout (10 minutes), so a busy pool stays warm;
+            // a new connection is opened only for a caller that waits for it.
+            .min_idle(Some(0))
+            .connection_timeout(builder.busy_timeout + connect_timeout)
             // Every checkout looks for a session the server ended (no round trip: see
             // `Manager`), so that connections a server restart broke are replaced before a
             // call uses them.
             .test_on_check_out(true)
-            .connection_customizer(Box::new(Session { settings: session_settings(builder) }))
+            .connection_customizer(Box::new(Session { settings: settings.clone() }))
             .error_handler(Box::new(connect_errors.clone()))
-            .build(manager)?;
+            // Without waiting for a first connection: the one made above is handed over.
+            .build_unchecked(manager);
         let store = PostgresStore {
             pool,
             url,
             schema: builder.schema.clone(),
             transactions: AtomicU64::new(0),
             server_clock: time::ServerClock::unmeasured(),
-            settings: session_settings(builder),
+            settings,
+            conninfo,
             listener: parking_lot::Mutex::new(None),
             connect_errors,
         };
-        let mut conn = store.checkout()?;
-        if builder.read_only || !builder.upgrade {
-            let found = match &builder.schema {
-                Some(name) if !migrate_schema_exists(&mut conn, name)? => 0,
-                _ => migrate::check_not_newer(&mut conn)?,
-            };
-            if found < migrate::SCHEMA_VERSION {
-                return Err(Error::SchemaTooOld { found, supported: migrate::SCHEMA_VERSION });
-            }
-        } else {
-            migrate::migrate(&mut conn, builder.schema.as_deref(), migrate::SCHEMA_VERSION)?;
+        if !opened {
+            let mut conn = store.checkout_within(connect_timeout.saturating_sub(started.elapsed()))?;
+            prepare_schema(&mut conn, builder)?;
         }
-        drop(conn);
         if builder.clock.is_host_clock() {
             // A first measure of the server's clock, for `Queue::now_ms` before any call.
             store.run_read(|tx| time::now(tx, &*builder.clock))?;
@@ -577,10 +678,25 @@ impl PostgresStore {
     /// Starts the listener (once) and adds `wake` to what it calls.
     fn watch_scoped(&self, wake: crate::store::Wake) {
         let mut listener = self.listener.lock();
-        listener
-            .get_or_insert_with(|| listen::Listener::start(with_defaults(&self.url.0), self.settings.clone()))
-            .add(wake);
+        listener.get_or_insert_with(|| listen::Listener::start(self.conninfo.clone(), self.settings.clone())).add(wake);
     }
+}
+
+/// Checks the schema version (read only, or without upgrades) or brings the schema up to
+/// this build's, on the connection `open` got first.
+fn prepare_schema(conn: &mut PgConnection, builder: &QueueBuilder) -> Result<()> {
+    if builder.read_only || !builder.upgrade {
+        let found = match &builder.schema {
+            Some(name) if !migrate_schema_exists(conn, name)? => 0,
+            _ => migrate::check_not_newer(conn)?,
+        };
+        if found < migrate::SCHEMA_VERSION {
+            return Err(Error::SchemaTooOld { found, supported: migrate::SCHEMA_VERSION });
+        }
+    } else {
+        migrate::migrate(conn, builder.schema.as_deref(), migrate::SCHEMA_VERSION)?;
+    }
+    Ok(())
 }
 
 fn migrate_schema_exists(conn: &mut PgConnection, name: &str) -> Result<bool> {
@@ -609,9 +725,11 @@ impl crate::Queue<PostgresStore> {
     ///
     /// # Errors
     ///
-    /// `Pool` when no connection could be opened (the server's reason inside, never the
-    /// password); `SchemaTooNew` (the schema is left untouched); the server's errors while
-    /// migrating.
+    /// As [`QueueBuilder::open_postgres`]: `InvalidInput` for a URL that cannot be read and
+    /// at once for a final refusal by the server (wrong password, no such database or role),
+    /// `Pool` when the server could not be reached within [`POSTGRES_CONNECT_TIMEOUT`] (the
+    /// server's reason inside, never the password); `SchemaTooNew` (the schema is left
+    /// untouched); the server's errors while migrating.
     pub fn open_postgres(url: &str) -> Result<crate::Queue<PostgresStore>> {
         crate::Queue::builder().url(url).open_postgres()
     }
@@ -620,12 +738,35 @@ impl crate::Queue<PostgresStore> {
 /// The PostgreSQL settings of the builder (feature `postgres`).
 impl QueueBuilder {
     /// The PostgreSQL server and database for [`QueueBuilder::open_postgres`]: a libpq URL
-    /// (`postgres://user:password@host:5432/dbname?sslmode=require`) or key/value string.
+    /// (`postgres://user:password@host:5432/dbname?sslmode=require`) or key/value string
+    /// (`host=db user=bot password='a b' dbname=app`), read as libpq reads it (see
+    /// [`ConnInfo`](crate::ConnInfo)); what it leaves unset comes from libpq's `PG*`
+    /// environment variables (`postgres://` alone takes everything from them). In a URL, a
+    /// password holding `@` or `/` must be percent-encoded (`%40`, `%2F`): libpq would read
+    /// it as part of the host or port, so `open_postgres` refuses such a URL. `?`, `#` and
+    /// spaces may be written as they are.
+    ///
     /// The password never appears in errors, logs or `Debug` output; prefer a `~/.pgpass`
-    /// file or `PGPASSWORD` over a password in the URL. Unless the URL says otherwise, a
-    /// connection attempt gives up after [`POSTGRES_CONNECT_TIMEOUT`].
+    /// file or `PGPASSWORD` over a password in the URL.
     pub fn url(mut self, url: impl Into<String>) -> Self {
         self.url = Some(Url(url.into()));
+        self
+    }
+
+    /// How long opening a connection may take before it counts as failed: each connect
+    /// (libpq's `connect_timeout`, in whole seconds; it replaces the URL's), and
+    /// [`QueueBuilder::open_postgres`]'s wait for a server that does not answer or refuses
+    /// the TCP connection. Defaults to the URL's `connect_timeout`, else
+    /// [`POSTGRES_CONNECT_TIMEOUT`] (10 seconds). A server that answers with a final refusal
+    /// (wrong password, no such database or role) is reported at once whatever this says.
+    /// A check-out from the pool later waits up to the busy timeout plus this.
+    ///
+    /// # Errors
+    ///
+    /// [`QueueBuilder::open_postgres`] refuses a timeout outside 1 second..=1 hour with
+    /// `InvalidInput`.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = Some(timeout);
         self
     }
 
@@ -649,8 +790,12 @@ impl QueueBuilder {
     ///
     /// # Errors
     ///
-    /// `InvalidInput` for bad settings (no URL, a bad schema name), `Pool` when no connection
-    /// could be opened, `SchemaTooNew`, `SchemaTooOld` (read only, or without
+    /// `InvalidInput` for bad settings (no URL, a URL libpq cannot read or would misread, a
+    /// bad schema name or connect timeout) and, at once, for a connection the server refuses
+    /// for good (`what` is "database URL", the server's reason inside: authentication
+    /// failed, no such database or role, no permission to connect); `Pool` when no
+    /// connection could be opened within the connect timeout (an unreachable server, with
+    /// the last attempt's reason); `SchemaTooNew`, `SchemaTooOld` (read only, or without
     /// [`QueueBuilder::upgrade`]), the server's errors while migrating.
     pub fn open_postgres(self) -> Result<crate::Queue<PostgresStore>> {
         self.validate_common()?;
@@ -676,18 +821,75 @@ pub(crate) fn transactions(store: &PostgresStore) -> u64 {
 mod tests {
     use super::*;
 
+    fn parsed(conninfo: &str) -> crate::ConnInfo {
+        crate::ConnInfo::parse(conninfo).unwrap()
+    }
+
     #[test]
     fn urls_get_a_connect_timeout_and_no_gss_encryption_unless_they_choose() {
-        let defaults = "connect_timeout=10&application_name=fenceq&gssencmode=disable";
-        assert_eq!(with_defaults("postgres://u@h/d"), format!("postgres://u@h/d?{defaults}"));
-        assert_eq!(
-            with_defaults("postgres://u@h/d?connect_timeout=3&gssencmode=require"),
-            "postgres://u@h/d?connect_timeout=3&gssencmode=require&application_name=fenceq"
-        );
-        assert_eq!(
-            with_defaults("host=h dbname=d"),
-            "host=h dbname=d connect_timeout=10 application_name=fenceq gssencmode=disable"
-        );
+        let gss_chosen = std::env::var_os("PGGSSENCMODE").is_some();
+        let (conninfo, timeout) = connection_string("postgres://u@h/d", None).unwrap();
+        let info = parsed(&conninfo);
+        assert_eq!(timeout, POSTGRES_CONNECT_TIMEOUT);
+        assert_eq!(info.get("connect_timeout"), Some("10"));
+        assert_eq!(info.get("application_name"), Some("fenceq"));
+        assert_eq!(info.get("gssencmode"), if gss_chosen { None } else { Some("disable") });
+        assert_eq!((info.get("user"), info.get("host"), info.get("dbname")), (Some("u"), Some("h"), Some("d")));
+
+        let (conninfo, timeout) =
+            connection_string("postgres://u@h/d?connect_timeout=3&gssencmode=require", None).unwrap();
+        let info = parsed(&conninfo);
+        assert_eq!(timeout, Duration::from_secs(3));
+        assert_eq!((info.get("connect_timeout"), info.get("gssencmode")), (Some("3"), Some("require")));
+
+        // The builder's setting replaces the URL's, in whole seconds.
+        let (conninfo, timeout) =
+            connection_string("host=h dbname=d connect_timeout=30", Some(Duration::from_millis(1500))).unwrap();
+        assert_eq!(timeout, Duration::from_millis(1500));
+        assert_eq!(parsed(&conninfo).get("connect_timeout"), Some("2"));
+    }
+
+    #[test]
+    fn passwords_with_reserved_characters_keep_the_database_and_password() {
+        for (url, password) in [
+            ("postgres://bot:se?cret@db:5432/fenceq_test", "se?cret"),
+            ("postgres://bot:se#cret@db:5432/fenceq_test", "se#cret"),
+            ("postgres://bot:a%40b c?d#e@db:5432/fenceq_test", "a@b c?d#e"),
+            ("postgresql://bot:se?cret@db/fenceq_test?sslmode=prefer", "se?cret"),
+            (r"host=db port=5432 user=bot password='a b\'c?#@' dbname=fenceq_test", r"a b'c?#@"),
+        ] {
+            let (conninfo, _) = connection_string(url, None).unwrap();
+            let info = parsed(&conninfo);
+            assert_eq!(info.get("dbname"), Some("fenceq_test"), "{url} -> {conninfo}");
+            assert_eq!(info.get("password"), Some(password), "{url}");
+            assert_eq!(info.get("host"), Some("db"), "{url}");
+            assert_eq!(info.get("connect_timeout"), Some("10"), "{url}");
+        }
+    }
+
+    #[test]
+    fn final_refusals_are_told_from_an_unreachable_server() {
+        for message in [
+            r#"connection to server at "127.0.0.1", port 5432 failed: FATAL: password authentication failed for user "bot""#,
+            r#"connection to server at "127.0.0.1", port 5432 failed: FATAL: database "nope" does not exist"#,
+            r#"connection to server at "127.0.0.1", port 5432 failed: FATAL: role "nobody" does not exist"#,
+            r#"connection to server at "127.0.0.1", port 5432 failed: FATAL: no pg_hba.conf entry for host "127.0.0.1""#,
+            "connection to server at \"h\", port 5432 failed: fe_sendauth: no password supplied",
+            r#"invalid connection option "colour""#,
+            r#"invalid sslmode value: "sometimes""#,
+        ] {
+            assert!(is_refusal(message), "{message}");
+        }
+        for message in [
+            r#"connection to server at "127.0.0.1", port 1 failed: Connection refused Is the server running on that host and accepting TCP/IP connections?"#,
+            r#"connection to server at "10.255.255.1", port 5432 failed: timeout expired"#,
+            r#"connection to server at "127.0.0.1", port 5432 failed: FATAL: the database system is starting up"#,
+            r#"connection to server at "127.0.0.1", port 5432 failed: FATAL: sorry, too many clients already"#,
+            r#"connection to server at "127.0.0.1", port 5432 failed: FATAL: too many connections for role "bot""#,
+            r#"could not translate host name "db" to address: Temporary failure in name resolution"#,
+        ] {
+            assert!(!is_refusal(message), "{message}");
+        }
     }
 
     #[test]
@@ -705,5 +907,18 @@ mod tests {
         let shown = format!("{builder:?}");
         assert!(!shown.contains("s3cret"), "{shown}");
         assert!(shown.contains("bot:***@localhost"), "{shown}");
+        for (url, secret) in [
+            ("postgres://bot:se?cret@db.internal:5432/app", "cret"),
+            ("postgres://bot:se#cret@db.internal:5432/app", "cret"),
+            ("postgres://bot:p@ss/w?rd@db.internal:5432/app", "ss/w"),
+            ("postgres://bot:p%40ss@db.internal:5432/app", "ss"),
+            ("host=db user=bot password = s3cretvalue dbname=app", "s3cret"),
+            (r"host=db password='a b\'c s3cret' dbname=app", "s3cret"),
+            ("postgres://db/app?password=s3cret", "s3cret"),
+        ] {
+            let shown = format!("{:?}", QueueBuilder::default().url(url));
+            assert!(!shown.contains(secret), "{url}: {shown}");
+            assert!(shown.contains("db"), "{url}: {shown}");
+        }
     }
 }
