@@ -51,14 +51,13 @@ fn eventually(mut condition: impl FnMut() -> bool, what: impl Fn() -> String) {
     panic!("never happened: {}", what());
 }
 
+/// A staged pool, every (job, attempt) its handler ran so far, and the later starts.
+type Staged<S> = (WorkerPool<S>, HashMap<JobId, Vec<u32>>, Receiver<(JobId, u32)>);
+
 /// Runs one job per payload through a pool whose handler answers `outcome(payload,
 /// attempt)`, staging the first attempts so that the settles of all but one share a round.
 /// Returns the pool (still running) and every (job, attempt) its handler ran, so far.
-fn staged<P: Place>(
-    place: &P,
-    payloads: &[&str],
-    outcome: fn(&[u8], u32) -> Outcome,
-) -> (WorkerPool<P::S>, HashMap<JobId, Vec<u32>>, Receiver<(JobId, u32)>) {
+fn staged<P: Place>(place: &P, payloads: &[&str], outcome: fn(&[u8], u32) -> Outcome) -> Staged<P::S> {
     let queue = place.queue();
     queue.enqueue_batch(payloads.iter().map(|p| NewJob::new("q", p.as_bytes().to_vec()))).unwrap();
     let (started_tx, started) = unbounded();
@@ -121,7 +120,10 @@ fn one_refused_settle_never_costs_its_neighbours_their_completion<P: Place>(plac
     let payloads = ["good 1", "good 2", "good 3", "good 4", "good 5", "good 6", "good 7", "bad"];
     let (pool, runs, started) = staged(place, &payloads, good_or_bad);
     let queue = place.queue();
-    eventually(|| pool.counters().completed == 7 && pool.counters().errors == 1, || format!("the round settled: {:?}", pool.counters()));
+    eventually(
+        || pool.counters().completed == 7 && pool.counters().errors == 1,
+        || format!("the round settled: {:?}", pool.counters()),
+    );
     let jobs = queue.list(&fenceq::ListFilter { queue: Some("q".into()), ..Default::default() }).unwrap();
     let bad = jobs.iter().find(|j| j.payload == b"bad").unwrap().id;
     for job in &jobs {
