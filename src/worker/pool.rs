@@ -662,8 +662,8 @@ fn dispatch<S: Store>(
         if jobs.is_some() && shared.stopping.load(Ordering::SeqCst) {
             // Workers end once the job channel is dropped and they have skipped what it holds.
             jobs = None;
-            let back = hand_back(shared);
-            busy -= back.len();
+            let (taken, back) = hand_back(shared);
+            busy -= taken;
             let _ = handed_back.send(back);
         }
         while done.len() < SETTLE_BATCH {
@@ -731,11 +731,14 @@ fn dispatch<S: Store>(
 }
 
 /// Hands back every held job no worker has started (a worker that takes one afterwards
-/// skips it), in one transaction; returns their ids. Run by the dispatcher once the pool is
-/// stopping and it has stopped claiming, so that no claim joins the held jobs afterwards.
-fn hand_back<S: Store>(shared: &Shared<S>) -> Vec<JobId> {
+/// skips it), in one transaction. Returns how many held jobs it took out of the pool's hands,
+/// and the ids of those the queue took back (a held job whose lease another claim has taken
+/// stays with that claim). Run by the dispatcher once the pool is stopping and it has
+/// stopped claiming, so that no claim joins the held jobs afterwards.
+fn hand_back<S: Store>(shared: &Shared<S>) -> (usize, Vec<JobId>) {
     let held: Vec<ClaimToken> = {
         let mut in_flight = shared.in_flight.lock();
+        // Each held claim leaves `HELD` once: here, or in the worker that starts or drops it.
         let held: Vec<ClaimToken> =
             in_flight.iter().filter(|(_, lease)| lease.leave_held(HANDED_BACK)).map(|(token, _)| *token).collect();
         // Forgotten before the release commits: the heartbeat no longer renews them, and a
@@ -746,7 +749,7 @@ fn hand_back<S: Store>(shared: &Shared<S>) -> Vec<JobId> {
         held
     };
     if held.is_empty() {
-        return Vec::new();
+        return (0, Vec::new());
     }
     let c = &shared.counters;
     let mut back = Vec::with_capacity(held.len());
@@ -775,7 +778,7 @@ fn hand_back<S: Store>(shared: &Shared<S>) -> Vec<JobId> {
                 "could not hand the held jobs back; not started, they are claimable once their leases run out");
         }
     }
-    back
+    (held.len(), back)
 }
 
 /// How an attempt finished, as the dispatcher sees it.
