@@ -869,9 +869,10 @@ const SETTLE_BATCH: usize = 512;
 ///
 /// When the combined request fails, the settles are tried again in one transaction of their
 /// own, so that a failing claim never costs the finished attempts their outcomes. When that
-/// fails too, one outcome (or the store) failed the whole batch: each is then settled alone
-/// (see `settle_alone`), so that one outcome the store refuses never fails its neighbours,
-/// and the claim is made on its own.
+/// fails too because the store refused a statement (not for its own trouble: the
+/// connection, the disk, a lock), one outcome failed the whole batch: each is then settled
+/// alone (see `settle_alone`), so that one outcome the store refuses never fails its
+/// neighbours, and the claim is made on its own.
 fn settle_and_claim<S: Store>(
     shared: &Shared<S>,
     worker: &str,
@@ -923,6 +924,15 @@ fn settle_and_claim<S: Store>(
                 claim_failed(&e);
                 tally(shared, &batch, results);
                 Vec::new()
+            }
+            // The store's own trouble (the connection, the disk, a lock): each alone would
+            // fail the same way, after waiting as long.
+            Err(e) if !refused_row(&e) => {
+                c.errors.fetch_add(batch.len() as u64, Ordering::SeqCst);
+                let jobs: Vec<JobId> = batch.iter().map(|(token, _)| token.id).collect();
+                tracing::error!(queue = %shared.queue_name, ?jobs, error = %e,
+                    "settles failed; the jobs stay running until their leases run out, then are claimed again");
+                return Vec::new();
             }
             Err(e) => {
                 tracing::warn!(queue = %shared.queue_name, jobs = batch.len(), error = %e,
