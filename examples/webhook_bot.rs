@@ -105,12 +105,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("serving; stop with SIGTERM or Ctrl-C");
         let _ = stop_rx.recv();
     } else {
-        // Done when nothing is due or running and no retry is scheduled (or on a signal).
-        // `wait_idle` does not wait for jobs delayed into the future, so look at `pending`.
-        let scheduled = || -> fenceq::Result<u64> { Ok(queue.stats()?.queues.iter().map(|q| q.pending).sum()) };
-        while !(pool.wait_idle(Duration::from_secs(10))? && scheduled()? == 0) {
-            // A retry is scheduled: give it a moment (a signal ends the wait at once).
-            if stop_rx.recv_timeout(Duration::from_millis(20)).is_ok() {
+        // Done once the pool has run everything it ever will, the retries scheduled for later
+        // included (`wait_idle` would return while a retry waits for its time), or on a
+        // signal, looked at between the waits.
+        while !pool.wait_drained(Duration::from_millis(100))? {
+            if stop_rx.try_recv().is_ok() {
                 break;
             }
         }

@@ -99,6 +99,33 @@ impl<S: Store> Queue<S> {
         })
     }
 
+    /// Hands claims back unstarted, in one transaction (a worker pool's prefetched jobs as
+    /// it shuts down): each job the exact live claim still owns goes back to pending, due at
+    /// once, with the attempt given back to its budget; one result per token, in order. A
+    /// token that lost its job gets `OwnershipLost` without failing the others, and changes
+    /// nothing: whoever owns the job now keeps it.
+    pub(crate) fn release_all(&self, tokens: &[ClaimToken]) -> Result<Vec<Result<()>>> {
+        if tokens.is_empty() {
+            return Ok(Vec::new());
+        }
+        retry_conflicts(|| {
+            let (tokens, shared) = (tokens.to_vec(), self.shared.clone());
+            self.store().submit(move |tx| {
+                let now = shared.now_in(tx)?;
+                let mut results = Vec::with_capacity(tokens.len());
+                for token in &tokens {
+                    let released = S::release_if_owned(tx, token, now)?;
+                    match fence::owned::<S>(tx, token, now, released) {
+                        Ok(()) => results.push(Ok(())),
+                        Err(e @ Error::OwnershipLost { .. }) => results.push(Err(e)),
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(results)
+            })
+        })
+    }
+
     /// True when `token` owns its job at the clock's now. Advisory: the answer can change
     /// right after; use [`Queue::with_ownership`] for writes that depend on it.
     ///

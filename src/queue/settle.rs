@@ -77,6 +77,12 @@ impl<S: Store> Queue<S> {
     /// and so is the advice to keep the closure short. Jobs added inside with
     /// [`Queue::enqueue_tx`] (a follow-up, a reminder) commit with the completion.
     ///
+    /// Inside a [`WorkerPool`](crate::WorkerPool) handler, call
+    /// [`Attempt::complete_with`](crate::Attempt::complete_with) instead: it does the same
+    /// and also tells the pool, whose heartbeat then stops renewing the lease at once. (This
+    /// call with the attempt's own token works too: the pool finds the job completed by that
+    /// token when it settles the handler's outcome, and counts it completed.)
+    ///
     /// # Errors
     ///
     /// `OwnershipLost` (and the closure does not run) unless `token` is the exact claim of
@@ -164,7 +170,8 @@ impl<S: Store> Queue<S> {
         self.settle(token, Settle::Park { timeout, reason: reason.to_string() }).map(drop)
     }
 
-    fn settle(&self, token: &ClaimToken, settle: Settle) -> Result<Settled> {
+    /// One settle in a transaction of its own.
+    pub(crate) fn settle(&self, token: &ClaimToken, settle: Settle) -> Result<Settled> {
         settle.check()?;
         let (token, settle) = (*token, Arc::new(settle));
         // One settle writes once at most: a retry out of attempts exhausts only after the
@@ -181,6 +188,10 @@ impl<S: Store> Queue<S> {
     /// Settles many claims in one transaction: one result per item; a stale token gets
     /// `OwnershipLost` without failing the others.
     pub(crate) fn settle_many(&self, items: Vec<(ClaimToken, Settle)>) -> Result<Vec<Result<Settled>>> {
+        if items.is_empty() {
+            // Nothing to write: no transaction (one that fails would report a failure of nothing).
+            return Ok(Vec::new());
+        }
         let items = Arc::new(items);
         retry_conflicts(|| {
             let (items, shared) = (items.clone(), self.shared.clone());

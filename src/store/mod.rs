@@ -328,6 +328,17 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// The store's error.
     fn park_if_owned(tx: &Self::Tx, token: &ClaimToken, now: i64, wait_until: i64, reason: &str) -> Result<bool>;
 
+    /// `running` → `pending`, due at once (its `run_at` if that has passed, else `now`), its
+    /// lease cleared and its attempt given back (`max_attempts + 1`): a claim handed back
+    /// unstarted (a worker pool's prefetched jobs when it shuts down). The attempt counter
+    /// is never lowered, so the next claim is the next attempt with a fresh claim id, and
+    /// no (id, attempt) is handed out twice. A server store wakes the queue's listeners.
+    ///
+    /// # Errors
+    ///
+    /// The store's error.
+    fn release_if_owned(tx: &Self::Tx, token: &ClaimToken, now: i64) -> Result<bool>;
+
     // ------------------------------------------------------------ exact token, other states
 
     /// `waiting` (deadline after `now`) → `pending` with one more attempt.

@@ -5,7 +5,7 @@ use crate::job::{ClaimToken, Claimed};
 use crate::queue::Queue;
 use crate::store::sqlite::SqliteStore;
 use crate::store::Store;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -66,6 +66,42 @@ pub(crate) struct Lease {
     /// meanwhile is the completion's doing, not a lost lease. If the completion fails after
     /// all, `OwnershipLost` marks the attempt lost itself.
     pub completing: AtomicBool,
+    /// Where the claim is in the pool's hands: [`HELD`] until a worker starts it or the pool
+    /// lets it go unstarted. It leaves `HELD` once, by one compare-and-swap, so that a worker
+    /// about to start it and a shutdown handing it back never both have it.
+    pub stage: AtomicU8,
+}
+
+/// Claimed and waiting for a worker (prefetched).
+pub(crate) const HELD: u8 = 0;
+/// A worker started its handler.
+pub(crate) const STARTED: u8 = 1;
+/// Handed back unstarted by a shutdown.
+pub(crate) const HANDED_BACK: u8 = 2;
+/// Dropped unstarted: its lease was lost before a worker took it.
+pub(crate) const DROPPED: u8 = 3;
+
+impl Lease {
+    /// A fresh claim's lease, held until a worker starts it.
+    pub(crate) fn held(until: i64) -> Lease {
+        Lease {
+            until: AtomicI64::new(until),
+            lost: AtomicBool::new(false),
+            completed: AtomicBool::new(false),
+            completing: AtomicBool::new(false),
+            stage: AtomicU8::new(HELD),
+        }
+    }
+
+    /// Moves a held claim to `stage`: false when it had left `HELD` already.
+    pub(crate) fn leave_held(&self, stage: u8) -> bool {
+        self.stage.compare_exchange(HELD, stage, Ordering::SeqCst, Ordering::SeqCst).is_ok()
+    }
+
+    /// True once the pool let the claim go unstarted (handed back or dropped).
+    pub(crate) fn let_go(&self) -> bool {
+        matches!(self.stage.load(Ordering::SeqCst), HANDED_BACK | DROPPED)
+    }
 }
 
 /// One claimed attempt, as a handler sees it.

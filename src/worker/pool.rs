@@ -7,10 +7,10 @@
 //! (worker to dispatcher) and no transaction of its own, and a prefetched job is waiting
 //! when a worker frees up.
 
-use super::attempt::{Attempt, Lease, Outcome};
+use super::attempt::{Attempt, Lease, Outcome, DROPPED, HANDED_BACK, STARTED};
 use super::prefetch::{Prefetch, Round};
-use crate::error::{Error, Result};
-use crate::job::{ClaimToken, Claimed, JobId, RetryPolicy};
+use crate::error::{Error, LostReason, Result};
+use crate::job::{ClaimToken, Claimed, JobId, JobState, RetryPolicy};
 use crate::queue::settle::{Settle, Settled};
 use crate::queue::Queue;
 use crate::store::sqlite::SqliteStore;
@@ -91,9 +91,12 @@ impl<S: Store> WorkerPoolBuilder<S> {
     /// Jobs claimed beyond the free workers (0..=4096), waiting in the pool for the next
     /// worker to finish, so that a worker never waits for a claim. Prefetched jobs are in
     /// flight like running ones: their leases are renewed while they wait (so a slow handler
-    /// never costs a waiting job an attempt), and [`WorkerPool::shutdown`] lets them run. The
-    /// price: while every worker of the pool is stuck in a handler, the prefetched jobs wait
-    /// with them. Use 0 when handlers can hang, or when several pools share a queue and
+    /// never costs a waiting job an attempt). A prefetched job is never started once its
+    /// lease is known lost (a renewal failed, or the lease ran out by the queue's clock):
+    /// the pool drops it unstarted ([`PoolCounters::dropped_lost`]), and whoever reclaims the
+    /// job runs it. [`WorkerPool::shutdown`] starts none of them: it hands them back
+    /// unstarted, due at once, their attempt not counted. The price: while every worker of
+    /// the pool is stuck in a handler, the prefetched jobs wait with them. Use 0 when handlers can hang, or when several pools share a queue and
     /// another could start the jobs sooner.
     ///
     /// Setting it fixes it. By default it follows the handlers, starting at twice the
@@ -191,7 +194,22 @@ pub struct PoolCounters {
     pub stale_settles_rejected: u64,
     /// Lease renewals rejected.
     pub renewals_failed: u64,
-    /// Settles or claims that failed for another reason (logged).
+    /// Prefetched jobs dropped unstarted because their lease was lost before a worker took
+    /// them (a renewal failed, or the lease ran out by the queue's clock), and held jobs a
+    /// shutdown could not hand back because another claim had them already: this pool never
+    /// started them, and whoever holds or reclaims the job runs it (logged as a warning).
+    pub dropped_lost: u64,
+    /// Prefetched jobs a shutdown handed back unstarted (see [`ShutdownReport::handed_back`]).
+    pub handed_back: u64,
+    /// Outcomes whose text (a retry's error, an exhaustion's, an unknown's evidence, a
+    /// park's reason) the store refused: each was settled as the handler said, with the text
+    /// escaped to printable ASCII (or, refused again, replaced by a note), and logged at
+    /// error level with its job id and the store's error.
+    pub texts_replaced: u64,
+    /// Settles, claims, hand-backs and heartbeat rounds that failed for another reason,
+    /// counted once per job a settle or hand-back failed for, and logged at error level with
+    /// the job ids. A job whose settle failed stays running until its lease runs out, then
+    /// is claimed again.
     pub errors: u64,
 }
 
@@ -206,6 +224,9 @@ struct Counters {
     panicked: AtomicU64,
     stale_settles_rejected: AtomicU64,
     renewals_failed: AtomicU64,
+    dropped_lost: AtomicU64,
+    handed_back: AtomicU64,
+    texts_replaced: AtomicU64,
     errors: AtomicU64,
 }
 
@@ -222,6 +243,9 @@ impl Counters {
             panicked: get(&self.panicked),
             stale_settles_rejected: get(&self.stale_settles_rejected),
             renewals_failed: get(&self.renewals_failed),
+            dropped_lost: get(&self.dropped_lost),
+            handed_back: get(&self.handed_back),
+            texts_replaced: get(&self.texts_replaced),
             errors: get(&self.errors),
         }
     }
@@ -237,6 +261,10 @@ pub struct ShutdownReport {
     /// Jobs whose attempts were still running when the timeout passed. Their leases are no
     /// longer renewed, so they become reclaimable when the leases run out.
     pub still_running: Vec<JobId>,
+    /// Prefetched jobs no worker had started when the shutdown began: handed back to the
+    /// queue unstarted, claimable at once, the attempt given back to the job's budget. By
+    /// id.
+    pub handed_back: Vec<JobId>,
     /// The counters at shutdown.
     pub counters: PoolCounters,
 }
@@ -252,6 +280,8 @@ struct Shared<S: Store> {
     /// Claimed and not yet settled, by claim: the pool may hold a new claim of a job whose
     /// older attempt (its lease expired) is still running in a stalled worker.
     in_flight: Mutex<HashMap<ClaimToken, Arc<Lease>>>,
+    /// Set when a shutdown begins: from then on no worker starts a held job, and the
+    /// dispatcher claims nothing more and hands the held jobs back.
     stopping: AtomicBool,
     /// Dispatcher rounds that settled attempts, so far; `round_done` is notified after each.
     rounds: Mutex<u64>,
@@ -267,6 +297,8 @@ pub struct WorkerPool<S: Store = SqliteStore> {
     stop_dispatch: Option<Sender<()>>,
     stop_heartbeat: Option<Sender<()>>,
     exited: Receiver<()>,
+    /// The jobs the dispatcher handed back once it saw the shutdown.
+    handed_back: Receiver<Vec<JobId>>,
     threads: Vec<JoinHandle<()>>,
     workers: usize,
     stopped: bool,
@@ -332,10 +364,11 @@ impl<S: Store> WorkerPool<S> {
         let workers = builder.workers;
         let prefetch = Prefetch::new(builder.prefetch, workers);
         // Claimed jobs never exceed the slots, so sending one never blocks the dispatcher.
-        let (job_tx, job_rx) = bounded::<Claimed>(workers + prefetch.most());
+        let (job_tx, job_rx) = bounded::<(Claimed, Arc<Lease>)>(workers + prefetch.most());
         let (stop_dispatch, stop_dispatch_rx) = bounded::<()>(0);
         let (stop_heartbeat, stop_heartbeat_rx) = bounded::<()>(0);
         let (exited_tx, exited) = unbounded::<()>();
+        let (handed_back_tx, handed_back) = bounded::<Vec<JobId>>(1);
         let (finished_tx, finished_rx) = unbounded::<(ClaimToken, Finished)>();
         let wake = builder.queue.subscribe(&builder.queue_name);
         let mut threads = Vec::with_capacity(workers + 2);
@@ -346,10 +379,19 @@ impl<S: Store> WorkerPool<S> {
             let exited = exited_tx.clone();
             let finished = finished_tx.clone();
             threads.push(spawn(&format!("fenceq-worker-{n}"), move || {
-                for claimed in jobs.iter() {
+                for (claimed, lease) in jobs.iter() {
                     let token = claimed.token;
-                    let outcome = work(&shared, claimed);
-                    let _ = finished.send((token, outcome));
+                    match begin(&shared, &claimed, &lease) {
+                        Begin::Start => {
+                            let outcome = work(&shared, claimed, lease);
+                            let _ = finished.send((token, outcome));
+                        }
+                        Begin::Drop => {
+                            let _ = finished.send((token, Finished::Dropped));
+                        }
+                        // The shutdown hands it back.
+                        Begin::Leave => {}
+                    }
                 }
                 let _ = exited.send(());
             })?);
@@ -361,7 +403,13 @@ impl<S: Store> WorkerPool<S> {
             let exited = exited_tx.clone();
             let worker = builder.worker_id.clone();
             let poll = builder.poll_interval;
-            let channels = DispatchChannels { jobs: job_tx, finished: finished_rx, wake, stop: stop_dispatch_rx };
+            let channels = DispatchChannels {
+                jobs: job_tx,
+                finished: finished_rx,
+                wake,
+                stop: stop_dispatch_rx,
+                handed_back: handed_back_tx,
+            };
             threads.push(spawn("fenceq-dispatcher", move || {
                 dispatch(&shared, &worker, (workers, prefetch), poll, channels);
                 let _ = exited.send(());
@@ -376,6 +424,7 @@ impl<S: Store> WorkerPool<S> {
             stop_dispatch: Some(stop_dispatch),
             stop_heartbeat: Some(stop_heartbeat),
             exited,
+            handed_back,
             threads,
             workers,
             stopped: false,
@@ -398,10 +447,15 @@ impl<S: Store> WorkerPool<S> {
 
     /// Waits until the pool's queue has nothing due and nothing running (no pending job whose
     /// time has come, no running job of any worker or process, nothing in this pool's hands),
-    /// or until `timeout` passes: for scripts, tests and graceful restarts. Returns true when
-    /// the queue went idle, false on the timeout. Jobs delayed into the future do not count;
-    /// jobs another process adds do, once they are due. Checks after every round that
-    /// settled something, and at least every poll interval.
+    /// or until `timeout` passes. Returns true when the queue went idle, false on the
+    /// timeout. Jobs delayed into the future do not count, retries scheduled by this pool's
+    /// own handlers included; jobs another process adds do, once they are due. Checks after
+    /// every round that settled something, and at least every poll interval.
+    ///
+    /// Use it to wait for the work that is due now (a test step, a health check that the
+    /// pool keeps up). To wait until the pool has run everything it ever will, later
+    /// retries too (a script's end, a batch job, a graceful restart), use
+    /// [`WorkerPool::wait_drained`].
     ///
     /// ```
     /// # use fenceq::{NewJob, Outcome, Queue, WorkerPool};
@@ -419,11 +473,68 @@ impl<S: Store> WorkerPool<S> {
     /// The read that counts due and running jobs can fail: `Pool`, `Busy`, or `NestedWrite`
     /// when called from inside one of this queue's closures.
     pub fn wait_idle(&self, timeout: Duration) -> Result<bool> {
+        let queue = &self.shared.queue_name;
+        self.wait_until(timeout, |q| q.due_or_running(queue).map(|n| n == 0))
+    }
+
+    /// Waits until the pool's queue holds nothing this pool would ever run: no pending job,
+    /// due now or delayed (a retry scheduled for later counts until it has run), none held
+    /// back by a pause of the queue, no running job of any worker or process, and nothing in
+    /// this pool's hands; or until `timeout` passes. Returns true when the queue is drained,
+    /// false on the timeout. Parked jobs (`waiting`) do not count: only a resume makes them
+    /// pending again. Checks after every round that settled something, and at least every
+    /// poll interval.
+    ///
+    /// Use it where the work must be finished, not just caught up with: the end of a script
+    /// or batch run, before a shutdown that must leave nothing behind. It waits out every
+    /// retry's delay, so give it a timeout longer than the retry policy's delays (or loop
+    /// on it). [`WorkerPool::wait_idle`] returns as soon as nothing is due.
+    ///
+    /// ```
+    /// # use fenceq::{NewJob, Outcome, Queue, WorkerPool};
+    /// # use std::time::Duration;
+    /// let queue = Queue::open_in_memory()?;
+    /// let pool = WorkerPool::builder(queue.clone(), "q")
+    ///     .poll_interval(Duration::from_millis(10))
+    ///     .handler(|attempt| match attempt.attempt() {
+    ///         1 => Outcome::retry_after(Duration::from_millis(50), "flaky upstream"),
+    ///         _ => Outcome::Complete,
+    ///     })
+    ///     .start()?;
+    /// queue.enqueue(NewJob::new("q", b"x".to_vec()))?;
+    /// assert!(pool.wait_drained(Duration::from_secs(10))?);
+    /// let report = pool.shutdown(Duration::from_secs(5))?;
+    /// assert_eq!((report.counters.retried, report.counters.completed), (1, 1));
+    /// # Ok::<(), fenceq::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The read that counts pending and running jobs can fail: `Pool`, `Busy`, or
+    /// `NestedWrite` when called from inside one of this queue's closures.
+    pub fn wait_drained(&self, timeout: Duration) -> Result<bool> {
+        let queue = self.shared.queue_name.as_str();
+        self.wait_until(timeout, |q| {
+            q.store().read(|tx| {
+                // Every pending job is due at the end of time, unless the queue is paused.
+                if S::due_or_running(tx, queue, i64::MAX)? > 0 {
+                    return Ok(false);
+                }
+                if S::queue_pause(tx, queue)?.is_none() {
+                    return Ok(true);
+                }
+                Ok(S::list(tx, Some(queue), Some(JobState::Pending), 0, 1)?.is_empty())
+            })
+        })
+    }
+
+    /// Waits until nothing is in this pool's hands and `queue_done` says so, or `timeout`.
+    fn wait_until(&self, timeout: Duration, queue_done: impl Fn(&Queue<S>) -> Result<bool>) -> Result<bool> {
         let shared = &self.shared;
         let deadline = Instant::now().checked_add(timeout);
         loop {
             let seen = *shared.rounds.lock();
-            if shared.in_flight.lock().is_empty() && shared.queue.due_or_running(&shared.queue_name)? == 0 {
+            if shared.in_flight.lock().is_empty() && queue_done(&shared.queue)? {
                 return Ok(true);
             }
             let now = Instant::now();
@@ -439,25 +550,37 @@ impl<S: Store> WorkerPool<S> {
         }
     }
 
-    /// Stops claiming, lets in-flight attempts finish within `timeout` (their leases are
-    /// renewed meanwhile) and reports what was left running. Blocks up to `timeout`. A
-    /// second call is a no-op.
+    /// Stops claiming, hands the prefetched jobs no worker has started back to the queue,
+    /// lets the running attempts finish within `timeout` (their leases are renewed
+    /// meanwhile) and reports what was left running. Once it begins, no held job is
+    /// started; it returns after the held ones were handed back (claimable at once, by any
+    /// pool or process, the attempt not counted against the job: one transaction, which it
+    /// waits for whatever the timeout) and at most `timeout` after that for the running
+    /// attempts. A second call is a no-op. A hand-back the store refused is counted in
+    /// [`PoolCounters::errors`] and logged: those jobs, never started, become claimable when
+    /// their leases run out.
     pub fn shutdown(mut self, timeout: Duration) -> Result<ShutdownReport> {
         Ok(self.stop(timeout))
     }
 
     fn stop(&mut self, timeout: Duration) -> ShutdownReport {
         if self.stopped {
-            return ShutdownReport { still_running: Vec::new(), counters: self.counters() };
+            return ShutdownReport { counters: self.counters(), ..ShutdownReport::default() };
         }
         self.stopped = true;
+        // Read before anything is handed back: no held job starts from here on (workers read
+        // it before they start one), and the dispatcher claims nothing more.
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        // Closing the channel wakes the dispatcher, which hands the held jobs back, drops the
+        // job sender (so workers end once the attempts they run are done) and ends after
+        // settling the last of them.
+        drop(self.stop_dispatch.take());
+        // Not bounded by `timeout`: a held job left claimed would wait out its lease unrun.
+        // (Ends at once if the dispatcher is gone.)
+        let mut handed_back = self.handed_back.recv().unwrap_or_default();
+        handed_back.sort();
         // `None`: a timeout too long to add to now (`Duration::MAX`) waits without one.
         let deadline = Instant::now().checked_add(timeout);
-        self.shared.stopping.store(true, Ordering::SeqCst);
-        // Closing the channel stops the dispatcher claiming; it drops the job sender, so
-        // workers end once the attempts they hold are done, and it ends after settling the
-        // last of them.
-        drop(self.stop_dispatch.take());
         let mut exited = 0;
         while exited < self.workers + 1 {
             let next = match deadline {
@@ -479,7 +602,7 @@ impl<S: Store> WorkerPool<S> {
             tracing::warn!(queue = %self.shared.queue_name, still_running = ?still_running,
                 "worker pool shut down with attempts still running; their leases will expire");
         }
-        ShutdownReport { still_running, counters: self.counters() }
+        ShutdownReport { still_running, handed_back, counters: self.counters() }
     }
 }
 
@@ -506,20 +629,23 @@ fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> Result<JoinHandle<
 
 /// The dispatcher's channels.
 struct DispatchChannels {
-    /// Claimed jobs to the workers (dropped when the pool stops).
-    jobs: Sender<Claimed>,
+    /// Claimed jobs to the workers, each with its lease (dropped when the pool stops).
+    jobs: Sender<(Claimed, Arc<Lease>)>,
     /// Finished attempts from the workers (disconnected once every worker has ended).
     finished: Receiver<(ClaimToken, Finished)>,
     /// An enqueue to this queue through the same `Queue`.
     wake: Receiver<()>,
     /// Closed when the pool stops.
     stop: Receiver<()>,
+    /// The jobs handed back when the pool stopped, to the shutdown.
+    handed_back: Sender<Vec<JobId>>,
 }
 
 /// Settles finished attempts and claims jobs for free slots (workers plus prefetch), in one
-/// request per round; sleeps until an attempt finishes, an enqueue wakes it, the poll interval passes,
-/// or the pool stops. After the stop it claims nothing more and returns once every worker
-/// has ended and its last attempt is settled.
+/// request per round; sleeps until an attempt finishes, an enqueue wakes it, the poll
+/// interval passes, or the pool stops. Once the pool is stopping it claims nothing more,
+/// hands back the held jobs no worker started, and returns once every worker has ended and
+/// its last attempt is settled.
 fn dispatch<S: Store>(
     shared: &Shared<S>,
     worker: &str,
@@ -527,12 +653,19 @@ fn dispatch<S: Store>(
     poll: Duration,
     channels: DispatchChannels,
 ) {
-    let DispatchChannels { jobs, finished, wake, stop } = channels;
+    let DispatchChannels { jobs, finished, wake, stop, handed_back } = channels;
     let mut jobs = Some(jobs);
     let mut busy = 0usize;
     let mut done: Vec<(ClaimToken, Finished)> = Vec::new();
     let mut workers_gone = false;
     loop {
+        if jobs.is_some() && shared.stopping.load(Ordering::SeqCst) {
+            // Workers end once the job channel is dropped and they have skipped what it holds.
+            jobs = None;
+            let (taken, back) = hand_back(shared);
+            busy -= taken;
+            let _ = handed_back.send(back);
+        }
         while done.len() < SETTLE_BATCH {
             match finished.try_recv() {
                 Ok(attempt) => done.push(attempt),
@@ -586,7 +719,7 @@ fn dispatch<S: Store>(
             continue;
         }
         select! {
-            recv(stop) -> _ => jobs = None, // workers end once the job channel is dropped
+            recv(stop) -> _ => {} // `stopping` is set: the next round hands the held jobs back
             recv(finished) -> attempt => match attempt {
                 Ok(attempt) => done.push(attempt),
                 Err(_) => workers_gone = true,
@@ -597,6 +730,57 @@ fn dispatch<S: Store>(
     }
 }
 
+/// Hands back every held job no worker has started (a worker that takes one afterwards
+/// skips it), in one transaction. Returns how many held jobs it took out of the pool's hands,
+/// and the ids of those the queue took back (a held job whose lease another claim has taken
+/// stays with that claim). Run by the dispatcher once the pool is stopping and it has
+/// stopped claiming, so that no claim joins the held jobs afterwards.
+fn hand_back<S: Store>(shared: &Shared<S>) -> (usize, Vec<JobId>) {
+    let held: Vec<ClaimToken> = {
+        let mut in_flight = shared.in_flight.lock();
+        // Each held claim leaves `HELD` once: here, or in the worker that starts or drops it.
+        let held: Vec<ClaimToken> =
+            in_flight.iter().filter(|(_, lease)| lease.leave_held(HANDED_BACK)).map(|(token, _)| *token).collect();
+        // Forgotten before the release commits: the heartbeat no longer renews them, and a
+        // renewal racing the release is no lost lease.
+        for token in &held {
+            in_flight.remove(token);
+        }
+        held
+    };
+    if held.is_empty() {
+        return (0, Vec::new());
+    }
+    let c = &shared.counters;
+    let mut back = Vec::with_capacity(held.len());
+    match shared.queue.release_all(&held) {
+        Ok(results) => {
+            for (token, result) in held.iter().zip(results) {
+                match result {
+                    Ok(()) => back.push(token.id),
+                    Err(e) => {
+                        bump(&c.dropped_lost);
+                        tracing::warn!(job = %token.id, attempt = token.attempt, error = %e,
+                            "a held job was not handed back: its lease was lost before the shutdown; not started");
+                    }
+                }
+            }
+            c.handed_back.fetch_add(back.len() as u64, Ordering::SeqCst);
+            if !back.is_empty() {
+                // Other pools of this handle may take them at once.
+                shared.queue.wake(&shared.queue_name);
+            }
+        }
+        Err(e) => {
+            c.errors.fetch_add(held.len() as u64, Ordering::SeqCst);
+            let jobs: Vec<JobId> = held.iter().map(|token| token.id).collect();
+            tracing::error!(queue = %shared.queue_name, ?jobs, error = %e,
+                "could not hand the held jobs back; not started, they are claimable once their leases run out");
+        }
+    }
+    (held.len(), back)
+}
+
 /// How an attempt finished, as the dispatcher sees it.
 #[derive(Debug)]
 enum Finished {
@@ -604,14 +788,47 @@ enum Finished {
     Settle(Outcome),
     /// The handler completed it itself (`Attempt::complete_with`): nothing left to settle.
     CompletedByHandler,
+    /// Never started: its lease was lost while it was held. Nothing to settle.
+    Dropped,
+}
+
+/// What a worker does with a claim it took from the channel.
+enum Begin {
+    /// Run the handler.
+    Start,
+    /// Drop it unstarted: its lease is lost.
+    Drop,
+    /// Leave it: the shutdown hands it back (or has).
+    Leave,
+}
+
+/// Decides, right before a worker would run the handler, whether it may: not once the pool
+/// is stopping, and not once the lease is known lost (a renewal failed, or it ran out by the
+/// queue's clock: another claimer may hold the job already).
+fn begin<S: Store>(shared: &Shared<S>, claimed: &Claimed, lease: &Lease) -> Begin {
+    if shared.stopping.load(Ordering::SeqCst) {
+        return Begin::Leave;
+    }
+    let lost = lease.lost.load(Ordering::SeqCst) || shared.queue.now_ms() >= lease.until.load(Ordering::SeqCst);
+    if lost {
+        if !lease.leave_held(DROPPED) {
+            return Begin::Leave;
+        }
+        let token = claimed.token;
+        tracing::warn!(job = %token.id, attempt = token.attempt, claim = %token.claim_id,
+            "a prefetched job's lease was lost before a worker took it; dropped unstarted");
+        return Begin::Drop;
+    }
+    if lease.leave_held(STARTED) {
+        Begin::Start
+    } else {
+        Begin::Leave
+    }
 }
 
 /// Works one attempt: runs the handler, catching a panic as a retry.
-fn work<S: Store>(shared: &Shared<S>, claimed: Claimed) -> Finished {
+fn work<S: Store>(shared: &Shared<S>, claimed: Claimed, lease: Arc<Lease>) -> Finished {
     let id = claimed.token.id;
-    let Some(lease) = shared.in_flight.lock().get(&claimed.token).cloned() else {
-        return Finished::Settle(Outcome::retry("internal: attempt not registered"));
-    };
     let token = claimed.token;
     let mut attempt = Attempt { claimed, lease, queue: shared.queue.clone() };
     let outcome = run_handler(shared, &mut attempt);
@@ -647,15 +864,21 @@ fn run_handler<S: Store>(shared: &Shared<S>, attempt: &mut Attempt<S>) -> Outcom
 /// Most outcomes settled in one transaction.
 const SETTLE_BATCH: usize = 512;
 
-/// Settles `batch` and claims up to `free` jobs in one request; registers the claims as in
-/// flight and returns them. When the combined request fails, the settles are tried again
-/// alone, so a failing claim never costs the finished attempts their outcomes.
+/// Settles `finished` and claims up to `free` jobs in one request; registers the claims as
+/// in flight and returns them.
+///
+/// When the combined request fails, the settles are tried again in one transaction of their
+/// own, so that a failing claim never costs the finished attempts their outcomes. When that
+/// fails too because the store refused a statement (not for its own trouble: the
+/// connection, the disk, a lock), one outcome failed the whole batch: each is then settled
+/// alone (see `settle_alone`), so that one outcome the store refuses never fails its
+/// neighbours, and the claim is made on its own.
 fn settle_and_claim<S: Store>(
     shared: &Shared<S>,
     worker: &str,
     finished: Vec<(ClaimToken, Finished)>,
     free: usize,
-) -> Vec<Claimed> {
+) -> Vec<(Claimed, Arc<Lease>)> {
     if finished.is_empty() && free == 0 {
         return Vec::new();
     }
@@ -663,110 +886,250 @@ fn settle_and_claim<S: Store>(
     // that a heartbeat round racing the settle knows a failed renewal of it is no loss.
     forget(shared, &finished);
     let c = &shared.counters;
-    let batch: Vec<(ClaimToken, Outcome)> = finished
-        .into_iter()
-        .filter_map(|(token, finished)| match finished {
-            Finished::Settle(outcome) => Some((token, outcome)),
+    let mut batch: Vec<(ClaimToken, Outcome)> = Vec::with_capacity(finished.len());
+    for (token, finished) in finished {
+        match finished {
+            Finished::Settle(outcome) => batch.push((token, outcome)),
             // Its completion committed with the handler's write.
-            Finished::CompletedByHandler => {
-                bump(&c.completed);
-                None
-            }
-        })
-        .collect();
+            Finished::CompletedByHandler => bump(&c.completed),
+            // Logged by the worker that dropped it.
+            Finished::Dropped => bump(&c.dropped_lost),
+        }
+    }
     if batch.is_empty() && free == 0 {
         return Vec::new();
     }
-    let (results, claimed) = match shared.queue.settle_and_claim(
+    let claim_failed = |e: &Error| {
+        bump(&c.errors);
+        if may_have_committed(e) {
+            tracing::error!(queue = %shared.queue_name, jobs = batch.len(), error = %e,
+                "claim outcome unknown: the connection broke while the round committed; settling again \
+                 (a settle that did commit is refused as no longer owned)");
+        } else {
+            tracing::error!(queue = %shared.queue_name, error = %e, "claim failed");
+        }
+    };
+    let claimed = match shared.queue.settle_and_claim(
         settles(shared, &batch),
         &shared.queue_name,
         worker,
         shared.lease,
         free as u32,
     ) {
-        Ok(both) => both,
-        Err(e) => {
-            bump(&c.errors);
-            if may_have_committed(&e) {
-                tracing::error!(queue = %shared.queue_name, jobs = batch.len(), error = %e,
-                    "claim outcome unknown: the connection broke while the round committed; settling again \
-                     (a settle that did commit is refused as no longer owned)");
-            } else {
-                tracing::error!(queue = %shared.queue_name, error = %e, "claim failed");
-            }
-            match shared.queue.settle_many(settles(shared, &batch)) {
-                Ok(results) => (results, Vec::new()),
-                Err(e) => {
-                    c.errors.fetch_add(batch.len() as u64, Ordering::SeqCst);
-                    if may_have_committed(&e) {
-                        tracing::error!(queue = %shared.queue_name, jobs = batch.len(), error = %e,
-                            "settle outcome unknown: the connection broke while it committed, so the jobs may be \
-                             settled; if not, the leases will expire and the jobs be reclaimed");
-                    } else {
-                        tracing::error!(queue = %shared.queue_name, jobs = batch.len(), error = %e,
-                            "settle failed; the leases will expire and the jobs be reclaimed");
-                    }
-                    return Vec::new();
-                }
-            }
+        Ok((results, claimed)) => {
+            tally(shared, &batch, results);
+            claimed
         }
-    };
-    for ((token, _), result) in batch.iter().zip(results) {
-        match result {
-            Ok(Settled::Completed) => bump(&c.completed),
-            Ok(Settled::Retried(_)) => bump(&c.retried),
-            Ok(Settled::Exhausted) => bump(&c.exhausted),
-            Ok(Settled::Unknown) => bump(&c.unknown),
-            Ok(Settled::Parked) => bump(&c.parked),
-            Err(Error::OwnershipLost { reason, .. }) => {
-                bump(&c.stale_settles_rejected);
-                tracing::warn!(job = %token.id, attempt = token.attempt, claim = %token.claim_id, %reason,
-                    "settle rejected: the attempt no longer owns its job");
+        // Nothing was to be settled: the claim failed, and that is all there is to say.
+        Err(e) if batch.is_empty() => {
+            claim_failed(&e);
+            return Vec::new();
+        }
+        Err(e) => match shared.queue.settle_many(settles(shared, &batch)) {
+            Ok(results) => {
+                claim_failed(&e);
+                tally(shared, &batch, results);
+                Vec::new()
             }
-            Err(e) if may_have_committed(&e) => {
-                bump(&c.errors);
-                tracing::error!(job = %token.id, attempt = token.attempt, error = %e,
-                    "settle outcome unknown: the connection broke while it committed, so the job may be settled");
+            // The store's own trouble (the connection, the disk, a lock): each alone would
+            // fail the same way, after waiting as long.
+            Err(e) if !refused_row(&e) => {
+                c.errors.fetch_add(batch.len() as u64, Ordering::SeqCst);
+                let jobs: Vec<JobId> = batch.iter().map(|(token, _)| token.id).collect();
+                if may_have_committed(&e) {
+                    tracing::error!(queue = %shared.queue_name, ?jobs, error = %e,
+                        "settle outcome unknown: the connection broke while it committed, so the jobs may be \
+                         settled; if not, their leases run out and they are claimed again");
+                } else {
+                    tracing::error!(queue = %shared.queue_name, ?jobs, error = %e,
+                        "settles failed; the jobs stay running until their leases run out, then are claimed again");
+                }
+                return Vec::new();
             }
             Err(e) => {
-                bump(&c.errors);
-                tracing::error!(job = %token.id, attempt = token.attempt, error = %e, "settle failed");
+                tracing::warn!(queue = %shared.queue_name, jobs = batch.len(), error = %e,
+                    "a round's settles failed together; settling each alone");
+                if !settle_alone(shared, &batch) || free == 0 {
+                    return Vec::new();
+                }
+                match shared.queue.claim_batch(&shared.queue_name, worker, shared.lease, free as u32) {
+                    Ok(claimed) => claimed,
+                    Err(e) => {
+                        claim_failed(&e);
+                        return Vec::new();
+                    }
+                }
+            }
+        },
+    };
+    let mut in_flight = shared.in_flight.lock();
+    claimed
+        .into_iter()
+        .map(|claimed| {
+            bump(&c.claimed);
+            let lease = Arc::new(Lease::held(claimed.lease_until));
+            in_flight.insert(claimed.token, lease.clone());
+            (claimed, lease)
+        })
+        .collect()
+}
+
+/// Counts (and logs) what each settle of `batch` did.
+fn tally<S: Store>(shared: &Shared<S>, batch: &[(ClaimToken, Outcome)], results: Vec<Result<Settled>>) {
+    for ((token, outcome), result) in batch.iter().zip(results) {
+        tally_one(shared, token, outcome, result);
+    }
+}
+
+fn tally_one<S: Store>(shared: &Shared<S>, token: &ClaimToken, outcome: &Outcome, result: Result<Settled>) {
+    let c = &shared.counters;
+    match result {
+        Ok(Settled::Completed) => bump(&c.completed),
+        Ok(Settled::Retried(_)) => bump(&c.retried),
+        Ok(Settled::Exhausted) => bump(&c.exhausted),
+        Ok(Settled::Unknown) => bump(&c.unknown),
+        Ok(Settled::Parked) => bump(&c.parked),
+        // The row still carries this exact claim and is completed: the handler completed it
+        // with the attempt's own token (`Queue::complete_with`), and the settle came second.
+        Err(Error::OwnershipLost { reason: LostReason::NotRunning(JobState::Completed), .. }) => {
+            bump(&c.completed);
+            if *outcome != Outcome::Complete {
+                tracing::warn!(job = %token.id, attempt = token.attempt, ?outcome,
+                    "the handler completed the job with its own token and then returned another outcome; \
+                     the job stays completed");
             }
         }
+        Err(Error::OwnershipLost { reason, .. }) => {
+            bump(&c.stale_settles_rejected);
+            tracing::warn!(job = %token.id, attempt = token.attempt, claim = %token.claim_id, %reason,
+                "settle rejected: the attempt no longer owns its job");
+        }
+        Err(e) if may_have_committed(&e) => {
+            bump(&c.errors);
+            tracing::error!(job = %token.id, attempt = token.attempt, ?outcome, error = %e,
+                "settle outcome unknown: the connection broke while it committed, so the job may be settled");
+        }
+        Err(e) => {
+            bump(&c.errors);
+            tracing::error!(job = %token.id, attempt = token.attempt, ?outcome, error = %e,
+                "settle failed; the job stays running until its lease runs out, then is claimed again");
+        }
     }
-    let mut in_flight = shared.in_flight.lock();
-    for claimed in &claimed {
-        bump(&c.claimed);
-        let lease = Arc::new(Lease {
-            until: claimed.lease_until.into(),
-            lost: AtomicBool::new(false),
-            completed: AtomicBool::new(false),
-            completing: AtomicBool::new(false),
-        });
-        in_flight.insert(claimed.token, lease);
+}
+
+/// Settles each outcome of `batch` in a transaction of its own, after the batch failed as a
+/// whole. An outcome whose text the store refused is settled as the handler said with the
+/// text escaped (`settle_replacing_text`). Once a settle fails for a reason of the store's
+/// rather than its own row's (the connection, the disk, a lock), the rest would fail the
+/// same way: they are counted and logged, not tried. Returns false in that case.
+fn settle_alone<S: Store>(shared: &Shared<S>, batch: &[(ClaimToken, Outcome)]) -> bool {
+    let mut store_failed: Option<String> = None;
+    let mut not_tried: Vec<JobId> = Vec::new();
+    for (token, outcome) in batch {
+        if store_failed.is_some() {
+            not_tried.push(token.id);
+            continue;
+        }
+        let result = match shared.queue.settle(token, settle_of(shared, token, outcome)) {
+            Err(e) if refused_row(&e) => settle_replacing_text(shared, token, outcome, e),
+            other => other,
+        };
+        if let Err(e) = &result {
+            if !refused_row(e) && !matches!(e, Error::OwnershipLost { .. } | Error::InvalidInput { .. }) {
+                store_failed = Some(e.to_string());
+            }
+        }
+        tally_one(shared, token, outcome, result);
     }
-    claimed
+    if let Some(error) = store_failed {
+        if !not_tried.is_empty() {
+            shared.counters.errors.fetch_add(not_tried.len() as u64, Ordering::SeqCst);
+            tracing::error!(queue = %shared.queue_name, jobs = ?not_tried, %error,
+                "settles not written; the jobs stay running until their leases run out, then are claimed again");
+        }
+        return false;
+    }
+    true
+}
+
+/// Settles an outcome whose settle the store refused as it was, with its text replaced:
+/// first escaped to printable ASCII (a person still reads what the handler said), then, if
+/// that is refused too, a note alone. The outcome itself never changes: an unknown stays
+/// unknown (its side effect may have happened), a retry stays a retry. `refused` is the
+/// store's error for the original, returned when the outcome has no text to replace or
+/// every replacement is refused too.
+fn settle_replacing_text<S: Store>(
+    shared: &Shared<S>,
+    token: &ClaimToken,
+    outcome: &Outcome,
+    refused: Error,
+) -> Result<Settled> {
+    let text = match outcome {
+        Outcome::Retry { error: text, .. } | Outcome::Exhaust(text) | Outcome::Unknown(text) => text,
+        Outcome::Park { reason, .. } => reason,
+        Outcome::Complete => return Err(refused),
+    };
+    let replacements = [
+        format!("{REPLACED_TEXT}; escaped: {}", text.escape_default()),
+        format!("{REPLACED_TEXT}; see the worker's log"),
+    ];
+    for replacement in replacements {
+        match shared.queue.settle(token, settle_of(shared, token, &with_text(outcome, replacement))) {
+            Err(e) if refused_row(&e) => continue,
+            Ok(settled) => {
+                bump(&shared.counters.texts_replaced);
+                tracing::error!(job = %token.id, attempt = token.attempt, ?outcome, error = %refused,
+                    "the store refused the outcome's text; settled with the text replaced");
+                return Ok(settled);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(refused)
+}
+
+/// What a replaced outcome text begins with.
+const REPLACED_TEXT: &str = "[fenceq: the store refused this text]";
+
+/// `outcome` with its text replaced by `text`.
+fn with_text(outcome: &Outcome, text: String) -> Outcome {
+    match outcome {
+        Outcome::Complete => Outcome::Complete,
+        Outcome::Retry { after, .. } => Outcome::Retry { after: *after, error: text },
+        Outcome::Exhaust(_) => Outcome::Exhaust(text),
+        Outcome::Unknown(_) => Outcome::Unknown(text),
+        Outcome::Park { until, .. } => Outcome::Park { until: *until, reason: text },
+    }
+}
+
+/// True for an error of the statement itself (a constraint, an application's trigger, a
+/// value the store cannot hold), which another row's settle would not meet; false for the
+/// store's own trouble (the connection, the disk, a lock) and for the fence's refusals.
+fn refused_row(e: &Error) -> bool {
+    #[cfg(feature = "postgres")]
+    if matches!(e, Error::Postgres { .. }) {
+        return true;
+    }
+    matches!(e, Error::Sqlite { .. } | Error::TooBig { .. })
 }
 
 /// How the engine settles each finished attempt (built again for the rare retry of a
 /// failed round rather than cloned every round).
 fn settles<S: Store>(shared: &Shared<S>, batch: &[(ClaimToken, Outcome)]) -> Vec<(ClaimToken, Settle)> {
-    batch
-        .iter()
-        .map(|(token, outcome)| {
-            let settle = match outcome {
-                Outcome::Complete => Settle::Complete,
-                Outcome::Retry { after, error } => Settle::Retry {
-                    delay: after.unwrap_or_else(|| shared.retry_policy.next_delay(token.attempt)),
-                    error: error.clone(),
-                },
-                Outcome::Exhaust(error) => Settle::Exhaust(error.clone()),
-                Outcome::Unknown(evidence) => Settle::Unknown(evidence.clone()),
-                Outcome::Park { until, reason } => Settle::Park { timeout: *until, reason: reason.clone() },
-            };
-            (*token, settle)
-        })
-        .collect()
+    batch.iter().map(|(token, outcome)| (*token, settle_of(shared, token, outcome))).collect()
+}
+
+fn settle_of<S: Store>(shared: &Shared<S>, token: &ClaimToken, outcome: &Outcome) -> Settle {
+    match outcome {
+        Outcome::Complete => Settle::Complete,
+        Outcome::Retry { after, error } => Settle::Retry {
+            delay: after.unwrap_or_else(|| shared.retry_policy.next_delay(token.attempt)),
+            error: error.clone(),
+        },
+        Outcome::Exhaust(error) => Settle::Exhaust(error.clone()),
+        Outcome::Unknown(evidence) => Settle::Unknown(evidence.clone()),
+        Outcome::Park { until, reason } => Settle::Park { timeout: *until, reason: reason.clone() },
+    }
 }
 
 /// Drops settled (or given up) attempts from the in-flight set the heartbeat renews.
@@ -788,7 +1151,9 @@ fn heartbeat<S: Store>(shared: &Shared<S>, every: Duration, stop: Receiver<()>) 
             .in_flight
             .lock()
             .iter()
-            .filter(|(_, lease)| !lease.lost.load(Ordering::SeqCst) && !lease.completed.load(Ordering::SeqCst))
+            .filter(|(_, lease)| {
+                !lease.lost.load(Ordering::SeqCst) && !lease.completed.load(Ordering::SeqCst) && !lease.let_go()
+            })
             .map(|(token, lease)| (*token, lease.clone()))
             .collect();
         if in_flight.is_empty() {
@@ -800,13 +1165,20 @@ fn heartbeat<S: Store>(shared: &Shared<S>, every: Duration, stop: Receiver<()>) 
                 for ((token, lease), result) in in_flight.iter().zip(results) {
                     match result {
                         Ok(until) => lease.until.store(until, Ordering::SeqCst),
-                        // Settled (or being or been completed by its handler) while this round
-                        // ran: nothing was lost. `completing` is read first: the handler sets
-                        // `completed` before it clears `completing`, so one of the two is seen.
+                        // Settled (or being or been completed by its handler, or handed back)
+                        // while this round ran: nothing was lost. `completing` is read first:
+                        // the handler sets `completed` before it clears `completing`, so one
+                        // of the two is seen.
                         Err(_)
                             if lease.completing.load(Ordering::SeqCst)
                                 || lease.completed.load(Ordering::SeqCst)
+                                || lease.let_go()
                                 || !shared.in_flight.lock().contains_key(token) => {}
+                        // The row still carries this exact claim and is completed: the handler
+                        // completed it with the attempt's own token (`Queue::complete_with`).
+                        Err(Error::OwnershipLost { reason: LostReason::NotRunning(JobState::Completed), .. }) => {
+                            lease.completed.store(true, Ordering::SeqCst);
+                        }
                         Err(e) => {
                             lease.lost.store(true, Ordering::SeqCst);
                             bump(&shared.counters.renewals_failed);

@@ -507,6 +507,10 @@ impl Store for PostgresStore {
         changed(tx, query, "PARK_IF_OWNED")
     }
 
+    fn release_if_owned(tx: &PgTx, token: &ClaimToken, now: i64) -> Result<bool> {
+        changed(tx, token_query(RELEASE_IF_OWNED, token, now), "RELEASE_IF_OWNED")
+    }
+
     fn resume_if_waiting(tx: &PgTx, token: &ClaimToken, now: i64) -> Result<bool> {
         changed(tx, token_query(RESUME_IF_WAITING, token, now), "RESUME_IF_WAITING")
     }

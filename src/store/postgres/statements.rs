@@ -262,6 +262,22 @@ pub(crate) const PARK_IF_OWNED: &str = concat!(
     unless_held_elsewhere!()
 );
 
+/// A claim handed back unstarted: pending and due at once, its attempt given back by raising
+/// the budget, not by lowering the counter (the next claim must be a new attempt, so that no
+/// (id, attempt) is handed out twice). `run_at` never moves later, so a job due before keeps
+/// its place in the claim order. It is due now: the queue's listeners are woken.
+pub(crate) const RELEASE_IF_OWNED: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    state = 'pending', lease_until = NULL, run_at = LEAST(run_at, $4),
+           max_attempts = max_attempts + 1
+    WHERE  ",
+    owned_by_token!(),
+    "
+    RETURNING ",
+    wake_listeners!("queue"),
+    " AS woke"
+);
+
 /// One more attempt for the resumed work; refused once the deadline has passed, whether or
 /// not the reaper has run.
 pub(crate) const RESUME_IF_WAITING: &str = concat!(

@@ -233,6 +233,10 @@ impl Store for SqliteStore {
         owned(tx, PARK_IF_OWNED, "PARK_IF_OWNED", token, now, &params)
     }
 
+    fn release_if_owned(tx: &Connection, token: &ClaimToken, now: i64) -> Result<bool> {
+        owned(tx, RELEASE_IF_OWNED, "RELEASE_IF_OWNED", token, now, &[])
+    }
+
     fn resume_if_waiting(tx: &Connection, token: &ClaimToken, now: i64) -> Result<bool> {
         identified(tx, RESUME_IF_WAITING, "RESUME_IF_WAITING", token, JobState::Waiting, now, None)
     }

@@ -192,6 +192,18 @@ pub(crate) const PARK_IF_OWNED: &str = concat!(
     owned_by_token!()
 );
 
+/// A claim handed back unstarted: pending and due at once, and its attempt given back by
+/// raising the budget, not by lowering the counter (the next claim must be a new attempt, so
+/// that no (id, attempt) is handed out twice). `run_at` never moves later: a job due before
+/// keeps its place in the claim order.
+pub(crate) const RELEASE_IF_OWNED: &str = concat!(
+    "UPDATE fenceq_jobs
+    SET    state = 'pending', lease_until = NULL, run_at = min(run_at, :now),
+           max_attempts = max_attempts + 1
+    WHERE  ",
+    owned_by_token!()
+);
+
 /// A resumed job gets one more attempt: the claim that parked it should not count against
 /// the budget of the work that continues.
 ///

@@ -1,14 +1,19 @@
 //! The worker pool: every job settled exactly once, the fence rejects a stalled handler's
 //! late write, panics are retried, the heartbeat keeps leases alive, outcomes settle as the
 //! handler says, an enqueue wakes an idle pool, shutdown loses nothing, prefetch stays within
-//! its slots, a failing claim never costs a finished attempt its settle, `wait_idle`.
+//! its slots, a failing claim never costs a finished attempt its settle, `wait_idle` and
+//! `wait_drained`; a prefetched job whose lease was lost is never started; a shutdown starts
+//! no held job and hands them back (fenced, their budget intact); a handler's own
+//! `Queue::complete_with` counts as completed; a failing claim with nothing to settle opens
+//! no other transaction.
 //! Waits are on channels with generous bounds (hang guards), never on sleeps.
 
 use crate::fixture::{Db, HANG_GUARD, LEASE};
 use crate::harness::Harness;
 use crate::Rule;
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
-use fenceq::{JobState, NewJob, Outcome, RetryPolicy, WorkerPool};
+use fenceq::store::Store;
+use fenceq::{ClaimToken, JobId, JobState, NewJob, Outcome, RetryPolicy, WorkerPool};
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -30,6 +35,14 @@ pub(super) fn rules<H: Harness>() -> Vec<Rule<H>> {
         a_pool_that_reclaims_its_own_stalled_job_keeps_the_new_claim,
         wait_idle_returns_once_nothing_is_due_or_running_and_reports_a_timeout,
         an_attempt_completed_by_its_handler_is_no_longer_renewed_and_never_counts_as_a_lost_lease,
+        a_handler_completing_through_queue_complete_with_its_own_token_counts_as_completed,
+        a_prefetched_job_whose_lease_was_lost_is_dropped_and_never_started,
+        release_if_owned_is_fenced_and_gives_the_attempt_back_to_the_budget,
+        shutdown_starts_no_held_job_and_hands_them_back_claimable_at_once,
+        a_shutdown_never_hands_back_a_held_job_another_claim_has_taken,
+        a_second_pool_never_runs_a_job_the_stopped_pool_runs,
+        wait_drained_waits_for_scheduled_retries_and_paused_jobs_wait_idle_does_not,
+        a_failing_claim_with_nothing_to_settle_opens_no_other_transaction,
     ]
 }
 
@@ -487,4 +500,360 @@ fn an_attempt_completed_by_its_handler_is_no_longer_renewed_and_never_counts_as_
     assert_eq!(report.counters.completed, 1, "{:?}", report.counters);
     assert_eq!(report.counters.renewals_failed, 0, "{:?}", report.counters);
     assert_eq!(report.counters.stale_settles_rejected, 0, "{:?}", report.counters);
+}
+
+/// A handler that completes its job through `Queue::complete_with` with the attempt's own
+/// token (not `Attempt::complete_with`): the job is completed, and the pool counts it so,
+/// neither as a stale settle (its own settle of `Complete` comes second and finds the job
+/// completed by that exact claim) nor as a lost lease (a renewal racing it finds the same).
+fn a_handler_completing_through_queue_complete_with_its_own_token_counts_as_completed<H: Harness>(h: &H) {
+    let db = Db::new(h);
+    db.create_replies();
+    let id = db.add("x");
+    let (done_tx, done_rx) = bounded(1);
+    let queue = db.queue.clone();
+    let pool = WorkerPool::builder(db.queue.clone(), "q")
+        .workers(1)
+        .lease(Duration::from_millis(300))
+        .renew_every(Duration::from_millis(2))
+        .handler(move |attempt| {
+            let token = attempt.token();
+            queue.complete_with(&token, |tx| H::insert_reply(tx, token.id.0, token.attempt.into(), "done")).unwrap();
+            // Heartbeat rounds pass while the attempt is still in the pool's hands.
+            let start = std::time::Instant::now();
+            while start.elapsed() < Duration::from_millis(60) {
+                std::thread::yield_now();
+            }
+            let _ = done_tx.send(());
+            Outcome::Complete
+        })
+        .start()
+        .unwrap();
+    recv(&done_rx, "the handler finished");
+    eventually(|| pool.counters().completed + pool.counters().stale_settles_rejected == 1, "the settle");
+    let c = pool.shutdown(HANG_GUARD).unwrap().counters;
+    assert_eq!((c.completed, c.stale_settles_rejected, c.renewals_failed, c.errors), (1, 0, 0, 0), "{c:?}");
+    assert_eq!(db.job(id).unwrap().unwrap().state, JobState::Completed);
+    assert_eq!(db.replies().len(), 1);
+}
+
+/// One worker, three prefetched jobs, the clock moved past their lease (a stall or an outage
+/// longer than the lease) and another handle reclaiming all four: the pool never starts the
+/// held jobs, whose leases it knows lost; it drops them and counts them.
+fn a_prefetched_job_whose_lease_was_lost_is_dropped_and_never_started<H: Harness>(h: &H) {
+    let db = Db::new(h);
+    let ids: Vec<JobId> = (0..4).map(|i| db.add(&format!("job {i}"))).collect();
+    let (started_tx, started) = unbounded();
+    let (release, released) = unbounded::<()>();
+    let pool = WorkerPool::builder(db.queue.clone(), "q")
+        .workers(1)
+        .prefetch(3)
+        .lease(Duration::from_secs(10))
+        .renew_every(Duration::from_millis(5))
+        .poll_interval(Duration::from_millis(10))
+        .handler(move |a| {
+            started_tx.send((a.token().id, a.owner_lost())).unwrap();
+            released.recv_timeout(HANG_GUARD).unwrap();
+            Outcome::Complete
+        })
+        .start()
+        .unwrap();
+    assert_eq!(recv(&started, "the first attempt"), (ids[0], false));
+    eventually(|| pool.in_flight().len() == 4, "three jobs prefetched");
+    db.advance(Duration::from_secs(11));
+    let rescuer = db.reopen();
+    let reclaimed = reclaim_all(&rescuer, ids.len());
+    let mut got: Vec<(JobId, u32)> = reclaimed.iter().map(|c| (c.token.id, c.token.attempt)).collect();
+    got.sort();
+    assert_eq!(got, ids.iter().map(|id| (*id, 2)).collect::<Vec<_>>());
+    release.send(()).unwrap();
+    eventually(|| pool.counters().dropped_lost == 3, "the held jobs dropped");
+    let report = pool.shutdown(HANG_GUARD).unwrap();
+    // Every thread of the pool has ended: its handler (and the sender it holds) is gone.
+    let late: Vec<(JobId, bool)> = std::iter::from_fn(|| started.recv_timeout(HANG_GUARD).ok()).collect();
+    assert!(late.is_empty(), "the pool started held jobs whose leases it knew lost: {late:?}");
+    let c = report.counters;
+    assert_eq!((c.completed, c.stale_settles_rejected, c.dropped_lost, c.handed_back), (0, 1, 3, 0), "{c:?}");
+    assert!(report.handed_back.is_empty() && report.still_running.is_empty());
+    for claimed in &reclaimed {
+        rescuer.complete(&claimed.token).unwrap();
+    }
+    assert_eq!(db.count("completed"), 4);
+}
+
+/// Claims `jobs` expired jobs of "q" for "rescuer", in as many claims as it takes: a claim
+/// skips a row another transaction holds (on PostgreSQL, a heartbeat round's renewal that is
+/// about to fail), and finds it on a later try.
+fn reclaim_all<S: Store>(rescuer: &fenceq::Queue<S>, jobs: usize) -> Vec<fenceq::Claimed> {
+    let mut reclaimed = Vec::new();
+    eventually(
+        || {
+            reclaimed.extend(rescuer.claim_batch("q", "rescuer", LEASE, 10).unwrap());
+            reclaimed.len() >= jobs
+        },
+        "every expired job reclaimed",
+    );
+    assert_eq!(reclaimed.len(), jobs);
+    reclaimed
+}
+
+/// The store's hand-back of an unstarted claim: fenced by the exact live token (a forged,
+/// expired or superseded token changes nothing), and the job it releases is pending, due at
+/// once, with the attempt given back to its budget; the next claim is a new attempt.
+fn release_if_owned_is_fenced_and_gives_the_attempt_back_to_the_budget<H: Harness>(h: &H) {
+    let db = Db::with_max_attempts(h, Some(3));
+    let id = db.add("x");
+    let release = |token: &ClaimToken| {
+        let now = db.now_ms();
+        db.transaction(|tx| <H::Store as Store>::release_if_owned(tx, token, now)).unwrap()
+    };
+    let first = db.take("w");
+    let forged = ClaimToken { claim_id: crate::controls::forged_claim_id(), ..first.token };
+    let before = db.snapshot();
+    assert!(!release(&forged), "another claim id releases nothing");
+    assert_eq!(db.snapshot(), before);
+    db.advance(Duration::from_secs(1));
+    assert!(release(&first.token), "the exact live claim releases");
+    let job = db.job(id).unwrap().unwrap();
+    assert_eq!((job.state, job.attempt, job.max_attempts, job.lease_until), (JobState::Pending, 1, 4, None));
+    assert!(job.run_at <= db.now_ms(), "due at once");
+    assert!(!release(&first.token), "a released claim is no longer owned");
+    let second = db.take("w2");
+    assert_eq!((second.token.id, second.token.attempt), (id, 2), "the next claim is the next attempt");
+    assert_ne!(second.token.claim_id, first.token.claim_id);
+    let before = db.snapshot();
+    assert!(!release(&first.token), "a superseded claim releases nothing");
+    assert_eq!(db.snapshot(), before);
+    db.advance(LEASE);
+    assert!(!release(&second.token), "an expired lease releases nothing");
+    assert_eq!(db.snapshot(), before);
+    // The budget held: attempts 2 and 3 remain after the expired one.
+    let third = db.take("w3");
+    assert_eq!(third.token.attempt, 3);
+    db.retry(&third.token, Duration::ZERO, "once more").unwrap();
+    let fourth = db.take("w4");
+    assert_eq!(fourth.token.attempt, 4);
+    assert!(matches!(db.retry(&fourth.token, Duration::ZERO, "no more").unwrap(), fenceq::Retried::Exhausted));
+}
+
+/// A pool whose workers are all busy holds its prefetched jobs; a shutdown starts none of
+/// them: it hands them back before it returns, claimable at once by another handle with the
+/// attempt given back, and reports them. No handler starts after it returned.
+fn shutdown_starts_no_held_job_and_hands_them_back_claimable_at_once<H: Harness>(h: &H) {
+    const JOBS: usize = 70;
+    const PREFETCH: usize = 64;
+    let db = Db::new(h);
+    db.enqueue_batch((0..JOBS).map(|i| NewJob::new("q", format!("{i}").into_bytes()))).unwrap();
+    let (started_tx, started) = unbounded();
+    let (release, released) = unbounded::<()>();
+    let pool = WorkerPool::builder(db.queue.clone(), "q")
+        .workers(2)
+        .prefetch(PREFETCH)
+        .handler(move |a| {
+            started_tx.send(a.token().id).unwrap();
+            released.recv_timeout(HANG_GUARD).unwrap();
+            Outcome::Complete
+        })
+        .start()
+        .unwrap();
+    let running = [recv(&started, "one attempt"), recv(&started, "the other")];
+    eventually(|| pool.in_flight().len() == 2 + PREFETCH, "the prefetched claims");
+    let report = pool.shutdown(Duration::from_millis(50)).unwrap();
+    let mut still_running = running.to_vec();
+    still_running.sort();
+    assert_eq!(report.still_running, still_running);
+    assert_eq!(report.handed_back.len(), PREFETCH, "{report:?}");
+    assert_eq!(report.counters.handed_back, PREFETCH as u64);
+    for id in &report.handed_back {
+        let job = db.job(*id).unwrap().unwrap();
+        assert_eq!((job.state, job.attempt, job.max_attempts - job.attempt), (JobState::Pending, 1, 5), "{job:?}");
+    }
+    // Claimable at once (the clock has not moved), by another handle: the handed-back jobs
+    // at their next attempt, the never-claimed ones at their first.
+    let other = db.reopen();
+    let claimed = other.claim_batch("q", "next", LEASE, 100).unwrap();
+    assert_eq!(claimed.len(), JOBS - 2);
+    let again: HashSet<JobId> = claimed.iter().filter(|c| c.token.attempt == 2).map(|c| c.token.id).collect();
+    assert_eq!(again, report.handed_back.iter().copied().collect::<HashSet<_>>());
+    assert!(claimed.iter().all(|c| c.token.attempt <= 2));
+    release.send(()).unwrap();
+    release.send(()).unwrap();
+    // Every thread of the stopped pool ends (its handler, and the sender it holds, go too).
+    let late: Vec<JobId> = std::iter::from_fn(|| started.recv_timeout(HANG_GUARD).ok()).collect();
+    assert!(late.is_empty(), "the stopped pool started held jobs after its shutdown returned: {late:?}");
+    eventually(|| db.count("completed") == 2, "the two running attempts settled");
+    for claimed in &claimed {
+        other.complete(&claimed.token).unwrap();
+    }
+    assert_eq!(db.count("completed"), JOBS as i64);
+}
+
+/// Held jobs whose leases ran out and another handle reclaimed are not the pool's to hand
+/// back: its release is fenced, so they stay with the new owner, and they count as dropped.
+fn a_shutdown_never_hands_back_a_held_job_another_claim_has_taken<H: Harness>(h: &H) {
+    let db = Db::new(h);
+    let ids: Vec<JobId> = (0..3).map(|i| db.add(&format!("job {i}"))).collect();
+    let (started_tx, started) = unbounded();
+    let (release, released) = unbounded::<()>();
+    let pool = WorkerPool::builder(db.queue.clone(), "q")
+        .workers(1)
+        .prefetch(2)
+        .lease(Duration::from_secs(10))
+        .renew_every(Duration::from_secs(5)) // no renewal in the test: the leases run out
+        .handler(move |a| {
+            started_tx.send(a.token().id).unwrap();
+            released.recv_timeout(HANG_GUARD).unwrap();
+            Outcome::Complete
+        })
+        .start()
+        .unwrap();
+    assert_eq!(recv(&started, "the first attempt"), ids[0]);
+    eventually(|| pool.in_flight().len() == 3, "two jobs prefetched");
+    db.advance(Duration::from_secs(11));
+    let rescuer = db.reopen();
+    let reclaimed = reclaim_all(&rescuer, 3);
+    let before = db.snapshot();
+    let report = pool.shutdown(Duration::from_millis(20)).unwrap();
+    assert_eq!(db.snapshot(), before, "the stale hand-back changed nothing");
+    assert!(report.handed_back.is_empty(), "{report:?}");
+    assert_eq!(report.still_running, vec![ids[0]]);
+    assert_eq!((report.counters.dropped_lost, report.counters.handed_back), (2, 0));
+    release.send(()).unwrap();
+    let late: Vec<JobId> = std::iter::from_fn(|| started.recv_timeout(HANG_GUARD).ok()).collect();
+    assert!(late.is_empty(), "{late:?}");
+    for claimed in &reclaimed {
+        rescuer.complete(&claimed.token).unwrap();
+    }
+    assert_eq!(db.count("completed"), 3);
+}
+
+/// Two pools on one queue. The first (one worker, a prefetch, a short lease) shuts down
+/// while its worker is busy; the second takes what it handed back. The clock then moves past
+/// the first pool's leases, as it would while a stopped pool's last attempts drain: a held
+/// job it kept would be reclaimed by the second pool and started by both. No job is run by
+/// both, and the stopped pool starts nothing after its shutdown returned.
+fn a_second_pool_never_runs_a_job_the_stopped_pool_runs<H: Harness>(h: &H) {
+    const JOBS: usize = 40;
+    let db = Db::new(h);
+    db.enqueue_batch((0..JOBS).map(|i| NewJob::new("q", format!("{i}").into_bytes()))).unwrap();
+    let (a_started_tx, a_started) = unbounded();
+    let (a_release, a_released) = unbounded::<()>();
+    let a = WorkerPool::builder(db.queue.clone(), "q")
+        .workers(1)
+        .prefetch(16)
+        .lease(Duration::from_millis(600))
+        .handler(move |attempt| {
+            a_started_tx.send(attempt.token().id).unwrap();
+            a_released.recv_timeout(HANG_GUARD).unwrap();
+            Outcome::Complete
+        })
+        .start()
+        .unwrap();
+    let first = recv(&a_started, "the first pool's first attempt");
+    eventually(|| a.in_flight().len() == 17, "the first pool's prefetched claims");
+    let (b_ran_tx, b_ran) = unbounded();
+    let b = WorkerPool::builder(db.reopen(), "q")
+        .workers(2)
+        .poll_interval(Duration::from_millis(5))
+        .handler(move |attempt| {
+            b_ran_tx.send(attempt.token().id).unwrap();
+            Outcome::Complete
+        })
+        .start()
+        .unwrap();
+    let report = a.shutdown(Duration::from_millis(100)).unwrap();
+    let mut a_runs = vec![first];
+    let mut b_runs: Vec<JobId> = Vec::new();
+    let mut moved = false;
+    a_release.send(()).unwrap();
+    loop {
+        match a_started.recv_timeout(HANG_GUARD) {
+            // The stopped pool started a held job: let the clock run past its lease so that
+            // the second pool reclaims it too, as it would in real time.
+            Ok(id) => {
+                a_runs.push(id);
+                if !moved {
+                    db.advance(Duration::from_secs(1));
+                    moved = true;
+                }
+                while !b_runs.contains(&id) {
+                    b_runs.push(recv(&b_ran, "the second pool's reclaim"));
+                }
+                a_release.send(()).unwrap();
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => panic!("the stopped pool hangs"),
+        }
+    }
+    if !moved {
+        db.advance(Duration::from_secs(1));
+    }
+    assert!(b.wait_drained(HANG_GUARD).unwrap(), "the second pool ran everything left");
+    b.shutdown(HANG_GUARD).unwrap();
+    b_runs.extend(b_ran.try_iter());
+    let a_set: HashSet<JobId> = a_runs.iter().copied().collect();
+    let both: Vec<&JobId> = b_runs.iter().filter(|id| a_set.contains(id)).collect();
+    assert!(both.is_empty(), "jobs run by both pools: {both:?} (the first pool ran {a_runs:?})");
+    assert_eq!(a_runs, vec![first], "the stopped pool started nothing more");
+    assert_eq!((report.still_running, report.handed_back.len()), (vec![first], 16));
+    let b_set: HashSet<JobId> = b_runs.iter().copied().collect();
+    assert_eq!(b_set.len(), b_runs.len(), "the second pool ran no job twice");
+    assert_eq!(a_set.len() + b_set.len(), JOBS);
+    assert_eq!(db.count("completed"), JOBS as i64);
+}
+
+/// `wait_idle` returns while a retry is scheduled for later; `wait_drained` waits for it to
+/// have run, and for a paused queue's pending jobs.
+fn wait_drained_waits_for_scheduled_retries_and_paused_jobs_wait_idle_does_not<H: Harness>(h: &H) {
+    let db = Db::new(h);
+    let pool = WorkerPool::builder(db.queue.clone(), "q")
+        .poll_interval(Duration::from_millis(5))
+        .handler(|attempt| match attempt.attempt() {
+            1 => Outcome::retry_after(Duration::from_secs(2), "flaky upstream"),
+            _ => Outcome::Complete,
+        })
+        .start()
+        .unwrap();
+    assert!(pool.wait_drained(HANG_GUARD).unwrap(), "an empty queue is drained at once");
+    let id = db.add("x");
+    eventually(|| pool.counters().retried == 1, "the first attempt's retry");
+    assert!(pool.wait_idle(HANG_GUARD).unwrap(), "nothing is due: idle");
+    assert!(!pool.wait_drained(Duration::from_millis(20)).unwrap(), "a retry is scheduled: not drained");
+    db.advance(Duration::from_secs(2));
+    assert!(pool.wait_drained(HANG_GUARD).unwrap());
+    assert_eq!(db.job(id).unwrap().unwrap().state, JobState::Completed, "drained means run");
+    db.pause("q").unwrap();
+    let held = db.add("held by the pause");
+    assert!(pool.wait_idle(HANG_GUARD).unwrap(), "a paused queue's pending job is not due");
+    assert!(!pool.wait_drained(Duration::from_millis(20)).unwrap(), "but it is still to run");
+    db.unpause("q").unwrap();
+    eventually(|| pool.counters().retried == 2, "its first attempt's retry");
+    assert!(!pool.wait_drained(Duration::from_millis(20)).unwrap());
+    db.advance(Duration::from_secs(2));
+    assert!(pool.wait_drained(HANG_GUARD).unwrap());
+    assert_eq!(db.job(held).unwrap().unwrap().state, JobState::Completed);
+    assert!(pool.wait_drained(Duration::MAX).unwrap(), "any timeout is accepted");
+    let c = pool.shutdown(HANG_GUARD).unwrap().counters;
+    assert_eq!((c.retried, c.completed), (2, 2));
+}
+
+/// A pool whose claims fail, with nothing to settle: each failed round is counted as a
+/// failed claim, and no other transaction is opened for the settles it does not have.
+fn a_failing_claim_with_nothing_to_settle_opens_no_other_transaction<H: Harness>(h: &H) {
+    let db = Db::new(h);
+    let id = db.add("claimable, but every claim fails");
+    db.harness.fail_claims(&db.place, true);
+    let before = db.commit_stats().transactions;
+    let pool = WorkerPool::builder(db.queue.clone(), "q")
+        .poll_interval(Duration::from_millis(2))
+        .handler(|_| Outcome::Complete)
+        .start()
+        .unwrap();
+    eventually(|| pool.counters().errors >= 5, "failed claims");
+    assert_eq!(db.commit_stats().transactions, before, "a round that failed to claim committed nothing else");
+    db.harness.fail_claims(&db.place, false);
+    assert!(pool.wait_drained(HANG_GUARD).unwrap());
+    let c = pool.shutdown(HANG_GUARD).unwrap().counters;
+    assert_eq!((c.claimed, c.completed), (1, 1), "{c:?}");
+    assert_eq!(db.job(id).unwrap().unwrap().state, JobState::Completed);
 }
