@@ -203,7 +203,7 @@ fn migrate_backup_keeps_the_file_as_it_was_before_the_upgrade() {
     {
         let conn = fenceq::rusqlite::Connection::open(&db).unwrap();
         conn.execute_batch("PRAGMA journal_mode = WAL;").unwrap();
-        conn.execute_batch(include_str!("../src/store/sqlite/migrations/0001_create_jobs.sql")).unwrap();
+        conn.execute_batch(include_str!("../schema/sqlite/0001_create_jobs.sql")).unwrap();
         conn.pragma_update(None, "user_version", 1).unwrap();
     }
     let before = dir.path().join("before-migrate.db");

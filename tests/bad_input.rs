@@ -103,7 +103,7 @@ fn a_read_only_file_of_an_old_version_cannot_be_upgraded_and_is_left_as_it_was()
     let path = dir.path().join("old.db");
     {
         let conn = fenceq::rusqlite::Connection::open(&path).unwrap();
-        conn.execute_batch(include_str!("../src/store/sqlite/migrations/0001_create_jobs.sql")).unwrap();
+        conn.execute_batch(include_str!("../schema/sqlite/0001_create_jobs.sql")).unwrap();
         conn.pragma_update(None, "user_version", 1).unwrap();
     }
     let bytes = std::fs::read(&path).unwrap();
@@ -146,7 +146,7 @@ fn a_read_only_open_reads_refuses_writes_and_never_upgrades() {
     let old = dir.path().join("old.db");
     {
         let conn = fenceq::rusqlite::Connection::open(&old).unwrap();
-        conn.execute_batch(include_str!("../src/store/sqlite/migrations/0001_create_jobs.sql")).unwrap();
+        conn.execute_batch(include_str!("../schema/sqlite/0001_create_jobs.sql")).unwrap();
         conn.pragma_update(None, "user_version", 1).unwrap();
     }
     let bytes = std::fs::read(&old).unwrap();

@@ -103,7 +103,7 @@ fn eight_openers_of_an_old_schema_all_succeed_with_one_schema_and_every_row() {
     let Some(s) = Scratch::new() else { return };
     let mut raw = PgConnection::establish(&s.url).unwrap();
     raw.batch_execute(&format!("CREATE SCHEMA \"{0}\"; SET search_path TO \"{0}\"", s.schema)).unwrap();
-    raw.batch_execute(include_str!("../src/store/postgres/migrations/0001_create_jobs.sql")).unwrap();
+    raw.batch_execute(include_str!("../schema/postgres/0001_create_jobs.sql")).unwrap();
     raw.batch_execute(
         "CREATE TABLE fenceq_schema_version (version BIGINT PRIMARY KEY, name TEXT NOT NULL,
                                              applied_at TIMESTAMPTZ NOT NULL DEFAULT now());

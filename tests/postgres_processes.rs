@@ -539,12 +539,12 @@ fn a_worker_process_killed_with_sigkill_mid_run_loses_nothing_and_its_jobs_are_r
 /// The migrations, by version, for building an old schema by hand (the store's own list is
 /// private); a new migration must be added here as well for its level to be raced.
 const MIGRATIONS: &[(i64, &str, &str)] = &[
-    (1, "create_jobs", include_str!("../src/store/postgres/migrations/0001_create_jobs.sql")),
-    (2, "add_claim_id", include_str!("../src/store/postgres/migrations/0002_add_claim_id.sql")),
-    (3, "durable_exhaustion", include_str!("../src/store/postgres/migrations/0003_durable_exhaustion.sql")),
-    (4, "decisions", include_str!("../src/store/postgres/migrations/0004_decisions.sql")),
-    (5, "schedules", include_str!("../src/store/postgres/migrations/0005_schedules.sql")),
-    (6, "paused_queues", include_str!("../src/store/postgres/migrations/0006_paused_queues.sql")),
+    (1, "create_jobs", include_str!("../schema/postgres/0001_create_jobs.sql")),
+    (2, "add_claim_id", include_str!("../schema/postgres/0002_add_claim_id.sql")),
+    (3, "durable_exhaustion", include_str!("../schema/postgres/0003_durable_exhaustion.sql")),
+    (4, "decisions", include_str!("../schema/postgres/0004_decisions.sql")),
+    (5, "schedules", include_str!("../schema/postgres/0005_schedules.sql")),
+    (6, "paused_queues", include_str!("../schema/postgres/0006_paused_queues.sql")),
 ];
 
 /// Creates `schema` at version `level`, as an older build left it, with rows in every

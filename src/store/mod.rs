@@ -549,7 +549,7 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
 /// of every queue for `None`.
 pub type Wake = std::sync::Arc<dyn Fn(Option<&str>) + Send + Sync>;
 
-/// One forward-only schema change of a store, embedded from its `migrations/` folder: the
+/// One forward-only schema change of a store, embedded from its folder of `schema/` (`schema/sqlite/`, `schema/postgres/`): the
 /// same version numbers and names in every store (each store's SQL is its own dialect).
 #[derive(Debug)]
 pub(crate) struct Migration {

@@ -1,4 +1,4 @@
-//! The schema upgrader on PostgreSQL: the same versions as SQLite's (`migrations/`, one file
+//! The schema upgrader on PostgreSQL: the same versions as SQLite's (`schema/postgres/`, one file
 //! per version with the same number and meaning), tracked in the table
 //! `fenceq_schema_version` (one row per applied version). Each migration runs in its own
 //! transaction under a transaction-scoped advisory lock keyed by the schema, and re-reads the
@@ -16,13 +16,25 @@ use diesel::{sql_query, OptionalExtension, QueryableByName, RunQueryDsl};
 
 /// Every migration, in order, with SQLite's version numbers and names.
 pub(crate) const MIGRATIONS: &[Migration] = &[
-    Migration { version: 1, name: "create_jobs", sql: include_str!("migrations/0001_create_jobs.sql") },
-    Migration { version: 2, name: "add_claim_id", sql: include_str!("migrations/0002_add_claim_id.sql") },
-    Migration { version: 3, name: "durable_exhaustion", sql: include_str!("migrations/0003_durable_exhaustion.sql") },
-    Migration { version: 4, name: "decisions", sql: include_str!("migrations/0004_decisions.sql") },
-    Migration { version: 5, name: "schedules", sql: include_str!("migrations/0005_schedules.sql") },
-    Migration { version: 6, name: "paused_queues", sql: include_str!("migrations/0006_paused_queues.sql") },
-    Migration { version: 7, name: "checks_in_table", sql: include_str!("migrations/0007_checks_in_table.sql") },
+    Migration { version: 1, name: "create_jobs", sql: include_str!("../../../schema/postgres/0001_create_jobs.sql") },
+    Migration { version: 2, name: "add_claim_id", sql: include_str!("../../../schema/postgres/0002_add_claim_id.sql") },
+    Migration {
+        version: 3,
+        name: "durable_exhaustion",
+        sql: include_str!("../../../schema/postgres/0003_durable_exhaustion.sql"),
+    },
+    Migration { version: 4, name: "decisions", sql: include_str!("../../../schema/postgres/0004_decisions.sql") },
+    Migration { version: 5, name: "schedules", sql: include_str!("../../../schema/postgres/0005_schedules.sql") },
+    Migration {
+        version: 6,
+        name: "paused_queues",
+        sql: include_str!("../../../schema/postgres/0006_paused_queues.sql"),
+    },
+    Migration {
+        version: 7,
+        name: "checks_in_table",
+        sql: include_str!("../../../schema/postgres/0007_checks_in_table.sql"),
+    },
 ];
 
 /// The schema version this build writes and understands (the same as SQLite's).
@@ -171,7 +183,7 @@ mod tests {
     #[test]
     fn migrations_match_the_directory_and_sqlite() {
         let listed: Vec<(i64, &str)> = MIGRATIONS.iter().map(|m| (m.version, m.name)).collect();
-        crate::store::assert_migrations_match_directory("src/store/postgres/migrations", &listed);
+        crate::store::assert_migrations_match_directory("schema/postgres", &listed);
         let sqlite: Vec<(i64, &str)> =
             crate::store::sqlite::migrate::MIGRATIONS.iter().map(|m| (m.version, m.name)).collect();
         assert_eq!(sqlite, listed, "the same versions with the same meaning in both stores");

@@ -1,6 +1,6 @@
 //! The PostgreSQL store (feature `postgres`): a pool of diesel `PgConnection`s (libpq,
 //! synchronous, no async runtime), the session settings every connection gets (timeouts,
-//! `search_path`), the open sequence (validate, migrate: `migrate.rs` and the `migrations/`
+//! `search_path`), the open sequence (validate, migrate: `migrate.rs` and the `schema/postgres/`
 //! it embeds, with SQLite's version numbers), the dialect SQL (`statements.rs`), the
 //! transitions of the store contract (`jobs.rs`), and the classification of the server's
 //! errors (`error.rs`).

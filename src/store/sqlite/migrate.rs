@@ -12,13 +12,21 @@ use std::time::Duration;
 /// fenced claim id (added with ALTER), then the durable exhaustion columns, then the record
 /// of operators' decisions, then the periodic jobs' last ticks, then paused queues.
 pub(crate) const MIGRATIONS: &[Migration] = &[
-    Migration { version: 1, name: "create_jobs", sql: include_str!("migrations/0001_create_jobs.sql") },
-    Migration { version: 2, name: "add_claim_id", sql: include_str!("migrations/0002_add_claim_id.sql") },
-    Migration { version: 3, name: "durable_exhaustion", sql: include_str!("migrations/0003_durable_exhaustion.sql") },
-    Migration { version: 4, name: "decisions", sql: include_str!("migrations/0004_decisions.sql") },
-    Migration { version: 5, name: "schedules", sql: include_str!("migrations/0005_schedules.sql") },
-    Migration { version: 6, name: "paused_queues", sql: include_str!("migrations/0006_paused_queues.sql") },
-    Migration { version: 7, name: "checks_in_table", sql: include_str!("migrations/0007_checks_in_table.sql") },
+    Migration { version: 1, name: "create_jobs", sql: include_str!("../../../schema/sqlite/0001_create_jobs.sql") },
+    Migration { version: 2, name: "add_claim_id", sql: include_str!("../../../schema/sqlite/0002_add_claim_id.sql") },
+    Migration {
+        version: 3,
+        name: "durable_exhaustion",
+        sql: include_str!("../../../schema/sqlite/0003_durable_exhaustion.sql"),
+    },
+    Migration { version: 4, name: "decisions", sql: include_str!("../../../schema/sqlite/0004_decisions.sql") },
+    Migration { version: 5, name: "schedules", sql: include_str!("../../../schema/sqlite/0005_schedules.sql") },
+    Migration { version: 6, name: "paused_queues", sql: include_str!("../../../schema/sqlite/0006_paused_queues.sql") },
+    Migration {
+        version: 7,
+        name: "checks_in_table",
+        sql: include_str!("../../../schema/sqlite/0007_checks_in_table.sql"),
+    },
 ];
 
 /// The schema version this build writes and understands.
@@ -198,7 +206,7 @@ mod tests {
     #[test]
     fn migrations_match_the_schema_directory() {
         let listed: Vec<(i64, &str)> = MIGRATIONS.iter().map(|m| (m.version, m.name)).collect();
-        crate::store::assert_migrations_match_directory("src/store/sqlite/migrations", &listed);
+        crate::store::assert_migrations_match_directory("schema/sqlite", &listed);
     }
 
     #[test]

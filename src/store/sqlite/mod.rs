@@ -1,7 +1,7 @@
 //! The SQLite store, SQLite's own code in one place: the readers' connection pool, the one
 //! writer connection with group commit (`writer.rs`), per-connection PRAGMAs and the busy
 //! handler, WAL checkpoints, the open sequence (validate, WAL, migrate: `migrate.rs` and
-//! the `migrations/` it embeds), the dialect SQL (`statements.rs`), the transitions of the
+//! the `schema/sqlite/` migrations it embeds), the dialect SQL (`statements.rs`), the transitions of the
 //! store contract (`jobs.rs`), the classification of SQLite's errors (`error.rs`), and
 //! online backups (`backup.rs`).
 
