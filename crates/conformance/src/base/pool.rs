@@ -484,12 +484,8 @@ fn an_attempt_completed_by_its_handler_is_no_longer_renewed_and_never_counts_as_
         .handler(move |attempt| {
             let token = attempt.token();
             attempt.complete_with(|tx| H::insert_reply(tx, token.id.0, token.attempt.into(), "done")).unwrap();
-            // The attempt stays in the pool's hands a while after its completion committed:
-            // many heartbeat rounds pass (a bounded spin, not a guess at scheduling).
-            let start = std::time::Instant::now();
-            while start.elapsed() < Duration::from_millis(60) {
-                std::thread::yield_now();
-            }
+            // The attempt stays in the pool's hands a while after its completion committed.
+            let_heartbeat_rounds_pass();
             let _ = done_tx.send(());
             Outcome::Complete
         })
@@ -500,6 +496,15 @@ fn an_attempt_completed_by_its_handler_is_no_longer_renewed_and_never_counts_as_
     assert_eq!(report.counters.completed, 1, "{:?}", report.counters);
     assert_eq!(report.counters.renewals_failed, 0, "{:?}", report.counters);
     assert_eq!(report.counters.stale_settles_rejected, 0, "{:?}", report.counters);
+}
+
+/// Keeps the calling handler busy for 60 ms: many heartbeat rounds (every 2 ms) pass while its
+/// attempt is in the pool's hands (a bounded spin, not a guess at scheduling).
+fn let_heartbeat_rounds_pass() {
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_millis(60) {
+        std::thread::yield_now();
+    }
 }
 
 /// A handler that completes its job through `Queue::complete_with` with the attempt's own
@@ -519,11 +524,7 @@ fn a_handler_completing_through_queue_complete_with_its_own_token_counts_as_comp
         .handler(move |attempt| {
             let token = attempt.token();
             queue.complete_with(&token, |tx| H::insert_reply(tx, token.id.0, token.attempt.into(), "done")).unwrap();
-            // Heartbeat rounds pass while the attempt is still in the pool's hands.
-            let start = std::time::Instant::now();
-            while start.elapsed() < Duration::from_millis(60) {
-                std::thread::yield_now();
-            }
+            let_heartbeat_rounds_pass();
             let _ = done_tx.send(());
             Outcome::Complete
         })
