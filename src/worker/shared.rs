@@ -1,0 +1,39 @@
+//! The state the pool's threads share: the settings they run with, the handler, the
+//! counters, the in-flight claims the heartbeat renews, the stopping flag and the count of
+//! settling rounds the waits watch.
+//!
+//! Apart so that the threads' files (dispatcher, workers, settle path, heartbeat) depend on it
+//! and not on the pool that starts them.
+
+use super::attempt::{Attempt, Lease, Outcome};
+use super::counters::Counters;
+use crate::job::{ClaimToken, RetryPolicy};
+use crate::queue::Queue;
+use crate::store::Store;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub(super) type Handler<S> = Arc<dyn Fn(&mut Attempt<S>) -> Outcome + Send + Sync>;
+
+/// State shared by the pool's threads.
+pub(super) struct Shared<S: Store> {
+    pub(super) queue: Queue<S>,
+    pub(super) queue_name: String,
+    pub(super) lease: Duration,
+    pub(super) retry_policy: RetryPolicy,
+    pub(super) handler: Handler<S>,
+    pub(super) counters: Counters,
+    /// Claimed and not yet settled, by claim: the pool may hold a new claim of a job whose
+    /// older attempt (its lease expired) is still running in a stalled worker.
+    pub(super) in_flight: Mutex<HashMap<ClaimToken, Arc<Lease>>>,
+    /// Set when a shutdown begins: from then on no worker starts a held job, and the
+    /// dispatcher claims nothing more and hands the held jobs back.
+    pub(super) stopping: AtomicBool,
+    /// Dispatcher rounds that settled attempts, so far; `round_done` is notified after each.
+    pub(super) rounds: Mutex<u64>,
+    pub(super) round_done: parking_lot::Condvar,
+    pub(super) poll_interval: Duration,
+}
