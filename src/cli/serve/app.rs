@@ -153,8 +153,9 @@ impl<'q, S: CliStore> App<'q, S> {
             ("/job", true, _) => self.job_page(caller, &query()?),
             ("/exhausted", true, _) => self.listing(caller, &query()?, Listing::Exhausted),
             ("/unknown", true, _) => self.listing(caller, &query()?, Listing::Unknown),
-            ("/metrics", true, _) => Ok(Response::text(200, self.queue.metrics_text()?)
-                .with("Content-Type", "text/plain; version=0.0.4; charset=utf-8")),
+            ("/metrics", true, _) => {
+                Ok(Response::new(200, "text/plain; version=0.0.4; charset=utf-8", self.queue.metrics_text()?))
+            }
             ("/logout", _, true) => self.logout(request),
             (path, _, true) if Action::from_path(path).is_some() => {
                 let action = Action::from_path(path).expect("checked by the guard");

@@ -29,7 +29,7 @@ table{border-collapse:collapse;background:#fff;border:1px solid var(--line);widt
 th,td{padding:.35em .6em;border-bottom:1px solid var(--line);text-align:left;vertical-align:top}
 th{background:#eef1f5;font-weight:600;white-space:nowrap}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
-td.zero{color:#b5bcc6}
+td.zero{color:#b5bcc6}th.pause,td.pause{min-width:18em}
 a{color:var(--accent)}
 code,pre,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:.92em}
 pre{background:#fff;border:1px solid var(--line);padding:.7em;white-space:pre-wrap;word-break:break-all;max-height:40em;overflow:auto}
@@ -354,10 +354,14 @@ pub fn overview(page: &Page<'_>, stats: &Stats, now: i64) -> Markup {
             table {
                 thead { tr {
                     th { "Queue" }
-                    th.num { "Pending" } th { "Oldest due" } th.num { "Running" } th.num { "Expired leases" }
-                    th.num { "Waiting" } th.num { "Completed" } th.num { "Exhausted (unacked)" }
-                    th.num { "Exhausted (acked)" } th.num { "Unknown" } th.num { "Cancelled" } th.num { "Total" }
-                    th { "Paused" }
+                    th.num { "Pending" } th { "Oldest due" } th.num { "Running" }
+                    th.num title="running jobs whose lease has expired" { "Expired" }
+                    th.num { "Waiting" } th.num { "Completed" }
+                    th.num title="exhaustions awaiting acknowledgement" { "Exhausted" }
+                    th.num title="acknowledged exhaustions" { "Acked" }
+                    th.num title="unknown outcomes awaiting a decision" { "Unknown" }
+                    th.num { "Cancelled" } th.num { "Total" }
+                    th.pause { "Paused" }
                 } }
                 tbody {
                     @for q in &stats.queues {
@@ -377,7 +381,7 @@ pub fn overview(page: &Page<'_>, stats: &Stats, now: i64) -> Markup {
                             (count(q.unknown, Some(format!("/unknown?queue={}", encode(&q.queue)))))
                             (count(q.cancelled, qs(q, "cancelled")))
                             td.num { (q.total()) }
-                            td { @if let Some(p) = &q.paused { span.badge.paused { (pause_words(p, now)) } } }
+                            td.pause { @if let Some(p) = &q.paused { span.badge.paused { (pause_words(p, now)) } } }
                         }
                     }
                 }
