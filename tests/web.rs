@@ -47,7 +47,8 @@ fn fixture<S: Store>(queue: &Queue<S>) -> Fixture {
     let u = claimed("invoice 42 to dan");
     queue.mark_unknown(&u.token(), "timeout after the provider accepted the request").unwrap();
     let xss = queue.enqueue(NewJob::new("mail", XSS.as_bytes().to_vec()).key("k<img src=x>")).unwrap().id();
-    let json = queue.enqueue(NewJob::new("mail", br#"{"to":"eve@example.org","items":[1,2,3]}"#.to_vec())).unwrap().id();
+    let json =
+        queue.enqueue(NewJob::new("mail", br#"{"to":"eve@example.org","items":[1,2,3]}"#.to_vec())).unwrap().id();
     queue.enqueue(NewJob::new("reports", b"monthly".to_vec())).unwrap();
     queue.operator("carol").note("month-end freeze").pause("reports").unwrap();
     Fixture { completed: c.id(), exhausted: e.id(), exhausted2: e2.id(), unknown: u.id(), xss, json }
@@ -231,9 +232,8 @@ fn a_post_without_the_csrf_token_or_with_a_wrong_one_changes_nothing() {
         assert_eq!((j.acknowledged_at, j.decision), (None, None), "nothing changed");
     }
     // A JSON or multipart body is no form: refused the same way, before anything is read.
-    let raw = format!(
-        "POST /act/acknowledge HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nhi"
-    );
+    let raw =
+        format!("POST /act/acknowledge HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nhi");
     assert_eq!(exchange(&server.addr, raw.as_bytes()).status, 415);
     // The page's own form does it (the check is not refusing everything).
     let reply = post(&server.addr, "/act/acknowledge", &form, None);

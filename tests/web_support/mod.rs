@@ -215,10 +215,8 @@ pub fn forms(html: &str, action: &str) -> Vec<Vec<(String, String)>> {
             let tag = &input[i + "<input type=\"hidden\" name=\"".len()..];
             let name_end = tag.find('"').unwrap();
             let name = &tag[..name_end];
-            let value = tag[name_end..]
-                .strip_prefix("\" value=\"")
-                .map(|v| &v[..v.find('"').unwrap()])
-                .unwrap_or_default();
+            let value =
+                tag[name_end..].strip_prefix("\" value=\"").map(|v| &v[..v.find('"').unwrap()]).unwrap_or_default();
             fields.push((unescape(name), unescape(value)));
             input = &tag[name_end..];
         }
@@ -360,9 +358,13 @@ impl Browser {
     pub fn find(&self, css: &str) -> String {
         let started = Instant::now();
         loop {
-            let value = self.raw("POST", &format!("/session/{}/element", self.session), Some(json!({
-                "using": "css selector", "value": css,
-            })));
+            let value = self.raw(
+                "POST",
+                &format!("/session/{}/element", self.session),
+                Some(json!({
+                    "using": "css selector", "value": css,
+                })),
+            );
             if let Some(id) = element_id(&value["value"]) {
                 return id;
             }
@@ -379,8 +381,11 @@ impl Browser {
 
     /// The element `css` selects inside `parent`.
     pub fn find_in(&self, parent: &str, css: &str) -> String {
-        let value =
-            self.call("POST", &format!("/element/{parent}/element"), Some(json!({ "using": "css selector", "value": css })));
+        let value = self.call(
+            "POST",
+            &format!("/element/{parent}/element"),
+            Some(json!({ "using": "css selector", "value": css })),
+        );
         element_id(&value).unwrap_or_else(|| panic!("no {css} inside the element"))
     }
 

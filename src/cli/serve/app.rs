@@ -132,9 +132,7 @@ impl<'q, S: CliStore> App<'q, S> {
         let method = request.method.as_str();
         let read = matches!(method, "GET" | "HEAD");
         match (request.path.as_str(), read, method == "POST") {
-            ("/style.css", true, _) => {
-                return Ok(Response::new(200, "text/css; charset=utf-8", pages::CSS))
-            }
+            ("/style.css", true, _) => return Ok(Response::new(200, "text/css; charset=utf-8", pages::CSS)),
             ("/login", true, _) => return self.login_page(caller, None),
             ("/login", _, true) => return self.login(request),
             _ => {}
@@ -323,9 +321,10 @@ impl<'q, S: CliStore> App<'q, S> {
 
     fn job_page(&self, caller: Caller, query: &[(String, String)]) -> Outcome {
         let id = job_id(field(query, "id"))?;
-        let job = self.queue.job(JobId(id))?.ok_or_else(|| {
-            Problem::not_found(format!("no job {id}: it never existed, or retention pruned it"))
-        })?;
+        let job = self
+            .queue
+            .job(JobId(id))?
+            .ok_or_else(|| Problem::not_found(format!("no job {id}: it never existed, or retention pruned it")))?;
         let full = field(query, "full") == Some("1");
         let limit = if full { FULL_PAYLOAD_LIMIT } else { PAYLOAD_LIMIT };
         let now = self.queue.now_ms();
@@ -402,7 +401,8 @@ impl<'q, S: CliStore> App<'q, S> {
     /// Refuses unless the job is as the page drew it: the same state (and acknowledgement),
     /// attempt and claim.
     fn expect_job(&self, job: &Job, fields: &[(String, String)]) -> Result<(), Problem> {
-        let expected_state = field(fields, "state").ok_or_else(|| Problem::bad("the form carries no expected state"))?;
+        let expected_state =
+            field(fields, "state").ok_or_else(|| Problem::bad("the form carries no expected state"))?;
         let expected_attempt = field(fields, "attempt").and_then(|a| a.parse::<u32>().ok());
         let expected_claim = field(fields, "claim").filter(|c| !c.is_empty());
         let found_claim = job.claim_id.map(|c| c.to_string());

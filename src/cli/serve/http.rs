@@ -36,7 +36,13 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { workers: 8, backlog: 64, head_bytes: 16 * 1024, body_bytes: 64 * 1024, deadline: Duration::from_secs(10) }
+        Limits {
+            workers: 8,
+            backlog: 64,
+            head_bytes: 16 * 1024,
+            body_bytes: 64 * 1024,
+            deadline: Duration::from_secs(10),
+        }
     }
 }
 
@@ -98,7 +104,11 @@ impl Response {
 /// # Errors
 ///
 /// Spawning a worker thread failed.
-pub fn serve(listener: &TcpListener, limits: &Limits, handle: &(dyn Fn(&Request) -> Response + Sync)) -> io::Result<()> {
+pub fn serve(
+    listener: &TcpListener,
+    limits: &Limits,
+    handle: &(dyn Fn(&Request) -> Response + Sync),
+) -> io::Result<()> {
     let (sender, receiver) = bounded::<TcpStream>(limits.backlog.max(1));
     std::thread::scope(|scope| {
         for n in 0..limits.workers.max(1) {

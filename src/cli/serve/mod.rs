@@ -93,13 +93,7 @@ fn read_tokens(path: &Path) -> CliResult<Vec<Token>> {
         let (name, secret) = match words[..] {
             [secret] => (None, secret),
             [name, secret] => (Some(name.to_string()), secret),
-            _ => {
-                return Err(fail(format!(
-                    "{} line {}: expected `NAME TOKEN` or `TOKEN`",
-                    path.display(),
-                    n + 1
-                )))
-            }
+            _ => return Err(fail(format!("{} line {}: expected `NAME TOKEN` or `TOKEN`", path.display(), n + 1))),
         };
         if secret.len() < MIN_TOKEN_LEN {
             return Err(fail(format!(

@@ -191,7 +191,8 @@ pub fn state_label(job: &Job) -> String {
 
 /// `paused 5m ago by alice: deploy`.
 pub fn pause_words(pause: &PausedQueue, now: i64) -> String {
-    let mut text = format!("paused {} by {}", relative(pause.since, now), pause.by.as_deref().unwrap_or("an unnamed caller"));
+    let mut text =
+        format!("paused {} by {}", relative(pause.since, now), pause.by.as_deref().unwrap_or("an unnamed caller"));
     if let Some(note) = &pause.note {
         text.push_str(&format!(": {note}"));
     }
@@ -279,10 +280,12 @@ fn action_form(
 
 /// The hidden fields that say what state the page showed the job in.
 fn expect_job(id: JobId, state: &str, attempt: u32, claim: Option<String>) -> Vec<(&'static str, String)> {
-    vec![("id", id.to_string()), ("state", state.to_string()), ("attempt", attempt.to_string()), (
-        "claim",
-        claim.unwrap_or_default(),
-    )]
+    vec![
+        ("id", id.to_string()),
+        ("state", state.to_string()),
+        ("attempt", attempt.to_string()),
+        ("claim", claim.unwrap_or_default()),
+    ]
 }
 
 fn expect_token(token: &ClaimToken, state: &str) -> Vec<(&'static str, String)> {
@@ -582,7 +585,9 @@ pub fn listing(page: &Page<'_>, listing: Listing, queue: Option<&str>, rows: &[R
         Listing::Exhausted => {
             ("Exhaustions awaiting acknowledgement", "/exhausted", "Reason", "No exhaustion awaits acknowledgement.")
         }
-        Listing::Unknown => ("Unknown outcomes awaiting a decision", "/unknown", "Evidence", "No unknown outcome awaits a decision."),
+        Listing::Unknown => {
+            ("Unknown outcomes awaiting a decision", "/unknown", "Evidence", "No unknown outcome awaits a decision.")
+        }
     };
     let filter = queue.map_or_else(String::new, |q| format!("queue={}", encode(q)));
     let back = format!("{path}?{filter}");
