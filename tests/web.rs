@@ -196,7 +196,6 @@ fn an_operator_works_the_dashboard_in_a_browser() {
 }
 
 #[cfg(feature = "postgres")]
-#[allow(dead_code)]
 #[path = "pg_support/mod.rs"]
 mod pg_support;
 
@@ -232,8 +231,7 @@ fn a_post_without_the_csrf_token_or_with_a_wrong_one_changes_nothing() {
         assert_eq!((j.acknowledged_at, j.decision), (None, None), "nothing changed");
     }
     // A JSON or multipart body is no form: refused the same way, before anything is read.
-    let raw =
-        format!("POST /act/acknowledge HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nhi");
+    let raw = "POST /act/acknowledge HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nhi";
     assert_eq!(exchange(&server.addr, raw.as_bytes()).status, 415);
     // The page's own form does it (the check is not refusing everything).
     let reply = post(&server.addr, "/act/acknowledge", &form, None);
@@ -527,4 +525,25 @@ fn metrics_are_the_prometheus_text_of_the_library() {
         text.lines().filter(|l| !l.starts_with("fenceq_oldest_pending_age_seconds{")).map(str::to_string).collect()
     };
     assert_eq!(lines(&reply.body), lines(&queue.metrics_text().unwrap()));
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn a_postgres_password_never_shows_on_a_page() {
+    let Some(scratch) = pg_support::Scratch::new() else { return };
+    let queue = scratch.open();
+    fixture(&queue);
+    // The test server trusts local logins: the password is carried, never checked.
+    let url = scratch.url.replacen("postgres://postgres@", "postgres://postgres:s3cret-pw@", 1);
+    assert!(url.contains("s3cret-pw"), "the URL names the user: {url}");
+    let args = vec!["--db".to_string(), url, "--schema".to_string(), scratch.schema.clone()];
+    let mut server = Server::start(&args, &["--read-only"]);
+    for path in ["/", "/queue?name=mail", "/exhausted", "/unknown", "/job?id=999999", "/nope"] {
+        let page = server.get(path);
+        assert!(!page.body.contains("s3cret-pw"), "{path}: {}", page.body);
+        if path == "/" {
+            assert!(page.body.contains("postgres:***@"), "{}", page.body);
+        }
+    }
+    server.assert_healthy();
 }
