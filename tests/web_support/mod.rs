@@ -415,7 +415,8 @@ impl Browser {
     pub fn wait_for_heading(&self, text: &str) -> String {
         let started = Instant::now();
         loop {
-            let heading = self.find_all("h1").first().map(|h| self.text(h)).unwrap_or_default();
+            // (The page may be navigating: an element found may be gone when read; try again.)
+            let heading = self.try_heading().unwrap_or_default();
             if heading.contains(text) {
                 return self.page_text();
             }
@@ -426,6 +427,19 @@ impl Browser {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// The text of the page's first `h1`, or `None` when there is none or it went away
+    /// while being read.
+    fn try_heading(&self) -> Option<String> {
+        let found = self.raw(
+            "POST",
+            &format!("/session/{}/element", self.session),
+            Some(json!({ "using": "css selector", "value": "h1" })),
+        );
+        let id = element_id(&found["value"])?;
+        let text = self.raw("GET", &format!("/session/{}/element/{id}/text", self.session), None);
+        text["value"].as_str().map(str::to_string)
     }
 
     /// The text of an open alert, confirm or prompt, if one is open.
