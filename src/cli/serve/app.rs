@@ -11,7 +11,7 @@ use super::Token;
 use crate::cli::output::PAYLOAD_LIMIT;
 use crate::cli::store::CliStore;
 use crate::cli::{error_line, inspect::collect_pages};
-use fenceq::{ClaimToken, Cursor, Error, Job, JobId, JobState, ListFilter, Queue, Resolution};
+use fenceq::{ClaimId, ClaimToken, Cursor, Error, Job, JobId, JobState, ListFilter, Queue, Resolution};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -443,8 +443,15 @@ impl<'q, S: CliStore> App<'q, S> {
             )),
             e => Problem::from(e),
         };
+        // The token as the page drew it (checked equal to the job's above): the statement
+        // itself then refuses, atomically, a job that changed after that check.
         let token = || -> Result<ClaimToken, Problem> {
-            job.token().ok_or_else(|| Problem::stale(format!("job {id} has no claim to act on; nothing was changed")))
+            let attempt = field(fields, "attempt").and_then(|a| a.parse::<u32>().ok());
+            let claim = field(fields, "claim").and_then(|c| uuid::Uuid::parse_str(c).ok());
+            match (attempt, claim) {
+                (Some(attempt), Some(claim)) => Ok(ClaimToken { id, attempt, claim_id: ClaimId(claim) }),
+                _ => Err(Problem::stale(format!("job {id} has no claim to act on; nothing was changed"))),
+            }
         };
         let (what, effect) = match action {
             Action::Acknowledge => {
