@@ -14,6 +14,8 @@ pub mod inspect;
 pub mod maintenance;
 pub mod output;
 pub mod pause;
+#[cfg(feature = "web")]
+pub mod serve;
 pub mod store;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -176,6 +178,12 @@ pub enum Command {
     /// A PostgreSQL queue is backed up by its server (pg_dump), not by fenceq: a
     /// postgres:// URL is refused with that advice.
     Backup(backup::BackupArgs),
+    /// Serves the operator's web dashboard: every queue's counts, a queue's jobs, a job's
+    /// record, the exhaustions and unknown outcomes awaiting someone, /metrics; and, unless
+    /// --read-only, acknowledge, replay, cancel, resolve, pause and unpause, each guarded by
+    /// the state the page showed and recorded with who and why (see docs/operations.md).
+    #[cfg(feature = "web")]
+    Serve(serve::ServeArgs),
 }
 
 impl Command {
@@ -264,6 +272,8 @@ impl Command {
             Command::Migrate(args) => args.run::<S>(ctx),
             // SQLite files only: it refuses a URL with the advice to use pg_dump.
             Command::Backup(args) => args.run(ctx),
+            #[cfg(feature = "web")]
+            Command::Serve(args) => args.run::<S>(ctx),
         }
     }
 }

@@ -1,0 +1,591 @@
+//! Routing, sign-in, and the actions. Every page reads through the library; every change is
+//! the [`fenceq::Operator`] call the CLI makes, after three checks: a signed-in caller (when
+//! tokens are configured), the server's CSRF secret in the form (compared in constant time),
+//! and the state the page showed (its `--expect`), so that a page drawn before someone else
+//! changed the job is refused instead of acting on what the job has become.
+
+use super::form::{self, same};
+use super::http::{Request, Response};
+use super::pages::{self, Action, Listing, Page, QueueView};
+use super::Token;
+use crate::cli::output::PAYLOAD_LIMIT;
+use crate::cli::store::CliStore;
+use crate::cli::{error_line, inspect::collect_pages};
+use fenceq::{ClaimId, ClaimToken, Cursor, Error, Job, JobId, JobState, ListFilter, Queue, Resolution};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// Rows per page of a listing.
+pub const PAGE_ROWS: u32 = 50;
+/// Payload bytes a job's page shows with "show all".
+pub const FULL_PAYLOAD_LIMIT: usize = 1024 * 1024;
+/// How long a sign-in lasts.
+const SESSION_LIFE: Duration = Duration::from_secs(12 * 3600);
+/// Sessions kept at once (the oldest is dropped past this).
+const MAX_SESSIONS: usize = 1024;
+/// The session cookie's name.
+const COOKIE: &str = "fenceq_session";
+
+/// The dashboard: the queue, the server's secrets and its sessions.
+pub struct App<'q, S: CliStore> {
+    queue: &'q Queue<S>,
+    read_only: bool,
+    /// The CSRF secret every form carries: random per server start, never in a cookie or
+    /// URL, so a page of another site cannot know it.
+    csrf: String,
+    tokens: Vec<Token>,
+    /// Signed-in sessions: cookie value -> (index into `tokens`, when it was made).
+    sessions: Mutex<HashMap<String, (usize, Instant)>>,
+    /// The name recorded for a change when neither a named token nor the form gives one.
+    default_by: String,
+    /// `--db` as people may see it (a URL without its password).
+    db: String,
+}
+
+/// Who is asking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    /// No tokens are configured: anyone who reaches the (loopback) address.
+    Open,
+    /// Signed in with this token (index into the token list).
+    Token(usize),
+}
+
+/// A request that gets an error page instead: its status and what to tell the person.
+#[derive(Debug)]
+pub struct Problem {
+    /// The HTTP status.
+    pub status: u16,
+    /// A short title.
+    pub title: &'static str,
+    /// What happened and what to do, as plain text (escaped when rendered).
+    pub message: String,
+}
+
+impl Problem {
+    fn new(status: u16, title: &'static str, message: impl Into<String>) -> Problem {
+        Problem { status, title, message: message.into() }
+    }
+
+    fn bad(message: impl Into<String>) -> Problem {
+        Problem::new(400, "Bad request", message)
+    }
+
+    fn not_found(message: impl Into<String>) -> Problem {
+        Problem::new(404, "Not found", message)
+    }
+
+    /// The job changed since the page was drawn.
+    fn stale(message: impl Into<String>) -> Problem {
+        Problem::new(409, "Changed since the page was drawn", message)
+    }
+}
+
+impl From<Error> for Problem {
+    fn from(error: Error) -> Problem {
+        let line = error_line(&error);
+        match error {
+            Error::InvalidInput { .. } => Problem::bad(line),
+            Error::Busy { .. } | Error::Pool(_) => Problem::new(503, "Database busy", format!("{line}; try again")),
+            _ => Problem::new(500, "Database error", line),
+        }
+    }
+}
+
+impl From<crate::cli::BoxError> for Problem {
+    fn from(error: crate::cli::BoxError) -> Problem {
+        match error.downcast::<Error>() {
+            Ok(error) => Problem::from(*error),
+            Err(other) => Problem::new(500, "Error", error_line(other.as_ref())),
+        }
+    }
+}
+
+type Outcome = Result<Response, Problem>;
+
+impl<'q, S: CliStore> App<'q, S> {
+    /// The dashboard over `queue`; `db` is how pages name the database.
+    pub fn new(queue: &'q Queue<S>, read_only: bool, tokens: Vec<Token>, db: String) -> App<'q, S> {
+        App {
+            queue,
+            read_only,
+            csrf: form::secret(),
+            tokens,
+            sessions: Mutex::new(HashMap::new()),
+            default_by: os_user(),
+            db,
+        }
+    }
+
+    /// Answers one request.
+    pub fn handle(&self, request: &Request) -> Response {
+        let caller = self.caller(request);
+        let response = self.route(request, caller).unwrap_or_else(|problem| {
+            let page = self.page(caller);
+            Response::new(problem.status, pages::HTML, pages::problem(&page, &problem).into_string())
+        });
+        secure(response)
+    }
+
+    fn route(&self, request: &Request, caller: Option<Caller>) -> Outcome {
+        let method = request.method.as_str();
+        let read = matches!(method, "GET" | "HEAD");
+        match (request.path.as_str(), read, method == "POST") {
+            ("/style.css", true, _) => return Ok(Response::new(200, "text/css; charset=utf-8", pages::CSS)),
+            ("/login", true, _) => return self.login_page(caller, None),
+            ("/login", _, true) => return self.login(request),
+            _ => {}
+        }
+        let Some(caller) = caller else {
+            return if read && request.path != "/metrics" {
+                Ok(Response::new(303, pages::HTML, "").with("Location", "/login"))
+            } else {
+                Err(Problem::new(401, "Sign in first", "this server asks for a token: sign in at /login"))
+            };
+        };
+        let query = || form::decode(&request.query).map_err(|e| Problem::bad(format!("the query string holds {e}")));
+        match (request.path.as_str(), read, method == "POST") {
+            ("/", true, _) => self.overview(caller),
+            ("/queue", true, _) => self.queue_page(caller, &query()?),
+            ("/job", true, _) => self.job_page(caller, &query()?),
+            ("/exhausted", true, _) => self.listing(caller, &query()?, Listing::Exhausted),
+            ("/unknown", true, _) => self.listing(caller, &query()?, Listing::Unknown),
+            ("/metrics", true, _) => {
+                Ok(Response::new(200, "text/plain; version=0.0.4; charset=utf-8", self.queue.metrics_text()?))
+            }
+            ("/logout", _, true) => self.logout(request),
+            (path, _, true) if Action::from_path(path).is_some() => {
+                let action = Action::from_path(path).expect("checked by the guard");
+                self.act(request, caller, action)
+            }
+            ("/" | "/queue" | "/job" | "/exhausted" | "/unknown" | "/metrics" | "/logout" | "/login", _, _) => {
+                Err(Problem::new(405, "Method not allowed", format!("{method} is not taken here")))
+            }
+            (path, _, _) if Action::from_path(path).is_some() => {
+                Err(Problem::new(405, "Method not allowed", "an action is a POST from its form"))
+            }
+            _ => Err(Problem::not_found("no such page")),
+        }
+    }
+
+    // --------------------------------------------------------------------------- sign-in
+
+    /// Who the request comes from, or `None` when tokens are configured and it carries no
+    /// valid session cookie or bearer token.
+    fn caller(&self, request: &Request) -> Option<Caller> {
+        if self.tokens.is_empty() {
+            return Some(Caller::Open);
+        }
+        if let Some(bearer) = request.header("authorization").and_then(|v| v.strip_prefix("Bearer ")) {
+            return self.token_index(bearer.trim()).map(Caller::Token);
+        }
+        let cookie = request.header("cookie")?;
+        let session = cookie.split(';').find_map(|c| c.trim().strip_prefix(&format!("{COOKIE}=")))?;
+        let sessions = self.sessions.lock();
+        // (A map lookup by the cookie: its value is 244 random bits, not guessable by timing.)
+        match sessions.get(session) {
+            Some((index, made)) if made.elapsed() < SESSION_LIFE => Some(Caller::Token(*index)),
+            _ => None,
+        }
+    }
+
+    /// The token equal to `given`, each compared in constant time (all of them, whatever
+    /// matched first).
+    fn token_index(&self, given: &str) -> Option<usize> {
+        let mut found = None;
+        for (i, token) in self.tokens.iter().enumerate() {
+            if same(token.secret.as_bytes(), given.as_bytes()) && found.is_none() {
+                found = Some(i);
+            }
+        }
+        found
+    }
+
+    fn login_page(&self, caller: Option<Caller>, error: Option<&str>) -> Outcome {
+        let status = if error.is_some() { 401 } else { 200 };
+        let page = self.page(caller);
+        Ok(Response::new(status, pages::HTML, pages::login(&page, self.tokens.is_empty(), error).into_string()))
+    }
+
+    fn login(&self, request: &Request) -> Outcome {
+        let fields = self.form(request)?;
+        if self.tokens.is_empty() {
+            return Ok(Response::new(303, pages::HTML, "").with("Location", "/"));
+        }
+        let Some(index) = self.token_index(field(&fields, "token").unwrap_or_default().trim()) else {
+            return self.login_page(None, Some("that token is not one of this server's"));
+        };
+        let session = form::secret();
+        {
+            let mut sessions = self.sessions.lock();
+            sessions.retain(|_, (_, made)| made.elapsed() < SESSION_LIFE);
+            if sessions.len() >= MAX_SESSIONS {
+                if let Some(oldest) = sessions.iter().min_by_key(|(_, (_, made))| *made).map(|(k, _)| k.clone()) {
+                    sessions.remove(&oldest);
+                }
+            }
+            sessions.insert(session.clone(), (index, Instant::now()));
+        }
+        // Secure when a TLS proxy in front says the browser used https.
+        let secure = request.header("x-forwarded-proto").is_some_and(|p| p.eq_ignore_ascii_case("https"));
+        let cookie = format!(
+            "{COOKIE}={session}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{}",
+            SESSION_LIFE.as_secs(),
+            if secure { "; Secure" } else { "" }
+        );
+        Ok(Response::new(303, pages::HTML, "").with("Location", "/").with("Set-Cookie", cookie))
+    }
+
+    fn logout(&self, request: &Request) -> Outcome {
+        self.form(request)?;
+        if let Some(cookie) = request.header("cookie") {
+            if let Some(session) = cookie.split(';').find_map(|c| c.trim().strip_prefix(&format!("{COOKIE}="))) {
+                self.sessions.lock().remove(session);
+            }
+        }
+        Ok(Response::new(303, pages::HTML, "")
+            .with("Location", "/login")
+            .with("Set-Cookie", format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0")))
+    }
+
+    /// A POST's form fields, once its CSRF token is the server's.
+    fn form(&self, request: &Request) -> Result<Vec<(String, String)>, Problem> {
+        let form_type = request.header("content-type").unwrap_or_default();
+        if !form_type.trim().to_ascii_lowercase().starts_with("application/x-www-form-urlencoded") {
+            return Err(Problem::new(415, "Not a form", "a POST here is a form (application/x-www-form-urlencoded)"));
+        }
+        let body = std::str::from_utf8(&request.body).map_err(|_| Problem::bad("the form is not UTF-8"))?;
+        let fields = form::decode(body).map_err(|e| Problem::bad(format!("the form holds {e}")))?;
+        match field(&fields, "csrf") {
+            Some(token) if same(token.as_bytes(), self.csrf.as_bytes()) => Ok(fields),
+            _ => Err(Problem::new(
+                403,
+                "Refused: missing or wrong CSRF token",
+                "this form did not come from a page of this server (or the server restarted since the page was \
+                 drawn); nothing was changed. Reload the page and try again.",
+            )),
+        }
+    }
+
+    /// What every page needs to know about the server and the caller.
+    fn page(&self, caller: Option<Caller>) -> Page<'_> {
+        let signed_in = match caller {
+            Some(Caller::Token(i)) => Some(self.tokens[i].name.as_deref().unwrap_or("token")),
+            _ => None,
+        };
+        Page {
+            db: &self.db,
+            csrf: &self.csrf,
+            read_only: self.read_only,
+            signed_in,
+            ask_name: match caller {
+                Some(Caller::Token(i)) => self.tokens[i].name.is_none(),
+                _ => true,
+            },
+            default_by: &self.default_by,
+        }
+    }
+
+    // --------------------------------------------------------------------------- pages
+
+    fn html(&self, markup: maud::Markup) -> Outcome {
+        Ok(Response::new(200, pages::HTML, markup.into_string()))
+    }
+
+    fn overview(&self, caller: Caller) -> Outcome {
+        let stats = self.queue.stats()?;
+        let now = self.queue.now_ms();
+        self.html(pages::overview(&self.page(Some(caller)), &stats, now))
+    }
+
+    fn queue_page(&self, caller: Caller, query: &[(String, String)]) -> Outcome {
+        let name = field(query, "name").ok_or_else(|| Problem::bad("which queue? (/queue?name=NAME)"))?;
+        let state = match field(query, "state").filter(|s| !s.is_empty()) {
+            None => None,
+            Some(text) => Some(text.parse::<JobState>().map_err(|_| Problem::bad(format!("no state named {text:?}")))?),
+        };
+        let after = cursor(query)?;
+        let stats = self.queue.stats()?;
+        let Some(counts) = stats.queues.iter().find(|q| q.queue == name) else {
+            // (A name the library would refuse gets its reason; any other is unknown.)
+            self.queue.list(&ListFilter { queue: Some(name.to_string()), limit: 1, ..ListFilter::default() })?;
+            return Err(Problem::not_found(format!("no queue named {name:?}: it has no jobs and is not paused")));
+        };
+        let filter = ListFilter { queue: Some(name.to_string()), state, after, limit: PAGE_ROWS };
+        let jobs = self.queue.list(&filter)?;
+        let now = self.queue.now_ms();
+        let view = QueueView { counts, state, jobs: &jobs, more: jobs.len() == PAGE_ROWS as usize, now };
+        self.html(pages::queue(&self.page(Some(caller)), &view))
+    }
+
+    fn job_page(&self, caller: Caller, query: &[(String, String)]) -> Outcome {
+        let id = job_id(field(query, "id"))?;
+        let job = self
+            .queue
+            .job(JobId(id))?
+            .ok_or_else(|| Problem::not_found(format!("no job {id}: it never existed, or retention pruned it")))?;
+        let full = field(query, "full") == Some("1");
+        let limit = if full { FULL_PAYLOAD_LIMIT } else { PAYLOAD_LIMIT };
+        let now = self.queue.now_ms();
+        self.html(pages::job(&self.page(Some(caller)), &job, limit, now))
+    }
+
+    fn listing(&self, caller: Caller, query: &[(String, String)], listing: Listing) -> Outcome {
+        let queue = field(query, "queue").filter(|q| !q.is_empty());
+        let after = cursor(query)?.map(|c| c.0);
+        let limit = u64::from(PAGE_ROWS);
+        let (rows, more) = match listing {
+            Listing::Exhausted => {
+                let (items, more) =
+                    collect_pages(|c, n| self.queue.exhaustions(c, n), |e| &e.queue, queue, after, limit)?;
+                (items.into_iter().map(pages::Row::from).collect::<Vec<_>>(), more)
+            }
+            Listing::Unknown => {
+                let (items, more) = collect_pages(|c, n| self.queue.unknowns(c, n), |u| &u.queue, queue, after, limit)?;
+                (items.into_iter().map(pages::Row::from).collect(), more)
+            }
+        };
+        let now = self.queue.now_ms();
+        self.html(pages::listing(&self.page(Some(caller)), listing, queue, &rows, more, now))
+    }
+
+    // --------------------------------------------------------------------------- actions
+
+    fn act(&self, request: &Request, caller: Caller, action: Action) -> Outcome {
+        if self.read_only {
+            return Err(Problem::new(
+                403,
+                "Read-only",
+                "this server was started with --read-only: it changes nothing. Use the CLI, or a server without \
+                 --read-only.",
+            ));
+        }
+        let fields = self.form(request)?;
+        let by = self.operator_name(caller, &fields);
+        let operator = self.queue.operator(by.clone());
+        let operator = match field(&fields, "note").map(str::trim).filter(|n| !n.is_empty()) {
+            Some(note) => operator.note(note),
+            None => operator,
+        };
+        let back = back(field(&fields, "back"));
+        let done = match action {
+            Action::Pause | Action::Unpause => {
+                let name = field(&fields, "queue").ok_or_else(|| Problem::bad("the form names no queue"))?;
+                self.pause_or_unpause(action, name, &fields, &operator)?
+            }
+            _ => {
+                let id = job_id(field(&fields, "id"))?;
+                let job = self.queue.job(JobId(id))?.ok_or_else(|| {
+                    Problem::stale(format!("job {id} no longer exists (retention pruned it?); nothing was changed"))
+                })?;
+                self.expect_job(&job, &fields)?;
+                self.change_job(action, &job, &fields, &operator)?
+            }
+        };
+        let page = self.page(Some(caller));
+        Ok(Response::new(200, pages::HTML, pages::done(&page, &done, &by, &back).into_string()))
+    }
+
+    /// Who the change is recorded as: the signed-in token's name, else the form's, else the
+    /// OS user running the server (as the CLI's `--by` defaults).
+    fn operator_name(&self, caller: Caller, fields: &[(String, String)]) -> String {
+        if let Caller::Token(i) = caller {
+            if let Some(name) = &self.tokens[i].name {
+                return name.clone();
+            }
+        }
+        field(fields, "by").map(str::trim).filter(|b| !b.is_empty()).unwrap_or(&self.default_by).to_string()
+    }
+
+    /// Refuses unless the job is as the page drew it: the same state (and acknowledgement),
+    /// attempt and claim.
+    fn expect_job(&self, job: &Job, fields: &[(String, String)]) -> Result<(), Problem> {
+        let expected_state =
+            field(fields, "state").ok_or_else(|| Problem::bad("the form carries no expected state"))?;
+        let expected_attempt = field(fields, "attempt").and_then(|a| a.parse::<u32>().ok());
+        let expected_claim = field(fields, "claim").filter(|c| !c.is_empty());
+        let found_claim = job.claim_id.map(|c| c.to_string());
+        let as_drawn = pages::state_key(job) == expected_state
+            && expected_attempt == Some(job.attempt)
+            && expected_claim == found_claim.as_deref();
+        if as_drawn {
+            return Ok(());
+        }
+        Err(Problem::stale(format!(
+            "job {} changed since this page was drawn: the page showed it {} (attempt {}), and it is now {} (attempt \
+             {}{}); nothing was changed. Reload the page to see it as it is now.",
+            job.id,
+            pages::state_words(expected_state),
+            expected_attempt.map_or_else(|| "?".to_string(), |a| a.to_string()),
+            pages::state_label(job),
+            job.attempt,
+            job.decision.as_ref().map_or_else(String::new, |d| format!(
+                ", last decision: {} by {}",
+                d.action,
+                d.by.as_deref().unwrap_or("an unnamed caller")
+            )),
+        )))
+    }
+
+    fn change_job(
+        &self,
+        action: Action,
+        job: &Job,
+        fields: &[(String, String)],
+        operator: &fenceq::Operator<'_, S>,
+    ) -> Result<pages::Done, Problem> {
+        let id = job.id;
+        let stale = |e: Error| match e {
+            Error::StaleIdentity { .. } | Error::InvalidState { .. } | Error::NotFound(_) => Problem::stale(format!(
+                "job {id} changed while the change was being made ({}); nothing was changed. Reload the page.",
+                error_line(&e)
+            )),
+            e => Problem::from(e),
+        };
+        // The token as the page drew it (checked equal to the job's above): the statement
+        // itself then refuses, atomically, a job that changed after that check.
+        let token = || -> Result<ClaimToken, Problem> {
+            let attempt = field(fields, "attempt").and_then(|a| a.parse::<u32>().ok());
+            let claim = field(fields, "claim").and_then(|c| uuid::Uuid::parse_str(c).ok());
+            match (attempt, claim) {
+                (Some(attempt), Some(claim)) => Ok(ClaimToken { id, attempt, claim_id: ClaimId(claim) }),
+                _ => Err(Problem::stale(format!("job {id} has no claim to act on; nothing was changed"))),
+            }
+        };
+        let (what, effect) = match action {
+            Action::Acknowledge => {
+                operator.acknowledge(&token()?).map_err(stale)?;
+                ("acknowledged", "it stays exhausted, acknowledged: retention may prune it now".to_string())
+            }
+            Action::Replay => {
+                operator.replay(id).map_err(stale)?;
+                ("replayed", format!("it is pending, due now, with a fresh budget of {} attempts", job.max_attempts))
+            }
+            Action::Cancel => {
+                let was = operator.cancel(id).map_err(stale)?;
+                ("cancelled", format!("it was {was}; a running owner finds out at its next renew or settle"))
+            }
+            Action::Resolve => {
+                let (resolution, effect) = match field(fields, "outcome") {
+                    Some("complete") => (Resolution::Complete, "completed: the side effect happened"),
+                    Some("retry") => (Resolution::Retry, "pending again, due now: it will run again"),
+                    Some("exhaust") => (Resolution::Exhaust, "an unacknowledged exhaustion: given up"),
+                    _ => return Err(Problem::bad("choose an outcome: complete, retry or exhaust")),
+                };
+                operator.resolve(&token()?, resolution).map_err(stale)?;
+                ("resolved", format!("it is {effect}"))
+            }
+            Action::Pause | Action::Unpause => unreachable!("queue actions are handled apart"),
+        };
+        Ok(pages::Done { title: format!("Job {id} {what}"), effect, job: Some(id), queue: job.queue.clone() })
+    }
+
+    fn pause_or_unpause(
+        &self,
+        action: Action,
+        name: &str,
+        fields: &[(String, String)],
+        operator: &fenceq::Operator<'_, S>,
+    ) -> Result<pages::Done, Problem> {
+        let paused = self.queue.paused_queues()?.into_iter().find(|p| p.queue == name);
+        let since = |p: &fenceq::PausedQueue| p.since.to_string();
+        let as_drawn = match (action, field(fields, "since"), &paused) {
+            // The page showed the queue running; pausing a paused queue would change nothing.
+            (Action::Pause, Some(""), None) => true,
+            // The page showed this very pause (its start), not a later one.
+            (Action::Unpause, Some(shown), Some(p)) => shown == since(p),
+            _ => false,
+        };
+        if !as_drawn {
+            let now = self.queue.now_ms();
+            let is = paused.as_ref().map_or_else(|| "not paused".to_string(), |p| pages::pause_words(p, now));
+            return Err(Problem::stale(format!(
+                "queue {name} changed since this page was drawn: it is {is}; nothing was changed. Reload the page."
+            )));
+        }
+        let changed = match action {
+            Action::Pause => operator.pause(name)?,
+            _ => operator.unpause(name)?,
+        };
+        if !changed {
+            return Err(Problem::stale(format!(
+                "queue {name} was {} by someone else meanwhile; nothing was changed. Reload the page.",
+                if action == Action::Pause { "paused" } else { "unpaused" }
+            )));
+        }
+        let (title, effect) = if action == Action::Pause {
+            (format!("Queue {name} paused"), "claims of it find nothing until it is unpaused; enqueues still land")
+        } else {
+            (format!("Queue {name} unpaused"), "its due jobs are claimable again")
+        };
+        Ok(pages::Done { title, effect: effect.to_string(), job: None, queue: name.to_string() })
+    }
+}
+
+/// The first value of `name` in decoded pairs.
+pub fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    fields.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+}
+
+/// A job id from a query or form.
+fn job_id(text: Option<&str>) -> Result<i64, Problem> {
+    let text = text.ok_or_else(|| Problem::bad("which job? (an id is missing)"))?;
+    match text.parse::<i64>() {
+        Ok(id) if id > 0 => Ok(id),
+        _ => Err(Problem::bad(format!("{:?} is not a job id (a positive whole number)", cut(text, 40)))),
+    }
+}
+
+/// The listing cursor `after` (the last id of the previous page).
+fn cursor(query: &[(String, String)]) -> Result<Option<Cursor>, Problem> {
+    match field(query, "after").filter(|a| !a.is_empty()) {
+        None => Ok(None),
+        Some(text) => match text.parse::<i64>() {
+            Ok(id) if id >= 0 => Ok(Some(Cursor(id))),
+            _ => Err(Problem::bad(format!(
+                "malformed cursor {:?}: `after` is the last job id of the previous page",
+                cut(text, 40)
+            ))),
+        },
+    }
+}
+
+/// Where to return after an action: a path of this server, else the overview.
+fn back(text: Option<&str>) -> String {
+    match text {
+        Some(path) if path.starts_with('/') && !path.starts_with("//") && !path.contains('\\') => path.to_string(),
+        _ => "/".to_string(),
+    }
+}
+
+/// At most `n` characters of `text`.
+pub fn cut(text: &str, n: usize) -> String {
+    match text.char_indices().nth(n) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
+}
+
+/// The headers every answer carries: no scripts at all (the pages have none), styles from
+/// this server only, no framing, no caching of queue data, no referrer.
+fn secure(response: Response) -> Response {
+    response
+        .with(
+            "Content-Security-Policy",
+            "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; \
+             base-uri 'none'",
+        )
+        .with("X-Content-Type-Options", "nosniff")
+        .with("X-Frame-Options", "DENY")
+        .with("Referrer-Policy", "no-referrer")
+        .with("Cache-Control", "no-store")
+}
+
+/// The OS user running the server, or `unknown` (the CLI's `--by` default).
+fn os_user() -> String {
+    ["USER", "LOGNAME", "USERNAME"]
+        .iter()
+        .find_map(|var| std::env::var(var).ok().filter(|name| !name.is_empty()))
+        .unwrap_or_else(|| "unknown".to_string())
+}

@@ -1,0 +1,655 @@
+//! The pages, as maud templates: compiled into the binary, and every `(value)` spliced into
+//! them HTML-escaped. Nothing here wraps a text from the database (names, keys, payloads,
+//! errors, notes) in `PreEscaped`, so none of it can become markup: a payload of
+//! `<script>…</script>` is shown as those characters. The pages carry no JavaScript at all.
+
+use super::app::{cut, Problem, PAGE_ROWS};
+use super::form::encode;
+use crate::cli::output::{human_duration, relative, timestamp, PayloadView};
+use fenceq::{ClaimToken, Exhaustion, Job, JobId, JobState, PausedQueue, QueueStats, Stats, UnknownOutcome};
+use maud::{html, Markup, DOCTYPE};
+
+/// The content type of every page.
+pub const HTML: &str = "text/html; charset=utf-8";
+
+/// The one stylesheet (served at /style.css: the pages' policy allows no inline style).
+pub const CSS: &str = "\
+:root{--fg:#1d2433;--muted:#5f6b7a;--line:#d9dee6;--bg:#f6f7f9;--accent:#2456a6;--warn:#a15c00;--bad:#b3261e;--ok:#1f7a3d}
+*{box-sizing:border-box}
+body{margin:0;font:14px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;color:var(--fg);background:var(--bg)}
+header{display:flex;gap:1.5em;align-items:center;padding:.6em 1.2em;background:#1d2433;color:#fff;flex-wrap:wrap}
+header a{color:#dfe7f5;text-decoration:none}header a:hover{text-decoration:underline}
+header .brand{font-weight:700;font-size:1.1em;color:#fff}
+header .db{color:#aab4c3;font-family:ui-monospace,monospace;font-size:.9em}
+header .who{margin-left:auto;color:#aab4c3}
+header form{display:inline;margin:0}
+main{padding:1em 1.2em;max-width:1400px}
+h1{font-size:1.35em;margin:.2em 0 .6em}h2{font-size:1.1em;margin:1.4em 0 .5em}
+table{border-collapse:collapse;background:#fff;border:1px solid var(--line);width:100%}
+th,td{padding:.35em .6em;border-bottom:1px solid var(--line);text-align:left;vertical-align:top}
+th{background:#eef1f5;font-weight:600;white-space:nowrap}
+td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
+td.zero{color:#b5bcc6}th.pause,td.pause{min-width:18em}
+a{color:var(--accent)}
+code,pre,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:.92em}
+pre{background:#fff;border:1px solid var(--line);padding:.7em;white-space:pre-wrap;word-break:break-all;max-height:40em;overflow:auto}
+.badge{display:inline-block;padding:0 .45em;border-radius:3px;font-size:.85em;font-weight:600;background:#e4e8ee}
+.s-pending{background:#e3ecfa}.s-running{background:#dff3e6}.s-waiting{background:#efe6fa}
+.s-completed{background:#e4e8ee}.s-exhausted{background:#fbe3e1;color:var(--bad)}.s-unknown{background:#fdf0d9;color:var(--warn)}
+.s-cancelled{background:#eceff3;color:var(--muted)}.paused{background:#fdf0d9;color:var(--warn)}
+.attention{background:#fff8ec;border:1px solid #f0d9ae;padding:.6em .8em;margin-bottom:1em}
+.notice{padding:.8em 1em;border:1px solid var(--line);background:#fff;margin-bottom:1em}
+.notice.ok{border-color:#a9d8b8;background:#f0faf3}.notice.bad{border-color:#efb8b3;background:#fdf2f1}
+.muted{color:var(--muted)}
+.tabs{display:flex;gap:.3em;flex-wrap:wrap;margin-bottom:.8em}
+.tabs a{padding:.25em .7em;border:1px solid var(--line);border-radius:3px;background:#fff;text-decoration:none}
+.tabs a.on{background:var(--accent);color:#fff;border-color:var(--accent)}
+form.act{display:flex;gap:.4em;align-items:center;flex-wrap:wrap;margin:.3em 0}
+form.act input[type=text]{padding:.25em .4em;border:1px solid var(--line);border-radius:3px;min-width:14em}
+button{padding:.3em .8em;border:1px solid var(--accent);background:var(--accent);color:#fff;border-radius:3px;cursor:pointer;font:inherit}
+button.danger{background:var(--bad);border-color:var(--bad)}button.plain{background:#fff;color:var(--accent)}
+.box{background:#fff;border:1px solid var(--line);padding:.8em 1em;margin:.6em 0}
+.box p{margin:.2em 0 .5em}
+dl.fields{display:grid;grid-template-columns:max-content 1fr;gap:.25em 1.2em;background:#fff;border:1px solid var(--line);padding:.8em 1em;margin:0}
+dl.fields dt{color:var(--muted)}dl.fields dd{margin:0;word-break:break-all}
+";
+
+/// What every page needs to know about the server and its caller.
+pub struct Page<'a> {
+    /// The database as people may see it.
+    pub db: &'a str,
+    /// The CSRF secret for the forms.
+    pub csrf: &'a str,
+    /// No actions.
+    pub read_only: bool,
+    /// The signed-in token's name (`token` for an unnamed one).
+    pub signed_in: Option<&'a str>,
+    /// Forms ask for the operator's name (no named token says it).
+    pub ask_name: bool,
+    /// The name recorded when the form leaves it empty.
+    pub default_by: &'a str,
+}
+
+/// A change the dashboard offers, each at its own POST path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Acknowledge an exhaustion.
+    Acknowledge,
+    /// Send an exhausted job back to pending.
+    Replay,
+    /// Cancel a pending, waiting or running job.
+    Cancel,
+    /// Settle an unknown outcome.
+    Resolve,
+    /// Pause a queue.
+    Pause,
+    /// Unpause a queue.
+    Unpause,
+}
+
+impl Action {
+    const ALL: [Action; 6] =
+        [Action::Acknowledge, Action::Replay, Action::Cancel, Action::Resolve, Action::Pause, Action::Unpause];
+
+    /// The action a POST path names.
+    pub fn from_path(path: &str) -> Option<Action> {
+        Action::ALL.into_iter().find(|a| a.path() == path)
+    }
+
+    /// Its POST path.
+    pub fn path(self) -> &'static str {
+        match self {
+            Action::Acknowledge => "/act/acknowledge",
+            Action::Replay => "/act/replay",
+            Action::Cancel => "/act/cancel",
+            Action::Resolve => "/act/resolve",
+            Action::Pause => "/act/pause",
+            Action::Unpause => "/act/unpause",
+        }
+    }
+}
+
+/// Which records a listing page shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listing {
+    /// Exhaustions awaiting acknowledgement.
+    Exhausted,
+    /// Unknown outcomes awaiting a decision.
+    Unknown,
+}
+
+/// A queue's page: its counts, the state chosen and one page of its jobs.
+pub struct QueueView<'a> {
+    /// The queue's counts and pause.
+    pub counts: &'a QueueStats,
+    /// The state chosen (all when `None`).
+    pub state: Option<JobState>,
+    /// The page of jobs.
+    pub jobs: &'a [Job],
+    /// A full page: more may follow.
+    pub more: bool,
+    /// The queue's now.
+    pub now: i64,
+}
+
+/// An exhaustion or an unknown outcome, as a listing shows it.
+pub struct Row {
+    token: ClaimToken,
+    queue: String,
+    key: Option<String>,
+    payload: Vec<u8>,
+    /// The reason or the evidence.
+    text: Option<String>,
+    at: i64,
+}
+
+impl From<Exhaustion> for Row {
+    fn from(e: Exhaustion) -> Row {
+        Row { token: e.token, queue: e.queue, key: e.key, payload: e.payload, text: e.reason, at: e.at }
+    }
+}
+
+impl From<UnknownOutcome> for Row {
+    fn from(u: UnknownOutcome) -> Row {
+        Row { token: u.token, queue: u.queue, key: u.key, payload: u.payload, text: u.evidence, at: u.at }
+    }
+}
+
+/// What an action did.
+pub struct Done {
+    /// `Job 5 acknowledged`.
+    pub title: String,
+    /// What follows from it.
+    pub effect: String,
+    /// The job it changed.
+    pub job: Option<JobId>,
+    /// Its queue.
+    pub queue: String,
+}
+
+/// The job's state as a form carries it: `exhausted-acked` apart from `exhausted`, since an
+/// acknowledgement changes what may be done.
+pub fn state_key(job: &Job) -> &'static str {
+    match (job.state, job.acknowledged_at) {
+        (JobState::Exhausted, Some(_)) => "exhausted-acked",
+        (state, _) => state.as_str(),
+    }
+}
+
+/// A `state_key` for people.
+pub fn state_words(key: &str) -> String {
+    match key {
+        "exhausted-acked" => "exhausted (acknowledged)".to_string(),
+        other => cut(other, 40),
+    }
+}
+
+/// The state with its acknowledgement, for people.
+pub fn state_label(job: &Job) -> String {
+    state_words(state_key(job))
+}
+
+/// `paused 5m ago by alice: deploy`.
+pub fn pause_words(pause: &PausedQueue, now: i64) -> String {
+    let mut text =
+        format!("paused {} by {}", relative(pause.since, now), pause.by.as_deref().unwrap_or("an unnamed caller"));
+    if let Some(note) = &pause.note {
+        text.push_str(&format!(": {note}"));
+    }
+    text
+}
+
+fn layout(page: &Page<'_>, title: &str, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · fenceq" }
+                link rel="stylesheet" href="/style.css";
+            }
+            body {
+                header {
+                    a.brand href="/" { "fenceq" }
+                    a href="/" { "Overview" }
+                    a href="/exhausted" { "Exhausted" }
+                    a href="/unknown" { "Unknown" }
+                    a href="/metrics" { "Metrics" }
+                    span.db title="database" { (page.db) }
+                    @if page.read_only { span.badge { "read-only" } }
+                    span.who {
+                        @if let Some(name) = page.signed_in {
+                            "signed in: " (name) " "
+                            form method="post" action="/logout" {
+                                input type="hidden" name="csrf" value=(page.csrf);
+                                button.plain type="submit" { "Sign out" }
+                            }
+                        }
+                    }
+                }
+                main { (body) }
+            }
+        }
+    }
+}
+
+fn badge(job: &Job) -> Markup {
+    html! { span class={ "badge s-" (job.state.as_str()) } { (state_label(job)) } }
+}
+
+/// A time: relative to now, the exact instant on hover.
+fn at(ms: i64, now: i64) -> Markup {
+    html! { span title=(timestamp(ms)) { (relative(ms, now)) } }
+}
+
+fn count(n: u64, href: Option<String>) -> Markup {
+    html! {
+        @if n == 0 { td.num.zero { "0" } }
+        @else if let Some(href) = href { td.num { a href=(href) { (n) } } }
+        @else { td.num { (n) } }
+    }
+}
+
+/// An action's form: the CSRF secret, where to come back to, the expected state in hidden
+/// fields, the name (unless a named token says it) and the note.
+fn action_form(
+    page: &Page<'_>,
+    action: Action,
+    hidden: &[(&str, String)],
+    back: &str,
+    extra: Markup,
+    button: &str,
+    danger: bool,
+) -> Markup {
+    html! {
+        form.act method="post" action=(action.path()) {
+            input type="hidden" name="csrf" value=(page.csrf);
+            input type="hidden" name="back" value=(back);
+            @for (name, value) in hidden { input type="hidden" name=(name) value=(value); }
+            (extra)
+            @if page.ask_name {
+                input type="text" name="by" placeholder=(format!("your name (default {})", page.default_by))
+                    aria-label="operator name" maxlength="128";
+            }
+            input type="text" name="note" placeholder="note: why" aria-label="note" maxlength="4096";
+            button class=[danger.then_some("danger")] type="submit" { (button) }
+        }
+    }
+}
+
+/// The hidden fields that say what state the page showed the job in.
+fn expect_job(id: JobId, state: &str, attempt: u32, claim: Option<String>) -> Vec<(&'static str, String)> {
+    vec![
+        ("id", id.to_string()),
+        ("state", state.to_string()),
+        ("attempt", attempt.to_string()),
+        ("claim", claim.unwrap_or_default()),
+    ]
+}
+
+fn expect_token(token: &ClaimToken, state: &str) -> Vec<(&'static str, String)> {
+    expect_job(token.id, state, token.attempt, Some(token.claim_id.to_string()))
+}
+
+fn resolve_choice() -> Markup {
+    html! {
+        select name="outcome" aria-label="outcome" {
+            option value="" { "decide…" }
+            option value="complete" { "complete: it happened" }
+            option value="retry" { "retry: run it again" }
+            option value="exhaust" { "exhaust: give up" }
+        }
+    }
+}
+
+/// An error page.
+pub fn problem(page: &Page<'_>, problem: &Problem) -> Markup {
+    let body = html! {
+        h1 { (problem.title) }
+        div.notice.bad { p { (problem.message) } }
+        p { a href="/" { "Back to the overview" } }
+    };
+    layout(page, problem.title, body)
+}
+
+/// The sign-in page.
+pub fn login(page: &Page<'_>, open: bool, error: Option<&str>) -> Markup {
+    let body = html! {
+        h1 { "Sign in" }
+        @if open {
+            p { "This server asks for no token. " a href="/" { "Go to the overview" } }
+        } @else {
+            @if let Some(error) = error { div.notice.bad { (error) } }
+            form.act method="post" action="/login" {
+                input type="hidden" name="csrf" value=(page.csrf);
+                input type="password" name="token" placeholder="access token" aria-label="access token"
+                    autocomplete="current-password" autofocus;
+                button type="submit" { "Sign in" }
+            }
+            p.muted { "Tokens are in the server's --token-file." }
+        }
+    };
+    layout(page, "Sign in", body)
+}
+
+/// The overview: every queue's counts, oldest due age and pause.
+pub fn overview(page: &Page<'_>, stats: &Stats, now: i64) -> Markup {
+    let unacked: u64 = stats.queues.iter().map(|q| q.exhausted_unacknowledged).sum();
+    let unknown: u64 = stats.queues.iter().map(|q| q.unknown).sum();
+    let expired: u64 = stats.queues.iter().map(|q| q.expired_leases).sum();
+    let paused = stats.queues.iter().filter(|q| q.paused.is_some()).count();
+    let qs = |q: &QueueStats, state: &str| Some(format!("/queue?name={}&state={state}", encode(&q.queue)));
+    let body = html! {
+        h1 { "Queues" }
+        @if unacked + unknown + expired > 0 || paused > 0 {
+            div.attention {
+                strong { "Needs attention: " }
+                @if unacked > 0 { a href="/exhausted" { (unacked) " exhaustions awaiting acknowledgement" } ". " }
+                @if unknown > 0 { a href="/unknown" { (unknown) " unknown outcomes awaiting a decision" } ". " }
+                @if expired > 0 { (expired) " running jobs with an expired lease (the reaper returns them). " }
+                @if paused > 0 { (paused) " paused queues." }
+            }
+        }
+        @if stats.queues.is_empty() {
+            p.muted { "No jobs, no paused queue." }
+        } @else {
+            table {
+                thead { tr {
+                    th { "Queue" }
+                    th.num { "Pending" } th { "Oldest due" } th.num { "Running" }
+                    th.num title="running jobs whose lease has expired" { "Expired" }
+                    th.num { "Waiting" } th.num { "Completed" }
+                    th.num title="exhaustions awaiting acknowledgement" { "Exhausted" }
+                    th.num title="acknowledged exhaustions" { "Acked" }
+                    th.num title="unknown outcomes awaiting a decision" { "Unknown" }
+                    th.num { "Cancelled" } th.num { "Total" }
+                    th.pause { "Paused" }
+                } }
+                tbody {
+                    @for q in &stats.queues {
+                        tr {
+                            td { a href=(format!("/queue?name={}", encode(&q.queue))) { (q.queue) } }
+                            (count(q.pending, qs(q, "pending")))
+                            td { @match q.oldest_due_age_ms(now) {
+                                Some(age) => { (human_duration(age)) }
+                                None => { span.muted { "-" } }
+                            } }
+                            (count(q.running, qs(q, "running")))
+                            (count(q.expired_leases, None))
+                            (count(q.waiting, qs(q, "waiting")))
+                            (count(q.completed, qs(q, "completed")))
+                            (count(q.exhausted_unacknowledged, Some(format!("/exhausted?queue={}", encode(&q.queue)))))
+                            (count(q.exhausted_acknowledged, None))
+                            (count(q.unknown, Some(format!("/unknown?queue={}", encode(&q.queue)))))
+                            (count(q.cancelled, qs(q, "cancelled")))
+                            td.num { (q.total()) }
+                            td.pause { @if let Some(p) = &q.paused { span.badge.paused { (pause_words(p, now)) } } }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    layout(page, "Overview", body)
+}
+
+/// A queue: its pause, its counts as tabs, one page of its jobs.
+pub fn queue(page: &Page<'_>, view: &QueueView<'_>) -> Markup {
+    let q = view.counts;
+    let name = encode(&q.queue);
+    let state_param = view.state.map_or("", |s| s.as_str());
+    let back = format!("/queue?name={name}&state={state_param}");
+    let tabs: [(Option<JobState>, u64); 8] = [
+        (None, q.total()),
+        (Some(JobState::Pending), q.pending),
+        (Some(JobState::Running), q.running),
+        (Some(JobState::Waiting), q.waiting),
+        (Some(JobState::Completed), q.completed),
+        (Some(JobState::Exhausted), q.exhausted_unacknowledged + q.exhausted_acknowledged),
+        (Some(JobState::Unknown), q.unknown),
+        (Some(JobState::Cancelled), q.cancelled),
+    ];
+    let body = html! {
+        h1 { "Queue " span.mono { (q.queue) } }
+        div.box {
+            @if let Some(p) = &q.paused {
+                p { span.badge.paused { "paused" } " " (pause_words(p, view.now)) ". Claims of it find nothing; enqueues still land." }
+                @if !page.read_only {
+                    p.muted { "Unpausing makes its " (q.pending) " pending jobs claimable again." }
+                    (action_form(page, Action::Unpause, &[("queue", q.queue.clone()), ("since", p.since.to_string())],
+                        &back, html! {}, "Unpause", false))
+                }
+            } @else {
+                p { "Running: claims of it proceed. "
+                    @if let Some(age) = q.oldest_due_age_ms(view.now) { "Oldest due job waiting " (human_duration(age)) "." } }
+                @if !page.read_only {
+                    p.muted { "Pausing holds its " (q.pending) " pending jobs in every process until it is unpaused; running attempts finish." }
+                    (action_form(page, Action::Pause, &[("queue", q.queue.clone()), ("since", String::new())],
+                        &back, html! {}, "Pause", true))
+                }
+            }
+        }
+        div.tabs {
+            @for (state, n) in tabs {
+                a class=[(state == view.state).then_some("on")]
+                    href=(format!("/queue?name={name}&state={}", state.map_or("", |s| s.as_str()))) {
+                    (state.map_or("all", |s| s.as_str())) " (" (n) ")"
+                }
+            }
+        }
+        @if view.jobs.is_empty() {
+            p.muted { "No jobs here." }
+        } @else {
+            table {
+                thead { tr {
+                    th.num { "ID" } th { "Key" } th { "State" } th.num { "Attempt" } th.num { "Priority" }
+                    th { "Run at" } th { "Last error" } th { "Payload" }
+                } }
+                tbody { @for job in view.jobs { tr {
+                    td.num { a href=(format!("/job?id={}", job.id)) { (job.id) } }
+                    td.mono { (job.key.as_deref().map(|k| cut(k, 32)).unwrap_or_default()) }
+                    td { (badge(job)) }
+                    td.num { (job.attempt) "/" (job.max_attempts) }
+                    td.num { (job.priority) }
+                    td { (at(job.run_at, view.now)) }
+                    td { (job.last_error.as_deref().map(|e| cut(e, 60)).unwrap_or_default()) }
+                    td.mono { (preview(&job.payload)) }
+                } } }
+            }
+            @if view.more {
+                @let last = view.jobs.last().map_or(0, |j| j.id.0);
+                p { a href=(format!("{back}&after={last}")) { "Next " (PAGE_ROWS) " →" } }
+            }
+        }
+    };
+    layout(page, &format!("Queue {}", q.queue), body)
+}
+
+/// A payload on one line of a listing.
+fn preview(payload: &[u8]) -> String {
+    let view = PayloadView::new(payload, Some(256));
+    let text: String = view.text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    cut(&text, 48)
+}
+
+/// A job: every field, the last decision, the payload (as text, JSON pretty-printed, or hex;
+/// cut at `limit` bytes), and the actions its state allows.
+pub fn job(page: &Page<'_>, job: &Job, limit: usize, now: i64) -> Markup {
+    let back = format!("/job?id={}", job.id);
+    let opt = |ms: Option<i64>| html! { @match ms { Some(ms) => { (at(ms, now)) " " span.muted { (timestamp(ms)) } } None => { span.muted { "-" } } } };
+    let text = |t: Option<&str>| html! { @match t { Some(t) => { (t) } None => { span.muted { "-" } } } };
+    let pretty = std::str::from_utf8(&job.payload)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(t).ok())
+        .filter(|v| v.is_object() || v.is_array())
+        .and_then(|v| serde_json::to_string_pretty(&v).ok());
+    let (encoding, view) = match &pretty {
+        Some(json) => ("JSON, pretty-printed", PayloadView::new(json.as_bytes(), Some(limit))),
+        None => {
+            let view = PayloadView::new(&job.payload, Some(limit));
+            (if view.encoding == "hex" { "bytes, as hex" } else { "text" }, view)
+        }
+    };
+    let state = state_key(job);
+    let body = html! {
+        h1 { "Job " (job.id) " " (badge(job)) }
+        dl.fields {
+            dt { "queue" } dd { a href=(format!("/queue?name={}", encode(&job.queue))) { (job.queue) } }
+            dt { "key" } dd.mono { (text(job.key.as_deref())) }
+            dt { "state" } dd { (state_label(job)) }
+            dt { "priority" } dd { (job.priority) }
+            dt { "run at" } dd { (opt(Some(job.run_at))) }
+            dt { "attempt" } dd { (job.attempt) " of " (job.max_attempts) }
+            dt { "claim id" } dd.mono { (text(job.claim_id.map(|c| c.to_string()).as_deref())) }
+            dt { "worker" } dd { (text(job.worker.as_deref())) }
+            dt { "lease until" } dd { (opt(job.lease_until))
+                @if job.lease_until.is_some_and(|until| until <= now) { " " span.badge.s-exhausted { "expired" } } }
+            dt { "heartbeat at" } dd { (opt(job.heartbeat_at)) }
+            dt { "wait until" } dd { (opt(job.wait_until)) }
+            dt { "last error" } dd { (text(job.last_error.as_deref())) }
+            dt { "created at" } dd { (opt(Some(job.created_at))) }
+            dt { "settled at" } dd { (opt(job.settled_at)) }
+            dt { "exhausted at" } dd { (opt(job.exhausted_at)) }
+            dt { "acknowledged at" } dd { (opt(job.acknowledged_at)) }
+        }
+        h2 { "Decision" }
+        @match &job.decision {
+            Some(d) => {
+                div.box.decision {
+                    strong { (d.action) } " by " strong { (d.by.as_deref().unwrap_or("an unnamed caller")) } ", " (at(d.at, now))
+                    " " span.muted { (timestamp(d.at)) }
+                    @if let Some(note) = &d.note { p { "Note: " (note) } }
+                }
+            }
+            None => { p.muted { "No operator or reconciler has decided anything about this job." } }
+        }
+        @if !page.read_only {
+            @let actions = job_actions(page, job, state, &back);
+            @if !actions.0.is_empty() { h2 { "Actions" } (actions) }
+        }
+        h2 { "Payload " span.muted { "(" (encoding) ", " (job.payload.len()) " bytes)" } }
+        pre.payload { (view.text) }
+        @if view.truncated() {
+            p.muted {
+                "Showing the first " (view.shown) " of " (view.total) " bytes. "
+                @if limit < super::app::FULL_PAYLOAD_LIMIT { a href=(format!("/job?id={}&full=1", job.id)) { "Show all" } }
+            }
+        }
+    };
+    layout(page, &format!("Job {}", job.id), body)
+}
+
+fn job_actions(page: &Page<'_>, job: &Job, state: &str, back: &str) -> Markup {
+    let hidden = expect_job(job.id, state, job.attempt, job.claim_id.map(|c| c.to_string()));
+    html! {
+        @match (job.state, job.acknowledged_at) {
+            (JobState::Exhausted, None) => {
+                div.box {
+                    p { strong { "Acknowledge" } ": the job stays exhausted and is marked seen; retention may then prune it." }
+                    (action_form(page, Action::Acknowledge, &hidden, back, html! {}, "Acknowledge", false))
+                }
+                (replay_box(page, job, &hidden, back))
+            }
+            (JobState::Exhausted, Some(_)) => { (replay_box(page, job, &hidden, back)) }
+            (JobState::Unknown, _) => {
+                div.box {
+                    p { strong { "Resolve" } ": the attempt's side effect may or may not have happened. Complete if it did, retry if it did not, exhaust to give up." }
+                    (action_form(page, Action::Resolve, &hidden, back, resolve_choice(), "Resolve", false))
+                }
+            }
+            (JobState::Pending | JobState::Waiting | JobState::Running, _) => {
+                div.box {
+                    p { strong { "Cancel" } ": the job becomes cancelled and never runs again; a running owner finds out at its next renew or settle." }
+                    (action_form(page, Action::Cancel, &hidden, back, html! {}, "Cancel job", true))
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn replay_box(page: &Page<'_>, job: &Job, hidden: &[(&str, String)], back: &str) -> Markup {
+    html! {
+        div.box {
+            p { strong { "Replay" } ": the job goes back to pending, due now, with a fresh budget of " (job.max_attempts) " attempts." }
+            (action_form(page, Action::Replay, hidden, back, html! {}, "Replay", false))
+        }
+    }
+}
+
+/// Exhaustions awaiting acknowledgement, or unknown outcomes awaiting a decision, with
+/// their actions.
+pub fn listing(page: &Page<'_>, listing: Listing, queue: Option<&str>, rows: &[Row], more: bool, now: i64) -> Markup {
+    let (title, path, text_header, none) = match listing {
+        Listing::Exhausted => {
+            ("Exhaustions awaiting acknowledgement", "/exhausted", "Reason", "No exhaustion awaits acknowledgement.")
+        }
+        Listing::Unknown => {
+            ("Unknown outcomes awaiting a decision", "/unknown", "Evidence", "No unknown outcome awaits a decision.")
+        }
+    };
+    let filter = queue.map_or_else(String::new, |q| format!("queue={}", encode(q)));
+    let back = format!("{path}?{filter}");
+    let body = html! {
+        h1 { (title) @if let Some(q) = queue { " in " span.mono { (q) } } }
+        @if queue.is_some() { p { a href=(path) { "All queues" } } }
+        @if rows.is_empty() {
+            p.muted { (none) }
+        } @else {
+            table {
+                thead { tr {
+                    th.num { "ID" } th { "Queue" } th { "Key" } th.num { "Attempt" }
+                    th { @if listing == Listing::Exhausted { "Exhausted" } @else { "Recorded" } }
+                    th { (text_header) } th { "Payload" }
+                    @if !page.read_only { th { "Action" } }
+                } }
+                tbody { @for row in rows { tr {
+                    td.num { a href=(format!("/job?id={}", row.token.id)) { (row.token.id) } }
+                    td { a href=(format!("/queue?name={}", encode(&row.queue))) { (row.queue) } }
+                    td.mono { (row.key.as_deref().map(|k| cut(k, 32)).unwrap_or_default()) }
+                    td.num { (row.token.attempt) }
+                    td { (at(row.at, now)) }
+                    td { (row.text.as_deref().map(|t| cut(t, 80)).unwrap_or_default()) }
+                    td.mono { (preview(&row.payload)) }
+                    @if !page.read_only { td {
+                        @match listing {
+                            Listing::Exhausted => {
+                                @let hidden = expect_token(&row.token, "exhausted");
+                                (action_form(page, Action::Acknowledge, &hidden, &back, html! {}, "Acknowledge", false))
+                                (action_form(page, Action::Replay, &hidden, &back, html! {}, "Replay", false))
+                            }
+                            Listing::Unknown => {
+                                @let hidden = expect_token(&row.token, "unknown");
+                                (action_form(page, Action::Resolve, &hidden, &back, resolve_choice(), "Resolve", false))
+                            }
+                        }
+                    } }
+                } } }
+            }
+            @if more {
+                @let last = rows.last().map_or(0, |r| r.token.id.0);
+                @let sep = if filter.is_empty() { "" } else { "&" };
+                p { a href=(format!("{path}?{filter}{sep}after={last}")) { "Next " (PAGE_ROWS) " →" } }
+            }
+        }
+    };
+    layout(page, title, body)
+}
+
+/// What an action did, and where to go next.
+pub fn done(page: &Page<'_>, done: &Done, by: &str, back: &str) -> Markup {
+    let body = html! {
+        h1 { (done.title) }
+        div.notice.ok {
+            p { (done.title) " (queue " span.mono { (done.queue) } "): " (done.effect) "." }
+            p.muted { "Recorded as done by " (by) "." }
+        }
+        p {
+            a href=(back) { "← Back" }
+            @if let Some(id) = done.job { " · " a href=(format!("/job?id={id}")) { "Job " (id) } }
+            " · " a href="/" { "Overview" }
+        }
+    };
+    layout(page, &done.title, body)
+}
