@@ -3,13 +3,6 @@
 use crate::job::{ClaimToken, JobId, JobState};
 use std::sync::Arc;
 
-/// How the statement name of a `Busy` ends when the server aborted the transaction to
-/// break a deadlock (PostgreSQL's 40P01).
-pub(crate) const DEADLOCK: &str = " (deadlock)";
-/// How the statement name of a `Busy` ends when the server could not serialize the
-/// transaction (PostgreSQL's 40001).
-pub(crate) const SERIALIZATION_FAILURE: &str = " (serialization failure)";
-
 /// Result type of every fallible fenceq call.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -35,6 +28,43 @@ impl std::fmt::Display for LostReason {
             LostReason::NotRunning(s) => write!(f, "the job is {s}"),
             LostReason::Missing => f.write_str("the job no longer exists"),
         }
+    }
+}
+
+/// Why a call found the database busy ([`Error::Busy`]). Whatever the cause, nothing was
+/// written and the call may be retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BusyCause {
+    /// What the call needed stayed locked past the busy timeout: another process's write
+    /// lock (SQLite); a row or table lock, a statement that ran past its timeout, or no free
+    /// connection slot on the server (PostgreSQL).
+    Locked,
+    /// Another thread's closure (`transaction`, `with_ownership`, `complete_with`, an
+    /// in-memory queue's `with_connection`) held the queue's one writer past the busy
+    /// timeout (SQLite). A closure that waits for a call of its own queue from another thread
+    /// ends here instead of waiting for itself.
+    WriterHeld,
+    /// A settle found the job's row held by other transactions again and again while its
+    /// lease was judged live (PostgreSQL).
+    RowHeld,
+    /// The server aborted the transaction to break a deadlock (PostgreSQL's 40P01). fenceq
+    /// runs its own transactions again a few times before it reports one.
+    Deadlock,
+    /// The server could not serialize the transaction (PostgreSQL's 40001). fenceq runs its
+    /// own transactions again a few times before it reports one.
+    SerializationFailure,
+}
+
+impl std::fmt::Display for BusyCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            BusyCause::Locked => "locked past the busy timeout",
+            BusyCause::WriterHeld => "the queue's writer held by another thread's closure past the busy timeout",
+            BusyCause::RowHeld => "the job's row held by other transactions",
+            BusyCause::Deadlock => "deadlock",
+            BusyCause::SerializationFailure => "serialization failure",
+        })
     }
 }
 
@@ -116,18 +146,18 @@ pub enum Error {
         /// The statement that failed.
         statement: &'static str,
     },
-    /// The database stayed locked by another process (or the queue's writer stayed held by
-    /// another thread's closure: `transaction`, `with_ownership`, `complete_with`) for longer
-    /// than the busy timeout (on
-    /// PostgreSQL also: a statement ran past its timeout, the server had no connection slot
-    /// left, or it aborted the transaction for a deadlock or a serialization failure, which
-    /// the statement name then says; fenceq's own transactions are re-run a few times
-    /// before that is reported, a caller's closure never is). Nothing was written; the call
-    /// may be retried.
-    #[error("database busy in {statement}; retry later")]
+    /// The call could not get what it needed in time, for the reason its [`BusyCause`] says:
+    /// a lock held past the busy timeout (by another process, by another thread's closure
+    /// holding the queue's writer, on PostgreSQL by another transaction or a statement
+    /// timeout), or a deadlock or serialization failure the server aborted the transaction
+    /// for (fenceq's own transactions are run again a few times before that is reported, a
+    /// caller's closure never is). Nothing was written; the call may be retried.
+    #[error("database busy in {statement} ({cause}); retry later")]
     Busy {
         /// The statement that failed.
         statement: &'static str,
+        /// Why it was busy.
+        cause: BusyCause,
     },
     /// The database file (or its directory) cannot be written.
     #[error("database is read-only in {statement}: check file and directory permissions")]
@@ -315,7 +345,7 @@ impl Error {
     /// running the same transaction again resolves; not for a `Busy` that waited out a
     /// timeout. See `queue/retry.rs`.
     pub(crate) fn is_conflict(&self) -> bool {
-        matches!(self, Error::Busy { statement } if statement.ends_with(DEADLOCK) || statement.ends_with(SERIALIZATION_FAILURE))
+        matches!(self, Error::Busy { cause: BusyCause::Deadlock | BusyCause::SerializationFailure, .. })
     }
 
     pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {

@@ -37,7 +37,7 @@ pub use conninfo::{is_connection_string, redact_connection_string, ConnInfo};
 /// [`PgTx`] (feature `postgres`).
 #[cfg(feature = "postgres")]
 pub use diesel;
-pub use error::{Error, LostReason, PoolError, Result};
+pub use error::{BusyCause, Error, LostReason, PoolError, Result};
 pub use job::{
     Backoff, ClaimId, ClaimToken, Claimed, Cursor, Decision, Enqueued, Exhaustion, Job, JobId, JobState, NewJob, Page,
     Resolution, Retried, RetryPolicy, UnknownOutcome,

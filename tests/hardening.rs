@@ -147,7 +147,7 @@ fn a_queue_call_from_a_helper_thread_inside_a_transaction_is_busy_never_a_hang()
     q.add("held");
     let claimed = q.take("w");
     let holder_says = |err: &Error| {
-        let Error::Busy { statement } = err else { panic!("{err:?}") };
+        let Error::Busy { statement, cause: fenceq::BusyCause::WriterHeld } = err else { panic!("{err:?}") };
         assert!(statement.contains("another thread's write transaction"), "{statement}");
     };
     let queue = q.queue.clone();
@@ -176,7 +176,7 @@ fn a_queue_call_from_a_helper_thread_inside_a_transaction_is_busy_never_a_hang()
     let memory = Queue::builder().busy_timeout(busy).open().unwrap();
     let queue = memory.clone();
     let read = from_a_helper_inside(|wait| memory.with_connection(|_| wait()), move || queue.stats());
-    let Error::Busy { statement } = read.unwrap_err() else { panic!() };
+    let Error::Busy { statement, cause: fenceq::BusyCause::WriterHeld } = read.unwrap_err() else { panic!() };
     assert!(statement.contains("in-memory queue's only connection"), "{statement}");
     let queue = memory.clone();
     let write = from_a_helper_inside(

@@ -180,7 +180,7 @@ fn a_deadlock_in_a_callers_closure_is_busy_and_the_closure_runs_once() {
     });
     assert!(raw_side.is_ok(), "the raw side was not the deadlock's victim: {raw_side:?}");
     let err = result_rx.recv_timeout(Duration::from_secs(60)).expect("transaction returned").unwrap_err();
-    assert!(matches!(err, Error::Busy { statement } if statement.contains("deadlock")), "{err:?}");
+    assert!(matches!(err, Error::Busy { cause: fenceq::BusyCause::Deadlock, .. }), "{err:?}");
     assert!(err.is_retryable());
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the closure ran once");
     assert_eq!(q.job(a.id).unwrap().unwrap().priority, 0, "nothing of it committed");
@@ -207,7 +207,7 @@ fn a_serialization_failure_in_a_callers_serializable_transaction_is_busy_and_not
             Ok(())
         })
         .unwrap_err();
-    assert!(matches!(err, Error::Busy { statement } if statement.contains("serialization failure")), "{err:?}");
+    assert!(matches!(err, Error::Busy { cause: fenceq::BusyCause::SerializationFailure, .. }), "{err:?}");
     assert_eq!(runs, 1, "the closure ran once");
     assert_eq!(q.job(id).unwrap().unwrap().priority, 5, "the concurrent write stands");
 }
@@ -269,7 +269,7 @@ fn a_statement_past_its_timeout_is_busy() {
             Ok(())
         })
         .unwrap_err();
-    assert!(matches!(err, Error::Busy { statement } if !statement.contains('(')), "{err:?}");
+    assert!(matches!(err, Error::Busy { cause: fenceq::BusyCause::Locked, .. }), "{err:?}");
     assert_eq!(runs, 1);
     assert!(started.elapsed() < Duration::from_secs(15), "{:?}", started.elapsed());
     q.enqueue(NewJob::new("q", b"x".to_vec())).expect("the connection is usable afterwards");

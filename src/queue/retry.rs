@@ -57,11 +57,11 @@ fn backoff(retry: u32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Error;
+    use crate::error::{BusyCause, Error};
     use std::cell::Cell;
 
     fn conflict() -> Error {
-        Error::Busy { statement: "CLAIM (deadlock)" }
+        Error::Busy { statement: "CLAIM", cause: BusyCause::Deadlock }
     }
 
     #[test]
@@ -85,13 +85,13 @@ mod tests {
             runs.set(runs.get() + 1);
             Err(conflict())
         });
-        assert!(matches!(result, Err(Error::Busy { statement: "CLAIM (deadlock)" })));
+        assert!(matches!(result, Err(Error::Busy { statement: "CLAIM", cause: BusyCause::Deadlock })));
         assert_eq!(runs.get(), 1 + CONFLICT_RETRIES);
     }
 
     #[test]
     fn other_errors_and_timeouts_are_not_retried() {
-        for error in [Error::Busy { statement: "CLAIM" }, Error::TransactionLost] {
+        for error in [Error::Busy { statement: "CLAIM", cause: BusyCause::Locked }, Error::TransactionLost] {
             let runs = Cell::new(0);
             let shown = error.to_string();
             let mut error = Some(error);

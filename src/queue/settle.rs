@@ -280,7 +280,7 @@ fn settle_in<S: Store>(
             Err(fence::Miss::Held) => now = fence::lease_after_the_row::<S>(tx, token, clock)?.1,
         }
     }
-    Err(Error::Busy { statement: "settle (the job's row stayed held by other transactions)" })
+    Err(Error::Busy { statement: "settle", cause: crate::error::BusyCause::RowHeld })
 }
 
 /// The guarded statement(s) of one settle at `now`: `Ok` when a retry was scheduled, else

@@ -25,13 +25,12 @@
 //! | 08xxx, 57P01..57P03, 25P03 idle_in_transaction_session_timeout, libpq's lost connection | | `ConnectionLost` (the pool replaces the connection) |
 //! | anything else | | `Postgres` with the server's message |
 //!
-//! A conflict is a `Busy` whose statement name ends in [`DEADLOCK`] or
-//! [`SERIALIZATION_FAILURE`] (`Error::is_conflict`): the queue re-runs its own transactions
-//! after one (`queue/retry.rs`), never a caller's closure.
+//! A conflict is a `Busy` whose cause is `BusyCause::Deadlock` or
+//! `BusyCause::SerializationFailure` (`Error::is_conflict`): the queue re-runs its own
+//! transactions after one (`queue/retry.rs`), never a caller's closure.
 
-use crate::error::{Error, Result, DEADLOCK, SERIALIZATION_FAILURE};
+use crate::error::{BusyCause, Error, Result};
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
-use std::sync::{Mutex, PoisonError};
 
 /// What a server message says, when diesel gives no kind for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,7 +93,7 @@ impl Error {
         };
         match kind {
             Some(DatabaseErrorKind::SerializationFailure) => {
-                return Error::Busy { statement: conflict(statement, SERIALIZATION_FAILURE) }
+                return Error::Busy { statement, cause: BusyCause::SerializationFailure }
             }
             Some(DatabaseErrorKind::ReadOnlyTransaction) => return Error::ReadOnly { statement },
             Some(DatabaseErrorKind::ClosedConnection) => {
@@ -103,8 +102,8 @@ impl Error {
             _ => {}
         }
         match said(&message) {
-            Said::Deadlock => Error::Busy { statement: conflict(statement, DEADLOCK) },
-            Said::Busy => Error::Busy { statement },
+            Said::Deadlock => Error::Busy { statement, cause: BusyCause::Deadlock },
+            Said::Busy => Error::Busy { statement, cause: BusyCause::Locked },
             Said::Full => Error::StorageFull { statement },
             Said::Aborted => Error::TransactionLost,
             Said::Gone => Error::ConnectionLost { statement, commit_unknown: false },
@@ -146,21 +145,6 @@ pub(crate) fn lost_in(phase: Phase, error: Error) -> Error {
         }
         other => other,
     }
-}
-
-/// `statement` followed by the conflict's name (`what`), as the `&'static str` an error's
-/// statement is. Each pair is made once and kept for the life of the process: statement
-/// names are the store's constants (and `"caller transaction"`), so there are at most twice
-/// as many as there are statements.
-fn conflict(statement: &'static str, what: &'static str) -> &'static str {
-    static NAMES: Mutex<Vec<(&'static str, &'static str, &'static str)>> = Mutex::new(Vec::new());
-    let mut names = NAMES.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(&(_, _, name)) = names.iter().find(|(s, w, _)| *s == statement && *w == what) {
-        return name;
-    }
-    let name: &'static str = Box::leak(format!("{statement}{what}").into_boxed_str());
-    names.push((statement, what, name));
-    name
 }
 
 /// From `diesel::result::Error`: errors raised by SQL a caller runs in a closure's
@@ -284,17 +268,21 @@ mod tests {
     }
 
     #[test]
-    fn a_conflict_names_its_statement_and_kind_and_is_made_once() {
-        let deadlock = || Error::postgres("CLAIM", db_error(DatabaseErrorKind::Unknown, "deadlock detected"));
-        let (Error::Busy { statement: first }, Error::Busy { statement: again }) = (deadlock(), deadlock()) else {
-            panic!("a deadlock is Busy");
-        };
-        assert_eq!(first, "CLAIM (deadlock)");
-        assert!(std::ptr::eq(first, again), "one string per statement and kind");
-        let shown = deadlock().to_string();
+    fn a_conflict_names_its_statement_and_its_kind() {
+        let deadlock = Error::postgres("CLAIM", db_error(DatabaseErrorKind::Unknown, "deadlock detected"));
+        assert!(matches!(deadlock, Error::Busy { statement: "CLAIM", cause: BusyCause::Deadlock }), "{deadlock:?}");
+        assert!(deadlock.is_conflict());
+        let shown = deadlock.to_string();
         assert!(shown.contains("CLAIM (deadlock)"), "{shown}");
         let serialization = Error::postgres("COMMIT", db_error(DatabaseErrorKind::SerializationFailure, "x"));
-        assert!(matches!(serialization, Error::Busy { statement: "COMMIT (serialization failure)" }));
+        assert!(matches!(serialization, Error::Busy { statement: "COMMIT", cause: BusyCause::SerializationFailure }));
+        assert!(serialization.is_conflict());
+        let timeout =
+            Error::postgres("CLAIM", db_error(DatabaseErrorKind::Unknown, "canceling statement due to lock timeout"));
+        assert!(
+            matches!(timeout, Error::Busy { cause: BusyCause::Locked, .. }) && !timeout.is_conflict(),
+            "{timeout:?}"
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! SQLite's errors as fenceq's: the classification of every rusqlite error by its code, the
 //! statement name it carries.
 
-use crate::error::{Error, Result};
+use crate::error::{BusyCause, Error, Result};
 use rusqlite::ErrorCode;
 
 impl Error {
@@ -12,7 +12,9 @@ impl Error {
             _ => None,
         };
         match code {
-            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => Error::Busy { statement },
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
+                Error::Busy { statement, cause: BusyCause::Locked }
+            }
             Some(ErrorCode::DiskFull) => Error::StorageFull { statement },
             Some(ErrorCode::ReadOnly) => Error::ReadOnly { statement },
             Some(ErrorCode::OutOfMemory) => Error::OutOfMemory { statement },

@@ -41,7 +41,7 @@
 //! later sync could prove anything, and every later write fails until the queue is reopened.
 
 use super::error::SqlContext;
-use crate::error::{Error, Result};
+use crate::error::{BusyCause, Error, Result};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use rusqlite::Connection;
 use std::any::Any;
@@ -390,7 +390,7 @@ impl Writer {
             let slice = match busy {
                 Some(statement) => match patience.checked_sub(waited).filter(|left| !left.is_zero()) {
                     Some(left) => left.min(HOLDER_RECHECK),
-                    None => return Err(Error::Busy { statement }),
+                    None => return Err(Error::Busy { statement, cause: BusyCause::WriterHeld }),
                 },
                 None => HOLDER_RECHECK,
             };
