@@ -165,14 +165,15 @@ pub enum Error {
         /// The statement that failed.
         statement: &'static str,
     },
-    /// SQLite ran out of memory (or hit its heap limit). Nothing was written.
-    #[error("sqlite out of memory in {statement}")]
+    /// The store ran out of memory (SQLite: or hit its heap limit). Nothing was written.
+    #[error("out of memory in {statement}")]
     OutOfMemory {
         /// The statement that failed.
         statement: &'static str,
     },
-    /// A value exceeded one of SQLite's size limits. Nothing was written.
-    #[error("value too big for sqlite in {statement}")]
+    /// A value exceeded one of the store's size limits (SQLite's `SQLITE_MAX_LENGTH` and
+    /// friends). Nothing was written.
+    #[error("value too big for the store in {statement}")]
     TooBig {
         /// The statement that failed.
         statement: &'static str,
@@ -190,12 +191,14 @@ pub enum Error {
     /// wait for itself. Nothing was written.
     #[error("nested queue call from inside a closure that holds the queue's transaction or connection: use the closure's transaction")]
     NestedWrite,
-    /// SQLite rolled the closure's transaction back by itself while the closure ran (an
-    /// `INSERT OR ROLLBACK` or `RAISE(ROLLBACK)`, disk full, an I/O error), and the closure
-    /// carried on and returned `Ok`. Nothing the transaction held was committed, the queue's
-    /// change included. Statements the closure ran after that point ran outside any
-    /// transaction and did commit: a closure should return the first error it meets.
-    #[error("sqlite rolled the transaction back while the closure ran; nothing of it was committed")]
+    /// The store rolled the closure's transaction back by itself while the closure ran, and
+    /// the closure carried on. On SQLite: an `INSERT OR ROLLBACK` or `RAISE(ROLLBACK)`, disk
+    /// full, an I/O error, and the closure returned `Ok`; statements it ran after that point
+    /// ran outside any transaction and did commit, so a closure should return the first
+    /// error it meets. On PostgreSQL: a statement of the transaction failed earlier ("current
+    /// transaction is aborted"). Nothing the transaction held was committed, the queue's
+    /// change included.
+    #[error("the store rolled the transaction back while the closure ran; nothing of it was committed")]
     TransactionLost,
     /// An operator change (`reap_expecting`, `prune_expecting`, `acknowledge_all`, ...) would
     /// have changed a different number of jobs than the caller expected. The count and the
@@ -346,6 +349,33 @@ impl Error {
     /// timeout. See `queue/retry.rs`.
     pub(crate) fn is_conflict(&self) -> bool {
         matches!(self, Error::Busy { cause: BusyCause::Deadlock | BusyCause::SerializationFailure, .. })
+    }
+
+    /// True for an error of the statement itself, which the store refused for the rows it
+    /// carried (a constraint, an application's trigger, a value the store cannot hold):
+    /// another row's statement would not meet it, and the store is fine.
+    pub(crate) fn is_statement_refused(&self) -> bool {
+        #[cfg(feature = "postgres")]
+        if matches!(self, Error::Postgres { .. }) {
+            return true;
+        }
+        matches!(self, Error::Sqlite { .. } | Error::TooBig { .. })
+    }
+
+    /// True when the error proves that a statement run alone, in autocommit, changed
+    /// nothing: the store refused it (see [`Error::is_statement_refused`]) or could not run
+    /// it (input refused before it ran, a full disk, a read-only store, a lock held too long,
+    /// no memory). A lost connection proves nothing: the statement may have committed.
+    pub(crate) fn proves_nothing_written(&self) -> bool {
+        self.is_statement_refused()
+            || matches!(
+                self,
+                Error::InvalidInput { .. }
+                    | Error::StorageFull { .. }
+                    | Error::ReadOnly { .. }
+                    | Error::Busy { .. }
+                    | Error::OutOfMemory { .. }
+            )
     }
 
     pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {

@@ -180,7 +180,7 @@ fn insert_group<S: Store>(shared: &Arc<Shared<S>>, jobs: Vec<NewJob>) -> Vec<Res
         // A key conflict: nothing was inserted; job by job below.
         Ok(None) => {}
         // Refused, so nothing of it committed: each job alone, each caller its own outcome.
-        Err(e) if refused(&e) => return each_alone(shared, Arc::unwrap_or_clone(jobs)),
+        Err(e) if e.proves_nothing_written() => return each_alone(shared, Arc::unwrap_or_clone(jobs)),
         // Not refused (a lost connection: whether it committed is unknown; no connection at
         // all), as it would be for a lone caller.
         Err(e) => return shared_error(e, jobs.len()),
@@ -215,22 +215,4 @@ fn shared_error(e: Error, members: usize) -> Vec<Result<Enqueued>> {
     let mut results: Vec<Result<Enqueued>> = (1..members).map(|_| Err(e.clone())).collect();
     results.insert(0, Err(e));
     results
-}
-
-/// Whether an error of the group's one statement proves that nothing of it committed: the
-/// server refused the statement (in autocommit, a failed statement changes nothing).
-fn refused(e: &Error) -> bool {
-    #[cfg(feature = "postgres")]
-    if matches!(e, Error::Postgres { .. }) {
-        return true;
-    }
-    matches!(
-        e,
-        Error::InvalidInput { .. }
-            | Error::StorageFull { .. }
-            | Error::ReadOnly { .. }
-            | Error::Busy { .. }
-            | Error::TooBig { .. }
-            | Error::OutOfMemory { .. }
-    )
 }

@@ -86,7 +86,7 @@ pub(super) fn settle_and_claim<S: Store>(
             }
             // The store's own trouble (the connection, the disk, a lock): each alone would
             // fail the same way, after waiting as long.
-            Err(e) if !refused_row(&e) => {
+            Err(e) if !e.is_statement_refused() => {
                 c.errors.fetch_add(batch.len() as u64, Ordering::SeqCst);
                 let jobs: Vec<JobId> = batch.iter().map(|(token, _)| token.id).collect();
                 if may_have_committed(&e) {
@@ -184,11 +184,11 @@ fn settle_alone<S: Store>(shared: &Shared<S>, batch: &[(ClaimToken, Outcome)]) -
             continue;
         }
         let result = match shared.queue.settle(token, settle_of(shared, token, outcome)) {
-            Err(e) if refused_row(&e) => settle_replacing_text(shared, token, outcome, e),
+            Err(e) if e.is_statement_refused() => settle_replacing_text(shared, token, outcome, e),
             other => other,
         };
         if let Err(e) = &result {
-            if !refused_row(e) && !matches!(e, Error::OwnershipLost { .. } | Error::InvalidInput { .. }) {
+            if !e.is_statement_refused() && !matches!(e, Error::OwnershipLost { .. } | Error::InvalidInput { .. }) {
                 store_failed = Some(e.to_string());
             }
         }
@@ -228,7 +228,7 @@ fn settle_replacing_text<S: Store>(
     ];
     for replacement in replacements {
         match shared.queue.settle(token, settle_of(shared, token, &with_text(outcome, replacement))) {
-            Err(e) if refused_row(&e) => continue,
+            Err(e) if e.is_statement_refused() => continue,
             Ok(settled) => {
                 bump(&shared.counters.texts_replaced);
                 tracing::error!(job = %token.id, attempt = token.attempt, ?outcome, error = %refused,
@@ -253,17 +253,6 @@ fn with_text(outcome: &Outcome, text: String) -> Outcome {
         Outcome::Unknown(_) => Outcome::Unknown(text),
         Outcome::Park { until, .. } => Outcome::Park { until: *until, reason: text },
     }
-}
-
-/// True for an error of the statement itself (a constraint, an application's trigger, a
-/// value the store cannot hold), which another row's settle would not meet; false for the
-/// store's own trouble (the connection, the disk, a lock) and for the fence's refusals.
-fn refused_row(e: &Error) -> bool {
-    #[cfg(feature = "postgres")]
-    if matches!(e, Error::Postgres { .. }) {
-        return true;
-    }
-    matches!(e, Error::Sqlite { .. } | Error::TooBig { .. })
 }
 
 /// How the engine settles each finished attempt (built again for the rare retry of a
