@@ -547,3 +547,93 @@ fn a_postgres_password_never_shows_on_a_page() {
     }
     server.assert_healthy();
 }
+
+// ------------------------------------------------------------------ completions per minute
+
+/// One bar of the overview's completions chart: its minute, count and drawn height.
+#[derive(Debug, PartialEq)]
+struct Bar {
+    minute: i64,
+    count: u64,
+    height: u64,
+}
+
+fn bars(html: &str) -> Vec<Bar> {
+    let attr = |rect: &str, name: &str| -> String {
+        let start = rect.find(&format!(" {name}=\"")).unwrap_or_else(|| panic!("{name} in {rect}")) + name.len() + 3;
+        rect[start..].split('"').next().unwrap().to_string()
+    };
+    html.split("<rect ")
+        .skip(1)
+        .map(|rest| {
+            let rect = &rest[..rest.find('>').unwrap()];
+            Bar {
+                minute: attr(rect, "data-minute").parse().unwrap(),
+                count: attr(rect, "data-count").parse().unwrap(),
+                height: attr(rect, "height").parse().unwrap(),
+            }
+        })
+        .collect()
+}
+
+/// Completions made at known instants (a manual clock, through the library) are the bars of
+/// the overview's chart: each in the minute of its settling, scaled to the busiest minute;
+/// a completion older than the hour and a cancelled job are not counted. The served page is
+/// drawn on the system clock, so the bars are matched by their minute, not their position
+/// (the hour may move on by a minute between the test's reading and the server's).
+fn completions_chart<S: Store>(queue: &Queue<S>, clock: &fenceq::ManualClock, db_args: &[String]) {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let minute = |ago: i64| (now.div_euclid(60_000) - ago) * 60_000;
+    let complete_at = |at: i64| {
+        clock.set(at);
+        queue.enqueue(NewJob::new("chart", b"x".to_vec())).unwrap();
+        let claim = queue.claim("chart", "worker-1", LEASE).unwrap().expect("a due job");
+        queue.complete(&claim.token()).unwrap();
+    };
+    complete_at(minute(120) + 1);
+    for second in [5_000, 20_000, 59_999] {
+        complete_at(minute(10) + second);
+    }
+    complete_at(minute(3));
+    let cancelled = queue.enqueue(NewJob::new("chart", b"x".to_vec())).unwrap().id();
+    queue.cancel(cancelled).unwrap();
+
+    let mut server = Server::start(db_args, &["--read-only"]);
+    let page = server.get("/");
+    assert_eq!(page.status, 200);
+    let bars = bars(&page.body);
+    assert_eq!(bars.len(), 60, "one bar a minute for the hour");
+    assert!(bars.windows(2).all(|w| w[1].minute == w[0].minute + 60_000), "consecutive minutes, oldest first");
+    let at = |m: i64| bars.iter().find(|b| b.minute == m).unwrap_or_else(|| panic!("no bar for {m}: {bars:?}"));
+    assert_eq!(at(minute(10)), &Bar { minute: minute(10), count: 3, height: 60 });
+    assert_eq!(at(minute(3)), &Bar { minute: minute(3), count: 1, height: 20 });
+    let others: Vec<&Bar> = bars.iter().filter(|b| b.minute != minute(10) && b.minute != minute(3)).collect();
+    assert!(others.iter().all(|b| b.count == 0 && b.height == 0), "{others:?}");
+    assert!(page.body.contains("4 completed in the last 60 minutes; at most 3 in one minute."), "{}", page.body);
+    assert_eq!(
+        queue.completions_per_minute(60).unwrap().iter().map(|m| m.1).sum::<u64>(),
+        4,
+        "the library counts the same"
+    );
+    server.assert_healthy();
+}
+
+#[test]
+fn the_overview_charts_completions_per_minute() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("queue.db");
+    let clock = fenceq::ManualClock::new(0);
+    let queue = Queue::builder().path(&path).clock(clock.clone()).open().unwrap();
+    let args = vec!["--db".to_string(), path.display().to_string()];
+    completions_chart(&queue, &clock, &args);
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn the_overview_charts_completions_per_minute_on_postgres() {
+    let Some(scratch) = pg_support::Scratch::new() else { return };
+    let clock = fenceq::ManualClock::new(0);
+    let queue = scratch.builder().clock(clock.clone()).open_postgres().unwrap();
+    let args = vec!["--db".to_string(), scratch.url.clone(), "--schema".to_string(), scratch.schema.clone()];
+    completions_chart(&queue, &clock, &args);
+}

@@ -7,6 +7,11 @@ use crate::report::{QueueStats, Stats};
 use crate::store::{StatsRow, Store};
 use crate::validate::{check_key, check_limit, check_name};
 
+/// A minute in ms.
+const MINUTE_MS: i64 = 60_000;
+/// The longest window of [`Queue::completions_per_minute`].
+const MAX_MINUTES: u32 = 1_440;
+
 impl<S: Store> Queue<S> {
     /// Counts per queue and state, and each queue's pause ([`QueueStats::paused`]): one
     /// entry per queue that has rows or is paused, by name.
@@ -40,6 +45,40 @@ impl<S: Store> Queue<S> {
             }
         }
         Ok((Stats { queues }, now))
+    }
+
+    /// Jobs completed in each of the last `minutes` whole minutes of the store's clock,
+    /// oldest first: `(minute_start_ms, count)` for every minute, zeros included, the last
+    /// one the minute now is in (still counting). A job counts in the minute of its
+    /// `settled_at`; cancelled jobs do not count, and neither do completions already pruned.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` when `minutes` is not in 1..=1,440 (a day). Read errors: `Pool` (no
+    /// pooled connection came free in time), `Busy`; on an in-memory queue, `NestedWrite`
+    /// from inside a closure holding its transaction or connection.
+    pub fn completions_per_minute(&self, minutes: u32) -> Result<Vec<(i64, u64)>> {
+        if !(1..=MAX_MINUTES).contains(&minutes) {
+            return Err(crate::error::Error::invalid(
+                "minutes",
+                format!("{minutes} is not between 1 and {MAX_MINUTES}"),
+            ));
+        }
+        let (now, counted) = self.store().read(|tx| {
+            let now = self.shared.now_in(tx)?;
+            let last = now.div_euclid(MINUTE_MS);
+            let from = (last - i64::from(minutes) + 1) * MINUTE_MS;
+            Ok((now, S::completions_per_minute(tx, from, (last + 1) * MINUTE_MS)?))
+        })?;
+        let last = now.div_euclid(MINUTE_MS);
+        let first = last - i64::from(minutes) + 1;
+        let mut out: Vec<(i64, u64)> = (first..=last).map(|m| (m * MINUTE_MS, 0)).collect();
+        for (minute, n) in counted {
+            if let Some(slot) = usize::try_from(minute - first).ok().and_then(|at| out.get_mut(at)) {
+                slot.1 = n;
+            }
+        }
+        Ok(out)
     }
 
     /// Jobs in id order after `filter.after`, optionally of one queue and one state.

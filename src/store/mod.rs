@@ -515,6 +515,17 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// The store's error.
     fn stats(tx: &Self::Tx, now: i64) -> Result<Vec<StatsRow>>;
 
+    /// Jobs completed (state `completed`) with `settled_at` in `from..until` (ms since the
+    /// epoch), counted per whole minute of the epoch: `(minute, count)` with `minute` =
+    /// `settled_at` div 60,000, in minute order, minutes without a completion left out. Read
+    /// through the settled jobs' index, so its cost follows the completions in the range,
+    /// not the table.
+    ///
+    /// # Errors
+    ///
+    /// The store's error.
+    fn completions_per_minute(tx: &Self::Tx, from: i64, until: i64) -> Result<Vec<(i64, u64)>>;
+
     /// Due pending jobs plus running jobs of `queue` (a paused queue's pending jobs are not
     /// due).
     ///

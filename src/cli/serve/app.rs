@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 
 /// Rows per page of a listing.
 pub const PAGE_ROWS: u32 = 50;
+/// Minutes of completions the overview charts: the last hour.
+const CHART_MINUTES: u32 = 60;
 /// Payload bytes a job's page shows with "show all".
 pub const FULL_PAYLOAD_LIMIT: usize = 1024 * 1024;
 /// How long a sign-in lasts.
@@ -295,8 +297,9 @@ impl<'q, S: CliStore> App<'q, S> {
 
     fn overview(&self, caller: Caller) -> Outcome {
         let stats = self.queue.stats()?;
+        let per_minute = self.queue.completions_per_minute(CHART_MINUTES)?;
         let now = self.queue.now_ms();
-        self.html(pages::overview(&self.page(Some(caller)), &stats, now))
+        self.html(pages::overview(&self.page(Some(caller)), &stats, &per_minute, now))
     }
 
     fn queue_page(&self, caller: Caller, query: &[(String, String)]) -> Outcome {

@@ -37,6 +37,7 @@ pre{background:#fff;border:1px solid var(--line);padding:.7em;white-space:pre-wr
 .s-pending{background:#e3ecfa}.s-running{background:#dff3e6}.s-waiting{background:#efe6fa}
 .s-completed{background:#e4e8ee}.s-exhausted{background:#fbe3e1;color:var(--bad)}.s-unknown{background:#fdf0d9;color:var(--warn)}
 .s-cancelled{background:#eceff3;color:var(--muted)}.paused{background:#fdf0d9;color:var(--warn)}
+.chart{display:block;background:#fff;border:1px solid var(--line);margin-bottom:.3em}.chart rect{fill:var(--ok)}
 .attention{background:#fff8ec;border:1px solid #f0d9ae;padding:.6em .8em;margin-bottom:1em}
 .notice{padding:.8em 1em;border:1px solid var(--line);background:#fff;margin-bottom:1em}
 .notice.ok{border-color:#a9d8b8;background:#f0faf3}.notice.bad{border-color:#efb8b3;background:#fdf2f1}
@@ -334,7 +335,7 @@ pub fn login(page: &Page<'_>, open: bool, error: Option<&str>) -> Markup {
 }
 
 /// The overview: every queue's counts, oldest due age and pause.
-pub fn overview(page: &Page<'_>, stats: &Stats, now: i64) -> Markup {
+pub fn overview(page: &Page<'_>, stats: &Stats, per_minute: &[(i64, u64)], now: i64) -> Markup {
     let unacked: u64 = stats.queues.iter().map(|q| q.exhausted_unacknowledged).sum();
     let unknown: u64 = stats.queues.iter().map(|q| q.unknown).sum();
     let expired: u64 = stats.queues.iter().map(|q| q.expired_leases).sum();
@@ -342,6 +343,7 @@ pub fn overview(page: &Page<'_>, stats: &Stats, now: i64) -> Markup {
     let qs = |q: &QueueStats, state: &str| Some(format!("/queue?name={}&state={state}", encode(&q.queue)));
     let body = html! {
         h1 { "Queues" }
+        (completions_chart(per_minute))
         @if unacked + unknown + expired > 0 || paused > 0 {
             div.attention {
                 strong { "Needs attention: " }
@@ -392,6 +394,36 @@ pub fn overview(page: &Page<'_>, stats: &Stats, now: i64) -> Markup {
         }
     };
     layout(page, "Overview", body)
+}
+
+/// Height of the completions chart's plot, in SVG units (a bar at the busiest minute).
+const CHART_HEIGHT: u64 = 60;
+/// Width of one minute's slot in the chart (its bar is one unit narrower).
+const CHART_SLOT: usize = 6;
+
+/// Completions per minute as an inline SVG bar chart, one bar a minute, oldest on the left,
+/// scaled to the busiest minute (a minute with any completion gets at least one unit). Drawn
+/// on the server: the pages run no script. Each bar carries its count (`data-count`, and a
+/// `title` a browser shows on hover).
+fn completions_chart(per_minute: &[(i64, u64)]) -> Markup {
+    let total: u64 = per_minute.iter().map(|m| m.1).sum();
+    let busiest = per_minute.iter().map(|m| m.1).max().unwrap_or(0);
+    let width = per_minute.len() * CHART_SLOT;
+    let height = |n: u64| if n == 0 { 0 } else { (n * CHART_HEIGHT).div_ceil(busiest).max(1) };
+    html! {
+        h2 { "Completions per minute, last " (per_minute.len()) " minutes" }
+        svg.chart xmlns="http://www.w3.org/2000/svg" role="img" width=(width) height=(CHART_HEIGHT)
+            viewBox=(format!("0 0 {width} {CHART_HEIGHT}"))
+            aria-label=(format!("{total} jobs completed in the last {} minutes", per_minute.len())) {
+            @for (i, (minute, n)) in per_minute.iter().enumerate() {
+                rect x=(i * CHART_SLOT) y=(CHART_HEIGHT - height(*n)) width=(CHART_SLOT - 1) height=(height(*n))
+                    data-minute=(minute) data-count=(n) {
+                    title { (timestamp(*minute)) ": " (n) " completed" }
+                }
+            }
+        }
+        p.muted { (total) " completed in the last " (per_minute.len()) " minutes; at most " (busiest) " in one minute." }
+    }
 }
 
 /// A queue: its pause, its counts as tabs, one page of its jobs.

@@ -678,6 +678,13 @@ impl Store for PostgresStore {
         Ok(count_u64(tx.with(|conn| query.get_result::<N>(conn).pg("DUE_OR_RUNNING"))?.n))
     }
 
+    fn completions_per_minute(tx: &PgTx, from: i64, until: i64) -> Result<Vec<(i64, u64)>> {
+        let query =
+            sql_query(COMPLETIONS_PER_MINUTE).into_boxed::<Pg>().bind::<BigInt, _>(from).bind::<BigInt, _>(until);
+        let rows = tx.with(|conn| query.load::<MinuteRow>(conn).pg("COMPLETIONS_PER_MINUTE"))?;
+        Ok(rows.into_iter().map(|r| (r.minute, count_u64(r.n))).collect())
+    }
+
     fn advance_schedule_if_later(tx: &PgTx, name: &str, tick: i64, now: i64) -> Result<bool> {
         let query = sql_query(ADVANCE_SCHEDULE_IF_LATER)
             .into_boxed::<Pg>()
@@ -703,6 +710,14 @@ fn queue_decided_query<'a>(statement: &'static str, queue: &'a str, now: i64, de
         .bind::<Text, _>(decided.action)
         .bind::<Nullable<Text>, _>(decided.by)
         .bind::<Nullable<Text>, _>(decided.note)
+}
+
+#[derive(QueryableByName)]
+struct MinuteRow {
+    #[diesel(sql_type = BigInt)]
+    minute: i64,
+    #[diesel(sql_type = BigInt)]
+    n: i64,
 }
 
 #[derive(QueryableByName)]

@@ -1,7 +1,8 @@
 //! The claim's plan against a real server (`FENCEQ_POSTGRES_URL`; skipped without one,
-//! failing under `CI=true`): it honours its `LIMIT` instead of reading every due row.
+//! failing under `CI=true`): it honours its `LIMIT` instead of reading every due row; the
+//! overview's completions per minute read the hour asked for, not every settled row.
 
-use super::statements::CLAIM;
+use super::statements::{CLAIM, COMPLETIONS_PER_MINUTE};
 use diesel::connection::SimpleConnection;
 use diesel::sql_types::{BigInt, Text};
 use diesel::{sql_query, Connection, PgConnection, QueryableByName, RunQueryDsl};
@@ -94,6 +95,40 @@ fn the_claim_reads_a_few_rows_not_every_due_row() {
     let queue = crate::Queue::builder().url(url).schema(schema.clone()).clock(clock).open_postgres().unwrap();
     let job = queue.claim("q", "w", Duration::from_secs(60)).unwrap().expect("a due job");
     assert_eq!((job.priority, job.token().attempt), (2, 2), "{job:?}");
+    drop(queue);
+    raw.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE")).unwrap();
+}
+
+/// At 20,000 completions spread over 20,000 minutes (and 5,000 cancelled jobs), an hour's
+/// completions per minute read that hour's rows through the settled index, not the table.
+#[test]
+fn completions_per_minute_read_the_hour_not_the_table() {
+    let Some(url) = server() else { return };
+    let schema = format!("fenceq_test_{}", uuid::Uuid::new_v4().simple());
+    let queue = crate::Queue::builder().url(url.clone()).schema(schema.clone()).open_postgres().unwrap();
+    let mut raw = PgConnection::establish(&url).unwrap();
+    raw.batch_execute(&format!(
+        "SET search_path TO \"{schema}\";
+         INSERT INTO fenceq_jobs (queue, payload, state, attempt, run_at, max_attempts, created_at, settled_at)
+         SELECT 'q', '\\x00', 'completed', 1, 0, 5, 0, i * 60000 FROM generate_series(1, 20000) AS i;
+         INSERT INTO fenceq_jobs (queue, payload, state, run_at, max_attempts, created_at, settled_at)
+         SELECT 'q', '\\x00', 'cancelled', 0, 5, 0, i * 240000 FROM generate_series(1, 5000) AS i;
+         ANALYZE fenceq_jobs;"
+    ))
+    .unwrap();
+    let from = 10_000 * 60_000_i64;
+    let plan: Vec<String> = sql_query(format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {COMPLETIONS_PER_MINUTE}"))
+        .bind::<BigInt, _>(from)
+        .bind::<BigInt, _>(from + 3_600_000)
+        .load::<Plan>(&mut raw)
+        .unwrap()
+        .into_iter()
+        .map(|p| p.line)
+        .collect();
+    let shown = plan.join("\n");
+    assert!(shown.contains("fenceq_jobs_settled"), "reads the settled index:\n{shown}");
+    let most = most_rows_of_any_node(&plan);
+    assert!(most <= 100, "a node saw {most} rows for an hour of 60 completions:\n{shown}");
     drop(queue);
     raw.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE")).unwrap();
 }

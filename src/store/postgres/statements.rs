@@ -521,6 +521,15 @@ pub(crate) const PAUSED_QUEUES: &str = "
     WHERE  paused_at IS NOT NULL
     ORDER  BY queue COLLATE \"C\"";
 
+/// Completions per minute in `$1..$2`, through the settled jobs' partial index.
+pub(crate) const COMPLETIONS_PER_MINUTE: &str = "
+    SELECT settled_at / 60000 AS minute, count(*) AS n
+    FROM   fenceq_jobs
+    WHERE  state IN ('completed', 'cancelled') AND state = 'completed'
+           AND settled_at >= $1 AND settled_at < $2
+    GROUP  BY minute
+    ORDER  BY minute";
+
 /// What a prune pass would delete at horizon `$1` (for dry runs).
 pub(crate) const PRUNE_PREVIEW: &str = "
     SELECT (SELECT count(*) FROM fenceq_jobs

@@ -423,6 +423,17 @@ pub(crate) const STATS: &str = "
     GROUP  BY queue, state, acknowledged_at IS NOT NULL
     ORDER  BY queue";
 
+/// Completions per minute in `:from..:until`. The `state IN (...)` term repeats the settled
+/// index's own `WHERE` so that SQLite's planner (which matches a partial index's terms
+/// literally) may use that index; `state = 'completed'` then leaves the cancelled out.
+pub(crate) const COMPLETIONS_PER_MINUTE: &str = "
+    SELECT settled_at / 60000 AS minute, count(*)
+    FROM   fenceq_jobs
+    WHERE  state IN ('completed', 'cancelled') AND state = 'completed'
+           AND settled_at >= :from AND settled_at < :until
+    GROUP  BY minute
+    ORDER  BY minute";
+
 /// The backup's read transaction on its source (`backup.rs`): every step copies from the one
 /// snapshot this fixes, so the copy is consistent while writers keep committing (a WAL
 /// reader never blocks them).

@@ -1,11 +1,12 @@
 //! Metrics rules, for every store: `Queue::metrics_text` (the Prometheus text exposition
 //! format 0.0.4) counts what the store holds, per queue and state, at the clock's now, and
-//! escapes queue names that the format would otherwise misread.
+//! escapes queue names that the format would otherwise misread; `Queue::completions_per_minute`
+//! counts completions in the minute they settled.
 
 use crate::fixture::{Db, T0};
 use crate::harness::Harness;
 use crate::Rule;
-use fenceq::{NewJob, Queue};
+use fenceq::{Error, NewJob, Queue};
 use std::time::Duration;
 
 /// Every metrics rule.
@@ -14,6 +15,7 @@ pub fn rules<H: Harness>() -> Vec<Rule<H>> {
         prometheus_text_counts_every_state_with_the_oldest_pending_age,
         prometheus_text_escapes_quote_and_backslash_in_queue_names,
         prometheus_text_of_an_empty_database_is_only_the_headers,
+        completions_per_minute_count_each_completion_in_the_minute_it_settled,
     ]
 }
 
@@ -135,4 +137,37 @@ fn prometheus_text_of_an_empty_database_is_only_the_headers<H: Harness>(h: &H) {
         ]
     );
     assert_eq!(text.lines().count(), 12, "{text}");
+}
+
+/// `Queue::completions_per_minute` counts completed jobs (not cancelled, exhausted or
+/// unknown ones) of every queue in the minute of the clock they settled in, for every minute
+/// of the window ending with the current one, zeros included, oldest first; a completion
+/// before the window is not counted. T0 is 20 s into its minute.
+fn completions_per_minute_count_each_completion_in_the_minute_it_settled<H: Harness>(h: &H) {
+    let db = Db::new(h);
+    let hour = Duration::from_secs(3600);
+    let first = T0.div_euclid(60_000) * 60_000;
+    db.complete(&claimed(&db, "telegram", hour)).unwrap(); // minute 0, outside a 3-minute window
+    db.advance(Duration::from_secs(60));
+    db.complete(&claimed(&db, "telegram", hour)).unwrap(); // minute 1
+    db.advance(Duration::from_secs(39)); // T0 + 99 s: still minute 1
+    db.complete(&claimed(&db, "emails", hour)).unwrap();
+    db.exhaust(&claimed(&db, "emails", hour), "502").unwrap();
+    db.mark_unknown(&claimed(&db, "emails", hour), "timeout").unwrap();
+    let cancelled = db.enqueue(NewJob::new("emails", b"x".to_vec())).unwrap().id();
+    db.cancel(cancelled).unwrap();
+    db.advance(Duration::from_secs(120)); // T0 + 219 s: minute 3
+    db.complete(&claimed(&db, "emails", hour)).unwrap();
+
+    assert_eq!(
+        db.completions_per_minute(3).unwrap(),
+        vec![(first + 60_000, 2), (first + 120_000, 0), (first + 180_000, 1)]
+    );
+    let window = db.completions_per_minute(60).unwrap();
+    assert_eq!(window.len(), 60);
+    assert_eq!(window.last(), Some(&(first + 180_000, 1)));
+    assert_eq!(window.iter().map(|m| m.1).sum::<u64>(), 4, "{window:?}");
+    for minutes in [0, 1_441] {
+        assert!(matches!(db.completions_per_minute(minutes), Err(Error::InvalidInput { .. })), "{minutes}");
+    }
 }

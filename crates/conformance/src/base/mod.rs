@@ -9,7 +9,7 @@
 //! - `maintenance`: the maintenance services' passes and their thread;
 //! - `pool`: the worker pool, from exactly-once settles to shutdown and `wait_idle`;
 //! - `paused`: paused queues (claims skip them, everything else goes on);
-//! - `metrics`: the Prometheus text of the counts;
+//! - `metrics`: the Prometheus text of the counts, and completions per minute;
 //! - `texts`: NUL bytes in stored texts, keys and names, the same on every store;
 //! - `schedule` (feature `schedule`): periodic jobs, one run per tick;
 //! - `typed_payloads` (feature `serde`): JSON payloads and poison messages.
