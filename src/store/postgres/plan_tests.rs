@@ -21,6 +21,16 @@ fn server() -> Option<String> {
     }
 }
 
+/// A schema of its own with the queue's tables, a queue on it, and a raw connection whose
+/// unqualified names resolve there.
+fn scratch(url: &str) -> (String, crate::Queue<super::PostgresStore>, PgConnection) {
+    let schema = format!("fenceq_test_{}", uuid::Uuid::new_v4().simple());
+    let queue = crate::Queue::builder().url(url).schema(schema.clone()).open_postgres().unwrap();
+    let mut raw = PgConnection::establish(url).unwrap();
+    raw.batch_execute(&format!("SET search_path TO \"{schema}\";")).unwrap();
+    (schema, queue, raw)
+}
+
 #[derive(QueryableByName)]
 struct Plan {
     #[diesel(sql_type = Text, column_name = "QUERY PLAN")]
@@ -54,19 +64,16 @@ fn plan_line_parsing_reads_rows_times_loops() {
 #[test]
 fn the_claim_reads_a_few_rows_not_every_due_row() {
     let Some(url) = server() else { return };
-    let schema = format!("fenceq_test_{}", uuid::Uuid::new_v4().simple());
-    let queue = crate::Queue::builder().url(url.clone()).schema(schema.clone()).open_postgres().unwrap();
-    let mut raw = PgConnection::establish(&url).unwrap();
-    raw.batch_execute(&format!(
-        "SET search_path TO \"{schema}\";
-         INSERT INTO fenceq_jobs (queue, payload, priority, run_at, max_attempts, created_at)
+    let (schema, queue, mut raw) = scratch(&url);
+    raw.batch_execute(
+        "INSERT INTO fenceq_jobs (queue, payload, priority, run_at, max_attempts, created_at)
          SELECT 'q', '\\x00', i % 3, 1000 + i, 5, 1000 FROM generate_series(1, 20000) AS i;
          INSERT INTO fenceq_jobs (queue, payload, state, attempt, worker, lease_until, claim_id,
                                   priority, run_at, max_attempts, created_at)
          SELECT 'q', '\\x00', 'running', 1, 'gone', 2000, gen_random_uuid(), 2, 500, 5, 500
          FROM generate_series(1, 50);
-         ANALYZE fenceq_jobs;"
-    ))
+         ANALYZE fenceq_jobs;",
+    )
     .unwrap();
     let now = 1_000_000_i64;
     let mut plan = Vec::new();
@@ -104,17 +111,14 @@ fn the_claim_reads_a_few_rows_not_every_due_row() {
 #[test]
 fn completions_per_minute_read_the_hour_not_the_table() {
     let Some(url) = server() else { return };
-    let schema = format!("fenceq_test_{}", uuid::Uuid::new_v4().simple());
-    let queue = crate::Queue::builder().url(url.clone()).schema(schema.clone()).open_postgres().unwrap();
-    let mut raw = PgConnection::establish(&url).unwrap();
-    raw.batch_execute(&format!(
-        "SET search_path TO \"{schema}\";
-         INSERT INTO fenceq_jobs (queue, payload, state, attempt, run_at, max_attempts, created_at, settled_at)
+    let (schema, queue, mut raw) = scratch(&url);
+    raw.batch_execute(
+        "INSERT INTO fenceq_jobs (queue, payload, state, attempt, run_at, max_attempts, created_at, settled_at)
          SELECT 'q', '\\x00', 'completed', 1, 0, 5, 0, i * 60000 FROM generate_series(1, 20000) AS i;
          INSERT INTO fenceq_jobs (queue, payload, state, run_at, max_attempts, created_at, settled_at)
          SELECT 'q', '\\x00', 'cancelled', 0, 5, 0, i * 240000 FROM generate_series(1, 5000) AS i;
-         ANALYZE fenceq_jobs;"
-    ))
+         ANALYZE fenceq_jobs;",
+    )
     .unwrap();
     let from = 10_000 * 60_000_i64;
     let plan: Vec<String> = sql_query(format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {COMPLETIONS_PER_MINUTE}"))
