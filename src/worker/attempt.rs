@@ -30,7 +30,8 @@ pub enum Outcome {
     Unknown(String),
     /// Wait (for an approval, say) for at most `until`; resume with the attempt's token.
     Park {
-        /// The longest wait before the reaper exhausts the job.
+        /// The longest wait before the reaper exhausts the job: between 1 ms and a year. A
+        /// park outside that range exhausts the job at once, with an error that says why.
         until: Duration,
         /// Why it waits.
         reason: String,

@@ -270,7 +270,12 @@ fn settle_of<S: Store>(shared: &Shared<S>, token: &ClaimToken, outcome: &Outcome
         },
         Outcome::Exhaust(error) => Settle::Exhaust(error.clone()),
         Outcome::Unknown(evidence) => Settle::Unknown(evidence.clone()),
-        Outcome::Park { until, reason } => Settle::Park { timeout: *until, reason: reason.clone() },
+        Outcome::Park { until, reason } => match crate::validate::check_park_timeout(*until) {
+            Ok(()) => Settle::Park { timeout: *until, reason: reason.clone() },
+            // A park the store would refuse would leave the job running until its lease ran
+            // out, then run it again: a person sees an exhaustion that says why instead.
+            Err(refused) => Settle::Exhaust(format!("the handler parked the job ({reason}), but {refused}")),
+        },
     }
 }
 

@@ -43,6 +43,7 @@ pub(super) fn rules<H: Harness>() -> Vec<Rule<H>> {
         a_second_pool_never_runs_a_job_the_stopped_pool_runs,
         wait_drained_waits_for_scheduled_retries_and_paused_jobs_wait_idle_does_not,
         a_failing_claim_with_nothing_to_settle_opens_no_other_transaction,
+        a_park_out_of_range_exhausts_the_job_saying_why,
     ]
 }
 
@@ -857,4 +858,30 @@ fn a_failing_claim_with_nothing_to_settle_opens_no_other_transaction<H: Harness>
     let c = pool.shutdown(HANG_GUARD).unwrap().counters;
     assert_eq!((c.claimed, c.completed), (1, 1), "{c:?}");
     assert_eq!(db.job(id).unwrap().unwrap().state, JobState::Completed);
+}
+
+/// A handler that parks its job for a time the store refuses (zero, or over a year) gets an
+/// exhaustion that says why, not a settle that fails and leaves the job running until its
+/// lease runs out, to be run again.
+fn a_park_out_of_range_exhausts_the_job_saying_why<H: Harness>(h: &H) {
+    let db = Db::new(h);
+    let ids = [db.add("zero"), db.add("centuries")];
+    let pool = WorkerPool::builder(db.queue.clone(), "q")
+        .workers(1)
+        .poll_interval(Duration::from_millis(5))
+        .handler(|a| {
+            let until = if a.payload() == b"zero" { Duration::ZERO } else { Duration::from_secs(400 * 24 * 3600) };
+            Outcome::Park { until, reason: "awaiting approval".into() }
+        })
+        .start()
+        .unwrap();
+    assert!(pool.wait_idle(HANG_GUARD).unwrap(), "both attempts settled");
+    let c = pool.shutdown(HANG_GUARD).unwrap().counters;
+    assert_eq!((c.exhausted, c.parked, c.errors), (2, 0, 0), "{c:?}");
+    for id in ids {
+        let job = db.job(id).unwrap().unwrap();
+        assert_eq!((job.state, job.attempt), (JobState::Exhausted, 1), "job {id}");
+        let error = job.last_error.unwrap();
+        assert!(error.contains("awaiting approval") && error.contains("park timeout"), "{error}");
+    }
 }
