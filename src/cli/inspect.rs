@@ -419,15 +419,21 @@ impl PagedArgs {
     }
 }
 
-/// An exhaustion or an unknown outcome, as the listings print it.
+/// An exhaustion or an unknown outcome, as the listings print it (the CLI's and the
+/// dashboard's).
 pub struct Record {
-    token: fenceq::ClaimToken,
-    queue: String,
-    key: Option<String>,
-    payload: Vec<u8>,
+    /// The identity to act with.
+    pub token: fenceq::ClaimToken,
+    /// The queue.
+    pub queue: String,
+    /// The idempotency key.
+    pub key: Option<String>,
+    /// The payload.
+    pub payload: Vec<u8>,
     /// The exhaustion's reason, or the unknown outcome's evidence.
-    text: Option<String>,
-    at: i64,
+    pub text: Option<String>,
+    /// When it was recorded (ms since the epoch).
+    pub at: i64,
 }
 
 impl From<Exhaustion> for Record {

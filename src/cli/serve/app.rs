@@ -342,11 +342,11 @@ impl<'q, S: CliStore> App<'q, S> {
             Listing::Exhausted => {
                 let (items, more) =
                     collect_pages(|c, n| self.queue.exhaustions(c, n), |e| &e.queue, queue, after, limit)?;
-                (items.into_iter().map(pages::Row::from).collect::<Vec<_>>(), more)
+                (items.into_iter().map(crate::cli::inspect::Record::from).collect::<Vec<_>>(), more)
             }
             Listing::Unknown => {
                 let (items, more) = collect_pages(|c, n| self.queue.unknowns(c, n), |u| &u.queue, queue, after, limit)?;
-                (items.into_iter().map(pages::Row::from).collect(), more)
+                (items.into_iter().map(crate::cli::inspect::Record::from).collect(), more)
             }
         };
         let now = self.queue.now_ms();

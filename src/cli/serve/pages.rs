@@ -5,8 +5,9 @@
 
 use super::app::{cut, Problem, PAGE_ROWS};
 use super::form::encode;
+use crate::cli::inspect::Record;
 use crate::cli::output::{human_duration, relative, timestamp, PayloadView};
-use fenceq::{ClaimToken, Exhaustion, Job, JobId, JobState, PausedQueue, QueueStats, Stats, UnknownOutcome};
+use fenceq::{ClaimToken, Job, JobId, JobState, PausedQueue, QueueStats, Stats};
 use maud::{html, Markup, DOCTYPE};
 
 /// The content type of every page.
@@ -131,29 +132,6 @@ pub struct QueueView<'a> {
     pub more: bool,
     /// The queue's now.
     pub now: i64,
-}
-
-/// An exhaustion or an unknown outcome, as a listing shows it.
-pub struct Row {
-    token: ClaimToken,
-    queue: String,
-    key: Option<String>,
-    payload: Vec<u8>,
-    /// The reason or the evidence.
-    text: Option<String>,
-    at: i64,
-}
-
-impl From<Exhaustion> for Row {
-    fn from(e: Exhaustion) -> Row {
-        Row { token: e.token, queue: e.queue, key: e.key, payload: e.payload, text: e.reason, at: e.at }
-    }
-}
-
-impl From<UnknownOutcome> for Row {
-    fn from(u: UnknownOutcome) -> Row {
-        Row { token: u.token, queue: u.queue, key: u.key, payload: u.payload, text: u.evidence, at: u.at }
-    }
 }
 
 /// What an action did.
@@ -612,7 +590,14 @@ fn replay_box(page: &Page<'_>, job: &Job, hidden: &[(&str, String)], back: &str)
 
 /// Exhaustions awaiting acknowledgement, or unknown outcomes awaiting a decision, with
 /// their actions.
-pub fn listing(page: &Page<'_>, listing: Listing, queue: Option<&str>, rows: &[Row], more: bool, now: i64) -> Markup {
+pub fn listing(
+    page: &Page<'_>,
+    listing: Listing,
+    queue: Option<&str>,
+    rows: &[Record],
+    more: bool,
+    now: i64,
+) -> Markup {
     let (title, path, text_header, none) = match listing {
         Listing::Exhausted => {
             ("Exhaustions awaiting acknowledgement", "/exhausted", "Reason", "No exhaustion awaits acknowledgement.")
