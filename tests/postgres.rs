@@ -42,7 +42,7 @@ impl Scratch {
         Some(Scratch { base: pg_support::Scratch::new()?, clock: ManualClock::new(T0) })
     }
 
-    fn builder(&self) -> fenceq::QueueBuilder {
+    fn builder(&self) -> fenceq::QueueBuilder<fenceq::PostgresOptions> {
         self.base.builder().clock(self.clock.clone())
     }
 

@@ -9,6 +9,7 @@
 pub mod admin;
 pub mod backup;
 pub mod bench;
+pub mod decision;
 pub mod demo;
 pub mod inspect;
 pub mod maintenance;
@@ -334,7 +335,8 @@ impl Context {
         let url = self.db.to_string_lossy().into_owned();
         // `Command::run` refused a string libpq cannot read before any command ran.
         let Ok(info) = fenceq::ConnInfo::parse(&url) else { return url };
-        let mut info = info.or_set("connect_timeout", &fenceq::POSTGRES_CONNECT_TIMEOUT.as_secs().to_string());
+        let mut info =
+            info.or_set("connect_timeout", &fenceq::PostgresOptions::DEFAULT_CONNECT_TIMEOUT.as_secs().to_string());
         if std::env::var_os("PGGSSENCMODE").is_none() {
             info = info.or_set("gssencmode", "disable");
         }

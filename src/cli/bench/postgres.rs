@@ -631,7 +631,7 @@ impl Bench {
     }
 }
 
-fn postgres_builder_for(url: &str, schema: &str) -> fenceq::QueueBuilder {
+fn postgres_builder_for(url: &str, schema: &str) -> fenceq::QueueBuilder<fenceq::PostgresOptions> {
     Queue::builder().url(url.to_string()).schema(schema.to_string())
 }
 
