@@ -29,6 +29,12 @@
 //!
 //! The library half holds everything and the binary only parses and reports, so that the
 //! command line is tested as users run it (`tests/`) and the modules stay private.
+//!
+//! The output helpers (`output.rs`) and the error type with its one-line rendering (below)
+//! are copies of the `fenceq` binary's (`src/cli/output.rs`, `src/cli/mod.rs`), trimmed to
+//! what the bench uses, so that it prints exactly what it printed as one of that binary's
+//! commands. They cannot live in one crate both use: the `fenceq` package is published,
+//! and a published package cannot depend on one that is not.
 
 mod guards;
 mod output;
