@@ -48,6 +48,14 @@ use std::time::Duration;
 /// `*_if_<state>`) return whether they changed the row; they write nothing when the guard
 /// fails. Times are ms since the epoch, read above the seam from [`Store::now`] of the same
 /// transaction (the queue's clock, or the store's own).
+///
+/// # Errors
+///
+/// Every transition returns only the store's own error: an [`Error`](crate::Error) variant
+/// the store maps its driver's errors to (`Busy`, `StorageFull`, `ConnectionLost`, ...).
+/// A transition never turns "no row changed" into an error; the layer above the seam
+/// decides what a miss means. Methods whose errors say more than that have an `# Errors`
+/// section of their own.
 pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// The transaction handle a caller's closure receives (`with_ownership`,
     /// `complete_with`, `transaction`, `enqueue_tx`): the store's own type.
@@ -132,17 +140,9 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// The store's own file upkeep, run by the maintenance thread's checkpoint service:
     /// SQLite copies its WAL back into the database and truncates it, waiting at most
     /// `patience` for readers. A store with no such upkeep returns `Ok(None)`.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn checkpoint(&self, patience: Duration) -> Result<Option<CheckpointReport>>;
 
     /// The schema version of the open database.
-    ///
-    /// # Errors
-    ///
-    /// The store's read error.
     fn schema_version(tx: &Self::Tx) -> Result<i64>;
 
     // ------------------------------------------------------------ time
@@ -222,10 +222,6 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     }
 
     /// The id of the job of `queue` with idempotency key `key`.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn find_by_key(tx: &Self::Tx, queue: &str, key: &str) -> Result<Option<JobId>>;
 
     // ------------------------------------------------------------ claims
@@ -235,97 +231,49 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// left. Each gets `attempt + 1`, a fresh claim id, `worker`, and a lease to
     /// `lease_until`. A live lease is never handed out. A paused queue
     /// ([`Store::pause_queue`]) claims nothing; the check is part of the claim's own read.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn claim(tx: &Self::Tx, queue: &str, worker: &str, now: i64, lease_until: i64, limit: u32) -> Result<Vec<Claimed>>;
 
     /// Moves the lease of the exact live claim `token` to `lease_until`.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn renew_if_owned(tx: &Self::Tx, token: &ClaimToken, now: i64, lease_until: i64) -> Result<bool>;
 
     /// True when `token` is the exact claim of a running job whose lease is live at `at`.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn owns(tx: &Self::Tx, token: &ClaimToken, at: i64) -> Result<bool>;
 
     /// The live lease of `token` at `now`, read so that no reclaim can commit before `tx`
     /// does (SQLite: the write lock `tx` holds; a server store locks the row).
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn owned_lease(tx: &Self::Tx, token: &ClaimToken, now: i64) -> Result<Option<OwnedLease>>;
 
     /// Extends the exact running claim's lease to `lease_until` (checked live by
     /// [`Store::owned_lease`] earlier in `tx`), unless it already ends later.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn extend_owned(tx: &Self::Tx, token: &ClaimToken, now: i64, lease_until: i64) -> Result<bool>;
 
     /// The row's current identity and state, to explain a guarded transition that changed
     /// nothing.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn identity(tx: &Self::Tx, id: JobId) -> Result<Option<Identity>>;
 
     // ------------------------------------------------------------ settles (exact live claim)
 
     /// `running` → `completed`.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn complete_if_owned(tx: &Self::Tx, token: &ClaimToken, now: i64) -> Result<bool>;
 
     /// [`Store::complete_if_owned`] for each token in turn, in one call (`complete_all`, a
     /// pool's round): one `bool` per token, in order, exactly as the calls one by one would
     /// report them (a token listed twice completes once, the first time). A server store
     /// makes it one statement. The default calls `complete_if_owned` for each.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn complete_many_if_owned(tx: &Self::Tx, tokens: &[ClaimToken], now: i64) -> Result<Vec<bool>> {
         tokens.iter().map(|token| Self::complete_if_owned(tx, token, now)).collect()
     }
 
     /// `running` → `pending` at `run_at`, only while attempts are left.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn retry_if_owned(tx: &Self::Tx, token: &ClaimToken, now: i64, run_at: i64, error: &str) -> Result<bool>;
 
     /// `running` → unacknowledged `exhausted`, keeping the token.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn exhaust_if_owned(tx: &Self::Tx, token: &ClaimToken, now: i64, error: &str) -> Result<bool>;
 
     /// `running` → `unknown`.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn mark_unknown_if_owned(tx: &Self::Tx, token: &ClaimToken, now: i64, evidence: &str) -> Result<bool>;
 
     /// `running` → `waiting` until `wait_until`.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn park_if_owned(tx: &Self::Tx, token: &ClaimToken, now: i64, wait_until: i64, reason: &str) -> Result<bool>;
 
     /// `running` → `pending`, due at once (its `run_at` if that has passed, else `now`), its
@@ -333,33 +281,17 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// unstarted (a worker pool's prefetched jobs when it shuts down). The attempt counter
     /// is never lowered, so the next claim is the next attempt with a fresh claim id, and
     /// no (id, attempt) is handed out twice. A server store wakes the queue's listeners.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn release_if_owned(tx: &Self::Tx, token: &ClaimToken, now: i64) -> Result<bool>;
 
     // ------------------------------------------------------------ exact token, other states
 
     /// `waiting` (deadline after `now`) → `pending` with one more attempt.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn resume_if_waiting(tx: &Self::Tx, token: &ClaimToken, now: i64) -> Result<bool>;
 
     /// Acknowledges the exhaustion `token` (a repeat changes nothing and still matches).
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn acknowledge_if_exhausted(tx: &Self::Tx, token: &ClaimToken, now: i64, decided: &Decided<'_>) -> Result<bool>;
 
     /// `unknown` → what `resolution` says.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn resolve_if_unknown(
         tx: &Self::Tx,
         token: &ClaimToken,
@@ -371,31 +303,15 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     // ------------------------------------------------------------ operators, by id
 
     /// `pending`, `waiting` or `running` → `cancelled`.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn cancel_if_active(tx: &Self::Tx, id: JobId, now: i64, decided: &Decided<'_>) -> Result<bool>;
 
     /// `exhausted` → `pending`, due now, attempt 0.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn replay_if_exhausted(tx: &Self::Tx, id: JobId, now: i64, decided: &Decided<'_>) -> Result<bool>;
 
     /// Acknowledges the unacknowledged exhaustion `id`.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn acknowledge_job_if_unacknowledged(tx: &Self::Tx, id: JobId, now: i64, decided: &Decided<'_>) -> Result<bool>;
 
     /// Acknowledges every unacknowledged exhaustion of `queue`; their ids, in id order.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn acknowledge_all(tx: &Self::Tx, queue: &str, now: i64, decided: &Decided<'_>) -> Result<Vec<JobId>>;
 
     // ------------------------------------------------------------ paused queues
@@ -404,31 +320,15 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// [`Store::claim`] of it claims nothing, on every handle and process, until
     /// [`Store::unpause_queue`]. True when this call paused it; a queue paused already is
     /// left as it is, its record too (false). A queue with no jobs can be paused.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn pause_queue(tx: &Self::Tx, queue: &str, now: i64, decided: &Decided<'_>) -> Result<bool>;
 
     /// Unpauses `queue`, recording `decided` (`"unpause"`): true when it was paused.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn unpause_queue(tx: &Self::Tx, queue: &str, now: i64, decided: &Decided<'_>) -> Result<bool>;
 
     /// The pause of `queue`, while it is paused.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn queue_pause(tx: &Self::Tx, queue: &str) -> Result<Option<PausedQueue>>;
 
     /// Every paused queue, in queue order.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn paused_queues(tx: &Self::Tx) -> Result<Vec<PausedQueue>>;
 
     // ------------------------------------------------------------ maintenance
@@ -436,83 +336,39 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// Up to `limit` running jobs whose lease ended at or before `now`, of every queue (a
     /// paused one too, so that its attempts are never stuck): back to pending with attempts
     /// left, else exhausted. Returns (requeued, exhausted).
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn reap_expired(tx: &Self::Tx, now: i64, limit: u32) -> Result<(u64, u64)>;
 
     /// Up to `limit` waiting jobs whose deadline passed → exhausted.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn reap_waiting(tx: &Self::Tx, now: i64, limit: u32) -> Result<u64>;
 
     /// What [`Store::reap_expired`] and [`Store::reap_waiting`] would change at `now`.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn reap_preview(tx: &Self::Tx, now: i64) -> Result<ReapReport>;
 
     /// Deletes up to `limit` completed and cancelled rows settled at or before `horizon`.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn prune_settled(tx: &Self::Tx, horizon: i64, limit: u32) -> Result<u64>;
 
     /// Deletes up to `limit` exhaustions acknowledged at or before `horizon`.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn prune_acknowledged(tx: &Self::Tx, horizon: i64, limit: u32) -> Result<u64>;
 
     /// What the two prunes would delete at `horizon`: (settled, acknowledged).
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn prune_preview(tx: &Self::Tx, horizon: i64) -> Result<(u64, u64)>;
 
     // ------------------------------------------------------------ inspection
 
     /// Up to `limit` unacknowledged exhaustions with id above `after`, in id order.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn exhaustions(tx: &Self::Tx, after: i64, limit: u32) -> Result<Vec<Exhaustion>>;
 
     /// Up to `limit` unknown outcomes with id above `after`, in id order (`at` is when the
     /// outcome was recorded, `reason` its evidence).
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn unknowns(tx: &Self::Tx, after: i64, limit: u32) -> Result<Vec<Exhaustion>>;
 
     /// One job's whole record.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn job(tx: &Self::Tx, id: JobId) -> Result<Option<Job>>;
 
     /// Jobs with id above `after`, in id order, optionally of one queue and one state.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn list(tx: &Self::Tx, queue: Option<&str>, state: Option<JobState>, after: i64, limit: u32) -> Result<Vec<Job>>;
 
     /// Row counts per queue, state and acknowledgement, in queue order.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn stats(tx: &Self::Tx, now: i64) -> Result<Vec<StatsRow>>;
 
     /// Jobs completed (state `completed`) with `settled_at` in `from..until` (ms since the
@@ -520,18 +376,10 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// `settled_at` div 60,000, in minute order, minutes without a completion left out. Read
     /// through the settled jobs' index, so its cost follows the completions in the range,
     /// not the table.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn completions_per_minute(tx: &Self::Tx, from: i64, until: i64) -> Result<Vec<(i64, u64)>>;
 
     /// Due pending jobs plus running jobs of `queue` (a paused queue's pending jobs are not
     /// due).
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn due_or_running(tx: &Self::Tx, queue: &str, now: i64) -> Result<u64>;
 
     // ------------------------------------------------------------ periodic jobs
@@ -542,17 +390,9 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// false when an equal or later tick is recorded (enqueued before a restart, by another
     /// process, or before the clock stepped back), and nothing changed. A server store makes
     /// it one guarded upsert, so that of several racing transactions exactly one wins.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn advance_schedule_if_later(tx: &Self::Tx, name: &str, tick: i64, now: i64) -> Result<bool>;
 
     /// The latest tick recorded for the schedule `name`.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn schedule_last_tick(tx: &Self::Tx, name: &str) -> Result<Option<i64>>;
 }
 
@@ -560,13 +400,35 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
 /// of every queue for `None`.
 pub type Wake = std::sync::Arc<dyn Fn(Option<&str>) + Send + Sync>;
 
-/// One forward-only schema change of a store, embedded from its folder of `schema/` (`schema/sqlite/`, `schema/postgres/`): the
-/// same version numbers and names in every store (each store's SQL is its own dialect).
-#[derive(Debug)]
+/// The name of every forward-only schema change, in version order (version = position + 1):
+/// one list for every store, so that a version number means the same change everywhere.
+/// Each store pairs it with its own dialect's files, `schema/<store>/NNNN_<name>.sql`
+/// ([`migrations`]).
+pub(crate) const MIGRATION_NAMES: [&str; 7] =
+    ["create_jobs", "add_claim_id", "durable_exhaustion", "decisions", "schedules", "paused_queues", "checks_in_table"];
+
+/// The schema version this build writes and understands, in every store.
+pub(crate) const SCHEMA_VERSION: i64 = MIGRATION_NAMES.len() as i64;
+
+/// One forward-only schema change of a store: a name of [`MIGRATION_NAMES`] with its
+/// version, and the store's own SQL for it, embedded from its folder of `schema/`.
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Migration {
     pub version: i64,
     pub name: &'static str,
     pub sql: &'static str,
+}
+
+/// A store's migrations: `sql[i]` (its dialect's file for `MIGRATION_NAMES[i]`) with its
+/// version and name.
+pub(crate) const fn migrations(sql: [&'static str; MIGRATION_NAMES.len()]) -> [Migration; MIGRATION_NAMES.len()] {
+    let mut out = [Migration { version: 0, name: "", sql: "" }; MIGRATION_NAMES.len()];
+    let mut i = 0;
+    while i < out.len() {
+        out[i] = Migration { version: i as i64 + 1, name: MIGRATION_NAMES[i], sql: sql[i] };
+        i += 1;
+    }
+    out
 }
 
 /// A job to insert, with every default resolved above the seam.
@@ -647,17 +509,20 @@ pub struct StatsRow {
     pub expired: u64,
 }
 
-/// Asserts that the migration files in `dir` (below the crate root) are exactly `listed`,
-/// as `NNNN_name.sql`, with versions 1..=n without gaps (each store's migrations test).
 #[cfg(test)]
-pub(crate) fn assert_migrations_match_directory(dir: &str, listed: &[(i64, &str)]) {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
-    let mut files: Vec<String> =
-        std::fs::read_dir(path).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
-    files.sort();
-    let names: Vec<String> = listed.iter().map(|(version, name)| format!("{version:04}_{name}.sql")).collect();
-    assert_eq!(files, names);
-    for (i, (version, _)) in listed.iter().enumerate() {
-        assert_eq!(*version, i as i64 + 1, "versions run 1..=n without gaps");
+mod tests {
+    /// Every store has a file for every migration's name, and nothing else, as
+    /// `NNNN_name.sql` (each store's `include_str!` list is in the same order).
+    #[test]
+    fn every_store_has_a_file_for_every_migration() {
+        let names: Vec<String> =
+            super::MIGRATION_NAMES.iter().enumerate().map(|(i, name)| format!("{:04}_{name}.sql", i + 1)).collect();
+        for store in ["sqlite", "postgres"] {
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schema").join(store);
+            let mut files: Vec<String> =
+                std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+            files.sort();
+            assert_eq!(files, names, "schema/{store}");
+        }
     }
 }

@@ -9,6 +9,8 @@ pub(crate) mod backup;
 pub(crate) mod error;
 mod jobs;
 pub(crate) mod migrate;
+#[cfg(test)]
+mod plan_tests;
 pub(crate) mod statements;
 mod writer;
 
