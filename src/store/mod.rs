@@ -30,6 +30,16 @@
 //! kit (`crates/conformance`). Applications never use it. It is not yet stable: it may
 //! change in any 0.x release.
 
+/// Defines a store's named statement: `stmt! { /// doc\n NAME = "SQL"; }` is a `pub(crate)`
+/// constant [`Stmt`] whose name is the constant's own (`"NAME"`), so that each statement's
+/// name is written once and every error it raises carries that name.
+macro_rules! stmt {
+    ($(#[$doc:meta])* $name:ident = $sql:expr;) => {
+        $(#[$doc])*
+        pub(crate) const $name: crate::store::Stmt = crate::store::Stmt { name: stringify!($name), sql: $sql };
+    };
+}
+
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub(crate) mod scope;
@@ -394,6 +404,24 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
 
     /// The latest tick recorded for the schedule `name`.
     fn schedule_last_tick(tx: &Self::Tx, name: &str) -> Result<Option<i64>>;
+}
+
+/// One statement of a store's dialect and its name: what errors and logs say it was
+/// (`Error::Busy { statement, .. }`). Defined with `stmt!`; run by passing the whole of it,
+/// so that the name comes from the statement itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stmt {
+    /// The constant's name (`"CLAIM"`).
+    pub name: &'static str,
+    /// Its SQL.
+    pub sql: &'static str,
+}
+
+/// A statement's name, where an error names what raised it (`.sql(CLAIM)`, `.pg(CLAIM)`).
+impl From<Stmt> for &'static str {
+    fn from(stmt: Stmt) -> Self {
+        stmt.name
+    }
 }
 
 /// What a store's watcher calls ([`Store::watch`]): wakes the pools of the named queue, or

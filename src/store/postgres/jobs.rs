@@ -8,9 +8,12 @@ use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::job::{ClaimId, ClaimToken, Claimed, Decision, Exhaustion, Job, JobId, JobState, Resolution};
 use crate::report::{CheckpointReport, CommitStats, PausedQueue, ReapReport};
-use crate::store::{Decided, Identity, NewRow, OwnedLease, StatsRow, Store};
+use crate::store::{Decided, Identity, NewRow, OwnedLease, StatsRow, Stmt, Store};
 use diesel::pg::Pg;
 use diesel::query_builder::{BoxedSqlQuery, SqlQuery};
+use diesel::query_dsl::LoadQuery;
+use diesel::serialize::ToSql;
+use diesel::sql_types::HasSqlType;
 use diesel::sql_types::{Array, BigInt, Binary, Bool, Integer, Nullable, Text, Uuid as SqlUuid};
 use diesel::{sql_query, OptionalExtension, PgConnection, QueryableByName, RunQueryDsl};
 use std::time::Duration;
@@ -19,9 +22,8 @@ type Query<'a> = BoxedSqlQuery<'a, Pg, SqlQuery>;
 
 /// A statement with the token guard's parameters bound: `$1` id, `$2` attempt, `$3` claim
 /// id, `$4` now.
-fn token_query<'a>(statement: &'static str, token: &ClaimToken, now: i64) -> Query<'a> {
-    sql_query(statement)
-        .into_boxed::<Pg>()
+fn token_query<'a>(statement: Stmt, token: &ClaimToken, now: i64) -> Bound<'a> {
+    bound(statement)
         .bind::<BigInt, _>(token.id.0)
         .bind::<Integer, _>(attempt(token.attempt))
         .bind::<SqlUuid, _>(token.claim_id.0)
@@ -29,9 +31,8 @@ fn token_query<'a>(statement: &'static str, token: &ClaimToken, now: i64) -> Que
 }
 
 /// An operator's statement by id: `$1` id, `$2` now, `$3` decision, `$4` by, `$5` note.
-fn decided_query<'a>(statement: &'static str, id: JobId, now: i64, decided: &Decided<'a>) -> Query<'a> {
-    sql_query(statement)
-        .into_boxed::<Pg>()
+fn decided_query<'a>(statement: Stmt, id: JobId, now: i64, decided: &Decided<'a>) -> Bound<'a> {
+    bound(statement)
         .bind::<BigInt, _>(id.0)
         .bind::<BigInt, _>(now)
         .bind::<Text, _>(decided.action)
@@ -49,12 +50,65 @@ fn limit(n: u32) -> i64 {
 }
 
 /// The rows a statement that writes changed.
-fn count(tx: &PgTx, query: Query<'_>, name: &'static str) -> Result<usize> {
-    tx.writing(|conn| query.execute(conn).pg(name))
+fn count(tx: &PgTx, query: Bound<'_>) -> Result<usize> {
+    tx.writing(|conn| query.execute(conn))
 }
 
-fn changed(tx: &PgTx, query: Query<'_>, name: &'static str) -> Result<bool> {
-    Ok(count(tx, query, name)? == 1)
+fn changed(tx: &PgTx, query: Bound<'_>) -> Result<bool> {
+    Ok(count(tx, query)? == 1)
+}
+
+/// `statement`, to bind its parameters to and run.
+fn bound<'a>(statement: Stmt) -> Bound<'a> {
+    Bound { statement, query: sql_query(statement.sql).into_boxed::<Pg>() }
+}
+
+/// A statement with its parameters bound: every error it raises carries its name.
+struct Bound<'a> {
+    statement: Stmt,
+    query: Query<'a>,
+}
+
+impl<'a> Bound<'a> {
+    /// Binds the next parameter (`$n`), as [`BoxedSqlQuery::bind`].
+    fn bind<T, V>(mut self, value: V) -> Self
+    where
+        Pg: HasSqlType<T>,
+        V: ToSql<T, Pg> + Send + 'a,
+        T: Send + 'a,
+    {
+        self.query = self.query.bind::<T, V>(value);
+        self
+    }
+
+    /// Runs it: the rows it changed.
+    fn execute(self, conn: &mut PgConnection) -> Result<usize> {
+        self.query.execute(conn).pg(self.statement)
+    }
+
+    /// Runs it: every row it returned.
+    fn load<'q, R>(self, conn: &mut PgConnection) -> Result<Vec<R>>
+    where
+        Query<'a>: LoadQuery<'q, PgConnection, R>,
+    {
+        self.query.load::<R>(conn).pg(self.statement)
+    }
+
+    /// Runs it: its one row.
+    fn one<'q, R>(self, conn: &mut PgConnection) -> Result<R>
+    where
+        Query<'a>: LoadQuery<'q, PgConnection, R>,
+    {
+        self.query.get_result::<R>(conn).pg(self.statement)
+    }
+
+    /// Runs it: its row, if it returned one.
+    fn optional<'q, R>(self, conn: &mut PgConnection) -> Result<Option<R>>
+    where
+        Query<'a>: LoadQuery<'q, PgConnection, R>,
+    {
+        self.query.get_result::<R>(conn).optional().pg(self.statement)
+    }
 }
 
 #[derive(QueryableByName)]
@@ -251,7 +305,7 @@ fn count_u64(n: i64) -> u64 {
 
 /// The exact token's live lease at `now`, locking its row until the transaction ends.
 pub(super) fn owned_lease_on(conn: &mut PgConnection, token: &ClaimToken, now: i64) -> Result<Option<OwnedLease>> {
-    let row = token_query(OWNED_LEASE, token, now).get_result::<LeaseRow>(conn).optional().pg("OWNED_LEASE")?;
+    let row = token_query(OWNED_LEASE, token, now).optional::<LeaseRow>(conn)?;
     Ok(row.map(|r| OwnedLease {
         until: r.lease_until,
         length_ms: r.heartbeat_at.map_or(0, |at| r.lease_until.saturating_sub(at).max(0)),
@@ -336,8 +390,7 @@ impl Store for PostgresStore {
     }
 
     fn enqueue(tx: &PgTx, row: &NewRow<'_>) -> Result<Option<JobId>> {
-        let query = sql_query(ENQUEUE)
-            .into_boxed::<Pg>()
+        let query = bound(ENQUEUE)
             .bind::<Text, _>(row.queue)
             .bind::<Nullable<Text>, _>(row.key)
             .bind::<Binary, _>(row.payload)
@@ -345,7 +398,7 @@ impl Store for PostgresStore {
             .bind::<BigInt, _>(row.run_at)
             .bind::<Integer, _>(attempt(row.max_attempts))
             .bind::<BigInt, _>(row.created_at);
-        let id = tx.writing(|conn| query.get_result::<IdRow>(conn).optional().pg("ENQUEUE"))?;
+        let id = tx.writing(|conn| query.optional::<IdRow>(conn))?;
         Ok(id.map(|r| JobId(r.id)))
     }
 
@@ -359,8 +412,7 @@ impl Store for PostgresStore {
         }
         let query = rows_query(ENQUEUE_ALL, rows);
         tx.with(|conn| sql_query("SAVEPOINT fenceq_enqueue_all").execute(conn).pg("SAVEPOINT fenceq_enqueue_all"))?;
-        let ids: Vec<i64> =
-            tx.writing(|conn| query.load::<IdRow>(conn).pg("ENQUEUE_ALL"))?.into_iter().map(|r| r.id).collect();
+        let ids: Vec<i64> = tx.writing(|conn| query.load::<IdRow>(conn))?.into_iter().map(|r| r.id).collect();
         if ids.len() != rows.len() {
             tx.with(|conn| {
                 sql_query("ROLLBACK TO SAVEPOINT fenceq_enqueue_all")
@@ -377,7 +429,7 @@ impl Store for PostgresStore {
     /// `fenceq_jobs_queue_key` and is `None`; any failure leaves nothing of it in autocommit.
     fn enqueue_all_or_none(tx: &PgTx, rows: &[NewRow<'_>]) -> Result<Option<Vec<JobId>>> {
         let query = rows_query(ENQUEUE_ALL_OR_NONE, rows).bind::<BigInt, _>(rows.len() as i64);
-        match tx.writing(|conn| Ok(query.load::<IdRow>(conn)))? {
+        match tx.writing(|conn| Ok(query.query.load::<IdRow>(conn)))? {
             Ok(ids) if ids.len() == rows.len() => Ok(Some(ascending(ids.into_iter().map(|r| r.id).collect()))),
             // Every row ignored (an application's trigger): nothing was inserted, and no row
             // came back to divide by zero. Refused, so each job is then inserted alone.
@@ -385,32 +437,36 @@ impl Store for PostgresStore {
                 Err(Error::invalid("job", "the insert was ignored (is there a trigger on fenceq_jobs?)"))
             }
             // Some rows back but not all: the statement divides by zero first; a bug.
-            Ok(ids) => Err(Error::domain(format!("ENQUEUE_ALL_OR_NONE returned {} of {} rows", ids.len(), rows.len()))),
+            Ok(ids) => Err(Error::domain(format!(
+                "{} returned {} of {} rows",
+                ENQUEUE_ALL_OR_NONE.name,
+                ids.len(),
+                rows.len()
+            ))),
             Err(diesel::result::Error::DatabaseError(diesel::result::DatabaseErrorKind::UniqueViolation, info))
                 if info.constraint_name() == Some("fenceq_jobs_queue_key") =>
             {
                 Ok(None)
             }
-            Err(e) => Err(Error::postgres("ENQUEUE_ALL_OR_NONE", e)),
+            Err(e) => Err(Error::postgres(ENQUEUE_ALL_OR_NONE.name, e)),
         }
     }
 
     fn find_by_key(tx: &PgTx, queue: &str, key: &str) -> Result<Option<JobId>> {
-        let query = sql_query(FIND_BY_KEY).into_boxed::<Pg>().bind::<Text, _>(queue).bind::<Text, _>(key);
-        let id = tx.with(|conn| query.get_result::<IdRow>(conn).optional().pg("FIND_BY_KEY"))?;
+        let query = bound(FIND_BY_KEY).bind::<Text, _>(queue).bind::<Text, _>(key);
+        let id = tx.with(|conn| query.optional::<IdRow>(conn))?;
         Ok(id.map(|r| JobId(r.id)))
     }
 
     /// One statement (`CLAIM`); the claimed rows are sorted into claim order here.
     fn claim(tx: &PgTx, queue: &str, worker: &str, now: i64, lease_until: i64, limit_: u32) -> Result<Vec<Claimed>> {
-        let query = sql_query(CLAIM)
-            .into_boxed::<Pg>()
+        let query = bound(CLAIM)
             .bind::<Text, _>(queue)
             .bind::<BigInt, _>(now)
             .bind::<BigInt, _>(limit(limit_))
             .bind::<Text, _>(worker)
             .bind::<BigInt, _>(lease_until);
-        let mut rows = tx.writing(|conn| query.load::<ClaimRow>(conn).pg("CLAIM"))?;
+        let mut rows = tx.writing(|conn| query.load::<ClaimRow>(conn))?;
         rows.sort_by_key(|r| (std::cmp::Reverse(r.priority), r.run_at, r.id));
         Ok(rows
             .into_iter()
@@ -429,12 +485,12 @@ impl Store for PostgresStore {
 
     fn renew_if_owned(tx: &PgTx, token: &ClaimToken, now: i64, lease_until: i64) -> Result<bool> {
         let query = token_query(RENEW_IF_OWNED, token, now).bind::<BigInt, _>(lease_until);
-        changed(tx, query, "RENEW_IF_OWNED")
+        changed(tx, query)
     }
 
     fn owns(tx: &PgTx, token: &ClaimToken, at: i64) -> Result<bool> {
         let query = token_query(OWNS, token, at);
-        Ok(tx.with(|conn| query.get_result::<N>(conn).pg("OWNS"))?.n == 1)
+        Ok(tx.with(|conn| query.one::<N>(conn))?.n == 1)
     }
 
     /// Locks the row (`SELECT … FOR UPDATE`) until `tx` ends: a concurrent claim or reap
@@ -445,12 +501,12 @@ impl Store for PostgresStore {
 
     fn extend_owned(tx: &PgTx, token: &ClaimToken, now: i64, lease_until: i64) -> Result<bool> {
         let query = token_query(EXTEND_OWNED, token, now).bind::<BigInt, _>(lease_until);
-        changed(tx, query, "EXTEND_OWNED")
+        changed(tx, query)
     }
 
     fn identity(tx: &PgTx, id: JobId) -> Result<Option<Identity>> {
-        let query = sql_query(IDENTITY).into_boxed::<Pg>().bind::<BigInt, _>(id.0);
-        let row = tx.with(|conn| query.get_result::<IdentityRow>(conn).optional().pg("IDENTITY"))?;
+        let query = bound(IDENTITY).bind::<BigInt, _>(id.0);
+        let row = tx.with(|conn| query.optional::<IdentityRow>(conn))?;
         row.map(|r| {
             Ok(Identity {
                 state: parse_state(&r.state)?,
@@ -464,7 +520,7 @@ impl Store for PostgresStore {
     }
 
     fn complete_if_owned(tx: &PgTx, token: &ClaimToken, now: i64) -> Result<bool> {
-        changed(tx, token_query(COMPLETE_IF_OWNED, token, now), "COMPLETE_IF_OWNED")
+        changed(tx, token_query(COMPLETE_IF_OWNED, token, now))
     }
 
     /// One statement (`COMPLETE_MANY_IF_OWNED`); a token counts as completed at its first
@@ -474,13 +530,12 @@ impl Store for PostgresStore {
         let ids: Vec<i64> = tokens.iter().map(|t| t.id.0).collect();
         let attempts: Vec<i32> = tokens.iter().map(|t| attempt(t.attempt)).collect();
         let claims: Vec<uuid::Uuid> = tokens.iter().map(|t| t.claim_id.0).collect();
-        let query = sql_query(COMPLETE_MANY_IF_OWNED)
-            .into_boxed::<Pg>()
+        let query = bound(COMPLETE_MANY_IF_OWNED)
             .bind::<Array<BigInt>, _>(ids)
             .bind::<Array<Integer>, _>(attempts)
             .bind::<Array<SqlUuid>, _>(claims)
             .bind::<BigInt, _>(now);
-        let rows = tx.writing(|conn| query.load::<TokenRow>(conn).pg("COMPLETE_MANY_IF_OWNED"))?;
+        let rows = tx.writing(|conn| query.load::<TokenRow>(conn))?;
         let mut completed: std::collections::HashSet<(i64, i32, uuid::Uuid)> =
             rows.into_iter().map(|r| (r.id, r.attempt, r.claim_id)).collect();
         // The first listing of the exact token that completed its row reports it; any other
@@ -490,29 +545,29 @@ impl Store for PostgresStore {
 
     fn retry_if_owned(tx: &PgTx, token: &ClaimToken, now: i64, run_at: i64, error: &str) -> Result<bool> {
         let query = token_query(RETRY_IF_OWNED, token, now).bind::<BigInt, _>(run_at).bind::<Text, _>(error);
-        changed(tx, query, "RETRY_IF_OWNED")
+        changed(tx, query)
     }
 
     fn exhaust_if_owned(tx: &PgTx, token: &ClaimToken, now: i64, error: &str) -> Result<bool> {
-        changed(tx, token_query(EXHAUST_IF_OWNED, token, now).bind::<Text, _>(error), "EXHAUST_IF_OWNED")
+        changed(tx, token_query(EXHAUST_IF_OWNED, token, now).bind::<Text, _>(error))
     }
 
     fn mark_unknown_if_owned(tx: &PgTx, token: &ClaimToken, now: i64, evidence: &str) -> Result<bool> {
         let query = token_query(MARK_UNKNOWN_IF_OWNED, token, now).bind::<Text, _>(evidence);
-        changed(tx, query, "MARK_UNKNOWN_IF_OWNED")
+        changed(tx, query)
     }
 
     fn park_if_owned(tx: &PgTx, token: &ClaimToken, now: i64, wait_until: i64, reason: &str) -> Result<bool> {
         let query = token_query(PARK_IF_OWNED, token, now).bind::<BigInt, _>(wait_until).bind::<Text, _>(reason);
-        changed(tx, query, "PARK_IF_OWNED")
+        changed(tx, query)
     }
 
     fn release_if_owned(tx: &PgTx, token: &ClaimToken, now: i64) -> Result<bool> {
-        changed(tx, token_query(RELEASE_IF_OWNED, token, now), "RELEASE_IF_OWNED")
+        changed(tx, token_query(RELEASE_IF_OWNED, token, now))
     }
 
     fn resume_if_waiting(tx: &PgTx, token: &ClaimToken, now: i64) -> Result<bool> {
-        changed(tx, token_query(RESUME_IF_WAITING, token, now), "RESUME_IF_WAITING")
+        changed(tx, token_query(RESUME_IF_WAITING, token, now))
     }
 
     fn acknowledge_if_exhausted(tx: &PgTx, token: &ClaimToken, now: i64, decided: &Decided<'_>) -> Result<bool> {
@@ -520,7 +575,7 @@ impl Store for PostgresStore {
             .bind::<Text, _>(decided.action)
             .bind::<Nullable<Text>, _>(decided.by)
             .bind::<Nullable<Text>, _>(decided.note);
-        changed(tx, query, "ACKNOWLEDGE_IF_EXHAUSTED")
+        changed(tx, query)
     }
 
     fn resolve_if_unknown(
@@ -530,80 +585,79 @@ impl Store for PostgresStore {
         now: i64,
         decided: &Decided<'_>,
     ) -> Result<bool> {
-        let (statement, name) = match resolution {
-            Resolution::Complete => (RESOLVE_COMPLETE_IF_UNKNOWN, "RESOLVE_COMPLETE_IF_UNKNOWN"),
-            Resolution::Retry => (RESOLVE_RETRY_IF_UNKNOWN, "RESOLVE_RETRY_IF_UNKNOWN"),
-            Resolution::Exhaust => (RESOLVE_EXHAUST_IF_UNKNOWN, "RESOLVE_EXHAUST_IF_UNKNOWN"),
+        let statement = match resolution {
+            Resolution::Complete => RESOLVE_COMPLETE_IF_UNKNOWN,
+            Resolution::Retry => RESOLVE_RETRY_IF_UNKNOWN,
+            Resolution::Exhaust => RESOLVE_EXHAUST_IF_UNKNOWN,
         };
         let query = token_query(statement, token, now)
             .bind::<Text, _>(decided.action)
             .bind::<Nullable<Text>, _>(decided.by)
             .bind::<Nullable<Text>, _>(decided.note);
-        changed(tx, query, name)
+        changed(tx, query)
     }
 
     fn cancel_if_active(tx: &PgTx, id: JobId, now: i64, decided: &Decided<'_>) -> Result<bool> {
-        changed(tx, decided_query(CANCEL_IF_ACTIVE, id, now, decided), "CANCEL_IF_ACTIVE")
+        changed(tx, decided_query(CANCEL_IF_ACTIVE, id, now, decided))
     }
 
     fn replay_if_exhausted(tx: &PgTx, id: JobId, now: i64, decided: &Decided<'_>) -> Result<bool> {
-        changed(tx, decided_query(REPLAY_IF_EXHAUSTED, id, now, decided), "REPLAY_IF_EXHAUSTED")
+        changed(tx, decided_query(REPLAY_IF_EXHAUSTED, id, now, decided))
     }
 
     fn acknowledge_job_if_unacknowledged(tx: &PgTx, id: JobId, now: i64, decided: &Decided<'_>) -> Result<bool> {
         let query = decided_query(ACKNOWLEDGE_JOB_IF_UNACKNOWLEDGED, id, now, decided);
-        changed(tx, query, "ACKNOWLEDGE_JOB_IF_UNACKNOWLEDGED")
+        changed(tx, query)
     }
 
     fn acknowledge_all(tx: &PgTx, queue: &str, now: i64, decided: &Decided<'_>) -> Result<Vec<JobId>> {
-        let query = sql_query(ACKNOWLEDGE_ALL)
-            .into_boxed::<Pg>()
+        let query = bound(ACKNOWLEDGE_ALL)
             .bind::<Text, _>(queue)
             .bind::<BigInt, _>(now)
             .bind::<Text, _>(decided.action)
             .bind::<Nullable<Text>, _>(decided.by)
             .bind::<Nullable<Text>, _>(decided.note);
-        let rows = tx.writing(|conn| query.load::<IdRow>(conn).pg("ACKNOWLEDGE_ALL"))?;
+        let rows = tx.writing(|conn| query.load::<IdRow>(conn))?;
         let mut ids: Vec<JobId> = rows.into_iter().map(|r| JobId(r.id)).collect();
         ids.sort_unstable();
         Ok(ids)
     }
 
     fn pause_queue(tx: &PgTx, queue: &str, now: i64, decided: &Decided<'_>) -> Result<bool> {
-        changed(tx, queue_decided_query(PAUSE_QUEUE, queue, now, decided), "PAUSE_QUEUE")
+        changed(tx, queue_decided_query(PAUSE_QUEUE, queue, now, decided))
     }
 
     fn unpause_queue(tx: &PgTx, queue: &str, now: i64, decided: &Decided<'_>) -> Result<bool> {
-        changed(tx, queue_decided_query(UNPAUSE_QUEUE, queue, now, decided), "UNPAUSE_QUEUE")
+        changed(tx, queue_decided_query(UNPAUSE_QUEUE, queue, now, decided))
     }
 
     fn queue_pause(tx: &PgTx, queue: &str) -> Result<Option<PausedQueue>> {
-        let query = sql_query(QUEUE_PAUSE).into_boxed::<Pg>().bind::<Text, _>(queue);
-        let row = tx.with(|conn| query.get_result::<PausedRow>(conn).optional().pg("QUEUE_PAUSE"))?;
+        let query = bound(QUEUE_PAUSE).bind::<Text, _>(queue);
+        let row = tx.with(|conn| query.optional::<PausedRow>(conn))?;
         Ok(row.map(PausedRow::into_paused))
     }
 
     fn paused_queues(tx: &PgTx) -> Result<Vec<PausedQueue>> {
-        let query = sql_query(PAUSED_QUEUES).into_boxed::<Pg>();
-        let rows = tx.with(|conn| query.load::<PausedRow>(conn).pg("PAUSED_QUEUES"))?;
+        let query = bound(PAUSED_QUEUES);
+        let rows = tx.with(|conn| query.load::<PausedRow>(conn))?;
         Ok(rows.into_iter().map(PausedRow::into_paused).collect())
     }
 
     fn reap_expired(tx: &PgTx, now: i64, limit_: u32) -> Result<(u64, u64)> {
-        let query = sql_query(REAP_EXPIRED).into_boxed::<Pg>().bind::<BigInt, _>(now).bind::<BigInt, _>(limit(limit_));
-        let states = tx.writing(|conn| query.load::<StateRow>(conn).pg("REAP_EXPIRED"))?;
+        let query = bound(REAP_EXPIRED).bind::<BigInt, _>(now).bind::<BigInt, _>(limit(limit_));
+        let states = tx.writing(|conn| query.load::<StateRow>(conn))?;
         let requeued = states.iter().filter(|s| s.state == "pending").count() as u64;
         Ok((requeued, states.len() as u64 - requeued))
     }
 
     fn reap_waiting(tx: &PgTx, now: i64, limit_: u32) -> Result<u64> {
-        let query = sql_query(REAP_WAITING).into_boxed::<Pg>().bind::<BigInt, _>(now).bind::<BigInt, _>(limit(limit_));
-        Ok(count(tx, query, "REAP_WAITING")? as u64)
+        let query = bound(REAP_WAITING).bind::<BigInt, _>(now).bind::<BigInt, _>(limit(limit_));
+        Ok(count(tx, query)? as u64)
     }
 
     fn reap_preview(tx: &PgTx, now: i64) -> Result<ReapReport> {
-        let query = sql_query(REAP_PREVIEW).into_boxed::<Pg>().bind::<BigInt, _>(now);
-        let row = tx.with(|conn| query.get_result::<ReapPreviewRow>(conn).pg("REAP_PREVIEW"))?;
+        let query = bound(REAP_PREVIEW).bind::<BigInt, _>(now);
+        let row = tx.with(|conn| query.one::<ReapPreviewRow>(conn))?;
         Ok(ReapReport {
             requeued: count_u64(row.requeued),
             exhausted: count_u64(row.exhausted),
@@ -612,53 +666,48 @@ impl Store for PostgresStore {
     }
 
     fn prune_settled(tx: &PgTx, horizon: i64, limit_: u32) -> Result<u64> {
-        let query =
-            sql_query(PRUNE_SETTLED).into_boxed::<Pg>().bind::<BigInt, _>(horizon).bind::<BigInt, _>(limit(limit_));
-        Ok(count(tx, query, "PRUNE_SETTLED")? as u64)
+        let query = bound(PRUNE_SETTLED).bind::<BigInt, _>(horizon).bind::<BigInt, _>(limit(limit_));
+        Ok(count(tx, query)? as u64)
     }
 
     fn prune_acknowledged(tx: &PgTx, horizon: i64, limit_: u32) -> Result<u64> {
-        let query = sql_query(PRUNE_ACKNOWLEDGED)
-            .into_boxed::<Pg>()
-            .bind::<BigInt, _>(horizon)
-            .bind::<BigInt, _>(limit(limit_));
-        Ok(count(tx, query, "PRUNE_ACKNOWLEDGED")? as u64)
+        let query = bound(PRUNE_ACKNOWLEDGED).bind::<BigInt, _>(horizon).bind::<BigInt, _>(limit(limit_));
+        Ok(count(tx, query)? as u64)
     }
 
     fn prune_preview(tx: &PgTx, horizon: i64) -> Result<(u64, u64)> {
-        let query = sql_query(PRUNE_PREVIEW).into_boxed::<Pg>().bind::<BigInt, _>(horizon);
-        let row = tx.with(|conn| query.get_result::<PrunePreviewRow>(conn).pg("PRUNE_PREVIEW"))?;
+        let query = bound(PRUNE_PREVIEW).bind::<BigInt, _>(horizon);
+        let row = tx.with(|conn| query.one::<PrunePreviewRow>(conn))?;
         Ok((count_u64(row.settled), count_u64(row.acknowledged)))
     }
 
     fn exhaustions(tx: &PgTx, after: i64, limit_: u32) -> Result<Vec<Exhaustion>> {
-        page(tx, EXHAUSTIONS, "EXHAUSTIONS", after, limit_)
+        page(tx, EXHAUSTIONS, after, limit_)
     }
 
     fn unknowns(tx: &PgTx, after: i64, limit_: u32) -> Result<Vec<Exhaustion>> {
-        page(tx, UNKNOWNS, "UNKNOWNS", after, limit_)
+        page(tx, UNKNOWNS, after, limit_)
     }
 
     fn job(tx: &PgTx, id: JobId) -> Result<Option<Job>> {
-        let query = sql_query(JOB).into_boxed::<Pg>().bind::<BigInt, _>(id.0);
-        let row = tx.with(|conn| query.get_result::<JobRow>(conn).optional().pg("JOB"))?;
+        let query = bound(JOB).bind::<BigInt, _>(id.0);
+        let row = tx.with(|conn| query.optional::<JobRow>(conn))?;
         row.map(job_from_row).transpose()
     }
 
     fn list(tx: &PgTx, queue: Option<&str>, state: Option<JobState>, after: i64, limit_: u32) -> Result<Vec<Job>> {
-        let query = sql_query(LIST)
-            .into_boxed::<Pg>()
+        let query = bound(LIST)
             .bind::<BigInt, _>(after)
             .bind::<Nullable<Text>, _>(queue)
             .bind::<Nullable<Text>, _>(state.map(JobState::as_str))
             .bind::<BigInt, _>(limit(limit_));
-        let rows = tx.with(|conn| query.load::<JobRow>(conn).pg("LIST"))?;
+        let rows = tx.with(|conn| query.load::<JobRow>(conn))?;
         rows.into_iter().map(job_from_row).collect()
     }
 
     fn stats(tx: &PgTx, now: i64) -> Result<Vec<StatsRow>> {
-        let query = sql_query(STATS).into_boxed::<Pg>().bind::<BigInt, _>(now);
-        let rows = tx.with(|conn| query.load::<StatsDbRow>(conn).pg("STATS"))?;
+        let query = bound(STATS).bind::<BigInt, _>(now);
+        let rows = tx.with(|conn| query.load::<StatsDbRow>(conn))?;
         rows.into_iter()
             .map(|r| {
                 Ok(StatsRow {
@@ -674,37 +723,32 @@ impl Store for PostgresStore {
     }
 
     fn due_or_running(tx: &PgTx, queue: &str, now: i64) -> Result<u64> {
-        let query = sql_query(DUE_OR_RUNNING).into_boxed::<Pg>().bind::<Text, _>(queue).bind::<BigInt, _>(now);
-        Ok(count_u64(tx.with(|conn| query.get_result::<N>(conn).pg("DUE_OR_RUNNING"))?.n))
+        let query = bound(DUE_OR_RUNNING).bind::<Text, _>(queue).bind::<BigInt, _>(now);
+        Ok(count_u64(tx.with(|conn| query.one::<N>(conn))?.n))
     }
 
     fn completions_per_minute(tx: &PgTx, from: i64, until: i64) -> Result<Vec<(i64, u64)>> {
-        let query =
-            sql_query(COMPLETIONS_PER_MINUTE).into_boxed::<Pg>().bind::<BigInt, _>(from).bind::<BigInt, _>(until);
-        let rows = tx.with(|conn| query.load::<MinuteRow>(conn).pg("COMPLETIONS_PER_MINUTE"))?;
+        let query = bound(COMPLETIONS_PER_MINUTE).bind::<BigInt, _>(from).bind::<BigInt, _>(until);
+        let rows = tx.with(|conn| query.load::<MinuteRow>(conn))?;
         Ok(rows.into_iter().map(|r| (r.minute, count_u64(r.n))).collect())
     }
 
     fn advance_schedule_if_later(tx: &PgTx, name: &str, tick: i64, now: i64) -> Result<bool> {
-        let query = sql_query(ADVANCE_SCHEDULE_IF_LATER)
-            .into_boxed::<Pg>()
-            .bind::<Text, _>(name)
-            .bind::<BigInt, _>(tick)
-            .bind::<BigInt, _>(now);
-        changed(tx, query, "ADVANCE_SCHEDULE_IF_LATER")
+        let query =
+            bound(ADVANCE_SCHEDULE_IF_LATER).bind::<Text, _>(name).bind::<BigInt, _>(tick).bind::<BigInt, _>(now);
+        changed(tx, query)
     }
 
     fn schedule_last_tick(tx: &PgTx, name: &str) -> Result<Option<i64>> {
-        let query = sql_query(SCHEDULE_LAST_TICK).into_boxed::<Pg>().bind::<Text, _>(name);
-        let row = tx.with(|conn| query.get_result::<N>(conn).optional().pg("SCHEDULE_LAST_TICK"))?;
+        let query = bound(SCHEDULE_LAST_TICK).bind::<Text, _>(name);
+        let row = tx.with(|conn| query.optional::<N>(conn))?;
         Ok(row.map(|r| r.n))
     }
 }
 
 /// A pause or unpause of `queue`: `$1` queue, `$2` now, `$3` decision, `$4` by, `$5` note.
-fn queue_decided_query<'a>(statement: &'static str, queue: &'a str, now: i64, decided: &Decided<'a>) -> Query<'a> {
-    sql_query(statement)
-        .into_boxed::<Pg>()
+fn queue_decided_query<'a>(statement: Stmt, queue: &'a str, now: i64, decided: &Decided<'a>) -> Bound<'a> {
+    bound(statement)
         .bind::<Text, _>(queue)
         .bind::<BigInt, _>(now)
         .bind::<Text, _>(decided.action)
@@ -739,9 +783,9 @@ impl PausedRow {
 }
 
 /// One page of exhaustions or unknowns (`statement` is one of the two page queries).
-fn page(tx: &PgTx, statement: &'static str, name: &'static str, after: i64, limit_: u32) -> Result<Vec<Exhaustion>> {
-    let query = sql_query(statement).into_boxed::<Pg>().bind::<BigInt, _>(after).bind::<BigInt, _>(limit(limit_));
-    let rows = tx.with(|conn| query.load::<PageRow>(conn).pg(name))?;
+fn page(tx: &PgTx, statement: Stmt, after: i64, limit_: u32) -> Result<Vec<Exhaustion>> {
+    let query = bound(statement).bind::<BigInt, _>(after).bind::<BigInt, _>(limit(limit_));
+    let rows = tx.with(|conn| query.load::<PageRow>(conn))?;
     Ok(rows
         .into_iter()
         .map(|r| Exhaustion {
@@ -788,9 +832,8 @@ fn job_from_row(r: JobRow) -> Result<Job> {
 }
 
 /// `statement` bound to the seven arrays of `rows`' columns (`ENQUEUE_ALL`'s parameters).
-fn rows_query<'q>(statement: &'q str, rows: &[NewRow<'q>]) -> BoxedSqlQuery<'q, Pg, SqlQuery> {
-    sql_query(statement)
-        .into_boxed::<Pg>()
+fn rows_query<'q>(statement: Stmt, rows: &[NewRow<'q>]) -> Bound<'q> {
+    bound(statement)
         .bind::<Array<Text>, _>(rows.iter().map(|r| r.queue).collect::<Vec<_>>())
         .bind::<Array<Nullable<Text>>, _>(rows.iter().map(|r| r.key).collect::<Vec<_>>())
         .bind::<Array<Binary>, _>(rows.iter().map(|r| r.payload).collect::<Vec<_>>())

@@ -36,7 +36,7 @@ fn migrated() -> Connection {
 /// `WHERE` term, which `state = 'completed'` alone does not.
 #[test]
 fn completions_per_minute_searches_the_settled_index() {
-    let steps = plan(&migrated(), COMPLETIONS_PER_MINUTE);
+    let steps = plan(&migrated(), COMPLETIONS_PER_MINUTE.sql);
     assert!(
         steps[0].starts_with("SEARCH fenceq_jobs USING INDEX fenceq_jobs_settled (settled_at>? AND settled_at<?)"),
         "{steps:?}"
@@ -76,17 +76,10 @@ fn hot_statements_are_compiled_once() {
             assert!(SqliteStore::complete_if_owned(&conn, &c.token, now).unwrap());
         }
     }
-    for (name, sql) in [
-        ("ENQUEUE", ENQUEUE),
-        ("PAUSE_QUEUE", PAUSE_QUEUE),
-        ("UNPAUSE_QUEUE", UNPAUSE_QUEUE),
-        ("CLAIM_SELECT", CLAIM_SELECT),
-        ("CLAIM_UPDATE", CLAIM_UPDATE),
-        ("CLAIM_READ", CLAIM_READ),
-        ("RENEW_IF_OWNED", RENEW_IF_OWNED),
-        ("COMPLETE_IF_OWNED", COMPLETE_IF_OWNED),
-    ] {
-        let stmt = conn.prepare_cached(sql).unwrap();
+    for statement in
+        [ENQUEUE, PAUSE_QUEUE, UNPAUSE_QUEUE, CLAIM_SELECT, CLAIM_UPDATE, CLAIM_READ, RENEW_IF_OWNED, COMPLETE_IF_OWNED]
+    {
+        let (name, stmt) = (statement.name, conn.prepare_cached(statement.sql).unwrap());
         assert!(stmt.get_status(rusqlite::StatementStatus::Run) >= 3, "{name} ran");
         assert_eq!(stmt.get_status(rusqlite::StatementStatus::RePrepare), 0, "{name} was compiled again");
     }
@@ -97,7 +90,7 @@ fn hot_statements_are_compiled_once() {
 #[test]
 fn the_claim_walks_partial_indexes_without_scanning_or_sorting() {
     let conn = migrated();
-    let steps = plan(&conn, CLAIM_SELECT);
+    let steps = plan(&conn, CLAIM_SELECT.sql);
     let text = steps.join("\n");
     assert!(text.contains("INDEX fenceq_jobs_claim (queue=?)"), "{text}");
     assert!(text.contains("INDEX fenceq_jobs_lease (queue=? AND lease_until<?)"), "{text}");
@@ -130,7 +123,7 @@ fn a_paused_claim_reads_no_job_and_an_unpaused_one_pays_one_probe() {
     }
     conn.execute_batch("COMMIT").unwrap();
     let steps = |expected_rows: usize| {
-        let mut stmt = conn.prepare(CLAIM_SELECT).unwrap();
+        let mut stmt = conn.prepare(CLAIM_SELECT.sql).unwrap();
         let params = named_params! { ":queue": "q", ":now": 10_000i64, ":limit": 64 };
         let rows = stmt.query_map(params, |r| r.get::<_, i64>(0)).unwrap().count();
         assert_eq!(rows, expected_rows);
@@ -150,29 +143,29 @@ fn a_paused_claim_reads_no_job_and_an_unpaused_one_pays_one_probe() {
 #[test]
 fn point_operations_use_the_primary_key_or_an_index() {
     let conn = migrated();
-    for (name, sql) in [
-        ("CLAIM_UPDATE", CLAIM_UPDATE),
-        ("CLAIM_READ", CLAIM_READ),
-        ("COMPLETE_IF_OWNED", COMPLETE_IF_OWNED),
-        ("RENEW_IF_OWNED", RENEW_IF_OWNED),
-        ("FIND_BY_KEY", FIND_BY_KEY),
-        ("EXHAUSTIONS", EXHAUSTIONS),
-        ("UNKNOWNS", UNKNOWNS),
-        ("REAP_EXPIRED", REAP_EXPIRED),
-        ("REAP_WAITING", REAP_WAITING),
-        ("PRUNE_SETTLED", PRUNE_SETTLED),
-        ("PRUNE_ACKNOWLEDGED", PRUNE_ACKNOWLEDGED),
-        ("DUE_OR_RUNNING", DUE_OR_RUNNING),
-        ("OWNED_LEASE", OWNED_LEASE),
-        ("EXTEND_OWNED", EXTEND_OWNED),
-        ("ACKNOWLEDGE_JOB_IF_UNACKNOWLEDGED", ACKNOWLEDGE_JOB_IF_UNACKNOWLEDGED),
-        ("ACKNOWLEDGE_ALL", ACKNOWLEDGE_ALL),
-        ("PAUSE_QUEUE", PAUSE_QUEUE),
-        ("UNPAUSE_QUEUE", UNPAUSE_QUEUE),
-        ("QUEUE_PAUSE", QUEUE_PAUSE),
-        ("COMPLETIONS_PER_MINUTE", COMPLETIONS_PER_MINUTE),
+    for statement in [
+        CLAIM_UPDATE,
+        CLAIM_READ,
+        COMPLETE_IF_OWNED,
+        RENEW_IF_OWNED,
+        FIND_BY_KEY,
+        EXHAUSTIONS,
+        UNKNOWNS,
+        REAP_EXPIRED,
+        REAP_WAITING,
+        PRUNE_SETTLED,
+        PRUNE_ACKNOWLEDGED,
+        DUE_OR_RUNNING,
+        OWNED_LEASE,
+        EXTEND_OWNED,
+        ACKNOWLEDGE_JOB_IF_UNACKNOWLEDGED,
+        ACKNOWLEDGE_ALL,
+        PAUSE_QUEUE,
+        UNPAUSE_QUEUE,
+        QUEUE_PAUSE,
+        COMPLETIONS_PER_MINUTE,
     ] {
-        let steps = plan(&conn, sql);
+        let (name, steps) = (statement.name, plan(&conn, statement.sql));
         let scans: Vec<&String> = steps
             .iter()
             .filter(|s| {
