@@ -241,21 +241,22 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// left. Each gets `attempt + 1`, a fresh claim id, `worker`, and a lease to
     /// `lease_until`. A live lease is never handed out. A paused queue
     /// ([`Store::pause_queue`]) claims nothing; the check is part of the claim's own read.
-    fn claim(tx: &Self::Tx, queue: &str, worker: &str, now: i64, lease_until: i64, limit: u32) -> Result<Vec<Claimed>>;
+    fn claim(tx: &Self::Tx, request: ClaimRequest<'_>) -> Result<Vec<Claimed>>;
 
-    /// Moves the lease of the exact live claim `token` to `lease_until`.
-    fn renew_if_owned(tx: &Self::Tx, token: &ClaimToken, now: i64, lease_until: i64) -> Result<bool>;
+    /// Moves the lease of the exact live claim `claim.token` to `lease_until`.
+    fn renew_if_owned(tx: &Self::Tx, claim: TokenAt<'_>, lease_until: i64) -> Result<bool>;
 
-    /// True when `token` is the exact claim of a running job whose lease is live at `at`.
-    fn owns(tx: &Self::Tx, token: &ClaimToken, at: i64) -> Result<bool>;
+    /// True when `claim.token` is the exact claim of a running job whose lease is live at
+    /// `claim.now`.
+    fn owns(tx: &Self::Tx, claim: TokenAt<'_>) -> Result<bool>;
 
-    /// The live lease of `token` at `now`, read so that no reclaim can commit before `tx`
+    /// The live lease of `claim.token` at `claim.now`, read so that no reclaim can commit before `tx`
     /// does (SQLite: the write lock `tx` holds; a server store locks the row).
-    fn owned_lease(tx: &Self::Tx, token: &ClaimToken, now: i64) -> Result<Option<OwnedLease>>;
+    fn owned_lease(tx: &Self::Tx, claim: TokenAt<'_>) -> Result<Option<OwnedLease>>;
 
     /// Extends the exact running claim's lease to `lease_until` (checked live by
     /// [`Store::owned_lease`] earlier in `tx`), unless it already ends later.
-    fn extend_owned(tx: &Self::Tx, token: &ClaimToken, now: i64, lease_until: i64) -> Result<bool>;
+    fn extend_owned(tx: &Self::Tx, claim: TokenAt<'_>, lease_until: i64) -> Result<bool>;
 
     /// The row's current identity and state, to explain a guarded transition that changed
     /// nothing.
@@ -264,65 +265,64 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     // ------------------------------------------------------------ settles (exact live claim)
 
     /// `running` → `completed`.
-    fn complete_if_owned(tx: &Self::Tx, token: &ClaimToken, now: i64) -> Result<bool>;
+    fn complete_if_owned(tx: &Self::Tx, claim: TokenAt<'_>) -> Result<bool>;
 
     /// [`Store::complete_if_owned`] for each token in turn, in one call (`complete_all`, a
     /// pool's round): one `bool` per token, in order, exactly as the calls one by one would
     /// report them (a token listed twice completes once, the first time). A server store
     /// makes it one statement. The default calls `complete_if_owned` for each.
     fn complete_many_if_owned(tx: &Self::Tx, tokens: &[ClaimToken], now: i64) -> Result<Vec<bool>> {
-        tokens.iter().map(|token| Self::complete_if_owned(tx, token, now)).collect()
+        tokens.iter().map(|token| Self::complete_if_owned(tx, TokenAt { token, now })).collect()
     }
 
     /// `running` → `pending` at `run_at`, only while attempts are left.
-    fn retry_if_owned(tx: &Self::Tx, token: &ClaimToken, now: i64, run_at: i64, error: &str) -> Result<bool>;
+    fn retry_if_owned(tx: &Self::Tx, claim: TokenAt<'_>, run_at: i64, error: &str) -> Result<bool>;
 
     /// `running` → unacknowledged `exhausted`, keeping the token.
-    fn exhaust_if_owned(tx: &Self::Tx, token: &ClaimToken, now: i64, error: &str) -> Result<bool>;
+    fn exhaust_if_owned(tx: &Self::Tx, claim: TokenAt<'_>, error: &str) -> Result<bool>;
 
     /// `running` → `unknown`.
-    fn mark_unknown_if_owned(tx: &Self::Tx, token: &ClaimToken, now: i64, evidence: &str) -> Result<bool>;
+    fn mark_unknown_if_owned(tx: &Self::Tx, claim: TokenAt<'_>, evidence: &str) -> Result<bool>;
 
     /// `running` → `waiting` until `wait_until`.
-    fn park_if_owned(tx: &Self::Tx, token: &ClaimToken, now: i64, wait_until: i64, reason: &str) -> Result<bool>;
+    fn park_if_owned(tx: &Self::Tx, claim: TokenAt<'_>, wait_until: i64, reason: &str) -> Result<bool>;
 
     /// `running` → `pending`, due at once (its `run_at` if that has passed, else `now`), its
     /// lease cleared and its attempt given back (`max_attempts + 1`): a claim handed back
     /// unstarted (a worker pool's prefetched jobs when it shuts down). The attempt counter
     /// is never lowered, so the next claim is the next attempt with a fresh claim id, and
     /// no (id, attempt) is handed out twice. A server store wakes the queue's listeners.
-    fn release_if_owned(tx: &Self::Tx, token: &ClaimToken, now: i64) -> Result<bool>;
+    fn release_if_owned(tx: &Self::Tx, claim: TokenAt<'_>) -> Result<bool>;
 
     // ------------------------------------------------------------ exact token, other states
 
     /// `waiting` (deadline after `now`) → `pending` with one more attempt.
-    fn resume_if_waiting(tx: &Self::Tx, token: &ClaimToken, now: i64) -> Result<bool>;
+    fn resume_if_waiting(tx: &Self::Tx, claim: TokenAt<'_>) -> Result<bool>;
 
     /// Acknowledges the exhaustion `token` (a repeat changes nothing and still matches).
-    fn acknowledge_if_exhausted(tx: &Self::Tx, token: &ClaimToken, now: i64, decided: &Decided<'_>) -> Result<bool>;
+    fn acknowledge_if_exhausted(tx: &Self::Tx, claim: TokenAt<'_>, decided: &Decided<'_>) -> Result<bool>;
 
     /// `unknown` → what `resolution` says.
     fn resolve_if_unknown(
         tx: &Self::Tx,
-        token: &ClaimToken,
+        claim: TokenAt<'_>,
         resolution: Resolution,
-        now: i64,
         decided: &Decided<'_>,
     ) -> Result<bool>;
 
     // ------------------------------------------------------------ operators, by id
 
     /// `pending`, `waiting` or `running` → `cancelled`.
-    fn cancel_if_active(tx: &Self::Tx, id: JobId, now: i64, decided: &Decided<'_>) -> Result<bool>;
+    fn cancel_if_active(tx: &Self::Tx, decision: JobDecision<'_>) -> Result<bool>;
 
     /// `exhausted` → `pending`, due now, attempt 0.
-    fn replay_if_exhausted(tx: &Self::Tx, id: JobId, now: i64, decided: &Decided<'_>) -> Result<bool>;
+    fn replay_if_exhausted(tx: &Self::Tx, decision: JobDecision<'_>) -> Result<bool>;
 
     /// Acknowledges the unacknowledged exhaustion `id`.
-    fn acknowledge_job_if_unacknowledged(tx: &Self::Tx, id: JobId, now: i64, decided: &Decided<'_>) -> Result<bool>;
+    fn acknowledge_job_if_unacknowledged(tx: &Self::Tx, decision: JobDecision<'_>) -> Result<bool>;
 
     /// Acknowledges every unacknowledged exhaustion of `queue`; their ids, in id order.
-    fn acknowledge_all(tx: &Self::Tx, queue: &str, now: i64, decided: &Decided<'_>) -> Result<Vec<JobId>>;
+    fn acknowledge_all(tx: &Self::Tx, decision: QueueDecision<'_>) -> Result<Vec<JobId>>;
 
     // ------------------------------------------------------------ paused queues
 
@@ -330,10 +330,10 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// [`Store::claim`] of it claims nothing, on every handle and process, until
     /// [`Store::unpause_queue`]. True when this call paused it; a queue paused already is
     /// left as it is, its record too (false). A queue with no jobs can be paused.
-    fn pause_queue(tx: &Self::Tx, queue: &str, now: i64, decided: &Decided<'_>) -> Result<bool>;
+    fn pause_queue(tx: &Self::Tx, decision: QueueDecision<'_>) -> Result<bool>;
 
     /// Unpauses `queue`, recording `decided` (`"unpause"`): true when it was paused.
-    fn unpause_queue(tx: &Self::Tx, queue: &str, now: i64, decided: &Decided<'_>) -> Result<bool>;
+    fn unpause_queue(tx: &Self::Tx, decision: QueueDecision<'_>) -> Result<bool>;
 
     /// The pause of `queue`, while it is paused.
     fn queue_pause(tx: &Self::Tx, queue: &str) -> Result<Option<PausedQueue>>;
@@ -343,40 +343,42 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
 
     // ------------------------------------------------------------ maintenance
 
-    /// Up to `limit` running jobs whose lease ended at or before `now`, of every queue (a
+    /// Up to `batch.limit` running jobs whose lease ended at or before `batch.until` (now), of every queue (a
     /// paused one too, so that its attempts are never stuck): back to pending with attempts
     /// left, else exhausted. Returns (requeued, exhausted).
-    fn reap_expired(tx: &Self::Tx, now: i64, limit: u32) -> Result<(u64, u64)>;
+    fn reap_expired(tx: &Self::Tx, batch: Batch) -> Result<(u64, u64)>;
 
-    /// Up to `limit` waiting jobs whose deadline passed → exhausted.
-    fn reap_waiting(tx: &Self::Tx, now: i64, limit: u32) -> Result<u64>;
+    /// Up to `batch.limit` waiting jobs whose deadline passed at `batch.until` (now) → exhausted.
+    fn reap_waiting(tx: &Self::Tx, batch: Batch) -> Result<u64>;
 
     /// What [`Store::reap_expired`] and [`Store::reap_waiting`] would change at `now`.
     fn reap_preview(tx: &Self::Tx, now: i64) -> Result<ReapReport>;
 
-    /// Deletes up to `limit` completed and cancelled rows settled at or before `horizon`.
-    fn prune_settled(tx: &Self::Tx, horizon: i64, limit: u32) -> Result<u64>;
+    /// Deletes up to `batch.limit` completed and cancelled rows settled at or before
+    /// `batch.until` (the horizon).
+    fn prune_settled(tx: &Self::Tx, batch: Batch) -> Result<u64>;
 
-    /// Deletes up to `limit` exhaustions acknowledged at or before `horizon`.
-    fn prune_acknowledged(tx: &Self::Tx, horizon: i64, limit: u32) -> Result<u64>;
+    /// Deletes up to `batch.limit` exhaustions acknowledged at or before `batch.until` (the
+    /// horizon).
+    fn prune_acknowledged(tx: &Self::Tx, batch: Batch) -> Result<u64>;
 
     /// What the two prunes would delete at `horizon`: (settled, acknowledged).
     fn prune_preview(tx: &Self::Tx, horizon: i64) -> Result<(u64, u64)>;
 
     // ------------------------------------------------------------ inspection
 
-    /// Up to `limit` unacknowledged exhaustions with id above `after`, in id order.
-    fn exhaustions(tx: &Self::Tx, after: i64, limit: u32) -> Result<Vec<Exhaustion>>;
+    /// One page of unacknowledged exhaustions, in id order.
+    fn exhaustions(tx: &Self::Tx, page: PageRequest) -> Result<Vec<Exhaustion>>;
 
-    /// Up to `limit` unknown outcomes with id above `after`, in id order (`at` is when the
+    /// One page of unknown outcomes, in id order (`at` is when the
     /// outcome was recorded, `reason` its evidence).
-    fn unknowns(tx: &Self::Tx, after: i64, limit: u32) -> Result<Vec<Exhaustion>>;
+    fn unknowns(tx: &Self::Tx, page: PageRequest) -> Result<Vec<Exhaustion>>;
 
     /// One job's whole record.
     fn job(tx: &Self::Tx, id: JobId) -> Result<Option<Job>>;
 
-    /// Jobs with id above `after`, in id order, optionally of one queue and one state.
-    fn list(tx: &Self::Tx, queue: Option<&str>, state: Option<JobState>, after: i64, limit: u32) -> Result<Vec<Job>>;
+    /// One page of jobs, in id order, optionally of one queue and one state.
+    fn list(tx: &Self::Tx, queue: Option<&str>, state: Option<JobState>, page: PageRequest) -> Result<Vec<Job>>;
 
     /// Row counts per queue, state and acknowledgement, in queue order.
     fn stats(tx: &Self::Tx, now: i64) -> Result<Vec<StatsRow>>;
@@ -400,7 +402,7 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// false when an equal or later tick is recorded (enqueued before a restart, by another
     /// process, or before the clock stepped back), and nothing changed. A server store makes
     /// it one guarded upsert, so that of several racing transactions exactly one wins.
-    fn advance_schedule_if_later(tx: &Self::Tx, name: &str, tick: i64, now: i64) -> Result<bool>;
+    fn advance_schedule_if_later(tx: &Self::Tx, tick: ScheduleTick<'_>) -> Result<bool>;
 
     /// The latest tick recorded for the schedule `name`.
     fn schedule_last_tick(tx: &Self::Tx, name: &str) -> Result<Option<i64>>;
@@ -476,6 +478,87 @@ pub struct NewRow<'a> {
     pub max_attempts: u32,
     /// Now.
     pub created_at: i64,
+}
+
+/// What a claim asks for ([`Store::claim`]): up to `limit` due jobs of `queue` at `now`, each
+/// leased to `worker` until `lease_until`.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimRequest<'a> {
+    /// The queue to claim from.
+    pub queue: &'a str,
+    /// Who claims (`Job::worker`).
+    pub worker: &'a str,
+    /// The instant due jobs and ended leases are judged by.
+    pub now: i64,
+    /// The end of each claimed job's lease.
+    pub lease_until: i64,
+    /// How many jobs at most.
+    pub limit: u32,
+}
+
+/// The claim a transition of one job names, and the instant it is judged by: the settles and
+/// renewals of the exact live claim (`*_if_owned`) and the token's transitions in other
+/// states (`resume_if_waiting`, `acknowledge_if_exhausted`, `resolve_if_unknown`).
+#[derive(Debug, Clone, Copy)]
+pub struct TokenAt<'a> {
+    /// The exact claim: job id, attempt and claim id.
+    pub token: &'a ClaimToken,
+    /// Now: a lease must be live after it (`*_if_owned`), and the row records it.
+    pub now: i64,
+}
+
+/// An operator's change of one job by id ([`Store::cancel_if_active`],
+/// [`Store::replay_if_exhausted`], [`Store::acknowledge_job_if_unacknowledged`]).
+#[derive(Debug, Clone, Copy)]
+pub struct JobDecision<'a> {
+    /// The job.
+    pub id: JobId,
+    /// Now, recorded as the decision's time.
+    pub now: i64,
+    /// What is recorded on the row.
+    pub decided: Decided<'a>,
+}
+
+/// An operator's change of one queue ([`Store::pause_queue`], [`Store::unpause_queue`],
+/// [`Store::acknowledge_all`]).
+#[derive(Debug, Clone, Copy)]
+pub struct QueueDecision<'a> {
+    /// The queue.
+    pub queue: &'a str,
+    /// Now, recorded as the decision's time.
+    pub now: i64,
+    /// What is recorded (on the queue's row, or on each job's).
+    pub decided: Decided<'a>,
+}
+
+/// One batch of a maintenance pass: up to `limit` rows whose lease, deadline or settlement
+/// is at or before `until` (the reapers' now, the prunes' horizon).
+#[derive(Debug, Clone, Copy)]
+pub struct Batch {
+    /// Rows at or before this instant (ms since the epoch).
+    pub until: i64,
+    /// How many rows at most.
+    pub limit: u32,
+}
+
+/// One page of a listing in id order: up to `limit` rows with id above `after`.
+#[derive(Debug, Clone, Copy)]
+pub struct PageRequest {
+    /// The last id of the previous page (0 for the first).
+    pub after: i64,
+    /// How many rows at most.
+    pub limit: u32,
+}
+
+/// A tick of a periodic job's schedule ([`Store::advance_schedule_if_later`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ScheduleTick<'a> {
+    /// The schedule's name.
+    pub name: &'a str,
+    /// The tick, in ms since the epoch.
+    pub tick: i64,
+    /// Now, recorded with it.
+    pub now: i64,
 }
 
 /// A row's identity and state, as [`Store::identity`] reads it.

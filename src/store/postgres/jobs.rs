@@ -8,7 +8,10 @@ use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::job::{ClaimId, ClaimToken, Claimed, Decision, Exhaustion, Job, JobId, JobState, Resolution};
 use crate::report::{CheckpointReport, CommitStats, PausedQueue, ReapReport};
-use crate::store::{Decided, Identity, NewRow, OwnedLease, StatsRow, Stmt, Store};
+use crate::store::{
+    Batch, ClaimRequest, Decided, Identity, JobDecision, NewRow, OwnedLease, PageRequest, QueueDecision, ScheduleTick,
+    StatsRow, Stmt, Store, TokenAt,
+};
 use diesel::pg::Pg;
 use diesel::query_builder::{BoxedSqlQuery, SqlQuery};
 use diesel::query_dsl::LoadQuery;
@@ -459,7 +462,8 @@ impl Store for PostgresStore {
     }
 
     /// One statement (`CLAIM`); the claimed rows are sorted into claim order here.
-    fn claim(tx: &PgTx, queue: &str, worker: &str, now: i64, lease_until: i64, limit_: u32) -> Result<Vec<Claimed>> {
+    fn claim(tx: &PgTx, request: ClaimRequest<'_>) -> Result<Vec<Claimed>> {
+        let ClaimRequest { queue, worker, now, lease_until, limit: limit_ } = request;
         let query = bound(CLAIM)
             .bind::<Text, _>(queue)
             .bind::<BigInt, _>(now)
@@ -483,23 +487,27 @@ impl Store for PostgresStore {
             .collect())
     }
 
-    fn renew_if_owned(tx: &PgTx, token: &ClaimToken, now: i64, lease_until: i64) -> Result<bool> {
+    fn renew_if_owned(tx: &PgTx, claim: TokenAt<'_>, lease_until: i64) -> Result<bool> {
+        let TokenAt { token, now } = claim;
         let query = token_query(RENEW_IF_OWNED, token, now).bind::<BigInt, _>(lease_until);
         changed(tx, query)
     }
 
-    fn owns(tx: &PgTx, token: &ClaimToken, at: i64) -> Result<bool> {
+    fn owns(tx: &PgTx, claim: TokenAt<'_>) -> Result<bool> {
+        let TokenAt { token, now: at } = claim;
         let query = token_query(OWNS, token, at);
         Ok(tx.with(|conn| query.one::<N>(conn))?.n == 1)
     }
 
     /// Locks the row (`SELECT … FOR UPDATE`) until `tx` ends: a concurrent claim or reap
     /// skips it, a cancel or settle waits for it.
-    fn owned_lease(tx: &PgTx, token: &ClaimToken, now: i64) -> Result<Option<OwnedLease>> {
+    fn owned_lease(tx: &PgTx, claim: TokenAt<'_>) -> Result<Option<OwnedLease>> {
+        let TokenAt { token, now } = claim;
         tx.with(|conn| owned_lease_on(conn, token, now))
     }
 
-    fn extend_owned(tx: &PgTx, token: &ClaimToken, now: i64, lease_until: i64) -> Result<bool> {
+    fn extend_owned(tx: &PgTx, claim: TokenAt<'_>, lease_until: i64) -> Result<bool> {
+        let TokenAt { token, now } = claim;
         let query = token_query(EXTEND_OWNED, token, now).bind::<BigInt, _>(lease_until);
         changed(tx, query)
     }
@@ -519,7 +527,8 @@ impl Store for PostgresStore {
         .transpose()
     }
 
-    fn complete_if_owned(tx: &PgTx, token: &ClaimToken, now: i64) -> Result<bool> {
+    fn complete_if_owned(tx: &PgTx, claim: TokenAt<'_>) -> Result<bool> {
+        let TokenAt { token, now } = claim;
         changed(tx, token_query(COMPLETE_IF_OWNED, token, now))
     }
 
@@ -543,34 +552,41 @@ impl Store for PostgresStore {
         Ok(tokens.iter().map(|t| completed.remove(&(t.id.0, attempt(t.attempt), t.claim_id.0))).collect())
     }
 
-    fn retry_if_owned(tx: &PgTx, token: &ClaimToken, now: i64, run_at: i64, error: &str) -> Result<bool> {
+    fn retry_if_owned(tx: &PgTx, claim: TokenAt<'_>, run_at: i64, error: &str) -> Result<bool> {
+        let TokenAt { token, now } = claim;
         let query = token_query(RETRY_IF_OWNED, token, now).bind::<BigInt, _>(run_at).bind::<Text, _>(error);
         changed(tx, query)
     }
 
-    fn exhaust_if_owned(tx: &PgTx, token: &ClaimToken, now: i64, error: &str) -> Result<bool> {
+    fn exhaust_if_owned(tx: &PgTx, claim: TokenAt<'_>, error: &str) -> Result<bool> {
+        let TokenAt { token, now } = claim;
         changed(tx, token_query(EXHAUST_IF_OWNED, token, now).bind::<Text, _>(error))
     }
 
-    fn mark_unknown_if_owned(tx: &PgTx, token: &ClaimToken, now: i64, evidence: &str) -> Result<bool> {
+    fn mark_unknown_if_owned(tx: &PgTx, claim: TokenAt<'_>, evidence: &str) -> Result<bool> {
+        let TokenAt { token, now } = claim;
         let query = token_query(MARK_UNKNOWN_IF_OWNED, token, now).bind::<Text, _>(evidence);
         changed(tx, query)
     }
 
-    fn park_if_owned(tx: &PgTx, token: &ClaimToken, now: i64, wait_until: i64, reason: &str) -> Result<bool> {
+    fn park_if_owned(tx: &PgTx, claim: TokenAt<'_>, wait_until: i64, reason: &str) -> Result<bool> {
+        let TokenAt { token, now } = claim;
         let query = token_query(PARK_IF_OWNED, token, now).bind::<BigInt, _>(wait_until).bind::<Text, _>(reason);
         changed(tx, query)
     }
 
-    fn release_if_owned(tx: &PgTx, token: &ClaimToken, now: i64) -> Result<bool> {
+    fn release_if_owned(tx: &PgTx, claim: TokenAt<'_>) -> Result<bool> {
+        let TokenAt { token, now } = claim;
         changed(tx, token_query(RELEASE_IF_OWNED, token, now))
     }
 
-    fn resume_if_waiting(tx: &PgTx, token: &ClaimToken, now: i64) -> Result<bool> {
+    fn resume_if_waiting(tx: &PgTx, claim: TokenAt<'_>) -> Result<bool> {
+        let TokenAt { token, now } = claim;
         changed(tx, token_query(RESUME_IF_WAITING, token, now))
     }
 
-    fn acknowledge_if_exhausted(tx: &PgTx, token: &ClaimToken, now: i64, decided: &Decided<'_>) -> Result<bool> {
+    fn acknowledge_if_exhausted(tx: &PgTx, claim: TokenAt<'_>, decided: &Decided<'_>) -> Result<bool> {
+        let TokenAt { token, now } = claim;
         let query = token_query(ACKNOWLEDGE_IF_EXHAUSTED, token, now)
             .bind::<Text, _>(decided.action)
             .bind::<Nullable<Text>, _>(decided.by)
@@ -580,11 +596,11 @@ impl Store for PostgresStore {
 
     fn resolve_if_unknown(
         tx: &PgTx,
-        token: &ClaimToken,
+        claim: TokenAt<'_>,
         resolution: Resolution,
-        now: i64,
         decided: &Decided<'_>,
     ) -> Result<bool> {
+        let TokenAt { token, now } = claim;
         let statement = match resolution {
             Resolution::Complete => RESOLVE_COMPLETE_IF_UNKNOWN,
             Resolution::Retry => RESOLVE_RETRY_IF_UNKNOWN,
@@ -597,20 +613,28 @@ impl Store for PostgresStore {
         changed(tx, query)
     }
 
-    fn cancel_if_active(tx: &PgTx, id: JobId, now: i64, decided: &Decided<'_>) -> Result<bool> {
+    fn cancel_if_active(tx: &PgTx, decision: JobDecision<'_>) -> Result<bool> {
+        let JobDecision { id, now, decided } = decision;
+        let decided = &decided;
         changed(tx, decided_query(CANCEL_IF_ACTIVE, id, now, decided))
     }
 
-    fn replay_if_exhausted(tx: &PgTx, id: JobId, now: i64, decided: &Decided<'_>) -> Result<bool> {
+    fn replay_if_exhausted(tx: &PgTx, decision: JobDecision<'_>) -> Result<bool> {
+        let JobDecision { id, now, decided } = decision;
+        let decided = &decided;
         changed(tx, decided_query(REPLAY_IF_EXHAUSTED, id, now, decided))
     }
 
-    fn acknowledge_job_if_unacknowledged(tx: &PgTx, id: JobId, now: i64, decided: &Decided<'_>) -> Result<bool> {
+    fn acknowledge_job_if_unacknowledged(tx: &PgTx, decision: JobDecision<'_>) -> Result<bool> {
+        let JobDecision { id, now, decided } = decision;
+        let decided = &decided;
         let query = decided_query(ACKNOWLEDGE_JOB_IF_UNACKNOWLEDGED, id, now, decided);
         changed(tx, query)
     }
 
-    fn acknowledge_all(tx: &PgTx, queue: &str, now: i64, decided: &Decided<'_>) -> Result<Vec<JobId>> {
+    fn acknowledge_all(tx: &PgTx, decision: QueueDecision<'_>) -> Result<Vec<JobId>> {
+        let QueueDecision { queue, now, decided } = decision;
+        let decided = &decided;
         let query = bound(ACKNOWLEDGE_ALL)
             .bind::<Text, _>(queue)
             .bind::<BigInt, _>(now)
@@ -623,11 +647,15 @@ impl Store for PostgresStore {
         Ok(ids)
     }
 
-    fn pause_queue(tx: &PgTx, queue: &str, now: i64, decided: &Decided<'_>) -> Result<bool> {
+    fn pause_queue(tx: &PgTx, decision: QueueDecision<'_>) -> Result<bool> {
+        let QueueDecision { queue, now, decided } = decision;
+        let decided = &decided;
         changed(tx, queue_decided_query(PAUSE_QUEUE, queue, now, decided))
     }
 
-    fn unpause_queue(tx: &PgTx, queue: &str, now: i64, decided: &Decided<'_>) -> Result<bool> {
+    fn unpause_queue(tx: &PgTx, decision: QueueDecision<'_>) -> Result<bool> {
+        let QueueDecision { queue, now, decided } = decision;
+        let decided = &decided;
         changed(tx, queue_decided_query(UNPAUSE_QUEUE, queue, now, decided))
     }
 
@@ -643,14 +671,16 @@ impl Store for PostgresStore {
         Ok(rows.into_iter().map(PausedRow::into_paused).collect())
     }
 
-    fn reap_expired(tx: &PgTx, now: i64, limit_: u32) -> Result<(u64, u64)> {
+    fn reap_expired(tx: &PgTx, batch: Batch) -> Result<(u64, u64)> {
+        let Batch { until: now, limit: limit_ } = batch;
         let query = bound(REAP_EXPIRED).bind::<BigInt, _>(now).bind::<BigInt, _>(limit(limit_));
         let states = tx.writing(|conn| query.load::<StateRow>(conn))?;
         let requeued = states.iter().filter(|s| s.state == "pending").count() as u64;
         Ok((requeued, states.len() as u64 - requeued))
     }
 
-    fn reap_waiting(tx: &PgTx, now: i64, limit_: u32) -> Result<u64> {
+    fn reap_waiting(tx: &PgTx, batch: Batch) -> Result<u64> {
+        let Batch { until: now, limit: limit_ } = batch;
         let query = bound(REAP_WAITING).bind::<BigInt, _>(now).bind::<BigInt, _>(limit(limit_));
         Ok(count(tx, query)? as u64)
     }
@@ -665,12 +695,14 @@ impl Store for PostgresStore {
         })
     }
 
-    fn prune_settled(tx: &PgTx, horizon: i64, limit_: u32) -> Result<u64> {
+    fn prune_settled(tx: &PgTx, batch: Batch) -> Result<u64> {
+        let Batch { until: horizon, limit: limit_ } = batch;
         let query = bound(PRUNE_SETTLED).bind::<BigInt, _>(horizon).bind::<BigInt, _>(limit(limit_));
         Ok(count(tx, query)? as u64)
     }
 
-    fn prune_acknowledged(tx: &PgTx, horizon: i64, limit_: u32) -> Result<u64> {
+    fn prune_acknowledged(tx: &PgTx, batch: Batch) -> Result<u64> {
+        let Batch { until: horizon, limit: limit_ } = batch;
         let query = bound(PRUNE_ACKNOWLEDGED).bind::<BigInt, _>(horizon).bind::<BigInt, _>(limit(limit_));
         Ok(count(tx, query)? as u64)
     }
@@ -681,12 +713,12 @@ impl Store for PostgresStore {
         Ok((count_u64(row.settled), count_u64(row.acknowledged)))
     }
 
-    fn exhaustions(tx: &PgTx, after: i64, limit_: u32) -> Result<Vec<Exhaustion>> {
-        page(tx, EXHAUSTIONS, after, limit_)
+    fn exhaustions(tx: &PgTx, page: PageRequest) -> Result<Vec<Exhaustion>> {
+        exhaustion_page(tx, EXHAUSTIONS, page)
     }
 
-    fn unknowns(tx: &PgTx, after: i64, limit_: u32) -> Result<Vec<Exhaustion>> {
-        page(tx, UNKNOWNS, after, limit_)
+    fn unknowns(tx: &PgTx, page: PageRequest) -> Result<Vec<Exhaustion>> {
+        exhaustion_page(tx, UNKNOWNS, page)
     }
 
     fn job(tx: &PgTx, id: JobId) -> Result<Option<Job>> {
@@ -695,7 +727,8 @@ impl Store for PostgresStore {
         row.map(job_from_row).transpose()
     }
 
-    fn list(tx: &PgTx, queue: Option<&str>, state: Option<JobState>, after: i64, limit_: u32) -> Result<Vec<Job>> {
+    fn list(tx: &PgTx, queue: Option<&str>, state: Option<JobState>, page: PageRequest) -> Result<Vec<Job>> {
+        let PageRequest { after, limit: limit_ } = page;
         let query = bound(LIST)
             .bind::<BigInt, _>(after)
             .bind::<Nullable<Text>, _>(queue)
@@ -733,7 +766,8 @@ impl Store for PostgresStore {
         Ok(rows.into_iter().map(|r| (r.minute, count_u64(r.n))).collect())
     }
 
-    fn advance_schedule_if_later(tx: &PgTx, name: &str, tick: i64, now: i64) -> Result<bool> {
+    fn advance_schedule_if_later(tx: &PgTx, tick: ScheduleTick<'_>) -> Result<bool> {
+        let ScheduleTick { name, tick, now } = tick;
         let query =
             bound(ADVANCE_SCHEDULE_IF_LATER).bind::<Text, _>(name).bind::<BigInt, _>(tick).bind::<BigInt, _>(now);
         changed(tx, query)
@@ -783,7 +817,8 @@ impl PausedRow {
 }
 
 /// One page of exhaustions or unknowns (`statement` is one of the two page queries).
-fn page(tx: &PgTx, statement: Stmt, after: i64, limit_: u32) -> Result<Vec<Exhaustion>> {
+fn exhaustion_page(tx: &PgTx, statement: Stmt, page: PageRequest) -> Result<Vec<Exhaustion>> {
+    let PageRequest { after, limit: limit_ } = page;
     let query = bound(statement).bind::<BigInt, _>(after).bind::<BigInt, _>(limit(limit_));
     let rows = tx.with(|conn| query.load::<PageRow>(conn))?;
     Ok(rows

@@ -8,7 +8,10 @@ use super::SqliteStore;
 use crate::error::Result;
 use crate::job::{ClaimId, ClaimToken, Claimed, Decision, Exhaustion, Job, JobId, JobState, Resolution};
 use crate::report::{CheckpointReport, CommitStats, PausedQueue, ReapReport};
-use crate::store::{Decided, Identity, NewRow, OwnedLease, StatsRow, Stmt, Store};
+use crate::store::{
+    Batch, ClaimRequest, Decided, Identity, JobDecision, NewRow, OwnedLease, PageRequest, QueueDecision, ScheduleTick,
+    StatsRow, Stmt, Store, TokenAt,
+};
 use rusqlite::{named_params, CachedStatement, Connection, OptionalExtension, Row, ToSql};
 use std::time::Duration;
 
@@ -105,14 +108,8 @@ impl Store for SqliteStore {
 
     /// Three statements in one IMMEDIATE transaction (the selection cannot change in
     /// between): the claimable ids, the claim of each, and the claimed row's data.
-    fn claim(
-        tx: &Connection,
-        queue: &str,
-        worker: &str,
-        now: i64,
-        lease_until: i64,
-        limit: u32,
-    ) -> Result<Vec<Claimed>> {
+    fn claim(tx: &Connection, request: ClaimRequest<'_>) -> Result<Vec<Claimed>> {
+        let ClaimRequest { queue, worker, now, lease_until, limit } = request;
         let ids: Vec<i64> = on(tx, CLAIM_SELECT, |s| {
             s.query_map(named_params! { ":queue": queue, ":now": now, ":limit": limit }, |row| row.get(0))?
                 .collect::<rusqlite::Result<_>>()
@@ -144,11 +141,13 @@ impl Store for SqliteStore {
         Ok(claimed)
     }
 
-    fn renew_if_owned(tx: &Connection, token: &ClaimToken, now: i64, lease_until: i64) -> Result<bool> {
-        owned(tx, RENEW_IF_OWNED, token, now, &[(":lease_until", &lease_until)])
+    fn renew_if_owned(tx: &Connection, claim: TokenAt<'_>, lease_until: i64) -> Result<bool> {
+        let TokenAt { token, now } = claim;
+        owned(tx, RENEW_IF_OWNED, TokenAt { token, now }, &[(":lease_until", &lease_until)])
     }
 
-    fn owns(tx: &Connection, token: &ClaimToken, at: i64) -> Result<bool> {
+    fn owns(tx: &Connection, claim: TokenAt<'_>) -> Result<bool> {
+        let TokenAt { token, now: at } = claim;
         let claim_id = token.claim_id.0.as_bytes().as_slice();
         on(tx, OWNS, |s| {
             s.query_row(
@@ -161,7 +160,8 @@ impl Store for SqliteStore {
 
     /// The transaction holds SQLite's write lock, so nobody can claim or reap the job
     /// before it commits.
-    fn owned_lease(tx: &Connection, token: &ClaimToken, now: i64) -> Result<Option<OwnedLease>> {
+    fn owned_lease(tx: &Connection, claim: TokenAt<'_>) -> Result<Option<OwnedLease>> {
+        let TokenAt { token, now } = claim;
         let claim_id = token.claim_id.0.as_bytes().as_slice();
         on(tx, OWNED_LEASE, |s| {
             s.query_row(
@@ -176,7 +176,8 @@ impl Store for SqliteStore {
         })
     }
 
-    fn extend_owned(tx: &Connection, token: &ClaimToken, now: i64, lease_until: i64) -> Result<bool> {
+    fn extend_owned(tx: &Connection, claim: TokenAt<'_>, lease_until: i64) -> Result<bool> {
+        let TokenAt { token, now } = claim;
         let claim_id = token.claim_id.0.as_bytes().as_slice();
         let changed = on(tx, EXTEND_OWNED, |s| {
             s.execute(named_params! {
@@ -202,67 +203,77 @@ impl Store for SqliteStore {
         })
     }
 
-    fn complete_if_owned(tx: &Connection, token: &ClaimToken, now: i64) -> Result<bool> {
-        owned(tx, COMPLETE_IF_OWNED, token, now, &[])
+    fn complete_if_owned(tx: &Connection, claim: TokenAt<'_>) -> Result<bool> {
+        let TokenAt { token, now } = claim;
+        owned(tx, COMPLETE_IF_OWNED, TokenAt { token, now }, &[])
     }
 
-    fn retry_if_owned(tx: &Connection, token: &ClaimToken, now: i64, run_at: i64, error: &str) -> Result<bool> {
-        owned(tx, RETRY_IF_OWNED, token, now, &[(":run_at", &run_at), (":error", &error)])
+    fn retry_if_owned(tx: &Connection, claim: TokenAt<'_>, run_at: i64, error: &str) -> Result<bool> {
+        let TokenAt { token, now } = claim;
+        owned(tx, RETRY_IF_OWNED, TokenAt { token, now }, &[(":run_at", &run_at), (":error", &error)])
     }
 
-    fn exhaust_if_owned(tx: &Connection, token: &ClaimToken, now: i64, error: &str) -> Result<bool> {
-        owned(tx, EXHAUST_IF_OWNED, token, now, &[(":error", &error)])
+    fn exhaust_if_owned(tx: &Connection, claim: TokenAt<'_>, error: &str) -> Result<bool> {
+        let TokenAt { token, now } = claim;
+        owned(tx, EXHAUST_IF_OWNED, TokenAt { token, now }, &[(":error", &error)])
     }
 
-    fn mark_unknown_if_owned(tx: &Connection, token: &ClaimToken, now: i64, evidence: &str) -> Result<bool> {
-        owned(tx, MARK_UNKNOWN_IF_OWNED, token, now, &[(":error", &evidence)])
+    fn mark_unknown_if_owned(tx: &Connection, claim: TokenAt<'_>, evidence: &str) -> Result<bool> {
+        let TokenAt { token, now } = claim;
+        owned(tx, MARK_UNKNOWN_IF_OWNED, TokenAt { token, now }, &[(":error", &evidence)])
     }
 
-    fn park_if_owned(tx: &Connection, token: &ClaimToken, now: i64, wait_until: i64, reason: &str) -> Result<bool> {
+    fn park_if_owned(tx: &Connection, claim: TokenAt<'_>, wait_until: i64, reason: &str) -> Result<bool> {
+        let TokenAt { token, now } = claim;
         let params: [(&str, &dyn ToSql); 2] = [(":wait_until", &wait_until), (":error", &reason)];
-        owned(tx, PARK_IF_OWNED, token, now, &params)
+        owned(tx, PARK_IF_OWNED, TokenAt { token, now }, &params)
     }
 
-    fn release_if_owned(tx: &Connection, token: &ClaimToken, now: i64) -> Result<bool> {
-        owned(tx, RELEASE_IF_OWNED, token, now, &[])
+    fn release_if_owned(tx: &Connection, claim: TokenAt<'_>) -> Result<bool> {
+        let TokenAt { token, now } = claim;
+        owned(tx, RELEASE_IF_OWNED, TokenAt { token, now }, &[])
     }
 
-    fn resume_if_waiting(tx: &Connection, token: &ClaimToken, now: i64) -> Result<bool> {
-        identified(tx, RESUME_IF_WAITING, token, JobState::Waiting, now, None)
+    fn resume_if_waiting(tx: &Connection, claim: TokenAt<'_>) -> Result<bool> {
+        let TokenAt { token, now } = claim;
+        identified(tx, RESUME_IF_WAITING, TokenAt { token, now }, JobState::Waiting, None)
     }
 
-    fn acknowledge_if_exhausted(tx: &Connection, token: &ClaimToken, now: i64, decided: &Decided<'_>) -> Result<bool> {
-        identified(tx, ACKNOWLEDGE_IF_EXHAUSTED, token, JobState::Exhausted, now, Some(decided))
+    fn acknowledge_if_exhausted(tx: &Connection, claim: TokenAt<'_>, decided: &Decided<'_>) -> Result<bool> {
+        let TokenAt { token, now } = claim;
+        identified(tx, ACKNOWLEDGE_IF_EXHAUSTED, TokenAt { token, now }, JobState::Exhausted, Some(decided))
     }
 
     fn resolve_if_unknown(
         tx: &Connection,
-        token: &ClaimToken,
+        claim: TokenAt<'_>,
         resolution: Resolution,
-        now: i64,
         decided: &Decided<'_>,
     ) -> Result<bool> {
+        let TokenAt { token, now } = claim;
         let statement = match resolution {
             Resolution::Complete => RESOLVE_COMPLETE_IF_UNKNOWN,
             Resolution::Retry => RESOLVE_RETRY_IF_UNKNOWN,
             Resolution::Exhaust => RESOLVE_EXHAUST_IF_UNKNOWN,
         };
-        identified(tx, statement, token, JobState::Unknown, now, Some(decided))
+        identified(tx, statement, TokenAt { token, now }, JobState::Unknown, Some(decided))
     }
 
-    fn cancel_if_active(tx: &Connection, id: JobId, now: i64, decided: &Decided<'_>) -> Result<bool> {
-        by_id(tx, CANCEL_IF_ACTIVE, id, now, decided)
+    fn cancel_if_active(tx: &Connection, decision: JobDecision<'_>) -> Result<bool> {
+        by_id(tx, CANCEL_IF_ACTIVE, decision)
     }
 
-    fn replay_if_exhausted(tx: &Connection, id: JobId, now: i64, decided: &Decided<'_>) -> Result<bool> {
-        by_id(tx, REPLAY_IF_EXHAUSTED, id, now, decided)
+    fn replay_if_exhausted(tx: &Connection, decision: JobDecision<'_>) -> Result<bool> {
+        by_id(tx, REPLAY_IF_EXHAUSTED, decision)
     }
 
-    fn acknowledge_job_if_unacknowledged(tx: &Connection, id: JobId, now: i64, decided: &Decided<'_>) -> Result<bool> {
-        by_id(tx, ACKNOWLEDGE_JOB_IF_UNACKNOWLEDGED, id, now, decided)
+    fn acknowledge_job_if_unacknowledged(tx: &Connection, decision: JobDecision<'_>) -> Result<bool> {
+        by_id(tx, ACKNOWLEDGE_JOB_IF_UNACKNOWLEDGED, decision)
     }
 
-    fn acknowledge_all(tx: &Connection, queue: &str, now: i64, decided: &Decided<'_>) -> Result<Vec<JobId>> {
+    fn acknowledge_all(tx: &Connection, decision: QueueDecision<'_>) -> Result<Vec<JobId>> {
+        let QueueDecision { queue, now, decided } = decision;
+        let decided = &decided;
         let mut params: Params<'_> = vec![(":queue", &queue), (":now", &now)];
         params.extend(decision_params(decided));
         let mut ids: Vec<JobId> = on(tx, ACKNOWLEDGE_ALL, |s| {
@@ -272,12 +283,12 @@ impl Store for SqliteStore {
         Ok(ids)
     }
 
-    fn pause_queue(tx: &Connection, queue: &str, now: i64, decided: &Decided<'_>) -> Result<bool> {
-        queue_decision(tx, PAUSE_QUEUE, queue, now, decided)
+    fn pause_queue(tx: &Connection, decision: QueueDecision<'_>) -> Result<bool> {
+        queue_decision(tx, PAUSE_QUEUE, decision)
     }
 
-    fn unpause_queue(tx: &Connection, queue: &str, now: i64, decided: &Decided<'_>) -> Result<bool> {
-        queue_decision(tx, UNPAUSE_QUEUE, queue, now, decided)
+    fn unpause_queue(tx: &Connection, decision: QueueDecision<'_>) -> Result<bool> {
+        queue_decision(tx, UNPAUSE_QUEUE, decision)
     }
 
     fn queue_pause(tx: &Connection, queue: &str) -> Result<Option<PausedQueue>> {
@@ -288,7 +299,8 @@ impl Store for SqliteStore {
         on(tx, PAUSED_QUEUES, |s| s.query_map([], paused_from_row)?.collect::<rusqlite::Result<_>>())
     }
 
-    fn reap_expired(tx: &Connection, now: i64, limit: u32) -> Result<(u64, u64)> {
+    fn reap_expired(tx: &Connection, batch: Batch) -> Result<(u64, u64)> {
+        let Batch { until: now, limit } = batch;
         let mut stmt = prepare(tx, REAP_EXPIRED)?;
         let states = stmt
             .query_map(named_params! { ":now": now, ":limit": limit }, |row| row.get::<_, String>(0))
@@ -304,7 +316,8 @@ impl Store for SqliteStore {
         Ok((requeued, exhausted))
     }
 
-    fn reap_waiting(tx: &Connection, now: i64, limit: u32) -> Result<u64> {
+    fn reap_waiting(tx: &Connection, batch: Batch) -> Result<u64> {
+        let Batch { until: now, limit } = batch;
         count_changes(tx, REAP_WAITING, named_params! { ":now": now, ":limit": limit })
     }
 
@@ -320,11 +333,13 @@ impl Store for SqliteStore {
         })
     }
 
-    fn prune_settled(tx: &Connection, horizon: i64, limit: u32) -> Result<u64> {
+    fn prune_settled(tx: &Connection, batch: Batch) -> Result<u64> {
+        let Batch { until: horizon, limit } = batch;
         count_changes(tx, PRUNE_SETTLED, named_params! { ":horizon": horizon, ":limit": limit })
     }
 
-    fn prune_acknowledged(tx: &Connection, horizon: i64, limit: u32) -> Result<u64> {
+    fn prune_acknowledged(tx: &Connection, batch: Batch) -> Result<u64> {
+        let Batch { until: horizon, limit } = batch;
         let params = named_params! { ":horizon": horizon, ":limit": limit };
         count_changes(tx, PRUNE_ACKNOWLEDGED, params)
     }
@@ -337,19 +352,20 @@ impl Store for SqliteStore {
         })
     }
 
-    fn exhaustions(tx: &Connection, after: i64, limit: u32) -> Result<Vec<Exhaustion>> {
-        page(tx, EXHAUSTIONS, after, limit)
+    fn exhaustions(tx: &Connection, page: PageRequest) -> Result<Vec<Exhaustion>> {
+        exhaustion_page(tx, EXHAUSTIONS, page)
     }
 
-    fn unknowns(tx: &Connection, after: i64, limit: u32) -> Result<Vec<Exhaustion>> {
-        page(tx, UNKNOWNS, after, limit)
+    fn unknowns(tx: &Connection, page: PageRequest) -> Result<Vec<Exhaustion>> {
+        exhaustion_page(tx, UNKNOWNS, page)
     }
 
     fn job(tx: &Connection, id: JobId) -> Result<Option<Job>> {
         on(tx, JOB, |s| s.query_row(named_params! { ":id": id.0 }, job_from_row).optional())
     }
 
-    fn list(tx: &Connection, queue: Option<&str>, state: Option<JobState>, after: i64, limit: u32) -> Result<Vec<Job>> {
+    fn list(tx: &Connection, queue: Option<&str>, state: Option<JobState>, page: PageRequest) -> Result<Vec<Job>> {
+        let PageRequest { after, limit } = page;
         on(tx, LIST, |s| {
             s.query_map(
                 named_params! { ":queue": queue, ":state": state.map(JobState::as_str), ":after": after, ":limit": limit },
@@ -391,7 +407,8 @@ impl Store for SqliteStore {
         })
     }
 
-    fn advance_schedule_if_later(tx: &Connection, name: &str, tick: i64, now: i64) -> Result<bool> {
+    fn advance_schedule_if_later(tx: &Connection, tick: ScheduleTick<'_>) -> Result<bool> {
+        let ScheduleTick { name, tick, now } = tick;
         let params = named_params! { ":name": name, ":tick": tick, ":now": now };
         Ok(count_changes(tx, ADVANCE_SCHEDULE_IF_LATER, params)? == 1)
     }
@@ -417,7 +434,8 @@ fn prepare(tx: &Connection, statement: Stmt) -> Result<CachedStatement<'_>> {
 }
 
 /// Runs a statement guarded by `owned_by_token!`: true when it changed the row.
-fn owned(tx: &Connection, statement: Stmt, token: &ClaimToken, now: i64, extra: &[(&str, &dyn ToSql)]) -> Result<bool> {
+fn owned(tx: &Connection, statement: Stmt, claim: TokenAt<'_>, extra: &[(&str, &dyn ToSql)]) -> Result<bool> {
+    let TokenAt { token, now } = claim;
     let claim_id = token.claim_id.0.as_bytes().as_slice();
     let mut params: Params<'_> =
         vec![(":id", &token.id.0), (":attempt", &token.attempt), (":claim_id", &claim_id), (":now", &now)];
@@ -430,11 +448,11 @@ fn owned(tx: &Connection, statement: Stmt, token: &ClaimToken, now: i64, extra: 
 fn identified(
     tx: &Connection,
     statement: Stmt,
-    token: &ClaimToken,
+    claim: TokenAt<'_>,
     state: JobState,
-    now: i64,
     decided: Option<&Decided<'_>>,
 ) -> Result<bool> {
+    let TokenAt { token, now } = claim;
     let claim_id = token.claim_id.0.as_bytes().as_slice();
     let state_name = state.as_str();
     let mut params: Params<'_> = vec![
@@ -451,16 +469,16 @@ fn identified(
 
 /// Runs an operator's transition of one job by id (guarded by its state in the statement):
 /// true when it changed the row.
-fn by_id(tx: &Connection, statement: Stmt, id: JobId, now: i64, decided: &Decided<'_>) -> Result<bool> {
-    let mut params: Params<'_> = vec![(":id", &id.0), (":now", &now)];
-    params.extend(decision_params(decided));
+fn by_id(tx: &Connection, statement: Stmt, decision: JobDecision<'_>) -> Result<bool> {
+    let mut params: Params<'_> = vec![(":id", &decision.id.0), (":now", &decision.now)];
+    params.extend(decision_params(&decision.decided));
     Ok(on(tx, statement, |s| s.execute(params.as_slice()))? == 1)
 }
 
 /// Runs a pause or unpause of `queue`, recording `decided`: true when it changed the queue.
-fn queue_decision(tx: &Connection, statement: Stmt, queue: &str, now: i64, decided: &Decided<'_>) -> Result<bool> {
-    let mut params: Params<'_> = vec![(":queue", &queue), (":now", &now)];
-    params.extend(decision_params(decided));
+fn queue_decision(tx: &Connection, statement: Stmt, decision: QueueDecision<'_>) -> Result<bool> {
+    let mut params: Params<'_> = vec![(":queue", &decision.queue), (":now", &decision.now)];
+    params.extend(decision_params(&decision.decided));
     Ok(on(tx, statement, |s| s.execute(params.as_slice()))? == 1)
 }
 
@@ -478,7 +496,8 @@ fn count_changes(tx: &Connection, statement: Stmt, params: &[(&str, &dyn ToSql)]
 }
 
 /// One page of exhaustions or unknowns (`statement` is one of the two page queries).
-fn page(tx: &Connection, statement: Stmt, after: i64, limit: u32) -> Result<Vec<Exhaustion>> {
+fn exhaustion_page(tx: &Connection, statement: Stmt, page: PageRequest) -> Result<Vec<Exhaustion>> {
+    let PageRequest { after, limit } = page;
     on(tx, statement, |s| {
         s.query_map(named_params! { ":after": after, ":limit": limit }, |row| {
             let claim_id: Vec<u8> = row.get(2)?;

@@ -441,5 +441,5 @@ pub fn schema_version_of(path: impl AsRef<Path>) -> Result<i64> {
 /// error of its query on `conn`, typed as for any statement (`Busy`, or `Sqlite` when
 /// `conn` has no fenceq schema).
 pub fn owns_in(conn: &Connection, token: &crate::ClaimToken, at: i64) -> Result<bool> {
-    <SqliteStore as crate::store::Store>::owns(conn, token, at)
+    <SqliteStore as crate::store::Store>::owns(conn, crate::store::TokenAt { token, now: at })
 }

@@ -4,7 +4,7 @@
 
 use super::statements::*;
 use super::SqliteStore;
-use crate::store::{Decided, NewRow, Store};
+use crate::store::{ClaimRequest, Decided, NewRow, QueueDecision, Store, TokenAt};
 use rusqlite::{named_params, Connection};
 
 fn plan(conn: &Connection, sql: &str) -> Vec<String> {
@@ -66,14 +66,21 @@ fn hot_statements_are_compiled_once() {
     let (pause, unpause) = (PAUSE, UNPAUSE);
     for (limit, now) in [(1, 10), (2, 11), (1, 12)] {
         // A paused claim in between: the pause is data, so the claim's plan stays.
-        assert!(SqliteStore::pause_queue(&conn, "q", now, &pause).unwrap());
-        assert!(SqliteStore::claim(&conn, "q", "w", now, now + 1000, limit).unwrap().is_empty());
-        assert!(SqliteStore::unpause_queue(&conn, "q", now, &unpause).unwrap());
-        let claimed = SqliteStore::claim(&conn, "q", "w", now, now + 1000, limit).unwrap();
+        assert!(SqliteStore::pause_queue(&conn, QueueDecision { queue: "q", now, decided: pause }).unwrap());
+        assert!(SqliteStore::claim(
+            &conn,
+            ClaimRequest { queue: "q", worker: "w", now, lease_until: now + 1000, limit }
+        )
+        .unwrap()
+        .is_empty());
+        assert!(SqliteStore::unpause_queue(&conn, QueueDecision { queue: "q", now, decided: unpause }).unwrap());
+        let claimed =
+            SqliteStore::claim(&conn, ClaimRequest { queue: "q", worker: "w", now, lease_until: now + 1000, limit })
+                .unwrap();
         assert_eq!(claimed.len(), limit as usize);
         for c in claimed {
-            assert!(SqliteStore::renew_if_owned(&conn, &c.token, now, now + 1000).unwrap());
-            assert!(SqliteStore::complete_if_owned(&conn, &c.token, now).unwrap());
+            assert!(SqliteStore::renew_if_owned(&conn, TokenAt { token: &c.token, now }, now + 1000).unwrap());
+            assert!(SqliteStore::complete_if_owned(&conn, TokenAt { token: &c.token, now }).unwrap());
         }
     }
     for statement in
@@ -130,9 +137,9 @@ fn a_paused_claim_reads_no_job_and_an_unpaused_one_pays_one_probe() {
         stmt.get_status(rusqlite::StatementStatus::VmStep)
     };
     let never_paused = steps(64);
-    assert!(SqliteStore::pause_queue(&conn, "q", 1, &PAUSE).unwrap());
+    assert!(SqliteStore::pause_queue(&conn, QueueDecision { queue: "q", now: 1, decided: PAUSE }).unwrap());
     let paused = steps(0);
-    assert!(SqliteStore::unpause_queue(&conn, "q", 2, &UNPAUSE).unwrap());
+    assert!(SqliteStore::unpause_queue(&conn, QueueDecision { queue: "q", now: 2, decided: UNPAUSE }).unwrap());
     let unpaused = steps(64);
     assert!(paused < 64, "a paused claim ran {paused} VM steps: it reads jobs");
     assert!(paused * 10 < never_paused, "paused {paused} vs unpaused {never_paused} steps");
