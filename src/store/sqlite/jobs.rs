@@ -318,7 +318,7 @@ impl Store for SqliteStore {
 
     fn reap_waiting(tx: &Connection, batch: Batch) -> Result<u64> {
         let Batch { until: now, limit } = batch;
-        count_changes(tx, REAP_WAITING, named_params! { ":now": now, ":limit": limit })
+        count(tx, REAP_WAITING, named_params! { ":now": now, ":limit": limit })
     }
 
     fn reap_preview(tx: &Connection, now: i64) -> Result<ReapReport> {
@@ -335,13 +335,13 @@ impl Store for SqliteStore {
 
     fn prune_settled(tx: &Connection, batch: Batch) -> Result<u64> {
         let Batch { until: horizon, limit } = batch;
-        count_changes(tx, PRUNE_SETTLED, named_params! { ":horizon": horizon, ":limit": limit })
+        count(tx, PRUNE_SETTLED, named_params! { ":horizon": horizon, ":limit": limit })
     }
 
     fn prune_acknowledged(tx: &Connection, batch: Batch) -> Result<u64> {
         let Batch { until: horizon, limit } = batch;
         let params = named_params! { ":horizon": horizon, ":limit": limit };
-        count_changes(tx, PRUNE_ACKNOWLEDGED, params)
+        count(tx, PRUNE_ACKNOWLEDGED, params)
     }
 
     fn prune_preview(tx: &Connection, horizon: i64) -> Result<(u64, u64)> {
@@ -410,7 +410,7 @@ impl Store for SqliteStore {
     fn advance_schedule_if_later(tx: &Connection, tick: ScheduleTick<'_>) -> Result<bool> {
         let ScheduleTick { name, tick, now } = tick;
         let params = named_params! { ":name": name, ":tick": tick, ":now": now };
-        Ok(count_changes(tx, ADVANCE_SCHEDULE_IF_LATER, params)? == 1)
+        Ok(count(tx, ADVANCE_SCHEDULE_IF_LATER, params)? == 1)
     }
 
     fn schedule_last_tick(tx: &Connection, name: &str) -> Result<Option<i64>> {
@@ -491,7 +491,7 @@ fn decision_params<'a>(decided: &'a Decided<'_>) -> [(&'static str, &'a dyn ToSq
     [(":decision", &decided.action), (":by", &decided.by), (":note", &decided.note)]
 }
 
-fn count_changes(tx: &Connection, statement: Stmt, params: &[(&str, &dyn ToSql)]) -> Result<u64> {
+fn count(tx: &Connection, statement: Stmt, params: &[(&str, &dyn ToSql)]) -> Result<u64> {
     Ok(on(tx, statement, |s| s.execute(params))? as u64)
 }
 
