@@ -41,16 +41,8 @@ impl<S: Store> Queue<S> {
             let (queue, worker, shared) = (queue.to_string(), worker.to_string(), self.shared.clone());
             self.store().submit_single(move |tx| {
                 let now = shared.fresh_now_in(tx)?;
-                S::claim(
-                    tx,
-                    ClaimRequest {
-                        queue: &queue,
-                        worker: &worker,
-                        now,
-                        lease_until: now.saturating_add(lease_ms),
-                        limit,
-                    },
-                )
+                let lease_until = now.saturating_add(lease_ms);
+                S::claim(tx, ClaimRequest { queue: &queue, worker: &worker, now, lease_until, limit })
             })
         })
     }

@@ -224,20 +224,9 @@ impl<S: Store> Queue<S> {
             self.store().submit(move |tx| {
                 // Read afresh: the claim must find due what other processes made due.
                 let now = shared.fresh_now_in(tx)?;
+                let lease_until = now.saturating_add(lease_ms);
                 let settled = settle_each::<S>(tx, &items, now, &|tx: &S::Tx| shared.now_in(tx))?;
-                Ok((
-                    settled,
-                    S::claim(
-                        tx,
-                        ClaimRequest {
-                            queue: &queue,
-                            worker: &worker,
-                            now,
-                            lease_until: now.saturating_add(lease_ms),
-                            limit,
-                        },
-                    )?,
-                ))
+                Ok((settled, S::claim(tx, ClaimRequest { queue: &queue, worker: &worker, now, lease_until, limit })?))
             })
         })
     }

@@ -30,13 +30,25 @@
 //! kit (`crates/conformance`). Applications never use it. It is not yet stable: it may
 //! change in any 0.x release.
 
-/// Defines a store's named statement: `stmt! { /// doc\n NAME = "SQL"; }` is a `pub(crate)`
-/// constant [`Stmt`] whose name is the constant's own (`"NAME"`), so that each statement's
-/// name is written once and every error it raises carries that name.
+/// Defines a store's named statements: each `/// doc NAME = "SQL";` in `stmt! { .. }` is a
+/// `pub(crate)` constant [`Stmt`] whose name is the constant's own (`"NAME"`), so that each
+/// statement's name is written once and every error it raises carries that name.
 macro_rules! stmt {
-    ($(#[$doc:meta])* $name:ident = $sql:expr;) => {
-        $(#[$doc])*
-        pub(crate) const $name: crate::store::Stmt = crate::store::Stmt { name: stringify!($name), sql: $sql };
+    ($($(#[$doc:meta])* $name:ident = $sql:expr;)*) => {
+        $(
+            $(#[$doc])*
+            pub(crate) const $name: crate::store::Stmt = crate::store::Stmt { name: stringify!($name), sql: $sql };
+        )*
+    };
+}
+
+/// The columns of a job's whole record, in the order every store's `job_from_row` reads
+/// them ([`Store::job`], [`Store::list`]).
+macro_rules! job_columns {
+    () => {
+        "id, queue, key, payload, state, priority, run_at, attempt, max_attempts, claim_id,
+           worker, lease_until, heartbeat_at, wait_until, last_error, created_at, settled_at,
+           exhausted_at, acknowledged_at, decision, decided_at, decided_by, decision_note"
     };
 }
 

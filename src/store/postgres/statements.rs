@@ -45,9 +45,7 @@ macro_rules! wake_listeners {
 stmt! {
     /// The channel a listener of this connection's schema listens on (see `wake_listeners!`).
     CHANNEL = "SELECT left('fenceq_' || current_schema(), 63) AS channel";
-}
 
-stmt! {
     /// Idempotent intake through the unique index `fenceq_jobs_queue_key`: a conflict returns no
     /// row (and the caller looks the existing job up); any other violation fails loudly. A job
     /// due at once wakes the queue's listeners in every process (on commit).
@@ -60,9 +58,7 @@ stmt! {
         wake_listeners!("queue"),
         " END AS woke"
     );
-}
 
-stmt! {
     /// An intake group's rows, one statement that inserts all of them or none, so that it can
     /// run in autocommit: `ENQUEUE_ALL` without `ON CONFLICT`, so a key conflict (with a job
     /// already there, or between two of its rows) fails the statement on
@@ -83,9 +79,7 @@ stmt! {
     )
     SELECT id / ((SELECT count(*) FROM inserted) = $8)::integer AS id, woke FROM inserted"
     );
-}
 
-stmt! {
     /// Batched intake, one statement: the rows of seven parallel arrays (`ENQUEUE`'s columns),
     /// inserted in array order (so their ids, from the table's sequence, ascend in that order).
     /// A conflicting row is skipped, as in `ENQUEUE`; `Store::enqueue_all_new` then undoes the
@@ -102,14 +96,10 @@ stmt! {
         wake_listeners!("queue"),
         " END AS woke"
     );
-}
 
-stmt! {
     FIND_BY_KEY = "
     SELECT id FROM fenceq_jobs WHERE queue = $1 AND key = $2";
-}
 
-stmt! {
     /// The claim, one statement: up to `$3` claimable jobs of queue `$1` in priority, run_at, id
     /// order (due pending jobs, and running jobs whose lease ended at or before `$2` with
     /// attempts left), locked and skipping rows another transaction holds (`FOR UPDATE SKIP
@@ -164,9 +154,7 @@ stmt! {
       AND  NOT EXISTS (SELECT 1 FROM fenceq_queues WHERE queue = $1 AND paused_at IS NOT NULL)
     RETURNING j.id, j.queue, j.key, j.payload, j.priority, j.run_at, j.attempt, j.max_attempts,
               j.lease_until, j.last_error, j.claim_id";
-}
 
-stmt! {
     /// `$5` is the new lease end (computed in Rust, saturating).
     RENEW_IF_OWNED = concat!(
         "UPDATE fenceq_jobs
@@ -174,9 +162,7 @@ stmt! {
     WHERE  ",
         owned_by_token!()
     );
-}
 
-stmt! {
     /// What an owned write checks first in its transaction: the exact token's live lease, with
     /// the row locked (`FOR UPDATE`) until the transaction ends, so that no claim, reap, cancel
     /// or settle of another transaction can change the job before this one commits (claims and
@@ -199,9 +185,7 @@ stmt! {
     )
     SELECT lease_until, heartbeat_at FROM locked
     WHERE  lease_until > $4";
-}
 
-stmt! {
     /// An owned write's commit extends the lease from the commit by the claim's lease length
     /// (`$5`), guarded by the exact token and `running` (the lease was checked, and the row
     /// locked, by `OWNED_LEASE`).
@@ -209,17 +193,13 @@ stmt! {
     UPDATE fenceq_jobs
     SET    lease_until = $5, heartbeat_at = $4
     WHERE  id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'running' AND lease_until < $5";
-}
 
-stmt! {
     OWNS = concat!(
         "SELECT count(*) AS n FROM fenceq_jobs
     WHERE  ",
         owned_by_token!()
     );
-}
 
-stmt! {
     COMPLETE_IF_OWNED = concat!(
         "UPDATE fenceq_jobs
     SET    state = 'completed', lease_until = NULL, settled_at = $4
@@ -227,9 +207,7 @@ stmt! {
         owned_by_token!(),
         unless_held_elsewhere!()
     );
-}
 
-stmt! {
     /// Every exact live claim of the arrays `$1` ids, `$2` attempts, `$3` claim ids (at `$4`)
     /// completed in one statement, returning the tokens that completed their rows (a token listed
     /// twice matches its row once). A row another transaction holds is skipped, as in
@@ -244,9 +222,7 @@ stmt! {
                     WHERE f.id = ANY($1) AND f.state = 'running'
                     FOR UPDATE SKIP LOCKED)
     RETURNING j.id, j.attempt, j.claim_id";
-}
 
-stmt! {
     /// Back to pending at `$5` with error `$6` while attempts are left (the constraint
     /// `pending_has_attempts_left` enforces it too).
     RETRY_IF_OWNED = concat!(
@@ -260,9 +236,7 @@ stmt! {
         wake_listeners!("queue"),
         " END AS woke"
     );
-}
 
-stmt! {
     EXHAUST_IF_OWNED = concat!(
         "UPDATE fenceq_jobs
     SET    state = 'exhausted', lease_until = NULL, last_error = $5,
@@ -271,9 +245,7 @@ stmt! {
         owned_by_token!(),
         unless_held_elsewhere!()
     );
-}
 
-stmt! {
     MARK_UNKNOWN_IF_OWNED = concat!(
         "UPDATE fenceq_jobs
     SET    state = 'unknown', lease_until = NULL, last_error = $5, settled_at = $4
@@ -281,9 +253,7 @@ stmt! {
         owned_by_token!(),
         unless_held_elsewhere!()
     );
-}
 
-stmt! {
     /// Parked until `$5` with reason `$6`.
     PARK_IF_OWNED = concat!(
         "UPDATE fenceq_jobs
@@ -292,9 +262,7 @@ stmt! {
         owned_by_token!(),
         unless_held_elsewhere!()
     );
-}
 
-stmt! {
     /// A claim handed back unstarted: pending and due at once, its attempt given back by raising
     /// the budget, not by lowering the counter (the next claim must be a new attempt, so that no
     /// (id, attempt) is handed out twice). `run_at` never moves later, so a job due before keeps
@@ -310,9 +278,7 @@ stmt! {
         wake_listeners!("queue"),
         " AS woke"
     );
-}
 
-stmt! {
     /// One more attempt for the resumed work; refused once the deadline has passed, whether or
     /// not the reaper has run.
     RESUME_IF_WAITING = concat!(
@@ -324,9 +290,7 @@ stmt! {
         wake_listeners!("queue"),
         " AS woke"
     );
-}
 
-stmt! {
     /// Idempotent: a repeat changes nothing, not even the recorded decision (`$5` decision, `$6`
     /// by, `$7` note).
     ACKNOWLEDGE_IF_EXHAUSTED = "
@@ -337,17 +301,13 @@ stmt! {
            decided_by    = CASE WHEN acknowledged_at IS NULL THEN $6 ELSE decided_by END,
            decision_note = CASE WHEN acknowledged_at IS NULL THEN $7 ELSE decision_note END
     WHERE  id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'exhausted'";
-}
 
-stmt! {
     RESOLVE_COMPLETE_IF_UNKNOWN = "
     UPDATE fenceq_jobs
     SET    state = 'completed', settled_at = $4,
            decision = $5, decided_at = $4, decided_by = $6, decision_note = $7
     WHERE  id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'unknown'";
-}
 
-stmt! {
     /// An operator's retry grants one attempt when none are left.
     RESOLVE_RETRY_IF_UNKNOWN = concat!(
         "
@@ -360,9 +320,7 @@ stmt! {
         wake_listeners!("queue"),
         " AS woke"
     );
-}
 
-stmt! {
     RESOLVE_EXHAUST_IF_UNKNOWN = "
     UPDATE fenceq_jobs
     SET    state = 'exhausted', settled_at = $4, exhausted_at = $4, acknowledged_at = NULL,
@@ -377,17 +335,13 @@ stmt! {
     UPDATE fenceq_jobs
     SET    acknowledged_at = $2, decision = $3, decided_at = $2, decided_by = $4, decision_note = $5
     WHERE  id = $1 AND state = 'exhausted' AND acknowledged_at IS NULL";
-}
 
-stmt! {
     CANCEL_IF_ACTIVE = "
     UPDATE fenceq_jobs
     SET    state = 'cancelled', lease_until = NULL, wait_until = NULL, settled_at = $2,
            decision = $3, decided_at = $2, decided_by = $4, decision_note = $5
     WHERE  id = $1 AND state IN ('pending', 'waiting', 'running')";
-}
 
-stmt! {
     /// Dead-letter redrive: a fresh attempt budget, due now (waking the queue's listeners); the
     /// claim id keeps old tokens dead.
     REPLAY_IF_EXHAUSTED = concat!(
@@ -401,18 +355,14 @@ stmt! {
         wake_listeners!("queue"),
         " AS woke"
     );
-}
 
-stmt! {
     /// Every unacknowledged exhaustion of queue `$1` (`$2` now, `$3` decision, `$4` by, `$5` note).
     ACKNOWLEDGE_ALL = "
     UPDATE fenceq_jobs
     SET    acknowledged_at = $2, decision = $3, decided_at = $2, decided_by = $4, decision_note = $5
     WHERE  queue = $1 AND state = 'exhausted' AND acknowledged_at IS NULL
     RETURNING id";
-}
 
-stmt! {
     /// Up to `$2` expired leases (at `$1`): back to pending with attempts left, else exhausted.
     /// Rows held by an owned write are skipped (`SKIP LOCKED`): that write extends the lease as
     /// it commits. The guard is repeated in the `UPDATE`, so a settle that committed first is
@@ -439,9 +389,7 @@ stmt! {
         wake_listeners!("j.queue"),
         " END AS woke"
     );
-}
 
-stmt! {
     /// Parked jobs whose deadline passed (at `$1`, at most `$2`) are exhausted, never reclaimed.
     REAP_WAITING = "
     WITH expired AS (
@@ -457,68 +405,58 @@ stmt! {
            last_error = 'wait expired: ' || coalesce(j.last_error, 'no reason given')
     FROM   expired
     WHERE  j.id = expired.id AND j.state = 'waiting' AND j.wait_until <= $1";
-}
 
-stmt! {
     PRUNE_SETTLED = "
     DELETE FROM fenceq_jobs
     WHERE  id IN (SELECT id FROM fenceq_jobs
                   WHERE  state IN ('completed', 'cancelled') AND settled_at <= $1
                   LIMIT  $2)
       AND  state IN ('completed', 'cancelled') AND settled_at <= $1";
-}
 
-stmt! {
     PRUNE_ACKNOWLEDGED = "
     DELETE FROM fenceq_jobs
     WHERE  id IN (SELECT id FROM fenceq_jobs
                   WHERE  state = 'exhausted' AND acknowledged_at IS NOT NULL AND acknowledged_at <= $1
                   LIMIT  $2)
       AND  state = 'exhausted' AND acknowledged_at IS NOT NULL AND acknowledged_at <= $1";
-}
 
-stmt! {
     EXHAUSTIONS = "
     SELECT id, attempt, claim_id, queue, key, payload, last_error AS reason, exhausted_at AS at
     FROM   fenceq_jobs
     WHERE  state = 'exhausted' AND acknowledged_at IS NULL AND id > $1
     ORDER  BY id
     LIMIT  $2";
-}
 
-stmt! {
     UNKNOWNS = "
     SELECT id, attempt, claim_id, queue, key, payload, last_error AS reason, settled_at AS at
     FROM   fenceq_jobs
     WHERE  state = 'unknown' AND id > $1
     ORDER  BY id
     LIMIT  $2";
-}
 
-stmt! {
-    JOB = "
-    SELECT id, queue, key, payload, state, priority, run_at, attempt, max_attempts, claim_id,
-           worker, lease_until, heartbeat_at, wait_until, last_error, created_at, settled_at,
-           exhausted_at, acknowledged_at, decision, decided_at, decided_by, decision_note
+    JOB = concat!(
+        "
+    SELECT ",
+        job_columns!(),
+        "
     FROM   fenceq_jobs
-    WHERE  id = $1";
-}
+    WHERE  id = $1"
+    );
 
-stmt! {
     /// Jobs in id order after `$1`, optionally of queue `$2` and state `$3`, at most `$4`.
-    LIST = "
-    SELECT id, queue, key, payload, state, priority, run_at, attempt, max_attempts, claim_id,
-           worker, lease_until, heartbeat_at, wait_until, last_error, created_at, settled_at,
-           exhausted_at, acknowledged_at, decision, decided_at, decided_by, decision_note
+    LIST = concat!(
+        "
+    SELECT ",
+        job_columns!(),
+        "
     FROM   fenceq_jobs
     WHERE  id > $1
       AND  ($2::text IS NULL OR queue = $2)
       AND  ($3::text IS NULL OR state = $3)
     ORDER  BY id
-    LIMIT  $4";
-}
+    LIMIT  $4"
+    );
 
-stmt! {
     /// What a reap pass would change at `$1` (for dry runs).
     REAP_PREVIEW = "
     SELECT count(*) FILTER (WHERE attempt < max_attempts) AS requeued,
@@ -526,9 +464,7 @@ stmt! {
            (SELECT count(*) FROM fenceq_jobs WHERE state = 'waiting' AND wait_until <= $1) AS waits_expired
     FROM   fenceq_jobs
     WHERE  state = 'running' AND lease_until <= $1";
-}
 
-stmt! {
     /// Due pending jobs and running jobs of queue `$1` at `$2` (a pool's `wait_idle`). A paused
     /// queue's pending jobs are not due: no claim takes them until it is unpaused (the `CASE`
     /// skips counting them).
@@ -538,9 +474,7 @@ stmt! {
                 ELSE (SELECT count(*) FROM fenceq_jobs WHERE queue = $1 AND state = 'pending' AND run_at <= $2)
            END
          + (SELECT count(*) FROM fenceq_jobs WHERE queue = $1 AND state = 'running') AS n";
-}
 
-stmt! {
     /// A periodic job's tick `$2` of schedule `$1` is recorded (at `$3`) only when it is later
     /// than the recorded one (one row affected when it was): the upsert's `WHERE` leaves an
     /// equal or later tick alone, and a racing upsert waits for the first one's row lock and
@@ -551,9 +485,7 @@ stmt! {
     ON CONFLICT (name) DO UPDATE
     SET    last_tick = excluded.last_tick, enqueued_at = excluded.enqueued_at
     WHERE  excluded.last_tick > s.last_tick";
-}
 
-stmt! {
     SCHEDULE_LAST_TICK = "
     SELECT last_tick AS n FROM fenceq_schedules WHERE name = $1";
 }
@@ -571,9 +503,7 @@ stmt! {
     SET    paused_at = excluded.paused_at, decision = excluded.decision, decided_at = excluded.decided_at,
            decided_by = excluded.decided_by, decision_note = excluded.decision_note
     WHERE  q.paused_at IS NULL";
-}
 
-stmt! {
     /// Unpauses a paused queue, recording who did and why in place of the pause. A queue that
     /// is not paused is left alone.
     UNPAUSE_QUEUE = concat!(
@@ -585,17 +515,13 @@ stmt! {
         wake_listeners!("queue"),
         " AS woke"
     );
-}
 
-stmt! {
     /// One queue's pause, while it is paused.
     QUEUE_PAUSE = "
     SELECT queue, paused_at, decided_by, decision_note
     FROM   fenceq_queues
     WHERE  queue = $1 AND paused_at IS NOT NULL";
-}
 
-stmt! {
     /// Every paused queue, by name in byte order (`COLLATE "C"`: SQLite's and Rust's order,
     /// whatever the database's collation).
     PAUSED_QUEUES = "
@@ -603,9 +529,7 @@ stmt! {
     FROM   fenceq_queues
     WHERE  paused_at IS NOT NULL
     ORDER  BY queue COLLATE \"C\"";
-}
 
-stmt! {
     /// Completions per minute in `$1..$2`, through the settled jobs' partial index.
     COMPLETIONS_PER_MINUTE = "
     SELECT settled_at / 60000 AS minute, count(*) AS n
@@ -614,24 +538,18 @@ stmt! {
            AND settled_at >= $1 AND settled_at < $2
     GROUP  BY minute
     ORDER  BY minute";
-}
 
-stmt! {
     /// What a prune pass would delete at horizon `$1` (for dry runs).
     PRUNE_PREVIEW = "
     SELECT (SELECT count(*) FROM fenceq_jobs
             WHERE state IN ('completed', 'cancelled') AND settled_at <= $1) AS settled,
            (SELECT count(*) FROM fenceq_jobs
             WHERE state = 'exhausted' AND acknowledged_at IS NOT NULL AND acknowledged_at <= $1) AS acknowledged";
-}
 
-stmt! {
     /// Why a guarded write changed nothing: the row's current identity and state.
     IDENTITY = "
     SELECT state, attempt, claim_id, lease_until, wait_until FROM fenceq_jobs WHERE id = $1";
-}
 
-stmt! {
     STATS = "
     SELECT queue, state, acknowledged_at IS NOT NULL AS acknowledged, count(*) AS count,
            min(run_at) AS min_run_at,

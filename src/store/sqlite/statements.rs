@@ -72,14 +72,10 @@ stmt! {
     /// The largest id AUTOINCREMENT has handed out (0 before the first).
     JOB_ID_SEQUENCE = "
     SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'fenceq_jobs'), 0)";
-}
 
-stmt! {
     FIND_BY_KEY = "
     SELECT id FROM fenceq_jobs WHERE queue = :queue AND key = :key";
-}
 
-stmt! {
     /// Up to `:limit` claimable jobs of a queue, by priority, then run_at, then id: due pending
     /// jobs (partial index `fenceq_jobs_claim`) and running jobs whose lease expired with attempts
     /// left (partial index `fenceq_jobs_lease`). Two indexed branches instead of one `OR`, so the
@@ -110,9 +106,7 @@ stmt! {
     ORDER BY priority DESC, run_at, id
     LIMIT CASE WHEN EXISTS (SELECT 1 FROM fenceq_queues WHERE queue = :queue AND paused_at IS NOT NULL)
                THEN 0 ELSE :limit END";
-}
 
-stmt! {
     /// Claims one selected job with a fresh claim id. Runs in the same IMMEDIATE transaction as
     /// `CLAIM_SELECT`, so the selection cannot have changed in between. (No `RETURNING`:
     /// it costs an ephemeral table per row; `CLAIM_READ` reads the row instead.)
@@ -124,17 +118,13 @@ stmt! {
     SET    state = 'running', attempt = attempt + 1, claim_id = ?2, worker = ?3,
            lease_until = ?5, heartbeat_at = ?4, wait_until = NULL
     WHERE  id = ?1";
-}
 
-stmt! {
     /// The data a claim hands out, read right after `CLAIM_UPDATE` in the same transaction.
     CLAIM_READ = "
     SELECT queue, key, payload, priority, attempt, max_attempts, lease_until, last_error
     FROM   fenceq_jobs
     WHERE  id = ?1";
-}
 
-stmt! {
     /// `:lease_until` is computed in Rust, saturating (see `CLAIM_UPDATE`).
     RENEW_IF_OWNED = concat!(
         "UPDATE fenceq_jobs
@@ -142,9 +132,7 @@ stmt! {
     WHERE  ",
         owned_by_token!()
     );
-}
 
-stmt! {
     /// What an owned write checks as it takes the write lock: the exact token's live lease, and
     /// the length the claim or last renewal granted (`lease_until - heartbeat_at`).
     OWNED_LEASE = concat!(
@@ -152,9 +140,7 @@ stmt! {
     WHERE  ",
         owned_by_token!()
     );
-}
 
-stmt! {
     /// An owned write's commit extends the lease from the commit by the claim's lease length, so
     /// that the owner can still settle after a write that outlasted the nominal lease (nobody
     /// could claim meanwhile: the write held the lock). Guarded by the exact token and
@@ -164,26 +150,20 @@ stmt! {
     SET    lease_until = :lease_until, heartbeat_at = :now
     WHERE  id = :id AND attempt = :attempt AND claim_id = :claim_id AND state = 'running'
       AND  lease_until < :lease_until";
-}
 
-stmt! {
     OWNS = concat!(
         "SELECT count(*) FROM fenceq_jobs
     WHERE  ",
         owned_by_token!()
     );
-}
 
-stmt! {
     COMPLETE_IF_OWNED = concat!(
         "UPDATE fenceq_jobs
     SET    state = 'completed', lease_until = NULL, settled_at = :now
     WHERE  ",
         owned_by_token!()
     );
-}
 
-stmt! {
     /// Back to pending while attempts are left (the caller checked and the CHECK constraint
     /// `pending_has_attempts_left` enforces it).
     RETRY_IF_OWNED = concat!(
@@ -192,9 +172,7 @@ stmt! {
     WHERE  attempt < max_attempts AND ",
         owned_by_token!()
     );
-}
 
-stmt! {
     /// A durable, unacknowledged terminal record that keeps the token.
     EXHAUST_IF_OWNED = concat!(
         "UPDATE fenceq_jobs
@@ -203,27 +181,21 @@ stmt! {
     WHERE  ",
         owned_by_token!()
     );
-}
 
-stmt! {
     MARK_UNKNOWN_IF_OWNED = concat!(
         "UPDATE fenceq_jobs
     SET    state = 'unknown', lease_until = NULL, last_error = :error, settled_at = :now
     WHERE  ",
         owned_by_token!()
     );
-}
 
-stmt! {
     PARK_IF_OWNED = concat!(
         "UPDATE fenceq_jobs
     SET    state = 'waiting', lease_until = NULL, wait_until = :wait_until, last_error = :error
     WHERE  ",
         owned_by_token!()
     );
-}
 
-stmt! {
     /// A claim handed back unstarted: pending and due at once, and its attempt given back by
     /// raising the budget, not by lowering the counter (the next claim must be a new attempt, so
     /// that no (id, attempt) is handed out twice). `run_at` never moves later: a job due before
@@ -235,9 +207,7 @@ stmt! {
     WHERE  ",
         owned_by_token!()
     );
-}
 
-stmt! {
     /// A resumed job gets one more attempt: the claim that parked it should not count against
     /// the budget of the work that continues.
     ///
@@ -249,9 +219,7 @@ stmt! {
     WHERE  wait_until > :now AND ",
         identified_by_token!()
     );
-}
 
-stmt! {
     /// Idempotent: a repeat changes nothing, not even the recorded decision.
     ACKNOWLEDGE_IF_EXHAUSTED = concat!(
         "UPDATE fenceq_jobs
@@ -263,9 +231,7 @@ stmt! {
     WHERE  ",
         identified_by_token!()
     );
-}
 
-stmt! {
     RESOLVE_COMPLETE_IF_UNKNOWN = concat!(
         "UPDATE fenceq_jobs
     SET    state = 'completed', settled_at = :now, ",
@@ -274,9 +240,7 @@ stmt! {
     WHERE  ",
         identified_by_token!()
     );
-}
 
-stmt! {
     /// An operator's retry grants one attempt when none are left.
     RESOLVE_RETRY_IF_UNKNOWN = concat!(
         "UPDATE fenceq_jobs
@@ -287,9 +251,7 @@ stmt! {
     WHERE  ",
         identified_by_token!()
     );
-}
 
-stmt! {
     RESOLVE_EXHAUST_IF_UNKNOWN = concat!(
         "UPDATE fenceq_jobs
     SET    state = 'exhausted', settled_at = :now, exhausted_at = :now, acknowledged_at = NULL, ",
@@ -298,9 +260,7 @@ stmt! {
     WHERE  ",
         identified_by_token!()
     );
-}
 
-stmt! {
     /// An operator's acknowledgement of one exhaustion by id (applications acknowledge with the
     /// exact token, `ACKNOWLEDGE_IF_EXHAUSTED`).
     ACKNOWLEDGE_JOB_IF_UNACKNOWLEDGED = concat!(
@@ -310,9 +270,7 @@ stmt! {
         "
     WHERE  id = :id AND state = 'exhausted' AND acknowledged_at IS NULL"
     );
-}
 
-stmt! {
     /// An operator's acknowledgement of every unacknowledged exhaustion of one queue, in the
     /// transaction that counts them.
     ACKNOWLEDGE_ALL = concat!(
@@ -323,9 +281,7 @@ stmt! {
     WHERE  queue = :queue AND state = 'exhausted' AND acknowledged_at IS NULL
     RETURNING id"
     );
-}
 
-stmt! {
     CANCEL_IF_ACTIVE = concat!(
         "UPDATE fenceq_jobs
     SET    state = 'cancelled', lease_until = NULL, wait_until = NULL, settled_at = :now, ",
@@ -333,9 +289,7 @@ stmt! {
         "
     WHERE  id = :id AND state IN ('pending', 'waiting', 'running')"
     );
-}
 
-stmt! {
     /// Dead-letter redrive: a fresh attempt budget, due now. The attempt counter restarts, and
     /// the claim id is what keeps the old tokens dead.
     REPLAY_IF_EXHAUSTED = concat!(
@@ -346,9 +300,7 @@ stmt! {
         "
     WHERE  id = :id AND state = 'exhausted'"
     );
-}
 
-stmt! {
     /// Expired leases: back to pending with attempts left, else exhausted. Guarded by state and
     /// lease in the same statement, so a completion that committed first is never overwritten.
     /// `INDEXED BY`: with plans that ignore bound values (see `connection_init`) the planner
@@ -367,9 +319,7 @@ stmt! {
                   ORDER  BY id LIMIT :limit)
       AND  state = 'running' AND lease_until <= :now
     RETURNING state";
-}
 
-stmt! {
     /// Parked jobs whose deadline passed are exhausted (never reclaimed). `INDEXED BY` as in
     /// `REAP_EXPIRED`.
     REAP_WAITING = "
@@ -381,67 +331,57 @@ stmt! {
                   WHERE  state = 'waiting' AND wait_until <= :now
                   ORDER  BY id LIMIT :limit)
       AND  state = 'waiting' AND wait_until <= :now";
-}
 
-stmt! {
     PRUNE_SETTLED = "
     DELETE FROM fenceq_jobs
     WHERE  id IN (SELECT id FROM fenceq_jobs
                   WHERE  state IN ('completed', 'cancelled') AND settled_at <= :horizon
                   LIMIT  :limit)";
-}
 
-stmt! {
     PRUNE_ACKNOWLEDGED = "
     DELETE FROM fenceq_jobs
     WHERE  id IN (SELECT id FROM fenceq_jobs
                   WHERE  state = 'exhausted' AND acknowledged_at IS NOT NULL
                     AND  acknowledged_at <= :horizon
                   LIMIT  :limit)";
-}
 
-stmt! {
     EXHAUSTIONS = "
     SELECT id, attempt, claim_id, queue, key, payload, last_error, exhausted_at
     FROM   fenceq_jobs
     WHERE  state = 'exhausted' AND acknowledged_at IS NULL AND id > :after
     ORDER  BY id
     LIMIT  :limit";
-}
 
-stmt! {
     UNKNOWNS = "
     SELECT id, attempt, claim_id, queue, key, payload, last_error, settled_at
     FROM   fenceq_jobs
     WHERE  state = 'unknown' AND id > :after
     ORDER  BY id
     LIMIT  :limit";
-}
 
-stmt! {
-    JOB = "
-    SELECT id, queue, key, payload, state, priority, run_at, attempt, max_attempts, claim_id,
-           worker, lease_until, heartbeat_at, wait_until, last_error, created_at, settled_at,
-           exhausted_at, acknowledged_at, decision, decided_at, decided_by, decision_note
+    JOB = concat!(
+        "
+    SELECT ",
+        job_columns!(),
+        "
     FROM   fenceq_jobs
-    WHERE  id = :id";
-}
+    WHERE  id = :id"
+    );
 
-stmt! {
     /// Jobs in id order after `:after`, optionally of one queue and one state.
-    LIST = "
-    SELECT id, queue, key, payload, state, priority, run_at, attempt, max_attempts, claim_id,
-           worker, lease_until, heartbeat_at, wait_until, last_error, created_at, settled_at,
-           exhausted_at, acknowledged_at, decision, decided_at, decided_by, decision_note
+    LIST = concat!(
+        "
+    SELECT ",
+        job_columns!(),
+        "
     FROM   fenceq_jobs
     WHERE  id > :after
       AND  (:queue IS NULL OR queue = :queue)
       AND  (:state IS NULL OR state = :state)
     ORDER  BY id
-    LIMIT  :limit";
-}
+    LIMIT  :limit"
+    );
 
-stmt! {
     /// What a reap pass would change now (for dry runs).
     REAP_PREVIEW = "
     SELECT coalesce(sum(state = 'running' AND attempt < max_attempts), 0),
@@ -449,9 +389,7 @@ stmt! {
            (SELECT count(*) FROM fenceq_jobs WHERE state = 'waiting' AND wait_until <= :now)
     FROM   fenceq_jobs
     WHERE  state = 'running' AND lease_until <= :now";
-}
 
-stmt! {
     /// Due pending jobs and running jobs of one queue (a pool's `wait_idle`), each branch on its
     /// partial index. A paused queue's pending jobs are not due: no claim takes them until it is
     /// unpaused (the `CASE` skips counting them).
@@ -461,9 +399,7 @@ stmt! {
                 ELSE (SELECT count(*) FROM fenceq_jobs WHERE queue = :queue AND state = 'pending' AND run_at <= :now)
            END
          + (SELECT count(*) FROM fenceq_jobs WHERE queue = :queue AND state = 'running')";
-}
 
-stmt! {
     /// A periodic job's tick is recorded only when it is later than the schedule's recorded one
     /// (`changes()` is 1 when it was): the upsert's `WHERE` leaves an equal or later tick alone,
     /// so a tick is enqueued once whoever races for it and whatever the clock did.
@@ -473,38 +409,28 @@ stmt! {
     ON CONFLICT (name) DO UPDATE
     SET    last_tick = excluded.last_tick, enqueued_at = excluded.enqueued_at
     WHERE  excluded.last_tick > fenceq_schedules.last_tick";
-}
 
-stmt! {
     SCHEDULE_LAST_TICK = "
     SELECT last_tick FROM fenceq_schedules WHERE name = :name";
-}
 
-stmt! {
     /// What a prune pass would delete now (for dry runs).
     PRUNE_PREVIEW = "
     SELECT (SELECT count(*) FROM fenceq_jobs
             WHERE state IN ('completed', 'cancelled') AND settled_at <= :horizon),
            (SELECT count(*) FROM fenceq_jobs
             WHERE state = 'exhausted' AND acknowledged_at IS NOT NULL AND acknowledged_at <= :horizon)";
-}
 
-stmt! {
     /// Why a guarded write changed nothing: the row's current identity and state.
     IDENTITY = "
     SELECT state, attempt, claim_id, lease_until, wait_until FROM fenceq_jobs WHERE id = :id";
-}
 
-stmt! {
     STATS = "
     SELECT queue, state, acknowledged_at IS NOT NULL, count(*), min(run_at),
            sum(state = 'running' AND lease_until <= :now)
     FROM   fenceq_jobs
     GROUP  BY queue, state, acknowledged_at IS NOT NULL
     ORDER  BY queue";
-}
 
-stmt! {
     /// Completions per minute in `:from..:until`. The `state IN (...)` term repeats the settled
     /// index's own `WHERE` so that SQLite's planner (which matches a partial index's terms
     /// literally) may use that index; `state = 'completed'` then leaves the cancelled out.
@@ -515,27 +441,19 @@ stmt! {
            AND settled_at >= :from AND settled_at < :until
     GROUP  BY minute
     ORDER  BY minute";
-}
 
-stmt! {
     /// The backup's read transaction on its source (`backup.rs`): every step copies from the one
     /// snapshot this fixes, so the copy is consistent while writers keep committing (a WAL
     /// reader never blocks them).
     BACKUP_SNAPSHOT_BEGIN = "BEGIN DEFERRED";
-}
 
-stmt! {
     /// A deferred transaction reads nothing until its first statement: this one starts the
     /// read transaction, and with it the snapshot.
     BACKUP_SNAPSHOT_READ = "SELECT count(*) FROM sqlite_schema";
-}
 
-stmt! {
     /// Ends the backup's read transaction (it wrote nothing, so there is nothing to undo).
     BACKUP_SNAPSHOT_END = "ROLLBACK";
-}
 
-stmt! {
     /// Pauses a queue (a queue exists by name: its first pause makes its row). A repeat while it
     /// is paused changes nothing, not even the record of who paused it (`changes()` is then 0:
     /// the upsert's `WHERE` skips the update).
@@ -546,9 +464,7 @@ stmt! {
     SET    paused_at = excluded.paused_at, decision = excluded.decision, decided_at = excluded.decided_at,
            decided_by = excluded.decided_by, decision_note = excluded.decision_note
     WHERE  paused_at IS NULL";
-}
 
-stmt! {
     /// Unpauses a paused queue, recording who did and why in place of the pause. A queue that
     /// is not paused is left alone.
     UNPAUSE_QUEUE = concat!(
@@ -558,17 +474,13 @@ stmt! {
         "
     WHERE  queue = :queue AND paused_at IS NOT NULL"
     );
-}
 
-stmt! {
     /// One queue's pause, while it is paused.
     QUEUE_PAUSE = "
     SELECT queue, paused_at, decided_by, decision_note
     FROM   fenceq_queues
     WHERE  queue = :queue AND paused_at IS NOT NULL";
-}
 
-stmt! {
     /// Every paused queue, by name.
     PAUSED_QUEUES = "
     SELECT queue, paused_at, decided_by, decision_note
