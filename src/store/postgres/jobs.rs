@@ -196,14 +196,12 @@ impl Store for PostgresStore {
     }
 
     fn renew_if_owned(tx: &PgTx, claim: TokenAt<'_>, lease_until: i64) -> Result<bool> {
-        let TokenAt { token, now } = claim;
-        let query = token_query(RENEW_IF_OWNED, token, now).bind::<BigInt, _>(lease_until);
+        let query = token_query(RENEW_IF_OWNED, claim).bind::<BigInt, _>(lease_until);
         changed(tx, query)
     }
 
     fn owns(tx: &PgTx, claim: TokenAt<'_>) -> Result<bool> {
-        let TokenAt { token, now: at } = claim;
-        let query = token_query(OWNS, token, at);
+        let query = token_query(OWNS, claim);
         Ok(tx.with(|conn| query.one::<N>(conn))?.n == 1)
     }
 
@@ -215,8 +213,7 @@ impl Store for PostgresStore {
     }
 
     fn extend_owned(tx: &PgTx, claim: TokenAt<'_>, lease_until: i64) -> Result<bool> {
-        let TokenAt { token, now } = claim;
-        let query = token_query(EXTEND_OWNED, token, now).bind::<BigInt, _>(lease_until);
+        let query = token_query(EXTEND_OWNED, claim).bind::<BigInt, _>(lease_until);
         changed(tx, query)
     }
 
@@ -236,8 +233,7 @@ impl Store for PostgresStore {
     }
 
     fn complete_if_owned(tx: &PgTx, claim: TokenAt<'_>) -> Result<bool> {
-        let TokenAt { token, now } = claim;
-        changed(tx, token_query(COMPLETE_IF_OWNED, token, now))
+        changed(tx, token_query(COMPLETE_IF_OWNED, claim))
     }
 
     /// One statement (`COMPLETE_MANY_IF_OWNED`); a token counts as completed at its first
@@ -261,41 +257,34 @@ impl Store for PostgresStore {
     }
 
     fn retry_if_owned(tx: &PgTx, claim: TokenAt<'_>, run_at: i64, error: &str) -> Result<bool> {
-        let TokenAt { token, now } = claim;
-        let query = token_query(RETRY_IF_OWNED, token, now).bind::<BigInt, _>(run_at).bind::<Text, _>(error);
+        let query = token_query(RETRY_IF_OWNED, claim).bind::<BigInt, _>(run_at).bind::<Text, _>(error);
         changed(tx, query)
     }
 
     fn exhaust_if_owned(tx: &PgTx, claim: TokenAt<'_>, error: &str) -> Result<bool> {
-        let TokenAt { token, now } = claim;
-        changed(tx, token_query(EXHAUST_IF_OWNED, token, now).bind::<Text, _>(error))
+        changed(tx, token_query(EXHAUST_IF_OWNED, claim).bind::<Text, _>(error))
     }
 
     fn mark_unknown_if_owned(tx: &PgTx, claim: TokenAt<'_>, evidence: &str) -> Result<bool> {
-        let TokenAt { token, now } = claim;
-        let query = token_query(MARK_UNKNOWN_IF_OWNED, token, now).bind::<Text, _>(evidence);
+        let query = token_query(MARK_UNKNOWN_IF_OWNED, claim).bind::<Text, _>(evidence);
         changed(tx, query)
     }
 
     fn park_if_owned(tx: &PgTx, claim: TokenAt<'_>, wait_until: i64, reason: &str) -> Result<bool> {
-        let TokenAt { token, now } = claim;
-        let query = token_query(PARK_IF_OWNED, token, now).bind::<BigInt, _>(wait_until).bind::<Text, _>(reason);
+        let query = token_query(PARK_IF_OWNED, claim).bind::<BigInt, _>(wait_until).bind::<Text, _>(reason);
         changed(tx, query)
     }
 
     fn release_if_owned(tx: &PgTx, claim: TokenAt<'_>) -> Result<bool> {
-        let TokenAt { token, now } = claim;
-        changed(tx, token_query(RELEASE_IF_OWNED, token, now))
+        changed(tx, token_query(RELEASE_IF_OWNED, claim))
     }
 
     fn resume_if_waiting(tx: &PgTx, claim: TokenAt<'_>) -> Result<bool> {
-        let TokenAt { token, now } = claim;
-        changed(tx, token_query(RESUME_IF_WAITING, token, now))
+        changed(tx, token_query(RESUME_IF_WAITING, claim))
     }
 
     fn acknowledge_if_exhausted(tx: &PgTx, claim: TokenAt<'_>, decided: &Decided<'_>) -> Result<bool> {
-        let TokenAt { token, now } = claim;
-        let query = token_query(ACKNOWLEDGE_IF_EXHAUSTED, token, now)
+        let query = token_query(ACKNOWLEDGE_IF_EXHAUSTED, claim)
             .bind::<Text, _>(decided.action)
             .bind::<Nullable<Text>, _>(decided.by)
             .bind::<Nullable<Text>, _>(decided.note);
@@ -308,13 +297,12 @@ impl Store for PostgresStore {
         resolution: Resolution,
         decided: &Decided<'_>,
     ) -> Result<bool> {
-        let TokenAt { token, now } = claim;
         let statement = match resolution {
             Resolution::Complete => RESOLVE_COMPLETE_IF_UNKNOWN,
             Resolution::Retry => RESOLVE_RETRY_IF_UNKNOWN,
             Resolution::Exhaust => RESOLVE_EXHAUST_IF_UNKNOWN,
         };
-        let query = token_query(statement, token, now)
+        let query = token_query(statement, claim)
             .bind::<Text, _>(decided.action)
             .bind::<Nullable<Text>, _>(decided.by)
             .bind::<Nullable<Text>, _>(decided.note);
@@ -472,7 +460,8 @@ impl Store for PostgresStore {
 
 /// A statement with the token guard's parameters bound: `$1` id, `$2` attempt, `$3` claim
 /// id, `$4` now.
-fn token_query<'a>(statement: Stmt, token: &ClaimToken, now: i64) -> Bound<'a> {
+fn token_query<'a>(statement: Stmt, claim: TokenAt<'_>) -> Bound<'a> {
+    let TokenAt { token, now } = claim;
     bound(statement)
         .bind::<BigInt, _>(token.id.0)
         .bind::<Integer, _>(attempt(token.attempt))
@@ -758,7 +747,7 @@ fn count_u64(n: i64) -> u64 {
 
 /// The exact token's live lease at `now`, locking its row until the transaction ends.
 pub(super) fn owned_lease_on(conn: &mut PgConnection, token: &ClaimToken, now: i64) -> Result<Option<OwnedLease>> {
-    let row = token_query(OWNED_LEASE, token, now).optional::<LeaseRow>(conn)?;
+    let row = token_query(OWNED_LEASE, TokenAt { token, now }).optional::<LeaseRow>(conn)?;
     Ok(row.map(|r| OwnedLease {
         until: r.lease_until,
         length_ms: r.heartbeat_at.map_or(0, |at| r.lease_until.saturating_sub(at).max(0)),

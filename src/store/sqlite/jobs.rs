@@ -142,8 +142,7 @@ impl Store for SqliteStore {
     }
 
     fn renew_if_owned(tx: &Connection, claim: TokenAt<'_>, lease_until: i64) -> Result<bool> {
-        let TokenAt { token, now } = claim;
-        owned(tx, RENEW_IF_OWNED, TokenAt { token, now }, &[(":lease_until", &lease_until)])
+        owned(tx, RENEW_IF_OWNED, claim, &[(":lease_until", &lease_until)])
     }
 
     fn owns(tx: &Connection, claim: TokenAt<'_>) -> Result<bool> {
@@ -204,44 +203,36 @@ impl Store for SqliteStore {
     }
 
     fn complete_if_owned(tx: &Connection, claim: TokenAt<'_>) -> Result<bool> {
-        let TokenAt { token, now } = claim;
-        owned(tx, COMPLETE_IF_OWNED, TokenAt { token, now }, &[])
+        owned(tx, COMPLETE_IF_OWNED, claim, &[])
     }
 
     fn retry_if_owned(tx: &Connection, claim: TokenAt<'_>, run_at: i64, error: &str) -> Result<bool> {
-        let TokenAt { token, now } = claim;
-        owned(tx, RETRY_IF_OWNED, TokenAt { token, now }, &[(":run_at", &run_at), (":error", &error)])
+        owned(tx, RETRY_IF_OWNED, claim, &[(":run_at", &run_at), (":error", &error)])
     }
 
     fn exhaust_if_owned(tx: &Connection, claim: TokenAt<'_>, error: &str) -> Result<bool> {
-        let TokenAt { token, now } = claim;
-        owned(tx, EXHAUST_IF_OWNED, TokenAt { token, now }, &[(":error", &error)])
+        owned(tx, EXHAUST_IF_OWNED, claim, &[(":error", &error)])
     }
 
     fn mark_unknown_if_owned(tx: &Connection, claim: TokenAt<'_>, evidence: &str) -> Result<bool> {
-        let TokenAt { token, now } = claim;
-        owned(tx, MARK_UNKNOWN_IF_OWNED, TokenAt { token, now }, &[(":error", &evidence)])
+        owned(tx, MARK_UNKNOWN_IF_OWNED, claim, &[(":error", &evidence)])
     }
 
     fn park_if_owned(tx: &Connection, claim: TokenAt<'_>, wait_until: i64, reason: &str) -> Result<bool> {
-        let TokenAt { token, now } = claim;
         let params: [(&str, &dyn ToSql); 2] = [(":wait_until", &wait_until), (":error", &reason)];
-        owned(tx, PARK_IF_OWNED, TokenAt { token, now }, &params)
+        owned(tx, PARK_IF_OWNED, claim, &params)
     }
 
     fn release_if_owned(tx: &Connection, claim: TokenAt<'_>) -> Result<bool> {
-        let TokenAt { token, now } = claim;
-        owned(tx, RELEASE_IF_OWNED, TokenAt { token, now }, &[])
+        owned(tx, RELEASE_IF_OWNED, claim, &[])
     }
 
     fn resume_if_waiting(tx: &Connection, claim: TokenAt<'_>) -> Result<bool> {
-        let TokenAt { token, now } = claim;
-        identified(tx, RESUME_IF_WAITING, TokenAt { token, now }, JobState::Waiting, None)
+        identified(tx, RESUME_IF_WAITING, claim, JobState::Waiting, None)
     }
 
     fn acknowledge_if_exhausted(tx: &Connection, claim: TokenAt<'_>, decided: &Decided<'_>) -> Result<bool> {
-        let TokenAt { token, now } = claim;
-        identified(tx, ACKNOWLEDGE_IF_EXHAUSTED, TokenAt { token, now }, JobState::Exhausted, Some(decided))
+        identified(tx, ACKNOWLEDGE_IF_EXHAUSTED, claim, JobState::Exhausted, Some(decided))
     }
 
     fn resolve_if_unknown(
@@ -250,13 +241,12 @@ impl Store for SqliteStore {
         resolution: Resolution,
         decided: &Decided<'_>,
     ) -> Result<bool> {
-        let TokenAt { token, now } = claim;
         let statement = match resolution {
             Resolution::Complete => RESOLVE_COMPLETE_IF_UNKNOWN,
             Resolution::Retry => RESOLVE_RETRY_IF_UNKNOWN,
             Resolution::Exhaust => RESOLVE_EXHAUST_IF_UNKNOWN,
         };
-        identified(tx, statement, TokenAt { token, now }, JobState::Unknown, Some(decided))
+        identified(tx, statement, claim, JobState::Unknown, Some(decided))
     }
 
     fn cancel_if_active(tx: &Connection, decision: JobDecision<'_>) -> Result<bool> {
