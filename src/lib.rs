@@ -62,11 +62,11 @@ pub use store::postgres::options::{
 };
 #[cfg(feature = "postgres")]
 pub use store::postgres::{PgTx, PostgresOptions, PostgresStore};
-pub use store::sqlite::migrate::SCHEMA_VERSION;
 pub use store::sqlite::SqliteStore;
 #[allow(deprecated)]
 pub use store::sqlite::{backup_file, owns_in, schema_version_of};
 pub use store::sqlite::{SqliteOptions, Synchronous};
+pub use store::SCHEMA_VERSION;
 pub use validate::{MAX_BATCH, MAX_ERROR_LEN, MAX_KEY_LEN, MAX_LEASE, MAX_NAME_LEN, NUL_SHOWN_AS};
 pub use worker::{
     Attempt, Outcome, PoolCounters, ShutdownReport, WorkerPool, WorkerPoolBuilder, ADAPTIVE_PREFETCH_CEILING,

@@ -12,7 +12,7 @@ use fenceq::diesel;
 use fenceq::diesel::connection::SimpleConnection;
 use fenceq::diesel::sql_types::{BigInt, Text};
 use fenceq::diesel::{sql_query, Connection, PgConnection, QueryableByName, RunQueryDsl};
-use fenceq::store::Store;
+use fenceq::store::{ClaimRequest, ScheduleTick, Store};
 use fenceq::{Error, ManualClock, NewJob, PostgresStore, Queue, SCHEMA_VERSION};
 use std::sync::{mpsc, Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -320,7 +320,10 @@ fn a_paused_queue_claims_nothing_on_any_handle_and_its_claim_reads_no_job() {
     let claim_in_tx = |q: &Queue<PostgresStore>, limit: u32| {
         let now = q.now_ms();
         q.transaction(|tx| {
-            let claimed = PostgresStore::claim(tx, "q", "w", now, now + 30_000, limit)?;
+            let claimed = PostgresStore::claim(
+                tx,
+                ClaimRequest { queue: "q", worker: "w", now, lease_until: now + 30_000, limit },
+            )?;
             Ok((claimed.len(), jobs_read_in(tx)))
         })
         .unwrap()
@@ -352,7 +355,10 @@ fn eight_handles_racing_for_one_schedule_tick_record_it_once() {
             let barrier = barrier.clone();
             std::thread::spawn(move || {
                 barrier.wait();
-                q.transaction(|tx| PostgresStore::advance_schedule_if_later(tx, "every-minute", tick, T0)).unwrap()
+                q.transaction(|tx| {
+                    PostgresStore::advance_schedule_if_later(tx, ScheduleTick { name: "every-minute", tick, now: T0 })
+                })
+                .unwrap()
             })
         })
         .collect();
@@ -364,11 +370,17 @@ fn eight_handles_racing_for_one_schedule_tick_record_it_once() {
     assert_eq!(last(q), Some(tick));
     for earlier in [tick, tick - 60_000] {
         assert!(!q
-            .transaction(|tx| PostgresStore::advance_schedule_if_later(tx, "every-minute", earlier, T0))
+            .transaction(|tx| PostgresStore::advance_schedule_if_later(
+                tx,
+                ScheduleTick { name: "every-minute", tick: earlier, now: T0 }
+            ))
             .unwrap());
     }
     assert!(q
-        .transaction(|tx| PostgresStore::advance_schedule_if_later(tx, "every-minute", tick + 60_000, T0))
+        .transaction(|tx| PostgresStore::advance_schedule_if_later(
+            tx,
+            ScheduleTick { name: "every-minute", tick: tick + 60_000, now: T0 }
+        ))
         .unwrap());
     assert_eq!(last(&handles[7]), Some(tick + 60_000));
     assert_eq!(q.transaction(|tx| PostgresStore::schedule_last_tick(tx, "never-ran")).unwrap(), None);

@@ -6,7 +6,7 @@ use crate::error::Result;
 use crate::queue::Queue;
 use crate::report::ReapReport;
 use crate::store::DefaultStore;
-use crate::store::Store;
+use crate::store::{Batch, Store};
 use crate::validate::check_expected;
 
 /// Rows changed per reaper transaction.
@@ -51,13 +51,16 @@ impl<S: Store> Queue<S> {
     pub fn reap(&self) -> Result<ReapReport> {
         let mut report = ReapReport::default();
         in_batches(self, REAP_BATCH, |tx| {
-            let (requeued, exhausted) = S::reap_expired(tx, self.shared.now_in(tx)?, REAP_BATCH)?;
+            let (requeued, exhausted) =
+                S::reap_expired(tx, Batch { until: self.shared.now_in(tx)?, limit: REAP_BATCH })?;
             report.requeued += requeued;
             report.exhausted += exhausted;
             Ok(requeued + exhausted)
         })?;
-        report.waits_expired =
-            in_batches(self, REAP_BATCH, |tx| S::reap_waiting(tx, self.shared.now_in(tx)?, REAP_BATCH))?.0;
+        report.waits_expired = in_batches(self, REAP_BATCH, |tx| {
+            S::reap_waiting(tx, Batch { until: self.shared.now_in(tx)?, limit: REAP_BATCH })
+        })?
+        .0;
         Ok(report)
     }
 
@@ -75,8 +78,8 @@ impl<S: Store> Queue<S> {
         crate::queue::retry::retry_conflicts(|| {
             self.store().write(|tx| {
                 let now = self.shared.now_in(tx)?;
-                let (requeued, exhausted) = S::reap_expired(tx, now, u32::MAX)?;
-                let waits_expired = S::reap_waiting(tx, now, u32::MAX)?;
+                let (requeued, exhausted) = S::reap_expired(tx, Batch { until: now, limit: u32::MAX })?;
+                let waits_expired = S::reap_waiting(tx, Batch { until: now, limit: u32::MAX })?;
                 let report = ReapReport { requeued, exhausted, waits_expired };
                 check_expected("reap", Some(expected), report.total())?;
                 Ok(report)

@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::queue::Queue;
 use crate::report::PruneReport;
 use crate::store::DefaultStore;
-use crate::store::Store;
+use crate::store::{Batch, Store};
 use crate::validate::check_expected;
 
 /// Retention as a service: the maintenance thread runs it every
@@ -56,8 +56,9 @@ impl<S: Store> Queue<S> {
         retention.check()?;
         let horizon = self.store_now()?.saturating_sub(duration_ms(retention.older_than));
         let size = retention.batch_size;
-        let (settled, _) = in_batches(self, size, |tx| S::prune_settled(tx, horizon, size))?;
-        let (acknowledged, _) = in_batches(self, size, |tx| S::prune_acknowledged(tx, horizon, size))?;
+        let (settled, _) = in_batches(self, size, |tx| S::prune_settled(tx, Batch { until: horizon, limit: size }))?;
+        let (acknowledged, _) =
+            in_batches(self, size, |tx| S::prune_acknowledged(tx, Batch { until: horizon, limit: size }))?;
         // Transactions that deleted something (the last, empty look of each pass is not one).
         let batches = settled.div_ceil(u64::from(size)) + acknowledged.div_ceil(u64::from(size));
         Ok(PruneReport { settled, acknowledged, batches })
@@ -77,8 +78,8 @@ impl<S: Store> Queue<S> {
         let horizon = self.store_now()?.saturating_sub(duration_ms(retention.older_than));
         crate::queue::retry::retry_conflicts(|| {
             self.store().write(|tx| {
-                let settled = S::prune_settled(tx, horizon, u32::MAX)?;
-                let acknowledged = S::prune_acknowledged(tx, horizon, u32::MAX)?;
+                let settled = S::prune_settled(tx, Batch { until: horizon, limit: u32::MAX })?;
+                let acknowledged = S::prune_acknowledged(tx, Batch { until: horizon, limit: u32::MAX })?;
                 let report = PruneReport { settled, acknowledged, batches: u64::from(settled + acknowledged > 0) };
                 check_expected("prune", Some(expected), report.deleted())?;
                 Ok(report)

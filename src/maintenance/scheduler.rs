@@ -15,7 +15,7 @@ use crate::queue::schedules::{tick_key, Periodic};
 use crate::queue::Queue;
 use crate::report::ScheduleReport;
 use crate::store::DefaultStore;
-use crate::store::Store;
+use crate::store::{ScheduleTick, Store};
 
 /// The scheduler as a service: the maintenance thread runs it every
 /// [`schedule_every`](crate::MaintenanceConfig::schedule_every); a test or an application's
@@ -99,7 +99,7 @@ impl<S: Store> Queue<S> {
         let job = periodic.job.clone().key(tick_key(&periodic.name, tick));
         let outcome = crate::queue::retry::retry_conflicts(|| {
             self.store().write(|tx| {
-                if !S::advance_schedule_if_later(tx, &periodic.name, tick, now)? {
+                if !S::advance_schedule_if_later(tx, ScheduleTick { name: &periodic.name, tick, now })? {
                     let recorded = S::schedule_last_tick(tx, &periodic.name)?.unwrap_or(tick);
                     return Ok((recorded, None));
                 }

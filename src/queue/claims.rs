@@ -6,7 +6,7 @@ use super::retry::retry_conflicts;
 use super::Queue;
 use crate::error::{Error, Result};
 use crate::job::{ClaimToken, Claimed};
-use crate::store::{OwnedLease, Store};
+use crate::store::{ClaimRequest, OwnedLease, Store, TokenAt};
 use crate::validate::{check_claim, check_lease};
 use std::time::{Duration, Instant};
 
@@ -41,7 +41,8 @@ impl<S: Store> Queue<S> {
             let (queue, worker, shared) = (queue.to_string(), worker.to_string(), self.shared.clone());
             self.store().submit_single(move |tx| {
                 let now = shared.fresh_now_in(tx)?;
-                S::claim(tx, &queue, &worker, now, now.saturating_add(lease_ms), limit)
+                let lease_until = now.saturating_add(lease_ms);
+                S::claim(tx, ClaimRequest { queue: &queue, worker: &worker, now, lease_until, limit })
             })
         })
     }
@@ -83,10 +84,10 @@ impl<S: Store> Queue<S> {
                     // the transaction holds), then the instant the lease is judged by: an
                     // instant taken before a wait (for this row, or an earlier token's) would
                     // renew a lease that ended meanwhile, and that another call was refused for.
-                    S::owned_lease(tx, token, i64::MIN)?;
+                    S::owned_lease(tx, TokenAt { token, now: i64::MIN })?;
                     let now = shared.now_in(tx)?;
                     let until = now.saturating_add(lease_ms);
-                    let renewed = S::renew_if_owned(tx, token, now, until)?;
+                    let renewed = S::renew_if_owned(tx, TokenAt { token, now }, until)?;
                     match fence::owned::<S>(tx, token, now, renewed) {
                         Ok(()) => results.push(Ok(until)),
                         // Only a guarded miss is per-token; anything else aborts the round.
@@ -114,7 +115,7 @@ impl<S: Store> Queue<S> {
                 let now = shared.now_in(tx)?;
                 let mut results = Vec::with_capacity(tokens.len());
                 for token in &tokens {
-                    let released = S::release_if_owned(tx, token, now)?;
+                    let released = S::release_if_owned(tx, TokenAt { token, now })?;
                     match fence::owned::<S>(tx, token, now, released) {
                         Ok(()) => results.push(Ok(())),
                         Err(e @ Error::OwnershipLost { .. }) => results.push(Err(e)),
@@ -135,7 +136,7 @@ impl<S: Store> Queue<S> {
     /// `Pool` (no pooled connection came free in time), `Busy`; on an in-memory queue,
     /// `NestedWrite` from inside a closure holding its transaction or connection.
     pub fn owns(&self, token: &ClaimToken) -> Result<bool> {
-        self.store().read(|tx| S::owns(tx, token, self.shared.now_in(tx)?))
+        self.store().read(|tx| S::owns(tx, TokenAt { token, now: self.shared.now_in(tx)? }))
     }
 
     /// Runs `write` in an IMMEDIATE transaction only while `token` owns its job, and commits
@@ -194,7 +195,7 @@ impl<S: Store> Queue<S> {
             if until <= lease.until {
                 return Ok((value, lease.until));
             }
-            let extended = S::extend_owned(tx, token, now, until)?;
+            let extended = S::extend_owned(tx, TokenAt { token, now }, until)?;
             // A miss here: the closure itself changed the job row (it holds the transaction).
             fence::owned::<S>(tx, token, now, extended)?;
             Ok((value, until))

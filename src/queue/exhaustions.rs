@@ -7,7 +7,7 @@ use super::operator::Operator;
 use super::Queue;
 use crate::error::Result;
 use crate::job::{ClaimToken, Cursor, Exhaustion, JobId, JobState, Page, Resolution, UnknownOutcome};
-use crate::store::Store;
+use crate::store::{PageRequest, Store};
 use crate::validate::check_limit;
 
 impl<S: Store> Queue<S> {
@@ -99,11 +99,11 @@ impl<S: Store> Queue<S> {
         &self,
         cursor: Option<Cursor>,
         limit: u32,
-        read: impl FnOnce(&S::Tx, i64, u32) -> Result<Vec<Exhaustion>>,
+        read: impl FnOnce(&S::Tx, PageRequest) -> Result<Vec<Exhaustion>>,
     ) -> Result<Page<Exhaustion>> {
         check_limit(limit)?;
         let after = cursor.map_or(0, |c| c.0);
-        let items = self.store().read(|tx| read(tx, after, limit))?;
+        let items = self.store().read(|tx| read(tx, PageRequest { after, limit }))?;
         let next = (items.len() == limit as usize).then(|| Cursor(items.last().map_or(after, |i| i.token.id.0)));
         Ok(Page { items, next })
     }

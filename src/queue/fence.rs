@@ -4,7 +4,7 @@
 
 use crate::error::{Error, LostReason, Result};
 use crate::job::{ClaimToken, JobId, JobState};
-use crate::store::{Identity, OwnedLease, Store};
+use crate::store::{Identity, OwnedLease, Store, TokenAt};
 
 /// `Ok(())` when the guarded transition changed the row, else `OwnershipLost` with why.
 pub(crate) fn owned<S: Store>(tx: &S::Tx, token: &ClaimToken, now: i64, changed: bool) -> Result<()> {
@@ -54,7 +54,7 @@ pub(crate) fn lease_after_the_row<S: Store>(
     token: &ClaimToken,
     clock: impl FnOnce(&S::Tx) -> Result<i64>,
 ) -> Result<(OwnedLease, i64)> {
-    let locked = S::owned_lease(tx, token, i64::MIN)?;
+    let locked = S::owned_lease(tx, TokenAt { token, now: i64::MIN })?;
     let now = clock(tx)?;
     match locked.filter(|lease| lease.until > now) {
         Some(lease) => Ok((lease, now)),

@@ -4,7 +4,7 @@ use super::Queue;
 use crate::error::Result;
 use crate::job::{Cursor, Job, JobId, JobState};
 use crate::report::{QueueStats, Stats};
-use crate::store::{StatsRow, Store};
+use crate::store::{PageRequest, StatsRow, Store};
 use crate::validate::{check_key, check_limit, check_name};
 
 /// A minute in ms.
@@ -96,7 +96,8 @@ impl<S: Store> Queue<S> {
             check_name("queue name", queue)?;
         }
         let after = filter.after.map_or(0, |c| c.0);
-        self.store().read(|tx| S::list(tx, filter.queue.as_deref(), filter.state, after, filter.limit))
+        self.store()
+            .read(|tx| S::list(tx, filter.queue.as_deref(), filter.state, PageRequest { after, limit: filter.limit }))
     }
 
     /// Due pending and running jobs of `queue` (for `WorkerPool::wait_idle`).

@@ -10,7 +10,7 @@ use super::Queue;
 use crate::error::{Error, Result};
 use crate::job::{ClaimToken, JobId, JobState, Resolution};
 use crate::store::DefaultStore;
-use crate::store::{Decided, Store};
+use crate::store::{Decided, JobDecision, QueueDecision, Store, TokenAt};
 use crate::validate::{check_expected, check_name, check_note, show_nul};
 
 /// A handle for changes made on someone's behalf: every change through it records `by` and
@@ -78,7 +78,7 @@ impl<'q, S: Store> Operator<'q, S> {
         let decided = self.decided(resolution.decision())?;
         self.queue.write_waking(|tx| {
             let now = self.now(tx)?;
-            let resolved = S::resolve_if_unknown(tx, token, resolution, now, &decided)?;
+            let resolved = S::resolve_if_unknown(tx, TokenAt { token, now }, resolution, &decided)?;
             fence::identified::<S>(tx, token, JobState::Unknown, now, decided.action, resolved)?;
             // (The writer refuses to commit a transaction the store rolled back meanwhile.)
             write(tx)
@@ -94,7 +94,7 @@ impl<'q, S: Store> Operator<'q, S> {
         let decided = self.decided("replay")?;
         retry_conflicts(|| {
             self.queue.store().write(|tx| {
-                let replayed = S::replay_if_exhausted(tx, id, self.now(tx)?, &decided)?;
+                let replayed = S::replay_if_exhausted(tx, JobDecision { id, now: self.now(tx)?, decided })?;
                 fence::by_id::<S>(tx, id, "replay", "exhausted", replayed)
             })
         })
@@ -110,7 +110,7 @@ impl<'q, S: Store> Operator<'q, S> {
         retry_conflicts(|| {
             self.queue.store().write(|tx| {
                 let before = S::identity(tx, id)?.map(|current| current.state);
-                let cancelled = S::cancel_if_active(tx, id, self.now(tx)?, &decided)?;
+                let cancelled = S::cancel_if_active(tx, JobDecision { id, now: self.now(tx)?, decided })?;
                 fence::by_id::<S>(tx, id, "cancel", "pending, waiting or running", cancelled)?;
                 before.ok_or_else(|| Error::domain("internal: a cancelled job had no row"))
             })
@@ -128,7 +128,7 @@ impl<'q, S: Store> Operator<'q, S> {
         retry_conflicts(|| {
             self.queue.store().write(|tx| {
                 let now = self.now(tx)?;
-                let acknowledged = S::acknowledge_if_exhausted(tx, token, now, &decided)?;
+                let acknowledged = S::acknowledge_if_exhausted(tx, TokenAt { token, now }, &decided)?;
                 fence::identified::<S>(tx, token, JobState::Exhausted, now, "acknowledge", acknowledged)
             })
         })
@@ -143,7 +143,8 @@ impl<'q, S: Store> Operator<'q, S> {
         let decided = self.decided("acknowledge")?;
         retry_conflicts(|| {
             self.queue.store().write(|tx| {
-                let acknowledged = S::acknowledge_job_if_unacknowledged(tx, id, self.now(tx)?, &decided)?;
+                let acknowledged =
+                    S::acknowledge_job_if_unacknowledged(tx, JobDecision { id, now: self.now(tx)?, decided })?;
                 let changed = match fence::by_id::<S>(tx, id, "acknowledge", "exhausted", acknowledged) {
                     Ok(()) => true,
                     // Exhausted, so acknowledged already: a repeat changes nothing.
@@ -165,7 +166,9 @@ impl<'q, S: Store> Operator<'q, S> {
     pub fn pause(&self, queue: &str) -> Result<bool> {
         check_name("queue name", queue)?;
         let decided = self.decided("pause")?;
-        retry_conflicts(|| self.queue.store().write(|tx| S::pause_queue(tx, queue, self.now(tx)?, &decided)))
+        retry_conflicts(|| {
+            self.queue.store().write(|tx| S::pause_queue(tx, QueueDecision { queue, now: self.now(tx)?, decided }))
+        })
     }
 
     /// [`Queue::unpause`], recording who unpaused the queue and why on its row in place of
@@ -177,8 +180,9 @@ impl<'q, S: Store> Operator<'q, S> {
     pub fn unpause(&self, queue: &str) -> Result<bool> {
         check_name("queue name", queue)?;
         let decided = self.decided("unpause")?;
-        let unpaused =
-            retry_conflicts(|| self.queue.store().write(|tx| S::unpause_queue(tx, queue, self.now(tx)?, &decided)))?;
+        let unpaused = retry_conflicts(|| {
+            self.queue.store().write(|tx| S::unpause_queue(tx, QueueDecision { queue, now: self.now(tx)?, decided }))
+        })?;
         if unpaused {
             // After the commit: a woken pool's claim must see the queue unpaused.
             self.queue.wake(queue);
@@ -196,7 +200,7 @@ impl<'q, S: Store> Operator<'q, S> {
         let decided = self.decided("acknowledge")?;
         retry_conflicts(|| {
             self.queue.store().write(|tx| {
-                let ids = S::acknowledge_all(tx, queue, self.now(tx)?, &decided)?;
+                let ids = S::acknowledge_all(tx, QueueDecision { queue, now: self.now(tx)?, decided })?;
                 check_expected("acknowledge", expected, ids.len() as u64)?;
                 Ok(ids)
             })

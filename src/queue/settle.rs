@@ -9,7 +9,7 @@ use super::Queue;
 use crate::clock::duration_ms;
 use crate::error::{Error, Result};
 use crate::job::{Backoff, ClaimToken, Claimed, JobState, Retried};
-use crate::store::Store;
+use crate::store::{ClaimRequest, Store, TokenAt};
 use crate::validate::{check_claim, check_park_timeout, clip};
 use std::sync::Arc;
 use std::time::Duration;
@@ -224,8 +224,9 @@ impl<S: Store> Queue<S> {
             self.store().submit(move |tx| {
                 // Read afresh: the claim must find due what other processes made due.
                 let now = shared.fresh_now_in(tx)?;
+                let lease_until = now.saturating_add(lease_ms);
                 let settled = settle_each::<S>(tx, &items, now, &|tx: &S::Tx| shared.now_in(tx))?;
-                Ok((settled, S::claim(tx, &queue, &worker, now, now.saturating_add(lease_ms), limit)?))
+                Ok((settled, S::claim(tx, ClaimRequest { queue: &queue, worker: &worker, now, lease_until, limit })?))
             })
         })
     }
@@ -243,7 +244,7 @@ impl<S: Store> Queue<S> {
         retry_conflicts(|| {
             self.store().write(|tx| {
                 let now = self.shared.now_in(tx)?;
-                let resumed = S::resume_if_waiting(tx, token, now)?;
+                let resumed = S::resume_if_waiting(tx, TokenAt { token, now })?;
                 fence::identified::<S>(tx, token, JobState::Waiting, now, "resume", resumed)
             })
         })
@@ -291,22 +292,23 @@ fn settle_once<S: Store>(
     settle: &Settle,
     now: i64,
 ) -> Result<std::result::Result<Settled, (bool, Settled)>> {
+    let claim = TokenAt { token, now };
     Ok(Err(match settle {
-        Settle::Complete => (S::complete_if_owned(tx, token, now)?, Settled::Completed),
+        Settle::Complete => (S::complete_if_owned(tx, claim)?, Settled::Completed),
         Settle::Retry { delay, error } => {
             let error = &*clip(error);
             let run_at = now.saturating_add(duration_ms(*delay));
-            if S::retry_if_owned(tx, token, now, run_at, error)? {
+            if S::retry_if_owned(tx, claim, run_at, error)? {
                 return Ok(Ok(Settled::Retried(run_at)));
             }
             // Either no attempts are left or the token is stale; exhaust tells them apart.
-            (S::exhaust_if_owned(tx, token, now, error)?, Settled::Exhausted)
+            (S::exhaust_if_owned(tx, claim, error)?, Settled::Exhausted)
         }
-        Settle::Exhaust(error) => (S::exhaust_if_owned(tx, token, now, &clip(error))?, Settled::Exhausted),
-        Settle::Unknown(evidence) => (S::mark_unknown_if_owned(tx, token, now, &clip(evidence))?, Settled::Unknown),
+        Settle::Exhaust(error) => (S::exhaust_if_owned(tx, claim, &clip(error))?, Settled::Exhausted),
+        Settle::Unknown(evidence) => (S::mark_unknown_if_owned(tx, claim, &clip(evidence))?, Settled::Unknown),
         Settle::Park { timeout, reason } => {
             let wait_until = now.saturating_add(duration_ms(*timeout));
-            (S::park_if_owned(tx, token, now, wait_until, &clip(reason))?, Settled::Parked)
+            (S::park_if_owned(tx, claim, wait_until, &clip(reason))?, Settled::Parked)
         }
     }))
 }

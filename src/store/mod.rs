@@ -30,6 +30,28 @@
 //! kit (`crates/conformance`). Applications never use it. It is not yet stable: it may
 //! change in any 0.x release.
 
+/// Defines a store's named statements: each `/// doc NAME = "SQL";` in `stmt! { .. }` is a
+/// `pub(crate)` constant [`Stmt`] whose name is the constant's own (`"NAME"`), so that each
+/// statement's name is written once and every error it raises carries that name.
+macro_rules! stmt {
+    ($($(#[$doc:meta])* $name:ident = $sql:expr;)*) => {
+        $(
+            $(#[$doc])*
+            pub(crate) const $name: crate::store::Stmt = crate::store::Stmt { name: stringify!($name), sql: $sql };
+        )*
+    };
+}
+
+/// The columns of a job's whole record, in the order every store's `job_from_row` reads
+/// them ([`Store::job`], [`Store::list`]).
+macro_rules! job_columns {
+    () => {
+        "id, queue, key, payload, state, priority, run_at, attempt, max_attempts, claim_id,
+           worker, lease_until, heartbeat_at, wait_until, last_error, created_at, settled_at,
+           exhausted_at, acknowledged_at, decision, decided_at, decided_by, decision_note"
+    };
+}
+
 pub mod default;
 #[cfg(feature = "postgres")]
 pub mod postgres;
@@ -86,6 +108,14 @@ pub(crate) fn pool_threads() -> std::sync::Arc<scheduled_thread_pool::ScheduledT
 /// `*_if_<state>`) return whether they changed the row; they write nothing when the guard
 /// fails. Times are ms since the epoch, read above the seam from [`Store::now`] of the same
 /// transaction (the queue's clock, or the store's own).
+///
+/// # Errors
+///
+/// Every transition returns only the store's own error: an [`Error`](crate::Error) variant
+/// the store maps its driver's errors to (`Busy`, `StorageFull`, `ConnectionLost`, ...).
+/// A transition never turns "no row changed" into an error; the layer above the seam
+/// decides what a miss means. Methods whose errors say more than that have an `# Errors`
+/// section of their own.
 pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// The transaction handle a caller's closure receives (`with_ownership`,
     /// `complete_with`, `transaction`, `enqueue_tx`): the store's own type.
@@ -170,17 +200,9 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// The store's own file upkeep, run by the maintenance thread's checkpoint service:
     /// SQLite copies its WAL back into the database and truncates it, waiting at most
     /// `patience` for readers. A store with no such upkeep returns `Ok(None)`.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn checkpoint(&self, patience: Duration) -> Result<Option<CheckpointReport>>;
 
     /// The schema version of the open database.
-    ///
-    /// # Errors
-    ///
-    /// The store's read error.
     fn schema_version(tx: &Self::Tx) -> Result<i64>;
 
     // ------------------------------------------------------------ time
@@ -260,10 +282,6 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     }
 
     /// The id of the job of `queue` with idempotency key `key`.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn find_by_key(tx: &Self::Tx, queue: &str, key: &str) -> Result<Option<JobId>>;
 
     // ------------------------------------------------------------ claims
@@ -273,168 +291,88 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// left. Each gets `attempt + 1`, a fresh claim id, `worker`, and a lease to
     /// `lease_until`. A live lease is never handed out. A paused queue
     /// ([`Store::pause_queue`]) claims nothing; the check is part of the claim's own read.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
-    fn claim(tx: &Self::Tx, queue: &str, worker: &str, now: i64, lease_until: i64, limit: u32) -> Result<Vec<Claimed>>;
+    fn claim(tx: &Self::Tx, request: ClaimRequest<'_>) -> Result<Vec<Claimed>>;
 
-    /// Moves the lease of the exact live claim `token` to `lease_until`.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
-    fn renew_if_owned(tx: &Self::Tx, token: &ClaimToken, now: i64, lease_until: i64) -> Result<bool>;
+    /// Moves the lease of the exact live claim `claim.token` to `lease_until`.
+    fn renew_if_owned(tx: &Self::Tx, claim: TokenAt<'_>, lease_until: i64) -> Result<bool>;
 
-    /// True when `token` is the exact claim of a running job whose lease is live at `at`.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
-    fn owns(tx: &Self::Tx, token: &ClaimToken, at: i64) -> Result<bool>;
+    /// True when `claim.token` is the exact claim of a running job whose lease is live at
+    /// `claim.now`.
+    fn owns(tx: &Self::Tx, claim: TokenAt<'_>) -> Result<bool>;
 
-    /// The live lease of `token` at `now`, read so that no reclaim can commit before `tx`
+    /// The live lease of `claim.token` at `claim.now`, read so that no reclaim can commit before `tx`
     /// does (SQLite: the write lock `tx` holds; a server store locks the row).
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
-    fn owned_lease(tx: &Self::Tx, token: &ClaimToken, now: i64) -> Result<Option<OwnedLease>>;
+    fn owned_lease(tx: &Self::Tx, claim: TokenAt<'_>) -> Result<Option<OwnedLease>>;
 
     /// Extends the exact running claim's lease to `lease_until` (checked live by
     /// [`Store::owned_lease`] earlier in `tx`), unless it already ends later.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
-    fn extend_owned(tx: &Self::Tx, token: &ClaimToken, now: i64, lease_until: i64) -> Result<bool>;
+    fn extend_owned(tx: &Self::Tx, claim: TokenAt<'_>, lease_until: i64) -> Result<bool>;
 
     /// The row's current identity and state, to explain a guarded transition that changed
     /// nothing.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn identity(tx: &Self::Tx, id: JobId) -> Result<Option<Identity>>;
 
     // ------------------------------------------------------------ settles (exact live claim)
 
     /// `running` → `completed`.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
-    fn complete_if_owned(tx: &Self::Tx, token: &ClaimToken, now: i64) -> Result<bool>;
+    fn complete_if_owned(tx: &Self::Tx, claim: TokenAt<'_>) -> Result<bool>;
 
     /// [`Store::complete_if_owned`] for each token in turn, in one call (`complete_all`, a
     /// pool's round): one `bool` per token, in order, exactly as the calls one by one would
     /// report them (a token listed twice completes once, the first time). A server store
     /// makes it one statement. The default calls `complete_if_owned` for each.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn complete_many_if_owned(tx: &Self::Tx, tokens: &[ClaimToken], now: i64) -> Result<Vec<bool>> {
-        tokens.iter().map(|token| Self::complete_if_owned(tx, token, now)).collect()
+        tokens.iter().map(|token| Self::complete_if_owned(tx, TokenAt { token, now })).collect()
     }
 
     /// `running` → `pending` at `run_at`, only while attempts are left.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
-    fn retry_if_owned(tx: &Self::Tx, token: &ClaimToken, now: i64, run_at: i64, error: &str) -> Result<bool>;
+    fn retry_if_owned(tx: &Self::Tx, claim: TokenAt<'_>, run_at: i64, error: &str) -> Result<bool>;
 
     /// `running` → unacknowledged `exhausted`, keeping the token.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
-    fn exhaust_if_owned(tx: &Self::Tx, token: &ClaimToken, now: i64, error: &str) -> Result<bool>;
+    fn exhaust_if_owned(tx: &Self::Tx, claim: TokenAt<'_>, error: &str) -> Result<bool>;
 
     /// `running` → `unknown`.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
-    fn mark_unknown_if_owned(tx: &Self::Tx, token: &ClaimToken, now: i64, evidence: &str) -> Result<bool>;
+    fn mark_unknown_if_owned(tx: &Self::Tx, claim: TokenAt<'_>, evidence: &str) -> Result<bool>;
 
     /// `running` → `waiting` until `wait_until`.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
-    fn park_if_owned(tx: &Self::Tx, token: &ClaimToken, now: i64, wait_until: i64, reason: &str) -> Result<bool>;
+    fn park_if_owned(tx: &Self::Tx, claim: TokenAt<'_>, wait_until: i64, reason: &str) -> Result<bool>;
 
     /// `running` → `pending`, due at once (its `run_at` if that has passed, else `now`), its
     /// lease cleared and its attempt given back (`max_attempts + 1`): a claim handed back
     /// unstarted (a worker pool's prefetched jobs when it shuts down). The attempt counter
     /// is never lowered, so the next claim is the next attempt with a fresh claim id, and
     /// no (id, attempt) is handed out twice. A server store wakes the queue's listeners.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
-    fn release_if_owned(tx: &Self::Tx, token: &ClaimToken, now: i64) -> Result<bool>;
+    fn release_if_owned(tx: &Self::Tx, claim: TokenAt<'_>) -> Result<bool>;
 
     // ------------------------------------------------------------ exact token, other states
 
     /// `waiting` (deadline after `now`) → `pending` with one more attempt.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
-    fn resume_if_waiting(tx: &Self::Tx, token: &ClaimToken, now: i64) -> Result<bool>;
+    fn resume_if_waiting(tx: &Self::Tx, claim: TokenAt<'_>) -> Result<bool>;
 
     /// Acknowledges the exhaustion `token` (a repeat changes nothing and still matches).
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
-    fn acknowledge_if_exhausted(tx: &Self::Tx, token: &ClaimToken, now: i64, decided: &Decided<'_>) -> Result<bool>;
+    fn acknowledge_if_exhausted(tx: &Self::Tx, claim: TokenAt<'_>, decided: &Decided<'_>) -> Result<bool>;
 
     /// `unknown` → what `resolution` says.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn resolve_if_unknown(
         tx: &Self::Tx,
-        token: &ClaimToken,
+        claim: TokenAt<'_>,
         resolution: Resolution,
-        now: i64,
         decided: &Decided<'_>,
     ) -> Result<bool>;
 
     // ------------------------------------------------------------ operators, by id
 
     /// `pending`, `waiting` or `running` → `cancelled`.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
-    fn cancel_if_active(tx: &Self::Tx, id: JobId, now: i64, decided: &Decided<'_>) -> Result<bool>;
+    fn cancel_if_active(tx: &Self::Tx, decision: JobDecision<'_>) -> Result<bool>;
 
     /// `exhausted` → `pending`, due now, attempt 0.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
-    fn replay_if_exhausted(tx: &Self::Tx, id: JobId, now: i64, decided: &Decided<'_>) -> Result<bool>;
+    fn replay_if_exhausted(tx: &Self::Tx, decision: JobDecision<'_>) -> Result<bool>;
 
     /// Acknowledges the unacknowledged exhaustion `id`.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
-    fn acknowledge_job_if_unacknowledged(tx: &Self::Tx, id: JobId, now: i64, decided: &Decided<'_>) -> Result<bool>;
+    fn acknowledge_job_if_unacknowledged(tx: &Self::Tx, decision: JobDecision<'_>) -> Result<bool>;
 
     /// Acknowledges every unacknowledged exhaustion of `queue`; their ids, in id order.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
-    fn acknowledge_all(tx: &Self::Tx, queue: &str, now: i64, decided: &Decided<'_>) -> Result<Vec<JobId>>;
+    fn acknowledge_all(tx: &Self::Tx, decision: QueueDecision<'_>) -> Result<Vec<JobId>>;
 
     // ------------------------------------------------------------ paused queues
 
@@ -442,115 +380,57 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// [`Store::claim`] of it claims nothing, on every handle and process, until
     /// [`Store::unpause_queue`]. True when this call paused it; a queue paused already is
     /// left as it is, its record too (false). A queue with no jobs can be paused.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
-    fn pause_queue(tx: &Self::Tx, queue: &str, now: i64, decided: &Decided<'_>) -> Result<bool>;
+    fn pause_queue(tx: &Self::Tx, decision: QueueDecision<'_>) -> Result<bool>;
 
     /// Unpauses `queue`, recording `decided` (`"unpause"`): true when it was paused.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
-    fn unpause_queue(tx: &Self::Tx, queue: &str, now: i64, decided: &Decided<'_>) -> Result<bool>;
+    fn unpause_queue(tx: &Self::Tx, decision: QueueDecision<'_>) -> Result<bool>;
 
     /// The pause of `queue`, while it is paused.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn queue_pause(tx: &Self::Tx, queue: &str) -> Result<Option<PausedQueue>>;
 
     /// Every paused queue, in queue order.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn paused_queues(tx: &Self::Tx) -> Result<Vec<PausedQueue>>;
 
     // ------------------------------------------------------------ maintenance
 
-    /// Up to `limit` running jobs whose lease ended at or before `now`, of every queue (a
+    /// Up to `batch.limit` running jobs whose lease ended at or before `batch.until` (now), of every queue (a
     /// paused one too, so that its attempts are never stuck): back to pending with attempts
     /// left, else exhausted. Returns (requeued, exhausted).
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
-    fn reap_expired(tx: &Self::Tx, now: i64, limit: u32) -> Result<(u64, u64)>;
+    fn reap_expired(tx: &Self::Tx, batch: Batch) -> Result<(u64, u64)>;
 
-    /// Up to `limit` waiting jobs whose deadline passed → exhausted.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
-    fn reap_waiting(tx: &Self::Tx, now: i64, limit: u32) -> Result<u64>;
+    /// Up to `batch.limit` waiting jobs whose deadline passed at `batch.until` (now) → exhausted.
+    fn reap_waiting(tx: &Self::Tx, batch: Batch) -> Result<u64>;
 
     /// What [`Store::reap_expired`] and [`Store::reap_waiting`] would change at `now`.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn reap_preview(tx: &Self::Tx, now: i64) -> Result<ReapReport>;
 
-    /// Deletes up to `limit` completed and cancelled rows settled at or before `horizon`.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
-    fn prune_settled(tx: &Self::Tx, horizon: i64, limit: u32) -> Result<u64>;
+    /// Deletes up to `batch.limit` completed and cancelled rows settled at or before
+    /// `batch.until` (the horizon).
+    fn prune_settled(tx: &Self::Tx, batch: Batch) -> Result<u64>;
 
-    /// Deletes up to `limit` exhaustions acknowledged at or before `horizon`.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
-    fn prune_acknowledged(tx: &Self::Tx, horizon: i64, limit: u32) -> Result<u64>;
+    /// Deletes up to `batch.limit` exhaustions acknowledged at or before `batch.until` (the
+    /// horizon).
+    fn prune_acknowledged(tx: &Self::Tx, batch: Batch) -> Result<u64>;
 
     /// What the two prunes would delete at `horizon`: (settled, acknowledged).
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn prune_preview(tx: &Self::Tx, horizon: i64) -> Result<(u64, u64)>;
 
     // ------------------------------------------------------------ inspection
 
-    /// Up to `limit` unacknowledged exhaustions with id above `after`, in id order.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
-    fn exhaustions(tx: &Self::Tx, after: i64, limit: u32) -> Result<Vec<Exhaustion>>;
+    /// One page of unacknowledged exhaustions, in id order.
+    fn exhaustions(tx: &Self::Tx, page: PageRequest) -> Result<Vec<Exhaustion>>;
 
-    /// Up to `limit` unknown outcomes with id above `after`, in id order (`at` is when the
+    /// One page of unknown outcomes, in id order (`at` is when the
     /// outcome was recorded, `reason` its evidence).
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
-    fn unknowns(tx: &Self::Tx, after: i64, limit: u32) -> Result<Vec<Exhaustion>>;
+    fn unknowns(tx: &Self::Tx, page: PageRequest) -> Result<Vec<Exhaustion>>;
 
     /// One job's whole record.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn job(tx: &Self::Tx, id: JobId) -> Result<Option<Job>>;
 
-    /// Jobs with id above `after`, in id order, optionally of one queue and one state.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
-    fn list(tx: &Self::Tx, queue: Option<&str>, state: Option<JobState>, after: i64, limit: u32) -> Result<Vec<Job>>;
+    /// One page of jobs, in id order, optionally of one queue and one state.
+    fn list(tx: &Self::Tx, queue: Option<&str>, state: Option<JobState>, page: PageRequest) -> Result<Vec<Job>>;
 
     /// Row counts per queue, state and acknowledgement, in queue order.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn stats(tx: &Self::Tx, now: i64) -> Result<Vec<StatsRow>>;
 
     /// Jobs completed (state `completed`) with `settled_at` in `from..until` (ms since the
@@ -558,18 +438,10 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// `settled_at` div 60,000, in minute order, minutes without a completion left out. Read
     /// through the settled jobs' index, so its cost follows the completions in the range,
     /// not the table.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn completions_per_minute(tx: &Self::Tx, from: i64, until: i64) -> Result<Vec<(i64, u64)>>;
 
     /// Due pending jobs plus running jobs of `queue` (a paused queue's pending jobs are not
     /// due).
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn due_or_running(tx: &Self::Tx, queue: &str, now: i64) -> Result<u64>;
 
     // ------------------------------------------------------------ periodic jobs
@@ -580,31 +452,63 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// false when an equal or later tick is recorded (enqueued before a restart, by another
     /// process, or before the clock stepped back), and nothing changed. A server store makes
     /// it one guarded upsert, so that of several racing transactions exactly one wins.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
-    fn advance_schedule_if_later(tx: &Self::Tx, name: &str, tick: i64, now: i64) -> Result<bool>;
+    fn advance_schedule_if_later(tx: &Self::Tx, tick: ScheduleTick<'_>) -> Result<bool>;
 
     /// The latest tick recorded for the schedule `name`.
-    ///
-    /// # Errors
-    ///
-    /// The store's error.
     fn schedule_last_tick(tx: &Self::Tx, name: &str) -> Result<Option<i64>>;
+}
+
+/// One statement of a store's dialect and its name: what errors and logs say it was
+/// (`Error::Busy { statement, .. }`). Defined with `stmt!`; run by passing the whole of it,
+/// so that the name comes from the statement itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stmt {
+    /// The constant's name (`"CLAIM"`).
+    pub name: &'static str,
+    /// Its SQL.
+    pub sql: &'static str,
+}
+
+/// A statement's name, where an error names what raised it (`.sql(CLAIM)`, `.pg(CLAIM)`).
+impl From<Stmt> for &'static str {
+    fn from(stmt: Stmt) -> Self {
+        stmt.name
+    }
 }
 
 /// What a store's watcher calls ([`Store::watch`]): wakes the pools of the named queue, or
 /// of every queue for `None`.
 pub type Wake = std::sync::Arc<dyn Fn(Option<&str>) + Send + Sync>;
 
-/// One forward-only schema change of a store, embedded from its folder of `schema/` (`schema/sqlite/`, `schema/postgres/`): the
-/// same version numbers and names in every store (each store's SQL is its own dialect).
-#[derive(Debug)]
+/// The name of every forward-only schema change, in version order (version = position + 1):
+/// one list for every store, so that a version number means the same change everywhere.
+/// Each store pairs it with its own dialect's files, `schema/<store>/NNNN_<name>.sql`
+/// ([`migrations`]).
+pub(crate) const MIGRATION_NAMES: [&str; 7] =
+    ["create_jobs", "add_claim_id", "durable_exhaustion", "decisions", "schedules", "paused_queues", "checks_in_table"];
+
+/// The schema version this build writes and understands, in every store.
+pub const SCHEMA_VERSION: i64 = MIGRATION_NAMES.len() as i64;
+
+/// One forward-only schema change of a store: a name of [`MIGRATION_NAMES`] with its
+/// version, and the store's own SQL for it, embedded from its folder of `schema/`.
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Migration {
     pub version: i64,
     pub name: &'static str,
     pub sql: &'static str,
+}
+
+/// A store's migrations: `sql[i]` (its dialect's file for `MIGRATION_NAMES[i]`) with its
+/// version and name.
+pub(crate) const fn migrations(sql: [&'static str; MIGRATION_NAMES.len()]) -> [Migration; MIGRATION_NAMES.len()] {
+    let mut out = [Migration { version: 0, name: "", sql: "" }; MIGRATION_NAMES.len()];
+    let mut i = 0;
+    while i < out.len() {
+        out[i] = Migration { version: i as i64 + 1, name: MIGRATION_NAMES[i], sql: sql[i] };
+        i += 1;
+    }
+    out
 }
 
 /// A job to insert, with every default resolved above the seam.
@@ -624,6 +528,87 @@ pub struct NewRow<'a> {
     pub max_attempts: u32,
     /// Now.
     pub created_at: i64,
+}
+
+/// What a claim asks for ([`Store::claim`]): up to `limit` due jobs of `queue` at `now`, each
+/// leased to `worker` until `lease_until`.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimRequest<'a> {
+    /// The queue to claim from.
+    pub queue: &'a str,
+    /// Who claims (`Job::worker`).
+    pub worker: &'a str,
+    /// The instant due jobs and ended leases are judged by.
+    pub now: i64,
+    /// The end of each claimed job's lease.
+    pub lease_until: i64,
+    /// How many jobs at most.
+    pub limit: u32,
+}
+
+/// The claim a transition of one job names, and the instant it is judged by: the settles and
+/// renewals of the exact live claim (`*_if_owned`) and the token's transitions in other
+/// states (`resume_if_waiting`, `acknowledge_if_exhausted`, `resolve_if_unknown`).
+#[derive(Debug, Clone, Copy)]
+pub struct TokenAt<'a> {
+    /// The exact claim: job id, attempt and claim id.
+    pub token: &'a ClaimToken,
+    /// Now: a lease must be live after it (`*_if_owned`), and the row records it.
+    pub now: i64,
+}
+
+/// An operator's change of one job by id ([`Store::cancel_if_active`],
+/// [`Store::replay_if_exhausted`], [`Store::acknowledge_job_if_unacknowledged`]).
+#[derive(Debug, Clone, Copy)]
+pub struct JobDecision<'a> {
+    /// The job.
+    pub id: JobId,
+    /// Now, recorded as the decision's time.
+    pub now: i64,
+    /// What is recorded on the row.
+    pub decided: Decided<'a>,
+}
+
+/// An operator's change of one queue ([`Store::pause_queue`], [`Store::unpause_queue`],
+/// [`Store::acknowledge_all`]).
+#[derive(Debug, Clone, Copy)]
+pub struct QueueDecision<'a> {
+    /// The queue.
+    pub queue: &'a str,
+    /// Now, recorded as the decision's time.
+    pub now: i64,
+    /// What is recorded (on the queue's row, or on each job's).
+    pub decided: Decided<'a>,
+}
+
+/// One batch of a maintenance pass: up to `limit` rows whose lease, deadline or settlement
+/// is at or before `until` (the reapers' now, the prunes' horizon).
+#[derive(Debug, Clone, Copy)]
+pub struct Batch {
+    /// Rows at or before this instant (ms since the epoch).
+    pub until: i64,
+    /// How many rows at most.
+    pub limit: u32,
+}
+
+/// One page of a listing in id order: up to `limit` rows with id above `after`.
+#[derive(Debug, Clone, Copy)]
+pub struct PageRequest {
+    /// The last id of the previous page (0 for the first).
+    pub after: i64,
+    /// How many rows at most.
+    pub limit: u32,
+}
+
+/// A tick of a periodic job's schedule ([`Store::advance_schedule_if_later`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ScheduleTick<'a> {
+    /// The schedule's name.
+    pub name: &'a str,
+    /// The tick, in ms since the epoch.
+    pub tick: i64,
+    /// Now, recorded with it.
+    pub now: i64,
 }
 
 /// A row's identity and state, as [`Store::identity`] reads it.
@@ -685,17 +670,20 @@ pub struct StatsRow {
     pub expired: u64,
 }
 
-/// Asserts that the migration files in `dir` (below the crate root) are exactly `listed`,
-/// as `NNNN_name.sql`, with versions 1..=n without gaps (each store's migrations test).
 #[cfg(test)]
-pub(crate) fn assert_migrations_match_directory(dir: &str, listed: &[(i64, &str)]) {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
-    let mut files: Vec<String> =
-        std::fs::read_dir(path).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
-    files.sort();
-    let names: Vec<String> = listed.iter().map(|(version, name)| format!("{version:04}_{name}.sql")).collect();
-    assert_eq!(files, names);
-    for (i, (version, _)) in listed.iter().enumerate() {
-        assert_eq!(*version, i as i64 + 1, "versions run 1..=n without gaps");
+mod tests {
+    /// Every store has a file for every migration's name, and nothing else, as
+    /// `NNNN_name.sql` (each store's `include_str!` list is in the same order).
+    #[test]
+    fn every_store_has_a_file_for_every_migration() {
+        let names: Vec<String> =
+            super::MIGRATION_NAMES.iter().enumerate().map(|(i, name)| format!("{:04}_{name}.sql", i + 1)).collect();
+        for store in ["sqlite", "postgres"] {
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schema").join(store);
+            let mut files: Vec<String> =
+                std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+            files.sort();
+            assert_eq!(files, names, "schema/{store}");
+        }
     }
 }

@@ -25,7 +25,7 @@ use crate::error::Result;
 use crate::job::{ClaimToken, Claimed, JobId, JobState};
 use crate::queue::Queue;
 use crate::store::DefaultStore;
-use crate::store::Store;
+use crate::store::{PageRequest, Store};
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -237,7 +237,7 @@ impl<S: Store> WorkerPool<S> {
                 if S::queue_pause(tx, queue)?.is_none() {
                     return Ok(true);
                 }
-                Ok(S::list(tx, Some(queue), Some(JobState::Pending), 0, 1)?.is_empty())
+                Ok(S::list(tx, Some(queue), Some(JobState::Pending), PageRequest { after: 0, limit: 1 })?.is_empty())
             })
         })
     }

@@ -159,13 +159,14 @@ impl From<DieselError> for Error {
 /// The statement name of errors raised by a caller's own SQL.
 pub(crate) const CALLER_STATEMENT: &str = "caller transaction";
 
-/// Adds the statement name to a diesel result (`.pg("CLAIM")?`).
+/// Adds the statement name to a diesel result (`.pg(CLAIM)?` for a [`Stmt`](crate::store::Stmt), or a name).
 pub(crate) trait PgContext<T> {
-    fn pg(self, statement: &'static str) -> Result<T>;
+    fn pg(self, statement: impl Into<&'static str>) -> Result<T>;
 }
 
 impl<T> PgContext<T> for diesel::QueryResult<T> {
-    fn pg(self, statement: &'static str) -> Result<T> {
+    fn pg(self, statement: impl Into<&'static str>) -> Result<T> {
+        let statement = statement.into();
         self.map_err(|e| Error::postgres(statement, e))
     }
 }

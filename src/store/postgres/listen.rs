@@ -129,7 +129,7 @@ fn connect(url: &str, settings: &str) -> Result<PgConnection> {
     let mut conn = PgConnection::establish(url)
         .map_err(|e| crate::Error::domain(format!("listener connection: {}", super::error::redact(&e.to_string()))))?;
     conn.batch_execute(settings).pg("listener settings")?;
-    let channel = sql_query(CHANNEL).get_result::<Channel>(&mut conn).pg("CHANNEL")?.channel;
+    let channel = sql_query(CHANNEL.sql).get_result::<Channel>(&mut conn).pg(CHANNEL)?.channel;
     // The channel is `fenceq_` and a schema name of [a-z0-9_] (`check_schema`), or the
     // connection's current schema: quoted as an identifier, with any quote doubled.
     conn.batch_execute(&format!("LISTEN \"{}\"", channel.replace('"', "\"\""))).pg("LISTEN")?;

@@ -9,36 +9,24 @@
 use super::error::PgContext;
 use super::PgConn;
 use crate::error::{Error, Result};
-use crate::store::Migration;
+use crate::store::{migrations, Migration, MIGRATION_NAMES};
 use diesel::connection::{AnsiTransactionManager, SimpleConnection, TransactionManager};
 use diesel::sql_types::{BigInt, Text};
 use diesel::{sql_query, OptionalExtension, QueryableByName, RunQueryDsl};
 
-/// Every migration, in order, with SQLite's version numbers and names.
-pub(crate) const MIGRATIONS: &[Migration] = &[
-    Migration { version: 1, name: "create_jobs", sql: include_str!("../../../schema/postgres/0001_create_jobs.sql") },
-    Migration { version: 2, name: "add_claim_id", sql: include_str!("../../../schema/postgres/0002_add_claim_id.sql") },
-    Migration {
-        version: 3,
-        name: "durable_exhaustion",
-        sql: include_str!("../../../schema/postgres/0003_durable_exhaustion.sql"),
-    },
-    Migration { version: 4, name: "decisions", sql: include_str!("../../../schema/postgres/0004_decisions.sql") },
-    Migration { version: 5, name: "schedules", sql: include_str!("../../../schema/postgres/0005_schedules.sql") },
-    Migration {
-        version: 6,
-        name: "paused_queues",
-        sql: include_str!("../../../schema/postgres/0006_paused_queues.sql"),
-    },
-    Migration {
-        version: 7,
-        name: "checks_in_table",
-        sql: include_str!("../../../schema/postgres/0007_checks_in_table.sql"),
-    },
-];
+/// Every migration, in order ([`MIGRATION_NAMES`], the same versions as SQLite's).
+pub(crate) const MIGRATIONS: [Migration; MIGRATION_NAMES.len()] = migrations([
+    include_str!("../../../schema/postgres/0001_create_jobs.sql"),
+    include_str!("../../../schema/postgres/0002_add_claim_id.sql"),
+    include_str!("../../../schema/postgres/0003_durable_exhaustion.sql"),
+    include_str!("../../../schema/postgres/0004_decisions.sql"),
+    include_str!("../../../schema/postgres/0005_schedules.sql"),
+    include_str!("../../../schema/postgres/0006_paused_queues.sql"),
+    include_str!("../../../schema/postgres/0007_checks_in_table.sql"),
+]);
 
 /// The schema version this build writes and understands (the same as SQLite's).
-pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].version;
+pub(crate) const SCHEMA_VERSION: i64 = crate::store::SCHEMA_VERSION;
 
 const VERSION_TABLE: &str = "
     CREATE TABLE IF NOT EXISTS fenceq_schema_version (
@@ -174,18 +162,4 @@ fn apply_in_transaction(
         .execute(conn)
         .pg("INSERT fenceq_schema_version (migration)")?;
     Ok(true)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn migrations_match_the_directory_and_sqlite() {
-        let listed: Vec<(i64, &str)> = MIGRATIONS.iter().map(|m| (m.version, m.name)).collect();
-        crate::store::assert_migrations_match_directory("schema/postgres", &listed);
-        let sqlite: Vec<(i64, &str)> =
-            crate::store::sqlite::migrate::MIGRATIONS.iter().map(|m| (m.version, m.name)).collect();
-        assert_eq!(sqlite, listed, "the same versions with the same meaning in both stores");
-    }
 }

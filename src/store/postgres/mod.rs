@@ -21,7 +21,7 @@
 //!
 //! A lost connection ([`Error::ConnectionLost`]) says whether the work may have committed:
 //! not when it broke inside the transaction, or before a statement that writes was sent in
-//! autocommit; perhaps once the `COMMIT` (or such a statement) was sent (`run_write`).
+//! autocommit; perhaps once the `COMMIT` (or such a statement) was sent (`run_transaction`).
 //!
 //! Calls that write in one statement at most (an enqueue, a claim, a settle:
 //! [`Store::submit_single`](crate::store::Store::submit_single)) run in autocommit instead:
@@ -578,7 +578,7 @@ impl PostgresStore {
     /// transaction, committed by the server as it ends, with no `BEGIN` or `COMMIT` round
     /// trip); for work that writes in one statement at most
     /// ([`Store::submit_single`](crate::store::Store::submit_single)).
-    fn run_single<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
+    fn run_autocommit<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
         let tx = PgTx::pooled(self.checkout()?, &self.server_clock);
         let result = f(&tx);
         tx.discard_if_lost(&result);
@@ -601,7 +601,7 @@ impl PostgresStore {
     /// ends), nor when the session is found ended just before sending it (the server's
     /// goodbye already arrived, read without a round trip as the pool's check-out test
     /// does); once the `COMMIT` was sent, it may have.
-    fn run_write<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
+    fn run_transaction<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
         let tx = PgTx::pooled(self.checkout()?, &self.server_clock);
         let before_commit = |e| error::lost_in(error::Phase::Transaction, e);
         tx.with(|conn| AnsiTransactionManager::begin_transaction(conn).pg("BEGIN")).map_err(before_commit)?;
@@ -641,23 +641,23 @@ impl PostgresStore {
         }
     }
 
-    fn write_scoped<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
+    fn run_write<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
         let _flag = enter_write()?;
-        self.run_write(f)
+        self.run_transaction(f)
     }
 
-    fn submit_scoped<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
+    fn run_submit<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
         let _flag = WriteFlag::set()?;
-        self.run_write(f)
+        self.run_transaction(f)
     }
 
-    fn submit_single_scoped<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
+    fn run_submit_single<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
         let _flag = WriteFlag::set()?;
-        self.run_single(f)
+        self.run_autocommit(f)
     }
 
     /// Starts the listener (once) and adds `wake` to what it calls.
-    fn watch_scoped(&self, wake: crate::store::Wake) {
+    fn run_watch(&self, wake: crate::store::Wake) {
         let mut listener = self.listener.lock();
         listener.get_or_insert_with(|| listen::Listener::start(self.conninfo.clone(), self.settings.clone())).add(wake);
     }

@@ -79,7 +79,7 @@ fn the_claim_reads_a_few_rows_not_every_due_row() {
     let mut plan = Vec::new();
     // EXPLAIN ANALYZE runs the claim: in a transaction that is rolled back.
     let _ = raw.transaction::<(), diesel::result::Error, _>(|conn| {
-        plan = sql_query(format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {CLAIM}"))
+        plan = sql_query(format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {}", CLAIM.sql))
             .bind::<Text, _>("q")
             .bind::<BigInt, _>(now)
             .bind::<BigInt, _>(1_i64)
@@ -121,14 +121,15 @@ fn completions_per_minute_read_the_hour_not_the_table() {
     )
     .unwrap();
     let from = 10_000 * 60_000_i64;
-    let plan: Vec<String> = sql_query(format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {COMPLETIONS_PER_MINUTE}"))
-        .bind::<BigInt, _>(from)
-        .bind::<BigInt, _>(from + 3_600_000)
-        .load::<Plan>(&mut raw)
-        .unwrap()
-        .into_iter()
-        .map(|p| p.line)
-        .collect();
+    let plan: Vec<String> =
+        sql_query(format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {}", COMPLETIONS_PER_MINUTE.sql))
+            .bind::<BigInt, _>(from)
+            .bind::<BigInt, _>(from + 3_600_000)
+            .load::<Plan>(&mut raw)
+            .unwrap()
+            .into_iter()
+            .map(|p| p.line)
+            .collect();
     let shown = plan.join("\n");
     assert!(shown.contains("fenceq_jobs_settled"), "reads the settled index:\n{shown}");
     let most = most_rows_of_any_node(&plan);

@@ -42,30 +42,31 @@ macro_rules! wake_listeners {
     };
 }
 
-/// The channel a listener of this connection's schema listens on (see `wake_listeners!`).
-pub(crate) const CHANNEL: &str = "SELECT left('fenceq_' || current_schema(), 63) AS channel";
+stmt! {
+    /// The channel a listener of this connection's schema listens on (see `wake_listeners!`).
+    CHANNEL = "SELECT left('fenceq_' || current_schema(), 63) AS channel";
 
-/// Idempotent intake through the unique index `fenceq_jobs_queue_key`: a conflict returns no
-/// row (and the caller looks the existing job up); any other violation fails loudly. A job
-/// due at once wakes the queue's listeners in every process (on commit).
-pub(crate) const ENQUEUE: &str = concat!(
-    "
+    /// Idempotent intake through the unique index `fenceq_jobs_queue_key`: a conflict returns no
+    /// row (and the caller looks the existing job up); any other violation fails loudly. A job
+    /// due at once wakes the queue's listeners in every process (on commit).
+    ENQUEUE = concat!(
+        "
     INSERT INTO fenceq_jobs (queue, key, payload, priority, run_at, max_attempts, created_at)
     VALUES ($1, $2, $3, $4, $5, $6, $7)
     ON CONFLICT (queue, key) WHERE key IS NOT NULL DO NOTHING
     RETURNING id, CASE WHEN run_at <= created_at THEN ",
-    wake_listeners!("queue"),
-    " END AS woke"
-);
+        wake_listeners!("queue"),
+        " END AS woke"
+    );
 
-/// An intake group's rows, one statement that inserts all of them or none, so that it can
-/// run in autocommit: `ENQUEUE_ALL` without `ON CONFLICT`, so a key conflict (with a job
-/// already there, or between two of its rows) fails the statement on
-/// `fenceq_jobs_queue_key`; and fewer rows back than `$8` went in (an application's trigger
-/// ignored one) divides by zero, which fails it too. A failed statement changes nothing; when
-/// every row was ignored, nothing was inserted and no row comes back.
-pub(crate) const ENQUEUE_ALL_OR_NONE: &str = concat!(
-    "
+    /// An intake group's rows, one statement that inserts all of them or none, so that it can
+    /// run in autocommit: `ENQUEUE_ALL` without `ON CONFLICT`, so a key conflict (with a job
+    /// already there, or between two of its rows) fails the statement on
+    /// `fenceq_jobs_queue_key`; and fewer rows back than `$8` went in (an application's trigger
+    /// ignored one) divides by zero, which fails it too. A failed statement changes nothing; when
+    /// every row was ignored, nothing was inserted and no row comes back.
+    ENQUEUE_ALL_OR_NONE = concat!(
+        "
     WITH inserted AS (
         INSERT INTO fenceq_jobs (queue, key, payload, priority, run_at, max_attempts, created_at)
         SELECT queue, key, payload, priority, run_at, max_attempts, created_at
@@ -73,18 +74,18 @@ pub(crate) const ENQUEUE_ALL_OR_NONE: &str = concat!(
                WITH ORDINALITY AS r(queue, key, payload, priority, run_at, max_attempts, created_at, n)
         ORDER  BY n
         RETURNING id, CASE WHEN run_at <= created_at THEN ",
-    wake_listeners!("queue"),
-    " END AS woke
+        wake_listeners!("queue"),
+        " END AS woke
     )
     SELECT id / ((SELECT count(*) FROM inserted) = $8)::integer AS id, woke FROM inserted"
-);
+    );
 
-/// Batched intake, one statement: the rows of seven parallel arrays (`ENQUEUE`'s columns),
-/// inserted in array order (so their ids, from the table's sequence, ascend in that order).
-/// A conflicting row is skipped, as in `ENQUEUE`; `Store::enqueue_all_new` then undoes the
-/// statement and goes row by row.
-pub(crate) const ENQUEUE_ALL: &str = concat!(
-    "
+    /// Batched intake, one statement: the rows of seven parallel arrays (`ENQUEUE`'s columns),
+    /// inserted in array order (so their ids, from the table's sequence, ascend in that order).
+    /// A conflicting row is skipped, as in `ENQUEUE`; `Store::enqueue_all_new` then undoes the
+    /// statement and goes row by row.
+    ENQUEUE_ALL = concat!(
+        "
     INSERT INTO fenceq_jobs (queue, key, payload, priority, run_at, max_attempts, created_at)
     SELECT queue, key, payload, priority, run_at, max_attempts, created_at
     FROM   unnest($1::text[], $2::text[], $3::bytea[], $4::integer[], $5::bigint[], $6::integer[], $7::bigint[])
@@ -92,40 +93,40 @@ pub(crate) const ENQUEUE_ALL: &str = concat!(
     ORDER  BY n
     ON CONFLICT (queue, key) WHERE key IS NOT NULL DO NOTHING
     RETURNING id, CASE WHEN run_at <= created_at THEN ",
-    wake_listeners!("queue"),
-    " END AS woke"
-);
+        wake_listeners!("queue"),
+        " END AS woke"
+    );
 
-pub(crate) const FIND_BY_KEY: &str = "
+    FIND_BY_KEY = "
     SELECT id FROM fenceq_jobs WHERE queue = $1 AND key = $2";
 
-/// The claim, one statement: up to `$3` claimable jobs of queue `$1` in priority, run_at, id
-/// order (due pending jobs, and running jobs whose lease ended at or before `$2` with
-/// attempts left), locked and skipping rows another transaction holds (`FOR UPDATE SKIP
-/// LOCKED`: a concurrent claimer, or an owned write that locked its row); the `UPDATE`
-/// claims each with a fresh claim id (`gen_random_uuid()`), returning the claimed rows.
-///
-/// The two kinds of claimable row are two arms, each with its own `LIMIT`, merged and cut to
-/// `$3` again: pending rows are read in the order of the partial index `fenceq_jobs_claim`
-/// (queue, priority DESC, run_at, id), so the scan stops after `$3` due rows (a delayed job
-/// ahead of them is read and skipped) instead of sorting every due row, which is what one
-/// `WHERE` with an `OR` of both kinds made the planner do (a bitmap of both partial indexes,
-/// then a sort of all of them). Expired leases come from `fenceq_jobs_lease`, and there are
-/// never more running rows than workers. The merged best `$3` of the two best-`$3` lists are
-/// the best `$3` overall; an arm may lock up to `$3` rows that the cut then leaves unclaimed,
-/// until the statement's transaction ends. CTEs rather than `WHERE id IN (subquery)`: the
-/// planner may not keep a subquery's `LIMIT` (awa's note), and a CTE is evaluated once.
-///
-/// A row that a concurrent transaction changed after the statement's snapshot is re-checked
-/// against its arm's `WHERE` as it is locked, so a lease another claim just renewed or took
-/// is never handed out. `RETURNING` order is unspecified; the store sorts.
-///
-/// A paused queue (`fenceq_queues`) claims nothing: the `NOT EXISTS` names no column of the
-/// jobs, so the planner makes it an init plan, one probe of `fenceq_queues`' primary key,
-/// and a one-time filter over the whole join, evaluated before either side: a paused claim
-/// reads no job (the CTEs run only when the join first reads them). In the arms instead, it
-/// left the join free to read a row of the table first (a hash join's first outer row).
-pub(crate) const CLAIM: &str = "
+    /// The claim, one statement: up to `$3` claimable jobs of queue `$1` in priority, run_at, id
+    /// order (due pending jobs, and running jobs whose lease ended at or before `$2` with
+    /// attempts left), locked and skipping rows another transaction holds (`FOR UPDATE SKIP
+    /// LOCKED`: a concurrent claimer, or an owned write that locked its row); the `UPDATE`
+    /// claims each with a fresh claim id (`gen_random_uuid()`), returning the claimed rows.
+    ///
+    /// The two kinds of claimable row are two arms, each with its own `LIMIT`, merged and cut to
+    /// `$3` again: pending rows are read in the order of the partial index `fenceq_jobs_claim`
+    /// (queue, priority DESC, run_at, id), so the scan stops after `$3` due rows (a delayed job
+    /// ahead of them is read and skipped) instead of sorting every due row, which is what one
+    /// `WHERE` with an `OR` of both kinds made the planner do (a bitmap of both partial indexes,
+    /// then a sort of all of them). Expired leases come from `fenceq_jobs_lease`, and there are
+    /// never more running rows than workers. The merged best `$3` of the two best-`$3` lists are
+    /// the best `$3` overall; an arm may lock up to `$3` rows that the cut then leaves unclaimed,
+    /// until the statement's transaction ends. CTEs rather than `WHERE id IN (subquery)`: the
+    /// planner may not keep a subquery's `LIMIT` (awa's note), and a CTE is evaluated once.
+    ///
+    /// A row that a concurrent transaction changed after the statement's snapshot is re-checked
+    /// against its arm's `WHERE` as it is locked, so a lease another claim just renewed or took
+    /// is never handed out. `RETURNING` order is unspecified; the store sorts.
+    ///
+    /// A paused queue (`fenceq_queues`) claims nothing: the `NOT EXISTS` names no column of the
+    /// jobs, so the planner makes it an init plan, one probe of `fenceq_queues`' primary key,
+    /// and a one-time filter over the whole join, evaluated before either side: a paused claim
+    /// reads no job (the CTEs run only when the join first reads them). In the arms instead, it
+    /// left the join free to read a row of the table first (a hash join's first outer row).
+    CLAIM = "
     WITH pending AS (
         SELECT id, priority, run_at
         FROM   fenceq_jobs
@@ -154,29 +155,29 @@ pub(crate) const CLAIM: &str = "
     RETURNING j.id, j.queue, j.key, j.payload, j.priority, j.run_at, j.attempt, j.max_attempts,
               j.lease_until, j.last_error, j.claim_id";
 
-/// `$5` is the new lease end (computed in Rust, saturating).
-pub(crate) const RENEW_IF_OWNED: &str = concat!(
-    "UPDATE fenceq_jobs
+    /// `$5` is the new lease end (computed in Rust, saturating).
+    RENEW_IF_OWNED = concat!(
+        "UPDATE fenceq_jobs
     SET    lease_until = $5, heartbeat_at = $4
     WHERE  ",
-    owned_by_token!()
-);
+        owned_by_token!()
+    );
 
-/// What an owned write checks first in its transaction: the exact token's live lease, with
-/// the row locked (`FOR UPDATE`) until the transaction ends, so that no claim, reap, cancel
-/// or settle of another transaction can change the job before this one commits (claims and
-/// reaps skip the locked row; the others wait for it).
-///
-/// The row is locked when it holds the token's running claim, and the lease is judged on
-/// the version the lock returns: a `FOR UPDATE` guarded by the lease itself would judge the
-/// version from before a renewal written but not yet committed (a heartbeat round still
-/// renewing other jobs), skip the wait, and refuse a token that the renewal keeps owning a
-/// moment later. A token another claim replaced (committed) waits for nothing.
-///
-/// The queue passes the earliest instant as `$4` and judges the returned lease itself, by
-/// an instant it reads once the statement returned (the row held): an instant bound before
-/// the statement would be stale by the time a wait for the row ended.
-pub(crate) const OWNED_LEASE: &str = "
+    /// What an owned write checks first in its transaction: the exact token's live lease, with
+    /// the row locked (`FOR UPDATE`) until the transaction ends, so that no claim, reap, cancel
+    /// or settle of another transaction can change the job before this one commits (claims and
+    /// reaps skip the locked row; the others wait for it).
+    ///
+    /// The row is locked when it holds the token's running claim, and the lease is judged on
+    /// the version the lock returns: a `FOR UPDATE` guarded by the lease itself would judge the
+    /// version from before a renewal written but not yet committed (a heartbeat round still
+    /// renewing other jobs), skip the wait, and refuse a token that the renewal keeps owning a
+    /// moment later. A token another claim replaced (committed) waits for nothing.
+    ///
+    /// The queue passes the earliest instant as `$4` and judges the returned lease itself, by
+    /// an instant it reads once the statement returned (the row held): an instant bound before
+    /// the statement would be stale by the time a wait for the row ended.
+    OWNED_LEASE = "
     WITH locked AS (
         SELECT lease_until, heartbeat_at FROM fenceq_jobs
         WHERE  id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'running'
@@ -185,33 +186,33 @@ pub(crate) const OWNED_LEASE: &str = "
     SELECT lease_until, heartbeat_at FROM locked
     WHERE  lease_until > $4";
 
-/// An owned write's commit extends the lease from the commit by the claim's lease length
-/// (`$5`), guarded by the exact token and `running` (the lease was checked, and the row
-/// locked, by `OWNED_LEASE`).
-pub(crate) const EXTEND_OWNED: &str = "
+    /// An owned write's commit extends the lease from the commit by the claim's lease length
+    /// (`$5`), guarded by the exact token and `running` (the lease was checked, and the row
+    /// locked, by `OWNED_LEASE`).
+    EXTEND_OWNED = "
     UPDATE fenceq_jobs
     SET    lease_until = $5, heartbeat_at = $4
     WHERE  id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'running' AND lease_until < $5";
 
-pub(crate) const OWNS: &str = concat!(
-    "SELECT count(*) AS n FROM fenceq_jobs
+    OWNS = concat!(
+        "SELECT count(*) AS n FROM fenceq_jobs
     WHERE  ",
-    owned_by_token!()
-);
+        owned_by_token!()
+    );
 
-pub(crate) const COMPLETE_IF_OWNED: &str = concat!(
-    "UPDATE fenceq_jobs
+    COMPLETE_IF_OWNED = concat!(
+        "UPDATE fenceq_jobs
     SET    state = 'completed', lease_until = NULL, settled_at = $4
     WHERE  ",
-    owned_by_token!(),
-    unless_held_elsewhere!()
-);
+        owned_by_token!(),
+        unless_held_elsewhere!()
+    );
 
-/// Every exact live claim of the arrays `$1` ids, `$2` attempts, `$3` claim ids (at `$4`)
-/// completed in one statement, returning the tokens that completed their rows (a token listed
-/// twice matches its row once). A row another transaction holds is skipped, as in
-/// `unless_held_elsewhere!`.
-pub(crate) const COMPLETE_MANY_IF_OWNED: &str = "
+    /// Every exact live claim of the arrays `$1` ids, `$2` attempts, `$3` claim ids (at `$4`)
+    /// completed in one statement, returning the tokens that completed their rows (a token listed
+    /// twice matches its row once). A row another transaction holds is skipped, as in
+    /// `unless_held_elsewhere!`.
+    COMPLETE_MANY_IF_OWNED = "
     UPDATE fenceq_jobs AS j
     SET    state = 'completed', lease_until = NULL, settled_at = $4
     FROM   unnest($1::bigint[], $2::integer[], $3::uuid[]) AS t(id, attempt, claim_id)
@@ -222,77 +223,77 @@ pub(crate) const COMPLETE_MANY_IF_OWNED: &str = "
                     FOR UPDATE SKIP LOCKED)
     RETURNING j.id, j.attempt, j.claim_id";
 
-/// Back to pending at `$5` with error `$6` while attempts are left (the constraint
-/// `pending_has_attempts_left` enforces it too).
-pub(crate) const RETRY_IF_OWNED: &str = concat!(
-    "UPDATE fenceq_jobs
+    /// Back to pending at `$5` with error `$6` while attempts are left (the constraint
+    /// `pending_has_attempts_left` enforces it too).
+    RETRY_IF_OWNED = concat!(
+        "UPDATE fenceq_jobs
     SET    state = 'pending', lease_until = NULL, run_at = $5, last_error = $6
     WHERE  attempt < max_attempts AND ",
-    owned_by_token!(),
-    unless_held_elsewhere!(),
-    "
+        owned_by_token!(),
+        unless_held_elsewhere!(),
+        "
     RETURNING CASE WHEN $5 <= $4 THEN ",
-    wake_listeners!("queue"),
-    " END AS woke"
-);
+        wake_listeners!("queue"),
+        " END AS woke"
+    );
 
-pub(crate) const EXHAUST_IF_OWNED: &str = concat!(
-    "UPDATE fenceq_jobs
+    EXHAUST_IF_OWNED = concat!(
+        "UPDATE fenceq_jobs
     SET    state = 'exhausted', lease_until = NULL, last_error = $5,
            settled_at = $4, exhausted_at = $4, acknowledged_at = NULL
     WHERE  ",
-    owned_by_token!(),
-    unless_held_elsewhere!()
-);
+        owned_by_token!(),
+        unless_held_elsewhere!()
+    );
 
-pub(crate) const MARK_UNKNOWN_IF_OWNED: &str = concat!(
-    "UPDATE fenceq_jobs
+    MARK_UNKNOWN_IF_OWNED = concat!(
+        "UPDATE fenceq_jobs
     SET    state = 'unknown', lease_until = NULL, last_error = $5, settled_at = $4
     WHERE  ",
-    owned_by_token!(),
-    unless_held_elsewhere!()
-);
+        owned_by_token!(),
+        unless_held_elsewhere!()
+    );
 
-/// Parked until `$5` with reason `$6`.
-pub(crate) const PARK_IF_OWNED: &str = concat!(
-    "UPDATE fenceq_jobs
+    /// Parked until `$5` with reason `$6`.
+    PARK_IF_OWNED = concat!(
+        "UPDATE fenceq_jobs
     SET    state = 'waiting', lease_until = NULL, wait_until = $5, last_error = $6
     WHERE  ",
-    owned_by_token!(),
-    unless_held_elsewhere!()
-);
+        owned_by_token!(),
+        unless_held_elsewhere!()
+    );
 
-/// A claim handed back unstarted: pending and due at once, its attempt given back by raising
-/// the budget, not by lowering the counter (the next claim must be a new attempt, so that no
-/// (id, attempt) is handed out twice). `run_at` never moves later, so a job due before keeps
-/// its place in the claim order. It is due now: the queue's listeners are woken.
-pub(crate) const RELEASE_IF_OWNED: &str = concat!(
-    "UPDATE fenceq_jobs
+    /// A claim handed back unstarted: pending and due at once, its attempt given back by raising
+    /// the budget, not by lowering the counter (the next claim must be a new attempt, so that no
+    /// (id, attempt) is handed out twice). `run_at` never moves later, so a job due before keeps
+    /// its place in the claim order. It is due now: the queue's listeners are woken.
+    RELEASE_IF_OWNED = concat!(
+        "UPDATE fenceq_jobs
     SET    state = 'pending', lease_until = NULL, run_at = LEAST(run_at, $4),
            max_attempts = max_attempts + 1
     WHERE  ",
-    owned_by_token!(),
-    "
+        owned_by_token!(),
+        "
     RETURNING ",
-    wake_listeners!("queue"),
-    " AS woke"
-);
+        wake_listeners!("queue"),
+        " AS woke"
+    );
 
-/// One more attempt for the resumed work; refused once the deadline has passed, whether or
-/// not the reaper has run.
-pub(crate) const RESUME_IF_WAITING: &str = concat!(
-    "
+    /// One more attempt for the resumed work; refused once the deadline has passed, whether or
+    /// not the reaper has run.
+    RESUME_IF_WAITING = concat!(
+        "
     UPDATE fenceq_jobs
     SET    state = 'pending', wait_until = NULL, run_at = $4, max_attempts = max_attempts + 1
     WHERE  id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'waiting' AND wait_until > $4
     RETURNING ",
-    wake_listeners!("queue"),
-    " AS woke"
-);
+        wake_listeners!("queue"),
+        " AS woke"
+    );
 
-/// Idempotent: a repeat changes nothing, not even the recorded decision (`$5` decision, `$6`
-/// by, `$7` note).
-pub(crate) const ACKNOWLEDGE_IF_EXHAUSTED: &str = "
+    /// Idempotent: a repeat changes nothing, not even the recorded decision (`$5` decision, `$6`
+    /// by, `$7` note).
+    ACKNOWLEDGE_IF_EXHAUSTED = "
     UPDATE fenceq_jobs
     SET    acknowledged_at = coalesce(acknowledged_at, $4),
            decision      = CASE WHEN acknowledged_at IS NULL THEN $5 ELSE decision END,
@@ -301,71 +302,73 @@ pub(crate) const ACKNOWLEDGE_IF_EXHAUSTED: &str = "
            decision_note = CASE WHEN acknowledged_at IS NULL THEN $7 ELSE decision_note END
     WHERE  id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'exhausted'";
 
-pub(crate) const RESOLVE_COMPLETE_IF_UNKNOWN: &str = "
+    RESOLVE_COMPLETE_IF_UNKNOWN = "
     UPDATE fenceq_jobs
     SET    state = 'completed', settled_at = $4,
            decision = $5, decided_at = $4, decided_by = $6, decision_note = $7
     WHERE  id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'unknown'";
 
-/// An operator's retry grants one attempt when none are left.
-pub(crate) const RESOLVE_RETRY_IF_UNKNOWN: &str = concat!(
-    "
+    /// An operator's retry grants one attempt when none are left.
+    RESOLVE_RETRY_IF_UNKNOWN = concat!(
+        "
     UPDATE fenceq_jobs
     SET    state = 'pending', run_at = $4, settled_at = NULL,
            max_attempts = greatest(max_attempts, attempt + 1),
            decision = $5, decided_at = $4, decided_by = $6, decision_note = $7
     WHERE  id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'unknown'
     RETURNING ",
-    wake_listeners!("queue"),
-    " AS woke"
-);
+        wake_listeners!("queue"),
+        " AS woke"
+    );
 
-pub(crate) const RESOLVE_EXHAUST_IF_UNKNOWN: &str = "
+    RESOLVE_EXHAUST_IF_UNKNOWN = "
     UPDATE fenceq_jobs
     SET    state = 'exhausted', settled_at = $4, exhausted_at = $4, acknowledged_at = NULL,
            decision = $5, decided_at = $4, decided_by = $6, decision_note = $7
     WHERE  id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'unknown'";
+}
 
 // Operators' changes by id: `$1` id, `$2` now, `$3` decision, `$4` by, `$5` note.
 
-pub(crate) const ACKNOWLEDGE_JOB_IF_UNACKNOWLEDGED: &str = "
+stmt! {
+    ACKNOWLEDGE_JOB_IF_UNACKNOWLEDGED = "
     UPDATE fenceq_jobs
     SET    acknowledged_at = $2, decision = $3, decided_at = $2, decided_by = $4, decision_note = $5
     WHERE  id = $1 AND state = 'exhausted' AND acknowledged_at IS NULL";
 
-pub(crate) const CANCEL_IF_ACTIVE: &str = "
+    CANCEL_IF_ACTIVE = "
     UPDATE fenceq_jobs
     SET    state = 'cancelled', lease_until = NULL, wait_until = NULL, settled_at = $2,
            decision = $3, decided_at = $2, decided_by = $4, decision_note = $5
     WHERE  id = $1 AND state IN ('pending', 'waiting', 'running')";
 
-/// Dead-letter redrive: a fresh attempt budget, due now (waking the queue's listeners); the
-/// claim id keeps old tokens dead.
-pub(crate) const REPLAY_IF_EXHAUSTED: &str = concat!(
-    "
+    /// Dead-letter redrive: a fresh attempt budget, due now (waking the queue's listeners); the
+    /// claim id keeps old tokens dead.
+    REPLAY_IF_EXHAUSTED = concat!(
+        "
     UPDATE fenceq_jobs
     SET    state = 'pending', attempt = 0, run_at = $2, settled_at = NULL,
            exhausted_at = NULL, acknowledged_at = NULL,
            decision = $3, decided_at = $2, decided_by = $4, decision_note = $5
     WHERE  id = $1 AND state = 'exhausted'
     RETURNING ",
-    wake_listeners!("queue"),
-    " AS woke"
-);
+        wake_listeners!("queue"),
+        " AS woke"
+    );
 
-/// Every unacknowledged exhaustion of queue `$1` (`$2` now, `$3` decision, `$4` by, `$5` note).
-pub(crate) const ACKNOWLEDGE_ALL: &str = "
+    /// Every unacknowledged exhaustion of queue `$1` (`$2` now, `$3` decision, `$4` by, `$5` note).
+    ACKNOWLEDGE_ALL = "
     UPDATE fenceq_jobs
     SET    acknowledged_at = $2, decision = $3, decided_at = $2, decided_by = $4, decision_note = $5
     WHERE  queue = $1 AND state = 'exhausted' AND acknowledged_at IS NULL
     RETURNING id";
 
-/// Up to `$2` expired leases (at `$1`): back to pending with attempts left, else exhausted.
-/// Rows held by an owned write are skipped (`SKIP LOCKED`): that write extends the lease as
-/// it commits. The guard is repeated in the `UPDATE`, so a settle that committed first is
-/// never overwritten.
-pub(crate) const REAP_EXPIRED: &str = concat!(
-    "
+    /// Up to `$2` expired leases (at `$1`): back to pending with attempts left, else exhausted.
+    /// Rows held by an owned write are skipped (`SKIP LOCKED`): that write extends the lease as
+    /// it commits. The guard is repeated in the `UPDATE`, so a settle that committed first is
+    /// never overwritten.
+    REAP_EXPIRED = concat!(
+        "
     WITH expired AS (
         SELECT id FROM fenceq_jobs
         WHERE  state = 'running' AND lease_until <= $1
@@ -383,12 +386,12 @@ pub(crate) const REAP_EXPIRED: &str = concat!(
     FROM   expired
     WHERE  j.id = expired.id AND j.state = 'running' AND j.lease_until <= $1
     RETURNING j.state, CASE WHEN j.attempt < j.max_attempts THEN ",
-    wake_listeners!("j.queue"),
-    " END AS woke"
-);
+        wake_listeners!("j.queue"),
+        " END AS woke"
+    );
 
-/// Parked jobs whose deadline passed (at `$1`, at most `$2`) are exhausted, never reclaimed.
-pub(crate) const REAP_WAITING: &str = "
+    /// Parked jobs whose deadline passed (at `$1`, at most `$2`) are exhausted, never reclaimed.
+    REAP_WAITING = "
     WITH expired AS (
         SELECT id FROM fenceq_jobs
         WHERE  state = 'waiting' AND wait_until <= $1
@@ -403,91 +406,97 @@ pub(crate) const REAP_WAITING: &str = "
     FROM   expired
     WHERE  j.id = expired.id AND j.state = 'waiting' AND j.wait_until <= $1";
 
-pub(crate) const PRUNE_SETTLED: &str = "
+    PRUNE_SETTLED = "
     DELETE FROM fenceq_jobs
     WHERE  id IN (SELECT id FROM fenceq_jobs
                   WHERE  state IN ('completed', 'cancelled') AND settled_at <= $1
                   LIMIT  $2)
       AND  state IN ('completed', 'cancelled') AND settled_at <= $1";
 
-pub(crate) const PRUNE_ACKNOWLEDGED: &str = "
+    PRUNE_ACKNOWLEDGED = "
     DELETE FROM fenceq_jobs
     WHERE  id IN (SELECT id FROM fenceq_jobs
                   WHERE  state = 'exhausted' AND acknowledged_at IS NOT NULL AND acknowledged_at <= $1
                   LIMIT  $2)
       AND  state = 'exhausted' AND acknowledged_at IS NOT NULL AND acknowledged_at <= $1";
 
-pub(crate) const EXHAUSTIONS: &str = "
+    EXHAUSTIONS = "
     SELECT id, attempt, claim_id, queue, key, payload, last_error AS reason, exhausted_at AS at
     FROM   fenceq_jobs
     WHERE  state = 'exhausted' AND acknowledged_at IS NULL AND id > $1
     ORDER  BY id
     LIMIT  $2";
 
-pub(crate) const UNKNOWNS: &str = "
+    UNKNOWNS = "
     SELECT id, attempt, claim_id, queue, key, payload, last_error AS reason, settled_at AS at
     FROM   fenceq_jobs
     WHERE  state = 'unknown' AND id > $1
     ORDER  BY id
     LIMIT  $2";
 
-pub(crate) const JOB: &str = "
-    SELECT id, queue, key, payload, state, priority, run_at, attempt, max_attempts, claim_id,
-           worker, lease_until, heartbeat_at, wait_until, last_error, created_at, settled_at,
-           exhausted_at, acknowledged_at, decision, decided_at, decided_by, decision_note
+    JOB = concat!(
+        "
+    SELECT ",
+        job_columns!(),
+        "
     FROM   fenceq_jobs
-    WHERE  id = $1";
+    WHERE  id = $1"
+    );
 
-/// Jobs in id order after `$1`, optionally of queue `$2` and state `$3`, at most `$4`.
-pub(crate) const LIST: &str = "
-    SELECT id, queue, key, payload, state, priority, run_at, attempt, max_attempts, claim_id,
-           worker, lease_until, heartbeat_at, wait_until, last_error, created_at, settled_at,
-           exhausted_at, acknowledged_at, decision, decided_at, decided_by, decision_note
+    /// Jobs in id order after `$1`, optionally of queue `$2` and state `$3`, at most `$4`.
+    LIST = concat!(
+        "
+    SELECT ",
+        job_columns!(),
+        "
     FROM   fenceq_jobs
     WHERE  id > $1
       AND  ($2::text IS NULL OR queue = $2)
       AND  ($3::text IS NULL OR state = $3)
     ORDER  BY id
-    LIMIT  $4";
+    LIMIT  $4"
+    );
 
-/// What a reap pass would change at `$1` (for dry runs).
-pub(crate) const REAP_PREVIEW: &str = "
+    /// What a reap pass would change at `$1` (for dry runs).
+    REAP_PREVIEW = "
     SELECT count(*) FILTER (WHERE attempt < max_attempts) AS requeued,
            count(*) FILTER (WHERE attempt >= max_attempts) AS exhausted,
            (SELECT count(*) FROM fenceq_jobs WHERE state = 'waiting' AND wait_until <= $1) AS waits_expired
     FROM   fenceq_jobs
     WHERE  state = 'running' AND lease_until <= $1";
 
-/// Due pending jobs and running jobs of queue `$1` at `$2` (a pool's `wait_idle`). A paused
-/// queue's pending jobs are not due: no claim takes them until it is unpaused (the `CASE`
-/// skips counting them).
-pub(crate) const DUE_OR_RUNNING: &str = "
+    /// Due pending jobs and running jobs of queue `$1` at `$2` (a pool's `wait_idle`). A paused
+    /// queue's pending jobs are not due: no claim takes them until it is unpaused (the `CASE`
+    /// skips counting them).
+    DUE_OR_RUNNING = "
     SELECT CASE WHEN EXISTS (SELECT 1 FROM fenceq_queues WHERE queue = $1 AND paused_at IS NOT NULL)
                 THEN 0
                 ELSE (SELECT count(*) FROM fenceq_jobs WHERE queue = $1 AND state = 'pending' AND run_at <= $2)
            END
          + (SELECT count(*) FROM fenceq_jobs WHERE queue = $1 AND state = 'running') AS n";
 
-/// A periodic job's tick `$2` of schedule `$1` is recorded (at `$3`) only when it is later
-/// than the recorded one (one row affected when it was): the upsert's `WHERE` leaves an
-/// equal or later tick alone, and a racing upsert waits for the first one's row lock and
-/// re-evaluates it on the committed row, so exactly one of several racing transactions wins.
-pub(crate) const ADVANCE_SCHEDULE_IF_LATER: &str = "
+    /// A periodic job's tick `$2` of schedule `$1` is recorded (at `$3`) only when it is later
+    /// than the recorded one (one row affected when it was): the upsert's `WHERE` leaves an
+    /// equal or later tick alone, and a racing upsert waits for the first one's row lock and
+    /// re-evaluates it on the committed row, so exactly one of several racing transactions wins.
+    ADVANCE_SCHEDULE_IF_LATER = "
     INSERT INTO fenceq_schedules AS s (name, last_tick, enqueued_at)
     VALUES ($1, $2, $3)
     ON CONFLICT (name) DO UPDATE
     SET    last_tick = excluded.last_tick, enqueued_at = excluded.enqueued_at
     WHERE  excluded.last_tick > s.last_tick";
 
-pub(crate) const SCHEDULE_LAST_TICK: &str = "
+    SCHEDULE_LAST_TICK = "
     SELECT last_tick AS n FROM fenceq_schedules WHERE name = $1";
+}
 
 // Paused queues: `$1` queue, `$2` now, `$3` decision, `$4` by, `$5` note.
 
-/// Pauses a queue (a queue exists by name: its first pause makes its row). A repeat while it
-/// is paused changes nothing, not even the record of who paused it (no row affected: the
-/// upsert's `WHERE` skips the update).
-pub(crate) const PAUSE_QUEUE: &str = "
+stmt! {
+    /// Pauses a queue (a queue exists by name: its first pause makes its row). A repeat while it
+    /// is paused changes nothing, not even the record of who paused it (no row affected: the
+    /// upsert's `WHERE` skips the update).
+    PAUSE_QUEUE = "
     INSERT INTO fenceq_queues AS q (queue, paused_at, decision, decided_at, decided_by, decision_note)
     VALUES ($1, $2, $3, $2, $4, $5)
     ON CONFLICT (queue) DO UPDATE
@@ -495,34 +504,34 @@ pub(crate) const PAUSE_QUEUE: &str = "
            decided_by = excluded.decided_by, decision_note = excluded.decision_note
     WHERE  q.paused_at IS NULL";
 
-/// Unpauses a paused queue, recording who did and why in place of the pause. A queue that
-/// is not paused is left alone.
-pub(crate) const UNPAUSE_QUEUE: &str = concat!(
-    "
+    /// Unpauses a paused queue, recording who did and why in place of the pause. A queue that
+    /// is not paused is left alone.
+    UNPAUSE_QUEUE = concat!(
+        "
     UPDATE fenceq_queues
     SET    paused_at = NULL, decision = $3, decided_at = $2, decided_by = $4, decision_note = $5
     WHERE  queue = $1 AND paused_at IS NOT NULL
     RETURNING ",
-    wake_listeners!("queue"),
-    " AS woke"
-);
+        wake_listeners!("queue"),
+        " AS woke"
+    );
 
-/// One queue's pause, while it is paused.
-pub(crate) const QUEUE_PAUSE: &str = "
+    /// One queue's pause, while it is paused.
+    QUEUE_PAUSE = "
     SELECT queue, paused_at, decided_by, decision_note
     FROM   fenceq_queues
     WHERE  queue = $1 AND paused_at IS NOT NULL";
 
-/// Every paused queue, by name in byte order (`COLLATE "C"`: SQLite's and Rust's order,
-/// whatever the database's collation).
-pub(crate) const PAUSED_QUEUES: &str = "
+    /// Every paused queue, by name in byte order (`COLLATE "C"`: SQLite's and Rust's order,
+    /// whatever the database's collation).
+    PAUSED_QUEUES = "
     SELECT queue, paused_at, decided_by, decision_note
     FROM   fenceq_queues
     WHERE  paused_at IS NOT NULL
     ORDER  BY queue COLLATE \"C\"";
 
-/// Completions per minute in `$1..$2`, through the settled jobs' partial index.
-pub(crate) const COMPLETIONS_PER_MINUTE: &str = "
+    /// Completions per minute in `$1..$2`, through the settled jobs' partial index.
+    COMPLETIONS_PER_MINUTE = "
     SELECT settled_at / 60000 AS minute, count(*) AS n
     FROM   fenceq_jobs
     WHERE  state IN ('completed', 'cancelled') AND state = 'completed'
@@ -530,21 +539,22 @@ pub(crate) const COMPLETIONS_PER_MINUTE: &str = "
     GROUP  BY minute
     ORDER  BY minute";
 
-/// What a prune pass would delete at horizon `$1` (for dry runs).
-pub(crate) const PRUNE_PREVIEW: &str = "
+    /// What a prune pass would delete at horizon `$1` (for dry runs).
+    PRUNE_PREVIEW = "
     SELECT (SELECT count(*) FROM fenceq_jobs
             WHERE state IN ('completed', 'cancelled') AND settled_at <= $1) AS settled,
            (SELECT count(*) FROM fenceq_jobs
             WHERE state = 'exhausted' AND acknowledged_at IS NOT NULL AND acknowledged_at <= $1) AS acknowledged";
 
-/// Why a guarded write changed nothing: the row's current identity and state.
-pub(crate) const IDENTITY: &str = "
+    /// Why a guarded write changed nothing: the row's current identity and state.
+    IDENTITY = "
     SELECT state, attempt, claim_id, lease_until, wait_until FROM fenceq_jobs WHERE id = $1";
 
-pub(crate) const STATS: &str = "
+    STATS = "
     SELECT queue, state, acknowledged_at IS NOT NULL AS acknowledged, count(*) AS count,
            min(run_at) AS min_run_at,
            count(*) FILTER (WHERE state = 'running' AND lease_until <= $1) AS expired
     FROM   fenceq_jobs
     GROUP  BY queue, state, acknowledged_at IS NOT NULL
     ORDER  BY queue";
+}

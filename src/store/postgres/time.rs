@@ -73,10 +73,12 @@ use std::time::{Duration, Instant};
 /// clock before it reads the server's clock again.
 pub(crate) const ANCHOR_FOR: Duration = Duration::from_secs(1);
 
-/// The server's clock in whole microseconds since the epoch, rounded down:
-/// `clock_timestamp()` (the instant of the read), never `now()` (the transaction's start).
-/// Microseconds, so that extending a reading does not add a millisecond's rounding to its lag.
-pub(crate) const SERVER_NOW: &str = "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS n";
+stmt! {
+    /// The server's clock in whole microseconds since the epoch, rounded down:
+    /// `clock_timestamp()` (the instant of the read), never `now()` (the transaction's start).
+    /// Microseconds, so that extending a reading does not add a millisecond's rounding to its lag.
+    SERVER_NOW = "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS n";
+}
 
 #[derive(QueryableByName)]
 struct Us {
@@ -164,7 +166,7 @@ pub(crate) fn fresh_now(tx: &PgTx, clock: &dyn Clock) -> Result<i64> {
 
 /// Reads the server's clock (µs) on `tx`'s connection, and records it as the store's anchor.
 fn read_server_clock(tx: &PgTx, clock: &dyn Clock) -> Result<(i64, Instant)> {
-    let server_us = tx.with(|conn| sql_query(SERVER_NOW).get_result::<Us>(conn).pg("SERVER_NOW"))?.n;
+    let server_us = tx.with(|conn| sql_query(SERVER_NOW.sql).get_result::<Us>(conn).pg(SERVER_NOW))?.n;
     // Anchored after the reply: the server read its clock before this instant, so the
     // extrapolation never runs ahead of it.
     let at = Instant::now();

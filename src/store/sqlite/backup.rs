@@ -164,10 +164,10 @@ struct Snapshot<'c>(&'c Connection);
 
 impl<'c> Snapshot<'c> {
     fn begin(conn: &'c Connection) -> Result<Snapshot<'c>> {
-        conn.execute_batch(BACKUP_SNAPSHOT_BEGIN).sql("BACKUP_SNAPSHOT_BEGIN")?;
+        conn.execute_batch(BACKUP_SNAPSHOT_BEGIN.sql).sql(BACKUP_SNAPSHOT_BEGIN)?;
         let snapshot = Snapshot(conn);
         // The transaction reads nothing until its first statement: this one fixes the snapshot.
-        conn.query_row(BACKUP_SNAPSHOT_READ, [], |_| Ok(())).sql("BACKUP_SNAPSHOT_READ")?;
+        conn.query_row(BACKUP_SNAPSHOT_READ.sql, [], |_| Ok(())).sql(BACKUP_SNAPSHOT_READ)?;
         Ok(snapshot)
     }
 }
@@ -176,7 +176,7 @@ impl Drop for Snapshot<'_> {
     fn drop(&mut self) {
         // A read transaction has nothing to undo; a connection still inside one is discarded
         // by the pool instead of reused (`Manager::has_broken`).
-        if let Err(e) = self.0.execute_batch(BACKUP_SNAPSHOT_END) {
+        if let Err(e) = self.0.execute_batch(BACKUP_SNAPSHOT_END.sql) {
             tracing::warn!(error = %e, "ending the backup's read transaction failed");
         }
     }

@@ -35,13 +35,14 @@ impl From<rusqlite::Error> for Error {
     }
 }
 
-/// Adds the statement name to a rusqlite result (`.sql("JOB_CLAIM")?`).
+/// Adds the statement name to a rusqlite result (`.sql(CLAIM_SELECT)?` for a [`Stmt`](crate::store::Stmt), or a name).
 pub(crate) trait SqlContext<T> {
-    fn sql(self, statement: &'static str) -> Result<T>;
+    fn sql(self, statement: impl Into<&'static str>) -> Result<T>;
 }
 
 impl<T> SqlContext<T> for rusqlite::Result<T> {
-    fn sql(self, statement: &'static str) -> Result<T> {
+    fn sql(self, statement: impl Into<&'static str>) -> Result<T> {
+        let statement = statement.into();
         self.map_err(|e| Error::sqlite(statement, e))
     }
 }

@@ -11,6 +11,8 @@ mod jobs;
 pub(crate) mod migrate;
 pub(crate) mod options;
 pub use options::{SqliteOptions, Synchronous};
+#[cfg(test)]
+mod plan_tests;
 pub(crate) mod statements;
 mod writer;
 
@@ -433,7 +435,7 @@ impl SqliteStore {
     /// error of its query on `conn`, typed as for any statement (`Busy`, or `Sqlite` when
     /// `conn` has no fenceq schema).
     pub fn owns_in(conn: &Connection, token: &crate::ClaimToken, at: i64) -> Result<bool> {
-        <SqliteStore as crate::store::Store>::owns(conn, token, at)
+        <SqliteStore as crate::store::Store>::owns(conn, crate::store::TokenAt { token, now: at })
     }
 }
 

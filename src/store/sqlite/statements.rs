@@ -28,24 +28,26 @@ macro_rules! records_decision {
     };
 }
 
-/// Idempotent intake: a second row with the same (queue, key) is not inserted (`changes()`
-/// is then 0). `ON CONFLICT` (unlike `INSERT OR IGNORE`) skips only the uniqueness conflict,
-/// so a CHECK violation still fails loudly. No `RETURNING`: SQLite would open an ephemeral
-/// table for every insert; `last_insert_rowid()` is free.
-pub(crate) const ENQUEUE: &str = "
+stmt! {
+    /// Idempotent intake: a second row with the same (queue, key) is not inserted (`changes()`
+    /// is then 0). `ON CONFLICT` (unlike `INSERT OR IGNORE`) skips only the uniqueness conflict,
+    /// so a CHECK violation still fails loudly. No `RETURNING`: SQLite would open an ephemeral
+    /// table for every insert; `last_insert_rowid()` is free.
+    ENQUEUE = "
     INSERT INTO fenceq_jobs (queue, key, payload, priority, run_at, max_attempts, created_at)
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
     ON CONFLICT (queue, key) WHERE key IS NOT NULL DO NOTHING";
+}
 
 /// Batched intake: `ENQUEUE` for many rows in one statement (`ENQUEUE_ROWS` values, 7
 /// parameters each, in `ENQUEUE`'s order), so that a batch pays one statement's start, end
 /// and id-sequence update instead of one per row. Used only where every row is new (see
 /// `Store::enqueue_all_new`); the statement itself still skips a key conflict.
-pub(crate) fn enqueue_rows(rows: usize) -> &'static str {
+pub(crate) fn enqueue_rows(rows: usize) -> crate::store::Stmt {
     static STATEMENTS: [std::sync::OnceLock<String>; ENQUEUE_ROWS.len()] =
         [const { std::sync::OnceLock::new() }; ENQUEUE_ROWS.len()];
     let slot = ENQUEUE_ROWS.iter().position(|&n| n == rows).expect("a size of ENQUEUE_ROWS");
-    STATEMENTS[slot].get_or_init(|| {
+    let sql = STATEMENTS[slot].get_or_init(|| {
         let values: Vec<String> = (0..rows)
             .map(|r| {
                 let p: Vec<String> = (1..=7).map(|c| format!("?{}", r * 7 + c)).collect();
@@ -58,33 +60,35 @@ pub(crate) fn enqueue_rows(rows: usize) -> &'static str {
     ON CONFLICT (queue, key) WHERE key IS NOT NULL DO NOTHING",
             values.join(", ")
         )
-    })
+    });
+    crate::store::Stmt { name: "ENQUEUE_ROWS", sql }
 }
 
 /// The row counts `enqueue_rows` has statements for, largest first (a batch is cut into
 /// these; the rest goes row by row). Few sizes, so the statement cache holds them all.
 pub(crate) const ENQUEUE_ROWS: [usize; 2] = [100, 10];
 
-/// The largest id AUTOINCREMENT has handed out (0 before the first).
-pub(crate) const JOB_ID_SEQUENCE: &str = "
+stmt! {
+    /// The largest id AUTOINCREMENT has handed out (0 before the first).
+    JOB_ID_SEQUENCE = "
     SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'fenceq_jobs'), 0)";
 
-pub(crate) const FIND_BY_KEY: &str = "
+    FIND_BY_KEY = "
     SELECT id FROM fenceq_jobs WHERE queue = :queue AND key = :key";
 
-/// Up to `:limit` claimable jobs of a queue, by priority, then run_at, then id: due pending
-/// jobs (partial index `fenceq_jobs_claim`) and running jobs whose lease expired with attempts
-/// left (partial index `fenceq_jobs_lease`). Two indexed branches instead of one `OR`, so the
-/// claim never scans the table however many jobs wait. The expired branch sorts the expired
-/// leases (few, unlike pending rows) in claim order, so that priority also decides among them. The chosen rows' data is read by id
-/// afterwards (`CLAIM_READ`), keeping payloads out of the sort.
-///
-/// A paused queue (`fenceq_queues`) claims nothing: the pause is looked up once per claim,
-/// by primary key, in the final `LIMIT`, which SQLite evaluates before it runs either
-/// branch, so a paused claim costs one probe and walks no index. (As a `NOT EXISTS` in the
-/// branches' `WHERE` it would be tested against every pending row of the queue, and a paused
-/// queue's claim would walk them all to find none.)
-pub(crate) const CLAIM_SELECT: &str = "
+    /// Up to `:limit` claimable jobs of a queue, by priority, then run_at, then id: due pending
+    /// jobs (partial index `fenceq_jobs_claim`) and running jobs whose lease expired with attempts
+    /// left (partial index `fenceq_jobs_lease`). Two indexed branches instead of one `OR`, so the
+    /// claim never scans the table however many jobs wait. The expired branch sorts the expired
+    /// leases (few, unlike pending rows) in claim order, so that priority also decides among them. The chosen rows' data is read by id
+    /// afterwards (`CLAIM_READ`), keeping payloads out of the sort.
+    ///
+    /// A paused queue (`fenceq_queues`) claims nothing: the pause is looked up once per claim,
+    /// by primary key, in the final `LIMIT`, which SQLite evaluates before it runs either
+    /// branch, so a paused claim costs one probe and walks no index. (As a `NOT EXISTS` in the
+    /// branches' `WHERE` it would be tested against every pending row of the queue, and a paused
+    /// queue's claim would walk them all to find none.)
+    CLAIM_SELECT = "
     SELECT id, priority, run_at FROM (
         SELECT id, priority, run_at
         FROM   fenceq_jobs
@@ -103,206 +107,206 @@ pub(crate) const CLAIM_SELECT: &str = "
     LIMIT CASE WHEN EXISTS (SELECT 1 FROM fenceq_queues WHERE queue = :queue AND paused_at IS NOT NULL)
                THEN 0 ELSE :limit END";
 
-/// Claims one selected job with a fresh claim id. Runs in the same IMMEDIATE transaction as
-/// `CLAIM_SELECT`, so the selection cannot have changed in between. (No `RETURNING`:
-/// it costs an ephemeral table per row; `CLAIM_READ` reads the row instead.)
-///
-/// The lease end `?5` is computed in Rust (saturating): SQL never adds two caller-controlled
-/// integers, whose overflow SQLite would turn into a REAL.
-pub(crate) const CLAIM_UPDATE: &str = "
+    /// Claims one selected job with a fresh claim id. Runs in the same IMMEDIATE transaction as
+    /// `CLAIM_SELECT`, so the selection cannot have changed in between. (No `RETURNING`:
+    /// it costs an ephemeral table per row; `CLAIM_READ` reads the row instead.)
+    ///
+    /// The lease end `?5` is computed in Rust (saturating): SQL never adds two caller-controlled
+    /// integers, whose overflow SQLite would turn into a REAL.
+    CLAIM_UPDATE = "
     UPDATE fenceq_jobs
     SET    state = 'running', attempt = attempt + 1, claim_id = ?2, worker = ?3,
            lease_until = ?5, heartbeat_at = ?4, wait_until = NULL
     WHERE  id = ?1";
 
-/// The data a claim hands out, read right after `CLAIM_UPDATE` in the same transaction.
-pub(crate) const CLAIM_READ: &str = "
+    /// The data a claim hands out, read right after `CLAIM_UPDATE` in the same transaction.
+    CLAIM_READ = "
     SELECT queue, key, payload, priority, attempt, max_attempts, lease_until, last_error
     FROM   fenceq_jobs
     WHERE  id = ?1";
 
-/// `:lease_until` is computed in Rust, saturating (see `CLAIM_UPDATE`).
-pub(crate) const RENEW_IF_OWNED: &str = concat!(
-    "UPDATE fenceq_jobs
+    /// `:lease_until` is computed in Rust, saturating (see `CLAIM_UPDATE`).
+    RENEW_IF_OWNED = concat!(
+        "UPDATE fenceq_jobs
     SET    lease_until = :lease_until, heartbeat_at = :now
     WHERE  ",
-    owned_by_token!()
-);
+        owned_by_token!()
+    );
 
-/// What an owned write checks as it takes the write lock: the exact token's live lease, and
-/// the length the claim or last renewal granted (`lease_until - heartbeat_at`).
-pub(crate) const OWNED_LEASE: &str = concat!(
-    "SELECT lease_until, heartbeat_at FROM fenceq_jobs
+    /// What an owned write checks as it takes the write lock: the exact token's live lease, and
+    /// the length the claim or last renewal granted (`lease_until - heartbeat_at`).
+    OWNED_LEASE = concat!(
+        "SELECT lease_until, heartbeat_at FROM fenceq_jobs
     WHERE  ",
-    owned_by_token!()
-);
+        owned_by_token!()
+    );
 
-/// An owned write's commit extends the lease from the commit by the claim's lease length, so
-/// that the owner can still settle after a write that outlasted the nominal lease (nobody
-/// could claim meanwhile: the write held the lock). Guarded by the exact token and
-/// `running`, not by the lease: the lease was checked when the lock was taken.
-pub(crate) const EXTEND_OWNED: &str = "
+    /// An owned write's commit extends the lease from the commit by the claim's lease length, so
+    /// that the owner can still settle after a write that outlasted the nominal lease (nobody
+    /// could claim meanwhile: the write held the lock). Guarded by the exact token and
+    /// `running`, not by the lease: the lease was checked when the lock was taken.
+    EXTEND_OWNED = "
     UPDATE fenceq_jobs
     SET    lease_until = :lease_until, heartbeat_at = :now
     WHERE  id = :id AND attempt = :attempt AND claim_id = :claim_id AND state = 'running'
       AND  lease_until < :lease_until";
 
-pub(crate) const OWNS: &str = concat!(
-    "SELECT count(*) FROM fenceq_jobs
+    OWNS = concat!(
+        "SELECT count(*) FROM fenceq_jobs
     WHERE  ",
-    owned_by_token!()
-);
+        owned_by_token!()
+    );
 
-pub(crate) const COMPLETE_IF_OWNED: &str = concat!(
-    "UPDATE fenceq_jobs
+    COMPLETE_IF_OWNED = concat!(
+        "UPDATE fenceq_jobs
     SET    state = 'completed', lease_until = NULL, settled_at = :now
     WHERE  ",
-    owned_by_token!()
-);
+        owned_by_token!()
+    );
 
-/// Back to pending while attempts are left (the caller checked and the CHECK constraint
-/// `pending_has_attempts_left` enforces it).
-pub(crate) const RETRY_IF_OWNED: &str = concat!(
-    "UPDATE fenceq_jobs
+    /// Back to pending while attempts are left (the caller checked and the CHECK constraint
+    /// `pending_has_attempts_left` enforces it).
+    RETRY_IF_OWNED = concat!(
+        "UPDATE fenceq_jobs
     SET    state = 'pending', lease_until = NULL, run_at = :run_at, last_error = :error
     WHERE  attempt < max_attempts AND ",
-    owned_by_token!()
-);
+        owned_by_token!()
+    );
 
-/// A durable, unacknowledged terminal record that keeps the token.
-pub(crate) const EXHAUST_IF_OWNED: &str = concat!(
-    "UPDATE fenceq_jobs
+    /// A durable, unacknowledged terminal record that keeps the token.
+    EXHAUST_IF_OWNED = concat!(
+        "UPDATE fenceq_jobs
     SET    state = 'exhausted', lease_until = NULL, last_error = :error,
            settled_at = :now, exhausted_at = :now, acknowledged_at = NULL
     WHERE  ",
-    owned_by_token!()
-);
+        owned_by_token!()
+    );
 
-pub(crate) const MARK_UNKNOWN_IF_OWNED: &str = concat!(
-    "UPDATE fenceq_jobs
+    MARK_UNKNOWN_IF_OWNED = concat!(
+        "UPDATE fenceq_jobs
     SET    state = 'unknown', lease_until = NULL, last_error = :error, settled_at = :now
     WHERE  ",
-    owned_by_token!()
-);
+        owned_by_token!()
+    );
 
-pub(crate) const PARK_IF_OWNED: &str = concat!(
-    "UPDATE fenceq_jobs
+    PARK_IF_OWNED = concat!(
+        "UPDATE fenceq_jobs
     SET    state = 'waiting', lease_until = NULL, wait_until = :wait_until, last_error = :error
     WHERE  ",
-    owned_by_token!()
-);
+        owned_by_token!()
+    );
 
-/// A claim handed back unstarted: pending and due at once, and its attempt given back by
-/// raising the budget, not by lowering the counter (the next claim must be a new attempt, so
-/// that no (id, attempt) is handed out twice). `run_at` never moves later: a job due before
-/// keeps its place in the claim order.
-pub(crate) const RELEASE_IF_OWNED: &str = concat!(
-    "UPDATE fenceq_jobs
+    /// A claim handed back unstarted: pending and due at once, and its attempt given back by
+    /// raising the budget, not by lowering the counter (the next claim must be a new attempt, so
+    /// that no (id, attempt) is handed out twice). `run_at` never moves later: a job due before
+    /// keeps its place in the claim order.
+    RELEASE_IF_OWNED = concat!(
+        "UPDATE fenceq_jobs
     SET    state = 'pending', lease_until = NULL, run_at = min(run_at, :now),
            max_attempts = max_attempts + 1
     WHERE  ",
-    owned_by_token!()
-);
+        owned_by_token!()
+    );
 
-/// A resumed job gets one more attempt: the claim that parked it should not count against
-/// the budget of the work that continues.
-///
-/// Refused once the deadline has passed, whether or not the reaper has exhausted the job
-/// yet: the outcome depends on the clock, never on the reaper's timing.
-pub(crate) const RESUME_IF_WAITING: &str = concat!(
-    "UPDATE fenceq_jobs
+    /// A resumed job gets one more attempt: the claim that parked it should not count against
+    /// the budget of the work that continues.
+    ///
+    /// Refused once the deadline has passed, whether or not the reaper has exhausted the job
+    /// yet: the outcome depends on the clock, never on the reaper's timing.
+    RESUME_IF_WAITING = concat!(
+        "UPDATE fenceq_jobs
     SET    state = 'pending', wait_until = NULL, run_at = :now, max_attempts = max_attempts + 1
     WHERE  wait_until > :now AND ",
-    identified_by_token!()
-);
+        identified_by_token!()
+    );
 
-/// Idempotent: a repeat changes nothing, not even the recorded decision.
-pub(crate) const ACKNOWLEDGE_IF_EXHAUSTED: &str = concat!(
-    "UPDATE fenceq_jobs
+    /// Idempotent: a repeat changes nothing, not even the recorded decision.
+    ACKNOWLEDGE_IF_EXHAUSTED = concat!(
+        "UPDATE fenceq_jobs
     SET    acknowledged_at = coalesce(acknowledged_at, :now),
            decision      = CASE WHEN acknowledged_at IS NULL THEN :decision ELSE decision END,
            decided_at    = CASE WHEN acknowledged_at IS NULL THEN :now ELSE decided_at END,
            decided_by    = CASE WHEN acknowledged_at IS NULL THEN :by ELSE decided_by END,
            decision_note = CASE WHEN acknowledged_at IS NULL THEN :note ELSE decision_note END
     WHERE  ",
-    identified_by_token!()
-);
+        identified_by_token!()
+    );
 
-pub(crate) const RESOLVE_COMPLETE_IF_UNKNOWN: &str = concat!(
-    "UPDATE fenceq_jobs
+    RESOLVE_COMPLETE_IF_UNKNOWN = concat!(
+        "UPDATE fenceq_jobs
     SET    state = 'completed', settled_at = :now, ",
-    records_decision!(),
-    "
+        records_decision!(),
+        "
     WHERE  ",
-    identified_by_token!()
-);
+        identified_by_token!()
+    );
 
-/// An operator's retry grants one attempt when none are left.
-pub(crate) const RESOLVE_RETRY_IF_UNKNOWN: &str = concat!(
-    "UPDATE fenceq_jobs
+    /// An operator's retry grants one attempt when none are left.
+    RESOLVE_RETRY_IF_UNKNOWN = concat!(
+        "UPDATE fenceq_jobs
     SET    state = 'pending', run_at = :now, settled_at = NULL,
            max_attempts = max(max_attempts, attempt + 1), ",
-    records_decision!(),
-    "
+        records_decision!(),
+        "
     WHERE  ",
-    identified_by_token!()
-);
+        identified_by_token!()
+    );
 
-pub(crate) const RESOLVE_EXHAUST_IF_UNKNOWN: &str = concat!(
-    "UPDATE fenceq_jobs
+    RESOLVE_EXHAUST_IF_UNKNOWN = concat!(
+        "UPDATE fenceq_jobs
     SET    state = 'exhausted', settled_at = :now, exhausted_at = :now, acknowledged_at = NULL, ",
-    records_decision!(),
-    "
+        records_decision!(),
+        "
     WHERE  ",
-    identified_by_token!()
-);
+        identified_by_token!()
+    );
 
-/// An operator's acknowledgement of one exhaustion by id (applications acknowledge with the
-/// exact token, `ACKNOWLEDGE_IF_EXHAUSTED`).
-pub(crate) const ACKNOWLEDGE_JOB_IF_UNACKNOWLEDGED: &str = concat!(
-    "UPDATE fenceq_jobs
+    /// An operator's acknowledgement of one exhaustion by id (applications acknowledge with the
+    /// exact token, `ACKNOWLEDGE_IF_EXHAUSTED`).
+    ACKNOWLEDGE_JOB_IF_UNACKNOWLEDGED = concat!(
+        "UPDATE fenceq_jobs
     SET    acknowledged_at = :now, ",
-    records_decision!(),
-    "
+        records_decision!(),
+        "
     WHERE  id = :id AND state = 'exhausted' AND acknowledged_at IS NULL"
-);
+    );
 
-/// An operator's acknowledgement of every unacknowledged exhaustion of one queue, in the
-/// transaction that counts them.
-pub(crate) const ACKNOWLEDGE_ALL: &str = concat!(
-    "UPDATE fenceq_jobs
+    /// An operator's acknowledgement of every unacknowledged exhaustion of one queue, in the
+    /// transaction that counts them.
+    ACKNOWLEDGE_ALL = concat!(
+        "UPDATE fenceq_jobs
     SET    acknowledged_at = :now, ",
-    records_decision!(),
-    "
+        records_decision!(),
+        "
     WHERE  queue = :queue AND state = 'exhausted' AND acknowledged_at IS NULL
     RETURNING id"
-);
+    );
 
-pub(crate) const CANCEL_IF_ACTIVE: &str = concat!(
-    "UPDATE fenceq_jobs
+    CANCEL_IF_ACTIVE = concat!(
+        "UPDATE fenceq_jobs
     SET    state = 'cancelled', lease_until = NULL, wait_until = NULL, settled_at = :now, ",
-    records_decision!(),
-    "
+        records_decision!(),
+        "
     WHERE  id = :id AND state IN ('pending', 'waiting', 'running')"
-);
+    );
 
-/// Dead-letter redrive: a fresh attempt budget, due now. The attempt counter restarts, and
-/// the claim id is what keeps the old tokens dead.
-pub(crate) const REPLAY_IF_EXHAUSTED: &str = concat!(
-    "UPDATE fenceq_jobs
+    /// Dead-letter redrive: a fresh attempt budget, due now. The attempt counter restarts, and
+    /// the claim id is what keeps the old tokens dead.
+    REPLAY_IF_EXHAUSTED = concat!(
+        "UPDATE fenceq_jobs
     SET    state = 'pending', attempt = 0, run_at = :now, settled_at = NULL,
            exhausted_at = NULL, acknowledged_at = NULL, ",
-    records_decision!(),
-    "
+        records_decision!(),
+        "
     WHERE  id = :id AND state = 'exhausted'"
-);
+    );
 
-/// Expired leases: back to pending with attempts left, else exhausted. Guarded by state and
-/// lease in the same statement, so a completion that committed first is never overwritten.
-/// `INDEXED BY`: with plans that ignore bound values (see `connection_init`) the planner
-/// would walk the whole table in id order to honour the `LIMIT`, instead of the few rows
-/// of the partial index.
-pub(crate) const REAP_EXPIRED: &str = "
+    /// Expired leases: back to pending with attempts left, else exhausted. Guarded by state and
+    /// lease in the same statement, so a completion that committed first is never overwritten.
+    /// `INDEXED BY`: with plans that ignore bound values (see `connection_init`) the planner
+    /// would walk the whole table in id order to honour the `LIMIT`, instead of the few rows
+    /// of the partial index.
+    REAP_EXPIRED = "
     UPDATE fenceq_jobs
     SET    state        = CASE WHEN attempt < max_attempts THEN 'pending' ELSE 'exhausted' END,
            run_at       = CASE WHEN attempt < max_attempts THEN :now ELSE run_at END,
@@ -316,9 +320,9 @@ pub(crate) const REAP_EXPIRED: &str = "
       AND  state = 'running' AND lease_until <= :now
     RETURNING state";
 
-/// Parked jobs whose deadline passed are exhausted (never reclaimed). `INDEXED BY` as in
-/// `REAP_EXPIRED`.
-pub(crate) const REAP_WAITING: &str = "
+    /// Parked jobs whose deadline passed are exhausted (never reclaimed). `INDEXED BY` as in
+    /// `REAP_EXPIRED`.
+    REAP_WAITING = "
     UPDATE fenceq_jobs
     SET    state = 'exhausted', wait_until = NULL, settled_at = :now, exhausted_at = :now,
            acknowledged_at = NULL,
@@ -328,105 +332,109 @@ pub(crate) const REAP_WAITING: &str = "
                   ORDER  BY id LIMIT :limit)
       AND  state = 'waiting' AND wait_until <= :now";
 
-pub(crate) const PRUNE_SETTLED: &str = "
+    PRUNE_SETTLED = "
     DELETE FROM fenceq_jobs
     WHERE  id IN (SELECT id FROM fenceq_jobs
                   WHERE  state IN ('completed', 'cancelled') AND settled_at <= :horizon
                   LIMIT  :limit)";
 
-pub(crate) const PRUNE_ACKNOWLEDGED: &str = "
+    PRUNE_ACKNOWLEDGED = "
     DELETE FROM fenceq_jobs
     WHERE  id IN (SELECT id FROM fenceq_jobs
                   WHERE  state = 'exhausted' AND acknowledged_at IS NOT NULL
                     AND  acknowledged_at <= :horizon
                   LIMIT  :limit)";
 
-pub(crate) const EXHAUSTIONS: &str = "
+    EXHAUSTIONS = "
     SELECT id, attempt, claim_id, queue, key, payload, last_error, exhausted_at
     FROM   fenceq_jobs
     WHERE  state = 'exhausted' AND acknowledged_at IS NULL AND id > :after
     ORDER  BY id
     LIMIT  :limit";
 
-pub(crate) const UNKNOWNS: &str = "
+    UNKNOWNS = "
     SELECT id, attempt, claim_id, queue, key, payload, last_error, settled_at
     FROM   fenceq_jobs
     WHERE  state = 'unknown' AND id > :after
     ORDER  BY id
     LIMIT  :limit";
 
-pub(crate) const JOB: &str = "
-    SELECT id, queue, key, payload, state, priority, run_at, attempt, max_attempts, claim_id,
-           worker, lease_until, heartbeat_at, wait_until, last_error, created_at, settled_at,
-           exhausted_at, acknowledged_at, decision, decided_at, decided_by, decision_note
+    JOB = concat!(
+        "
+    SELECT ",
+        job_columns!(),
+        "
     FROM   fenceq_jobs
-    WHERE  id = :id";
+    WHERE  id = :id"
+    );
 
-/// Jobs in id order after `:after`, optionally of one queue and one state.
-pub(crate) const LIST: &str = "
-    SELECT id, queue, key, payload, state, priority, run_at, attempt, max_attempts, claim_id,
-           worker, lease_until, heartbeat_at, wait_until, last_error, created_at, settled_at,
-           exhausted_at, acknowledged_at, decision, decided_at, decided_by, decision_note
+    /// Jobs in id order after `:after`, optionally of one queue and one state.
+    LIST = concat!(
+        "
+    SELECT ",
+        job_columns!(),
+        "
     FROM   fenceq_jobs
     WHERE  id > :after
       AND  (:queue IS NULL OR queue = :queue)
       AND  (:state IS NULL OR state = :state)
     ORDER  BY id
-    LIMIT  :limit";
+    LIMIT  :limit"
+    );
 
-/// What a reap pass would change now (for dry runs).
-pub(crate) const REAP_PREVIEW: &str = "
+    /// What a reap pass would change now (for dry runs).
+    REAP_PREVIEW = "
     SELECT coalesce(sum(state = 'running' AND attempt < max_attempts), 0),
            coalesce(sum(state = 'running' AND attempt >= max_attempts), 0),
            (SELECT count(*) FROM fenceq_jobs WHERE state = 'waiting' AND wait_until <= :now)
     FROM   fenceq_jobs
     WHERE  state = 'running' AND lease_until <= :now";
 
-/// Due pending jobs and running jobs of one queue (a pool's `wait_idle`), each branch on its
-/// partial index. A paused queue's pending jobs are not due: no claim takes them until it is
-/// unpaused (the `CASE` skips counting them).
-pub(crate) const DUE_OR_RUNNING: &str = "
+    /// Due pending jobs and running jobs of one queue (a pool's `wait_idle`), each branch on its
+    /// partial index. A paused queue's pending jobs are not due: no claim takes them until it is
+    /// unpaused (the `CASE` skips counting them).
+    DUE_OR_RUNNING = "
     SELECT CASE WHEN EXISTS (SELECT 1 FROM fenceq_queues WHERE queue = :queue AND paused_at IS NOT NULL)
                 THEN 0
                 ELSE (SELECT count(*) FROM fenceq_jobs WHERE queue = :queue AND state = 'pending' AND run_at <= :now)
            END
          + (SELECT count(*) FROM fenceq_jobs WHERE queue = :queue AND state = 'running')";
 
-/// A periodic job's tick is recorded only when it is later than the schedule's recorded one
-/// (`changes()` is 1 when it was): the upsert's `WHERE` leaves an equal or later tick alone,
-/// so a tick is enqueued once whoever races for it and whatever the clock did.
-pub(crate) const ADVANCE_SCHEDULE_IF_LATER: &str = "
+    /// A periodic job's tick is recorded only when it is later than the schedule's recorded one
+    /// (`changes()` is 1 when it was): the upsert's `WHERE` leaves an equal or later tick alone,
+    /// so a tick is enqueued once whoever races for it and whatever the clock did.
+    ADVANCE_SCHEDULE_IF_LATER = "
     INSERT INTO fenceq_schedules (name, last_tick, enqueued_at)
     VALUES (:name, :tick, :now)
     ON CONFLICT (name) DO UPDATE
     SET    last_tick = excluded.last_tick, enqueued_at = excluded.enqueued_at
     WHERE  excluded.last_tick > fenceq_schedules.last_tick";
 
-pub(crate) const SCHEDULE_LAST_TICK: &str = "
+    SCHEDULE_LAST_TICK = "
     SELECT last_tick FROM fenceq_schedules WHERE name = :name";
 
-/// What a prune pass would delete now (for dry runs).
-pub(crate) const PRUNE_PREVIEW: &str = "
+    /// What a prune pass would delete now (for dry runs).
+    PRUNE_PREVIEW = "
     SELECT (SELECT count(*) FROM fenceq_jobs
             WHERE state IN ('completed', 'cancelled') AND settled_at <= :horizon),
            (SELECT count(*) FROM fenceq_jobs
             WHERE state = 'exhausted' AND acknowledged_at IS NOT NULL AND acknowledged_at <= :horizon)";
 
-/// Why a guarded write changed nothing: the row's current identity and state.
-pub(crate) const IDENTITY: &str = "
+    /// Why a guarded write changed nothing: the row's current identity and state.
+    IDENTITY = "
     SELECT state, attempt, claim_id, lease_until, wait_until FROM fenceq_jobs WHERE id = :id";
 
-pub(crate) const STATS: &str = "
+    STATS = "
     SELECT queue, state, acknowledged_at IS NOT NULL, count(*), min(run_at),
            sum(state = 'running' AND lease_until <= :now)
     FROM   fenceq_jobs
     GROUP  BY queue, state, acknowledged_at IS NOT NULL
     ORDER  BY queue";
 
-/// Completions per minute in `:from..:until`. The `state IN (...)` term repeats the settled
-/// index's own `WHERE` so that SQLite's planner (which matches a partial index's terms
-/// literally) may use that index; `state = 'completed'` then leaves the cancelled out.
-pub(crate) const COMPLETIONS_PER_MINUTE: &str = "
+    /// Completions per minute in `:from..:until`. The `state IN (...)` term repeats the settled
+    /// index's own `WHERE` so that SQLite's planner (which matches a partial index's terms
+    /// literally) may use that index; `state = 'completed'` then leaves the cancelled out.
+    COMPLETIONS_PER_MINUTE = "
     SELECT settled_at / 60000 AS minute, count(*)
     FROM   fenceq_jobs
     WHERE  state IN ('completed', 'cancelled') AND state = 'completed'
@@ -434,22 +442,22 @@ pub(crate) const COMPLETIONS_PER_MINUTE: &str = "
     GROUP  BY minute
     ORDER  BY minute";
 
-/// The backup's read transaction on its source (`backup.rs`): every step copies from the one
-/// snapshot this fixes, so the copy is consistent while writers keep committing (a WAL
-/// reader never blocks them).
-pub(crate) const BACKUP_SNAPSHOT_BEGIN: &str = "BEGIN DEFERRED";
+    /// The backup's read transaction on its source (`backup.rs`): every step copies from the one
+    /// snapshot this fixes, so the copy is consistent while writers keep committing (a WAL
+    /// reader never blocks them).
+    BACKUP_SNAPSHOT_BEGIN = "BEGIN DEFERRED";
 
-/// A deferred transaction reads nothing until its first statement: this one starts the
-/// read transaction, and with it the snapshot.
-pub(crate) const BACKUP_SNAPSHOT_READ: &str = "SELECT count(*) FROM sqlite_schema";
+    /// A deferred transaction reads nothing until its first statement: this one starts the
+    /// read transaction, and with it the snapshot.
+    BACKUP_SNAPSHOT_READ = "SELECT count(*) FROM sqlite_schema";
 
-/// Ends the backup's read transaction (it wrote nothing, so there is nothing to undo).
-pub(crate) const BACKUP_SNAPSHOT_END: &str = "ROLLBACK";
+    /// Ends the backup's read transaction (it wrote nothing, so there is nothing to undo).
+    BACKUP_SNAPSHOT_END = "ROLLBACK";
 
-/// Pauses a queue (a queue exists by name: its first pause makes its row). A repeat while it
-/// is paused changes nothing, not even the record of who paused it (`changes()` is then 0:
-/// the upsert's `WHERE` skips the update).
-pub(crate) const PAUSE_QUEUE: &str = "
+    /// Pauses a queue (a queue exists by name: its first pause makes its row). A repeat while it
+    /// is paused changes nothing, not even the record of who paused it (`changes()` is then 0:
+    /// the upsert's `WHERE` skips the update).
+    PAUSE_QUEUE = "
     INSERT INTO fenceq_queues (queue, paused_at, decision, decided_at, decided_by, decision_note)
     VALUES (:queue, :now, :decision, :now, :by, :note)
     ON CONFLICT (queue) DO UPDATE
@@ -457,25 +465,26 @@ pub(crate) const PAUSE_QUEUE: &str = "
            decided_by = excluded.decided_by, decision_note = excluded.decision_note
     WHERE  paused_at IS NULL";
 
-/// Unpauses a paused queue, recording who did and why in place of the pause. A queue that
-/// is not paused is left alone.
-pub(crate) const UNPAUSE_QUEUE: &str = concat!(
-    "UPDATE fenceq_queues
+    /// Unpauses a paused queue, recording who did and why in place of the pause. A queue that
+    /// is not paused is left alone.
+    UNPAUSE_QUEUE = concat!(
+        "UPDATE fenceq_queues
     SET    paused_at = NULL, ",
-    records_decision!(),
-    "
+        records_decision!(),
+        "
     WHERE  queue = :queue AND paused_at IS NOT NULL"
-);
+    );
 
-/// One queue's pause, while it is paused.
-pub(crate) const QUEUE_PAUSE: &str = "
+    /// One queue's pause, while it is paused.
+    QUEUE_PAUSE = "
     SELECT queue, paused_at, decided_by, decision_note
     FROM   fenceq_queues
     WHERE  queue = :queue AND paused_at IS NOT NULL";
 
-/// Every paused queue, by name.
-pub(crate) const PAUSED_QUEUES: &str = "
+    /// Every paused queue, by name.
+    PAUSED_QUEUES = "
     SELECT queue, paused_at, decided_by, decision_note
     FROM   fenceq_queues
     WHERE  paused_at IS NOT NULL
     ORDER  BY queue";
+}

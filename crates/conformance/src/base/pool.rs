@@ -12,7 +12,7 @@ use crate::fixture::{Db, HANG_GUARD, LEASE};
 use crate::harness::Harness;
 use crate::Rule;
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
-use fenceq::store::Store;
+use fenceq::store::{Store, TokenAt};
 use fenceq::{ClaimToken, JobId, JobState, NewJob, Outcome, RetryPolicy, WorkerPool};
 use std::collections::HashSet;
 use std::time::Duration;
@@ -607,7 +607,7 @@ fn release_if_owned_is_fenced_and_gives_the_attempt_back_to_the_budget<H: Harnes
     let id = db.add("x");
     let release = |token: &ClaimToken| {
         let now = db.now_ms();
-        db.transaction(|tx| <H::Store as Store>::release_if_owned(tx, token, now)).unwrap()
+        db.transaction(|tx| <H::Store as Store>::release_if_owned(tx, TokenAt { token, now })).unwrap()
     };
     let first = db.take("w");
     let forged = ClaimToken { claim_id: crate::controls::forged_claim_id(), ..first.token };

@@ -8,7 +8,7 @@
 use crate::fixture::{Db, LEASE, T0};
 use crate::harness::Harness;
 use crate::Rule;
-use fenceq::store::Store;
+use fenceq::store::{Store, TokenAt};
 use fenceq::{Error, JobState, LostReason};
 
 pub(super) fn rules<H: Harness>() -> Vec<Rule<H>> {
@@ -116,11 +116,14 @@ fn owns_in_checks_inside_the_callers_transaction<H: Harness>(h: &H) {
     let job = q.take("w");
     let mut checked = false;
     q.harness.foreign_transaction(&q.place, false, &mut |tx| {
-        assert!(<H::Store as Store>::owns(tx, &job.token(), T0).unwrap());
-        assert!(!<H::Store as Store>::owns(tx, &job.token(), T0 + 30_000).unwrap(), "expired at the lease's end");
+        assert!(<H::Store as Store>::owns(tx, TokenAt { token: &job.token(), now: T0 }).unwrap());
+        assert!(
+            !<H::Store as Store>::owns(tx, TokenAt { token: &job.token(), now: T0 + 30_000 }).unwrap(),
+            "expired at the lease's end"
+        );
         let mut other = job.token();
         other.attempt += 1;
-        assert!(!<H::Store as Store>::owns(tx, &other, T0).unwrap());
+        assert!(!<H::Store as Store>::owns(tx, TokenAt { token: &other, now: T0 }).unwrap());
         checked = true;
     });
     assert!(checked, "the transaction ran");

@@ -13,7 +13,7 @@ use super::ops::{
 use super::reference::{dur_ms, Got, Model, Pass, Planned, DEFAULT_ATTEMPTS};
 use crate::harness::Harness;
 use fenceq::rusqlite;
-use fenceq::store::Store;
+use fenceq::store::{Store, TokenAt};
 use fenceq::{
     Backoff, ClaimId, ClaimToken, Claimed, Cursor, Enqueued, Error, Exhaustion, Job, JobId, JobState, ListFilter,
     ManualClock, NewJob, Page, Queue, Resolution, Retention, Retried, SqliteStore, UnknownOutcome,
@@ -803,7 +803,7 @@ impl<B: Backend> Runner<'_, B> {
                 self.count("owns", matches!(got, Ok(true)));
                 let expected = self.model.owned(&t, now) == Got::Ok;
                 // `owns` inside a transaction of the caller's (for SQLite, `fenceq::SqliteStore::owns_in`).
-                let inside = self.q().with_connection(|c| <B::Store as Store>::owns(c, &t, now));
+                let inside = self.q().with_connection(|c| <B::Store as Store>::owns(c, TokenAt { token: &t, now }));
                 if !matches!(inside, Ok(owns) if owns == expected) {
                     return Err(format!(
                         "owns_in({t:?}): the model expected Ok({expected}), the engine returned {inside:?}"
