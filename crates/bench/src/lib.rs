@@ -188,7 +188,8 @@ impl Context {
         let url = self.db_text();
         // `run` refused a string libpq cannot read before the bench started.
         let Ok(info) = fenceq::ConnInfo::parse(&url) else { return url };
-        let mut info = info.or_set("connect_timeout", &fenceq::PostgresOptions::DEFAULT_CONNECT_TIMEOUT.as_secs().to_string());
+        let mut info =
+            info.or_set("connect_timeout", &fenceq::PostgresOptions::DEFAULT_CONNECT_TIMEOUT.as_secs().to_string());
         if std::env::var_os("PGGSSENCMODE").is_none() {
             info = info.or_set("gssencmode", "disable");
         }
