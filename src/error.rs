@@ -318,6 +318,22 @@ pub enum Error {
     /// The connection pool could not hand out a connection in time.
     #[error("connection pool")]
     Pool(#[source] PoolError),
+    /// No database server that accepts writes could be reached in time (PostgreSQL): the
+    /// server is down or restarting, a failover is under way, or the node the connection
+    /// reached is a read-only standby (one a failover demoted: that connection is discarded,
+    /// so the next call connects to the new primary). Nothing was written: retry the call
+    /// ([`Error::is_retryable`] is true). While the store knows the server unreachable, a call
+    /// waits at most its busy timeout for a connection before it gets this error.
+    ///
+    /// Only a store that talks to a server returns it; the variant exists in every build.
+    #[error("no database server that accepts writes could be reached in {statement}: {reason}; retry the call")]
+    Unavailable {
+        /// The statement (or `connect`) that could not run.
+        statement: &'static str,
+        /// Why: the last connection attempt's failure, or the read-only server (never a
+        /// password).
+        reason: String,
+    },
     /// An I/O error outside SQLite (creating the database directory, a worker thread).
     #[error("i/o error")]
     Io(#[source] Arc<std::io::Error>),
@@ -330,8 +346,8 @@ impl Error {
         Error::Domain(Arc::from(e.into()))
     }
 
-    /// True for errors that a later retry of the same call may not see (busy, locked, a
-    /// connection lost before anything was written), and after which nothing was written,
+    /// True for errors that a later retry of the same call may not see (busy, locked, no server
+    /// reachable or a connection lost before anything was written), and after which nothing was written,
     /// so that any call may be retried as it is.
     ///
     /// False for a `ConnectionLost` (PostgreSQL) whose `commit_unknown` is true: the work may
@@ -343,7 +359,7 @@ impl Error {
         if let Error::ConnectionLost { commit_unknown, .. } = self {
             return !commit_unknown;
         }
-        matches!(self, Error::Busy { .. })
+        matches!(self, Error::Busy { .. } | Error::Unavailable { .. })
     }
 
     /// True for a `Busy` that was a serialization failure or a deadlock (PostgreSQL), which
@@ -372,6 +388,7 @@ impl Error {
                     | Error::StorageFull { .. }
                     | Error::ReadOnly { .. }
                     | Error::Busy { .. }
+                    | Error::Unavailable { .. }
                     | Error::OutOfMemory { .. }
             )
     }

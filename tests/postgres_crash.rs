@@ -103,9 +103,10 @@ fn chain(e: &Error) -> String {
 }
 
 /// What a call may say while the server is down or just came back: no connection could be
-/// had (`Pool`, with the server's refusal inside), or the one it had broke (`ConnectionLost`).
+/// had (`Unavailable`, with the server's refusal inside), or the one it had broke
+/// (`ConnectionLost`).
 fn is_down_error(e: &Error) -> bool {
-    matches!(e, Error::Pool(_) | Error::ConnectionLost { .. })
+    matches!(e, Error::Unavailable { .. } | Error::ConnectionLost { .. })
 }
 
 /// Everything the application saw, acknowledged or refused.
@@ -121,7 +122,7 @@ struct Seen {
 
 fn record_error(seen: &Mutex<Seen>, during: &str, e: &Error) {
     let kind = match e {
-        Error::Pool(_) => "Pool",
+        Error::Unavailable { .. } => "Unavailable",
         Error::ConnectionLost { .. } => "ConnectionLost",
         _ => "other",
     };

@@ -230,7 +230,8 @@ fn the_queues_transactions_are_read_committed_whatever_the_sessions_default() {
 }
 
 /// A session the server keeps read-only (`default_transaction_read_only`, as on a hot
-/// standby) refuses every write with `ReadOnly`; reads still work.
+/// standby) refuses every write: on a queue opened to write that is `Unavailable` (no server
+/// that accepts writes: retryable), on one opened read-only `ReadOnly`; reads still work.
 #[test]
 fn a_read_only_session_refuses_writes_with_read_only() {
     let Some(s) = Scratch::new() else { return };
@@ -248,9 +249,17 @@ fn a_read_only_session_refuses_writes_with_read_only() {
         q.claim("q", "w", LEASE).map(drop).unwrap_err(),
         q.cancel(id).map(drop).unwrap_err(),
     ] {
-        assert!(matches!(err, Error::ReadOnly { .. }), "{err:?}");
+        assert!(matches!(err, Error::Unavailable { .. }) && err.is_retryable(), "{err:?}");
     }
     assert_eq!(q.job(id).unwrap().unwrap().state, JobState::Pending, "reads work");
+    let q = Queue::builder()
+        .url(s.url_with("options", "-c default_transaction_read_only=on"))
+        .schema(s.schema.clone())
+        .read_only(true)
+        .open_postgres()
+        .unwrap();
+    let err = q.cancel(id).map(drop).unwrap_err();
+    assert!(matches!(err, Error::ReadOnly { .. }), "opened read-only: {err:?}");
 }
 
 /// A statement that runs past its timeout is `Busy`, not a conflict, and is not run again.
@@ -458,7 +467,7 @@ fn batches_under_ended_sessions_are_committed_or_say_what_they_may_have_written(
                 unknown += 1;
                 assert!(rows == 0 || rows == 20, "{queue}: {e} and {rows} rows");
             }
-            Err(Error::Pool(_)) => assert_eq!(rows, 0, "{queue}: no connection, yet {rows} rows"),
+            Err(Error::Unavailable { .. }) => assert_eq!(rows, 0, "{queue}: no connection, yet {rows} rows"),
             Err(e) => other.push(format!("{queue}: {e:?}")),
         }
     }
@@ -555,7 +564,7 @@ fn an_unreachable_server_is_reported_within_the_connect_timeout() {
     let err = s.open_at(url).expect_err("nothing listens");
     let took = started.elapsed();
     let shown = chain(&err);
-    assert!(matches!(err, Error::Pool(_)), "{shown}");
+    assert!(matches!(err, Error::Unavailable { .. }) && err.is_retryable(), "{shown}");
     assert!(shown.contains("refused"), "{shown}");
     assert!(!shown.contains("pw-s3cret"), "{shown}");
     assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(5), "took {took:?}");
@@ -564,8 +573,173 @@ fn an_unreachable_server_is_reported_within_the_connect_timeout() {
     let url = format!("postgres://fenceq@127.0.0.1:{port}/none?connect_timeout=30");
     let started = Instant::now();
     let builder = Queue::builder().url(url).connect_timeout(Duration::from_secs(1));
-    assert!(matches!(builder.open_postgres(), Err(Error::Pool(_))));
+    assert!(matches!(builder.open_postgres(), Err(Error::Unavailable { .. })));
     assert!(started.elapsed() < Duration::from_secs(4), "took {:?}", started.elapsed());
     let err = Queue::builder().url(s.url.clone()).connect_timeout(Duration::ZERO).open_postgres().expect_err("0 s");
     assert!(matches!(err, Error::InvalidInput { what: "connect timeout", .. }), "{err}");
+}
+
+/// A TCP proxy in front of the test server, which the test can take down (every connection
+/// cut, the port refusing new ones) and bring back on the same port: an outage of the server
+/// as the queue sees it, without stopping the server other tests use.
+struct Proxy {
+    port: u16,
+    upstream: std::net::SocketAddr,
+    up: Arc<std::sync::atomic::AtomicBool>,
+    open: Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+    accept: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Proxy {
+    fn new(url: &str) -> Proxy {
+        let hostport = url.split_once('@').unwrap().1.split('/').next().unwrap();
+        let upstream = std::net::ToSocketAddrs::to_socket_addrs(hostport).unwrap().next().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut proxy = Proxy { port, upstream, up: Arc::default(), open: Arc::default(), accept: None };
+        proxy.start();
+        proxy
+    }
+
+    /// The test server's URL with the proxy's port.
+    fn url(&self, url: &str) -> String {
+        let (head, rest) = url.split_once('@').unwrap();
+        let (_, path) = rest.split_once('/').unwrap();
+        format!("{head}@127.0.0.1:{}/{path}", self.port)
+    }
+
+    fn start(&mut self) {
+        let listener = std::net::TcpListener::bind(("127.0.0.1", self.port)).expect("the proxy's port again");
+        listener.set_nonblocking(true).unwrap();
+        self.up.store(true, Ordering::SeqCst);
+        let (up, open, upstream) = (self.up.clone(), self.open.clone(), self.upstream);
+        self.accept = Some(std::thread::spawn(move || {
+            while up.load(Ordering::SeqCst) {
+                let Ok((client, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                client.set_nonblocking(false).unwrap();
+                let Ok(server) = std::net::TcpStream::connect(upstream) else { continue };
+                let mut open = open.lock().unwrap();
+                open.push(client.try_clone().unwrap());
+                open.push(server.try_clone().unwrap());
+                for (mut from, mut to) in [(client.try_clone().unwrap(), server.try_clone().unwrap()), (server, client)]
+                {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        }));
+    }
+
+    /// Cuts every connection and stops listening (new connections are refused).
+    fn down(&mut self) {
+        self.up.store(false, Ordering::SeqCst);
+        if let Some(accept) = self.accept.take() {
+            accept.join().unwrap();
+        }
+        for stream in self.open.lock().unwrap().drain(..) {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.down();
+    }
+}
+
+/// While no server can be reached, every call fails with a retryable error (`Unavailable`
+/// once the store knows the server unreachable) within about its busy timeout, not after the
+/// busy timeout plus the connect timeout; the next call after the server is back works, on
+/// the same queue handle.
+#[test]
+fn calls_during_an_outage_are_unavailable_within_their_busy_timeout() {
+    let Some(s) = Scratch::new() else { return };
+    drop(s.open()); // the schema, created through the server itself
+    let mut proxy = Proxy::new(&s.url);
+    let busy = Duration::from_secs(1);
+    let q = Queue::builder()
+        .url(proxy.url(&s.url))
+        .schema(s.schema.clone())
+        .busy_timeout(busy)
+        .connect_timeout(Duration::from_secs(10))
+        .open_postgres()
+        .unwrap();
+    q.enqueue(NewJob::new("q", b"before".to_vec()).key("before")).unwrap();
+    proxy.down();
+    let mut unavailable = 0;
+    for i in 0..5 {
+        let started = Instant::now();
+        let err = q.enqueue(NewJob::new("q", b"during".to_vec()).key(format!("during-{i}"))).unwrap_err();
+        let took = started.elapsed();
+        assert!(err.is_retryable(), "{}", chain(&err));
+        assert!(matches!(err, Error::Unavailable { .. } | Error::ConnectionLost { .. }), "{}", chain(&err));
+        assert!(took < busy + Duration::from_secs(2), "call {i} took {took:?}: {}", chain(&err));
+        if matches!(err, Error::Unavailable { .. }) {
+            unavailable += 1;
+            assert!(chain(&err).contains("refused"), "{}", chain(&err));
+        }
+    }
+    assert!(unavailable >= 4, "{unavailable} of 5 calls were Unavailable");
+    proxy.start();
+    let give_up = Instant::now() + Duration::from_secs(30);
+    let after = loop {
+        match q.enqueue(NewJob::new("q", b"after".to_vec()).key("after")) {
+            Ok(done) => break done,
+            Err(e) if e.is_retryable() && Instant::now() < give_up => continue,
+            Err(e) => panic!("the server is back, yet {}", chain(&e)),
+        }
+    };
+    assert!(matches!(after, fenceq::Enqueued::New(_)), "{after:?}");
+    let mut raw = s.raw();
+    assert_eq!(jobs_of(&mut raw, "q"), 2, "before and after; nothing during the outage");
+}
+
+/// A server that turns read-only under the queue's open connections (what a failover does to
+/// the old primary) fails each write with `Unavailable`, and discards the connection: once the
+/// server accepts writes again, the next call works instead of meeting the same read-only
+/// session (a session keeps the read-only default it started with).
+#[test]
+fn a_server_turned_read_only_is_unavailable_and_its_connections_are_not_reused() {
+    let Some(s) = Scratch::new() else { return };
+    let mut raw = s.raw();
+    let database = format!("{}_ro", s.schema);
+    raw.batch_execute(&format!("DROP DATABASE IF EXISTS {database}")).unwrap();
+    raw.batch_execute(&format!("CREATE DATABASE {database}")).unwrap();
+    let url = {
+        let (head, rest) = s.url.split_once('@').unwrap();
+        let hostport = rest.split('/').next().unwrap();
+        format!("{head}@{hostport}/{database}")
+    };
+    let q = Queue::builder().url(url.clone()).pool_size(2).open_postgres().unwrap();
+    q.enqueue(NewJob::new("q", b"x".to_vec())).unwrap();
+    // New sessions of the database are read-only; the queue's pooled ones are ended, so that
+    // the next connections are new ones, started read-only.
+    raw.batch_execute(&format!("ALTER DATABASE {database} SET default_transaction_read_only = on")).unwrap();
+    raw.batch_execute(&format!(
+        "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE datname = '{database}'"
+    ))
+    .unwrap();
+    let mut unavailable = 0;
+    for _ in 0..6 {
+        match q.enqueue(NewJob::new("q", b"y".to_vec())) {
+            Err(e @ Error::Unavailable { .. }) => {
+                assert!(e.is_retryable());
+                unavailable += 1;
+            }
+            Err(e @ Error::ConnectionLost { commit_unknown: false, .. }) => assert!(e.is_retryable()),
+            other => panic!("a read-only server: {other:?}"),
+        }
+    }
+    assert!(unavailable >= 4, "{unavailable} of 6 writes were Unavailable");
+    raw.batch_execute(&format!("ALTER DATABASE {database} RESET default_transaction_read_only")).unwrap();
+    for i in 0..4 {
+        q.enqueue(NewJob::new("q", vec![i])).expect("writable again: no read-only session is reused");
+    }
+    drop(q);
+    raw.batch_execute(&format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)")).unwrap();
 }

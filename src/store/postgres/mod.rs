@@ -86,7 +86,7 @@ pub(crate) type PgConn = PgConnection;
 /// It also holds the connection `PostgresStore::open` made itself (to tell a refusal from an
 /// unreachable server at once), which the pool's first new connection then is, instead of a
 /// second connect.
-pub(crate) struct Manager(ConnectionManager<PgConnection>, parking_lot::Mutex<Option<PgConnection>>);
+pub(crate) struct Manager(ConnectionManager<PgConnection>, parking_lot::Mutex<Option<PgConnection>>, ConnectErrors);
 
 impl std::fmt::Debug for Manager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -102,7 +102,9 @@ impl ManageConnection for Manager {
         if let Some(conn) = self.1.lock().take() {
             return Ok(conn);
         }
-        self.0.connect()
+        let conn = self.0.connect()?;
+        self.2.opened();
+        Ok(conn)
     }
 
     fn is_valid(&self, conn: &mut PgConnection) -> std::result::Result<(), diesel::r2d2::Error> {
@@ -218,9 +220,14 @@ impl PgTx {
     /// manager in error), so that the pool discards it instead of handing it out again. A
     /// connection of the application's own is left as it is.
     fn discard_if_lost<T>(&self, result: &Result<T>) {
-        if !matches!(result, Err(Error::ConnectionLost { .. })) {
-            return;
+        if matches!(result, Err(Error::ConnectionLost { .. })) {
+            self.discard();
         }
+    }
+
+    /// Marks a pooled connection broken, so that the pool discards it instead of handing it
+    /// out again (a connection of the application's own is left as it is).
+    fn discard(&self) {
         if let Ok(mut held) = self.conn.try_borrow_mut() {
             if let Held::Pooled(conn) = &mut *held {
                 let conn: &mut PgConnection = conn;
@@ -271,15 +278,36 @@ pub struct PostgresStore {
     conninfo: String,
     /// The `LISTEN` thread, started by the first [`Store::watch`](crate::store::Store::watch).
     listener: parking_lot::Mutex<Option<listen::Listener>>,
-    /// Why the pool's latest new connection failed, for the errors of check-outs that time out.
+    /// Why the pool's latest new connection failed, for the errors of check-outs that time
+    /// out, and whether the server is known to be unreachable.
     connect_errors: ConnectErrors,
+    /// How long a call waits for a connection while the server is known to be unreachable.
+    busy_timeout: Duration,
+    /// Opened read-only: a `ReadOnly` is then the caller's, not a demoted server's.
+    read_only: bool,
 }
+
+/// How often a call waiting for a connection looks again whether the server is known to be
+/// unreachable (and its wait therefore shorter).
+const CHECKOUT_SLICE: Duration = Duration::from_millis(50);
 
 /// The pool's connection failures, as its error handler sees them: the latest one's message,
 /// and when. r2d2 gives the reason to one of the callers waiting when a check-out times out;
 /// the others get "timed out waiting for connection" alone, so the store adds it to theirs.
+///
+/// It also keeps when a connection was last opened: while the latest failure is newer than
+/// that, the server is known to be unreachable, and a call waits for a connection only for
+/// its busy timeout (not also the connect timeout) before it gets `Error::Unavailable`.
 #[derive(Debug, Default, Clone)]
-struct ConnectErrors(std::sync::Arc<parking_lot::Mutex<Option<(String, std::time::Instant)>>>);
+struct ConnectErrors(std::sync::Arc<parking_lot::Mutex<ConnectState>>);
+
+#[derive(Debug, Default)]
+struct ConnectState {
+    /// The latest failure's message, and when.
+    failed: Option<(String, std::time::Instant)>,
+    /// When a connection was last opened.
+    opened: Option<std::time::Instant>,
+}
 
 impl r2d2::HandleError<diesel::r2d2::Error> for ConnectErrors {
     fn handle_error(&self, error: diesel::r2d2::Error) {
@@ -293,31 +321,90 @@ impl ConnectErrors {
     /// A failure of a connect the store made itself, as the pool's own are recorded.
     fn record(&self, message: String) {
         tracing::warn!(error = %message, "a new PostgreSQL connection failed");
-        *self.0.lock() = Some((message, std::time::Instant::now()));
+        self.0.lock().failed = Some((message, std::time::Instant::now()));
+    }
+
+    /// A new connection was opened.
+    fn opened(&self) {
+        self.0.lock().opened = Some(std::time::Instant::now());
+    }
+
+    /// The latest failure's message, if it is newer than the latest connection opened (the
+    /// server is unreachable as far as the store knows).
+    fn down(&self) -> Option<String> {
+        let state = self.0.lock();
+        let (message, at) = state.failed.as_ref()?;
+        state.opened.is_none_or(|opened| opened < *at).then(|| message.clone())
     }
 }
 
 impl PostgresStore {
     /// A connection of the pool; a time-out says why the latest new connection failed, if
     /// one failed within the check-out's wait.
+    ///
+    /// While the server is known to be unreachable (the latest connect failed, none opened
+    /// since) the wait is the busy timeout alone, so that a call during an outage or a
+    /// failover returns `Unavailable` within its own bound instead of also waiting out the
+    /// connect timeout; the pool keeps connecting meanwhile, and the first connection opened
+    /// ends that.
     fn checkout(&self) -> Result<PooledConnection<Manager>> {
-        self.checkout_within(self.pool.connection_timeout())
+        let started = std::time::Instant::now();
+        loop {
+            // Judged again every slice: the server may be found unreachable during the wait.
+            let limit = match self.connect_errors.down() {
+                Some(_) => self.busy_timeout,
+                None => self.pool.connection_timeout(),
+            };
+            let left = limit.saturating_sub(started.elapsed());
+            match self.checkout_within(left.min(CHECKOUT_SLICE).max(Duration::from_millis(1))) {
+                Err(_) if started.elapsed() < limit => continue,
+                got => return got,
+            }
+        }
     }
 
-    /// [`PostgresStore::checkout`], waiting at most `waited`.
+    /// [`PostgresStore::checkout`], waiting at most `waited`: `Unavailable` (with the latest
+    /// connect failure) when connections could not be opened, `Pool` when every connection
+    /// stayed busy.
     fn checkout_within(&self, waited: Duration) -> Result<PooledConnection<Manager>> {
         self.pool.get_timeout(waited).map_err(|e| {
-            let reason = self
-                .connect_errors
-                .0
-                .lock()
-                .as_ref()
-                .filter(|(_, at)| at.elapsed() <= waited.max(self.pool.connection_timeout()))
-                .map(|(m, _)| m.clone());
+            let reason = {
+                let state = self.connect_errors.0.lock();
+                state
+                    .failed
+                    .as_ref()
+                    .filter(|(_, at)| at.elapsed() <= waited.max(self.pool.connection_timeout()))
+                    .map(|(m, _)| m.clone())
+            };
             let said = e.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
-            let reason = reason.filter(|reason| !said.contains(reason.as_str()));
-            Error::Pool(crate::error::PoolError::with_reason(e, reason))
+            match reason {
+                Some(reason) if self.connect_errors.down().is_some() => Error::Unavailable {
+                    statement: "connect",
+                    reason: if said.contains(reason.as_str()) { said } else { format!("{said}: {reason}") },
+                },
+                reason => {
+                    let reason = reason.filter(|reason| !said.contains(reason.as_str()));
+                    Error::Pool(crate::error::PoolError::with_reason(e, reason))
+                }
+            }
         })
+    }
+
+    /// A `ReadOnly` on a queue opened to write means the server under the connection became
+    /// a read-only standby (a failover demoted it, or an administrator made it read-only):
+    /// the connection is discarded, so that no later call reuses it, and the call gets
+    /// `Unavailable`, which a retry on a new connection (to the new primary) resolves.
+    fn demoted<T>(&self, tx: &PgTx, result: Result<T>) -> Result<T> {
+        match result {
+            Err(Error::ReadOnly { statement }) if !self.read_only => {
+                tx.discard();
+                Err(Error::Unavailable {
+                    statement,
+                    reason: "the server is a read-only standby now (a failover may have demoted it); its connection was discarded".into(),
+                })
+            }
+            other => other,
+        }
     }
 }
 
@@ -476,8 +563,9 @@ impl PostgresStore {
         let (conninfo, connect_timeout) = connection_string(&url.0, options.connect_timeout)?;
         let started = std::time::Instant::now();
         let session = session_settings(options, settings);
-        let manager = Manager(ConnectionManager::new(conninfo.clone()), parking_lot::Mutex::new(None));
         let connect_errors = ConnectErrors::default();
+        let manager =
+            Manager(ConnectionManager::new(conninfo.clone()), parking_lot::Mutex::new(None), connect_errors.clone());
         let first = match manager.connect() {
             Ok(mut conn) => {
                 conn.batch_execute(&session).pg("session settings")?;
@@ -525,6 +613,8 @@ impl PostgresStore {
             conninfo,
             listener: parking_lot::Mutex::new(None),
             connect_errors,
+            busy_timeout: settings.busy_timeout,
+            read_only: settings.read_only,
         };
         if !opened {
             let mut conn = store.checkout_within(connect_timeout.saturating_sub(started.elapsed()))?;
@@ -566,7 +656,7 @@ impl PostgresStore {
     /// it).
     fn run_read<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
         let tx = PgTx::pooled(self.checkout()?, &self.server_clock);
-        let result = f(&tx);
+        let result = self.demoted(&tx, f(&tx));
         tx.discard_if_lost(&result);
         result.map_err(|e| {
             let callers = matches!(e, Error::ConnectionLost { statement: error::CALLER_STATEMENT, .. });
@@ -580,7 +670,7 @@ impl PostgresStore {
     /// ([`Store::submit_single`](crate::store::Store::submit_single)).
     fn run_autocommit<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
         let tx = PgTx::pooled(self.checkout()?, &self.server_clock);
-        let result = f(&tx);
+        let result = self.demoted(&tx, f(&tx));
         tx.discard_if_lost(&result);
         if result.is_ok() {
             self.transactions.fetch_add(1, Ordering::Relaxed);
@@ -605,7 +695,7 @@ impl PostgresStore {
         let tx = PgTx::pooled(self.checkout()?, &self.server_clock);
         let before_commit = |e| error::lost_in(error::Phase::Transaction, e);
         tx.with(|conn| AnsiTransactionManager::begin_transaction(conn).pg("BEGIN")).map_err(before_commit)?;
-        let result = f(&tx).map_err(before_commit);
+        let result = self.demoted(&tx, f(&tx).map_err(before_commit));
         tx.discard_if_lost(&result);
         let mut held = tx.conn.try_borrow_mut().map_err(|_| Error::invalid("transaction", "still lent out"))?;
         let conn = held.connection();

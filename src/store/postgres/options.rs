@@ -148,8 +148,9 @@ impl QueueBuilder<PostgresOptions> {
     /// schema name or connect timeout, and the settings [`QueueBuilder::open`] checks for
     /// every store) and, at once, for a connection the server refuses for good (`what` is
     /// "database URL", the server's reason inside: authentication failed, no such database
-    /// or role, no permission to connect); `Pool` when no connection could be opened within
-    /// the connect timeout (an unreachable server, with the last attempt's reason);
+    /// or role, no permission to connect); `Unavailable` when no connection could be opened
+    /// within the connect timeout (an unreachable server, or only a read-only standby
+    /// reachable, with the last attempt's reason: retryable);
     /// `SchemaTooNew`, `SchemaTooOld` (read only, or without [`QueueBuilder::upgrade`]), the
     /// server's errors while migrating.
     pub fn open_postgres(self) -> Result<crate::Queue<PostgresStore>> {
@@ -168,8 +169,8 @@ impl crate::Queue<PostgresStore> {
     ///
     /// As [`QueueBuilder::open_postgres`]: `InvalidInput` for a URL that cannot be read and
     /// at once for a final refusal by the server (wrong password, no such database or role),
-    /// `Pool` when the server could not be reached within the connect timeout (the server's
-    /// reason inside, never the password); `SchemaTooNew` (the schema is left untouched); the
+    /// `Unavailable` when the server could not be reached within the connect timeout (the
+    /// server's reason inside, never the password); `SchemaTooNew` (the schema is left untouched); the
     /// server's errors while migrating.
     pub fn open_postgres(url: &str) -> Result<crate::Queue<PostgresStore>> {
         crate::Queue::builder().url(url).open()
