@@ -2,7 +2,7 @@
 //! `--db $FENCEQ_POSTGRES_URL --schema S`, against a fresh schema per test that the test
 //! fills through the library API (and drops at the end). Every operator command runs with
 //! its guards (`--dry-run`, `--expect`, `--by`, `--note`) at least once, and so do
-//! `demo --db URL` (its totals add up, as tests/demo.rs checks on SQLite) and
+//! `demo --db URL` (its totals add up, as tests/sqlite/demo.rs checks on SQLite) and
 //! `bench --db URL` at a small size.
 //!
 //! Without `FENCEQ_POSTGRES_URL` (`scripts/postgres start; eval "$(scripts/postgres env)"`)
@@ -19,12 +19,8 @@ use fenceq::{JobId, JobState, NewJob, PostgresStore, Queue, SCHEMA_VERSION};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
-mod cli_support;
-mod pg_support;
-use cli_support::{run_cmd, Run};
-use pg_support::server;
-
-const LEASE: Duration = Duration::from_secs(30);
+use crate::cli_support::{run_cmd, Run};
+use crate::support::{server, LEASE};
 
 // ------------------------------------------------------------------------------- harness
 

@@ -19,8 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-mod pg_support;
-use pg_support::Scratch;
+use crate::support::Scratch;
 
 const MINUTES_10: i64 = 10 * 60 * 1000;
 const LEASE: Duration = Duration::from_secs(60);

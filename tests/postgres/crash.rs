@@ -16,12 +16,10 @@
 //! Skipped (with the reason) where initdb and pg_ctl are not installed, except under
 //! `CI=true`, where that fails.
 
-mod pg_support;
-
+use crate::support::*;
 use fenceq::diesel::sql_types::Text;
 use fenceq::diesel::{sql_query, Connection, PgConnection, QueryableByName, RunQueryDsl};
 use fenceq::{Error, NewJob, Outcome, PostgresStore, Queue, RetryPolicy, WorkerPool};
-use pg_support::*;
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::process::{Command, Output};

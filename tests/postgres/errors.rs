@@ -20,28 +20,28 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-mod pg_support;
+use crate::support;
 
 const LEASE: Duration = Duration::from_secs(600);
 
 /// One test's schema (dropped at the end); the queue's connections carry a name of their own
 /// (`application_name`), so the test can find their backends.
 struct Scratch {
-    base: pg_support::Scratch,
+    base: support::Scratch,
     name: String,
 }
 
 impl std::ops::Deref for Scratch {
-    type Target = pg_support::Scratch;
+    type Target = support::Scratch;
 
-    fn deref(&self) -> &pg_support::Scratch {
+    fn deref(&self) -> &support::Scratch {
         &self.base
     }
 }
 
 impl Scratch {
     fn new() -> Option<Scratch> {
-        let base = pg_support::Scratch::new()?;
+        let base = support::Scratch::new()?;
         let name = base.schema.replace("fenceq_test_", "fenceq_app_");
         Some(Scratch { base, name })
     }
@@ -416,7 +416,7 @@ fn batches_under_ended_sessions_are_committed_or_say_what_they_may_have_written(
     let killer = {
         let (stop, url, schema, name) = (stop.clone(), s.url.clone(), s.schema.clone(), s.name.clone());
         std::thread::spawn(move || {
-            let mut raw = pg_support::raw_in(&url, &schema);
+            let mut raw = support::raw_in(&url, &schema);
             let mut ended = 0;
             while !stop.load(Ordering::SeqCst) {
                 ended += sql_query(
@@ -495,7 +495,7 @@ fn chain(e: &Error) -> String {
 
 /// libpq reads everything from the user information's `:` to its first `@` as the password,
 /// `?` and `#` included; the queue must connect to the same database (the server trusts every
-/// login, so the password itself is checked by tests/postgres_urls.rs). It appended its own
+/// login, so the password itself is checked by tests/postgres/urls.rs). It appended its own
 /// parameters to the URL as text, and the database name became
 /// `fenceq_test&connect_timeout=10&...`, after a 10 s wait.
 #[test]

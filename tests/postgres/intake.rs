@@ -17,8 +17,7 @@ use fenceq::{Enqueued, Error, JobId, NewJob};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Barrier};
 
-mod pg_support;
-use pg_support::{scalar, Scratch};
+use crate::support::{scalar, Scratch};
 
 const THREADS: usize = 32;
 const CALLS: usize = 100;

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! eval "$(scripts/postgres env)"
-//! cargo test --release --features postgres --test postgres_notify -- --ignored --nocapture print_wake_latency
+//! cargo test --release --features postgres --test postgres -- --ignored --nocapture notify::print_wake_latency
 //! ```
 //!
 //! Each test runs in a schema of its own on the server named by `FENCEQ_POSTGRES_URL`
@@ -17,12 +17,11 @@ use fenceq::diesel::sql_types::{BigInt, Text};
 use fenceq::diesel::{sql_query, PgConnection, QueryableByName, RunQueryDsl};
 use fenceq::{NewJob, Outcome, Queue, WorkerPool};
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-mod pg_support;
-use pg_support::Scratch;
+use crate::support::{child_process, Scratch};
 
 /// Far below the child's poll interval (60 s), far above any wake-up (milliseconds).
 const PROMPTLY: Duration = Duration::from_secs(10);
@@ -104,8 +103,7 @@ struct ChildPool {
 
 impl ChildPool {
     fn spawn(s: &Scratch) -> ChildPool {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--ignored", "--exact", "child_pool", "--nocapture", "--test-threads=1"])
+        let mut child = child_process(concat!(module_path!(), "::child_pool"))
             .env("FENCEQ_POSTGRES_URL", &s.url)
             .env(SCHEMA_VARIABLE, &s.schema)
             .stdin(Stdio::piped())

@@ -4,7 +4,7 @@
 //! ```text
 //! eval "$(scripts/postgres env)"
 //! FENCEQ_BENCH_JOBS=5000 FENCEQ_BENCH_ROUNDS=3 cargo test --release --features postgres \
-//!     --test postgres_perf -- --ignored --nocapture print_throughput_beside_a_raw_loop
+//!     --test postgres -- --ignored --nocapture perf::print_throughput_beside_a_raw_loop
 //! ```
 //!
 //! It runs in a schema of its own on the server named by `FENCEQ_POSTGRES_URL`
@@ -17,8 +17,7 @@ use fenceq::diesel::{sql_query, Connection, PgConnection, QueryableByName, RunQu
 use fenceq::{NewJob, PostgresStore, Queue};
 use std::time::{Duration, Instant};
 
-mod pg_support;
-use pg_support::Scratch;
+use crate::support::{env_or, Scratch};
 
 const LEASE: Duration = Duration::from_secs(60);
 
@@ -28,10 +27,6 @@ fn open(s: &Scratch, pool_size: u32) -> Queue<PostgresStore> {
 }
 
 // ---------------------------------------------------------------- figures (ignored)
-
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());

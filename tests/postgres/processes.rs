@@ -3,7 +3,7 @@
 //! their leases, a worker process killed with SIGKILL mid-run, and eight processes opening an
 //! old schema at once.
 //!
-//! The children are this test binary, run with `--ignored --exact pg_child` and their role
+//! The children are this test binary, run with `--ignored --exact processes::pg_child` and their role
 //! in `FENCEQ_PG_CHILD`. A child's pool completes every job with `Attempt::complete_with`,
 //! writing a `settle_log` row (job, attempt, claim id, process) in the completion's own
 //! transaction, and prints `STALE <id> <attempt>` for every completion the fence refused and
@@ -28,20 +28,18 @@
 //! `FENCEQ_PG_PROCS_JOBS` (default 10,000) sizes the paused run; `FENCEQ_PG_RACE_ITERS`
 //! (default 10) the schema races.
 
-mod pg_support;
-
+use crate::support::*;
 use fenceq::diesel::connection::SimpleConnection;
 use fenceq::diesel::sql_types::Text;
 use fenceq::diesel::{sql_query, Connection, PgConnection, QueryableByName, RunQueryDsl};
 use fenceq::{Error, NewJob, Outcome, Queue, RetryPolicy, WorkerPool, SCHEMA_VERSION};
-use pg_support::*;
 use std::collections::{HashMap, HashSet};
 use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-const CHILD: &str = "pg_child";
+const CHILD: &str = concat!(module_path!(), "::pg_child");
 const CHILD_ENV: &str = "FENCEQ_PG_CHILD";
 /// The bound of a whole run (a child's pool, the parent's wait for the children).
 const RUN_BOUND: Duration = Duration::from_secs(150);
@@ -539,12 +537,12 @@ fn a_worker_process_killed_with_sigkill_mid_run_loses_nothing_and_its_jobs_are_r
 /// The migrations, by version, for building an old schema by hand (the store's own list is
 /// private); a new migration must be added here as well for its level to be raced.
 const MIGRATIONS: &[(i64, &str, &str)] = &[
-    (1, "create_jobs", include_str!("../schema/postgres/0001_create_jobs.sql")),
-    (2, "add_claim_id", include_str!("../schema/postgres/0002_add_claim_id.sql")),
-    (3, "durable_exhaustion", include_str!("../schema/postgres/0003_durable_exhaustion.sql")),
-    (4, "decisions", include_str!("../schema/postgres/0004_decisions.sql")),
-    (5, "schedules", include_str!("../schema/postgres/0005_schedules.sql")),
-    (6, "paused_queues", include_str!("../schema/postgres/0006_paused_queues.sql")),
+    (1, "create_jobs", include_str!("../../schema/postgres/0001_create_jobs.sql")),
+    (2, "add_claim_id", include_str!("../../schema/postgres/0002_add_claim_id.sql")),
+    (3, "durable_exhaustion", include_str!("../../schema/postgres/0003_durable_exhaustion.sql")),
+    (4, "decisions", include_str!("../../schema/postgres/0004_decisions.sql")),
+    (5, "schedules", include_str!("../../schema/postgres/0005_schedules.sql")),
+    (6, "paused_queues", include_str!("../../schema/postgres/0006_paused_queues.sql")),
 ];
 
 /// Creates `schema` at version `level`, as an older build left it, with rows in every
@@ -661,14 +659,8 @@ fn eight_processes_opening_an_old_schema_at_once_all_succeed_with_one_schema_and
                     lease: Duration::from_secs(1),
                     arg: start,
                 };
-                let mut command = std::process::Command::new(std::env::current_exe().unwrap());
-                command
-                    .args(["--ignored", "--exact", CHILD, "--nocapture", "--test-threads=1"])
-                    .env(CHILD_ENV, spec.encode())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .unwrap()
+                let mut command = child_process(CHILD);
+                command.env(CHILD_ENV, spec.encode()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap()
             })
             .collect();
         let mut codes = Vec::new();

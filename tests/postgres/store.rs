@@ -17,29 +17,26 @@ use fenceq::{Error, ManualClock, NewJob, PostgresStore, Queue, SCHEMA_VERSION};
 use std::sync::{mpsc, Arc, Barrier};
 use std::time::{Duration, Instant};
 
-mod pg_support;
-use pg_support::server;
-
-const T0: i64 = 1_700_000_000_000;
-const LEASE: Duration = Duration::from_secs(30);
+use crate::support;
+use crate::support::{server, LEASE, T0};
 
 /// One test's schema (dropped at the end), its queues on an injected clock.
 struct Scratch {
-    base: pg_support::Scratch,
+    base: support::Scratch,
     clock: ManualClock,
 }
 
 impl std::ops::Deref for Scratch {
-    type Target = pg_support::Scratch;
+    type Target = support::Scratch;
 
-    fn deref(&self) -> &pg_support::Scratch {
+    fn deref(&self) -> &support::Scratch {
         &self.base
     }
 }
 
 impl Scratch {
     fn new() -> Option<Scratch> {
-        Some(Scratch { base: pg_support::Scratch::new()?, clock: ManualClock::new(T0) })
+        Some(Scratch { base: support::Scratch::new()?, clock: ManualClock::new(T0) })
     }
 
     fn builder(&self) -> fenceq::QueueBuilder {
@@ -103,7 +100,7 @@ fn eight_openers_of_an_old_schema_all_succeed_with_one_schema_and_every_row() {
     let Some(s) = Scratch::new() else { return };
     let mut raw = PgConnection::establish(&s.url).unwrap();
     raw.batch_execute(&format!("CREATE SCHEMA \"{0}\"; SET search_path TO \"{0}\"", s.schema)).unwrap();
-    raw.batch_execute(include_str!("../schema/postgres/0001_create_jobs.sql")).unwrap();
+    raw.batch_execute(include_str!("../../schema/postgres/0001_create_jobs.sql")).unwrap();
     raw.batch_execute(
         "CREATE TABLE fenceq_schema_version (version BIGINT PRIMARY KEY, name TEXT NOT NULL,
                                              applied_at TIMESTAMPTZ NOT NULL DEFAULT now());
@@ -411,7 +408,7 @@ fn blocked_on_the_row<R: Send + 'static>(
     holder.batch_execute(&format!("BEGIN; SELECT id FROM fenceq_jobs WHERE id = {} FOR UPDATE", id.0)).unwrap();
     let call = std::thread::spawn(call);
     let mut watcher = s.raw();
-    pg_support::wait_for("the call to wait for the held row", Duration::from_secs(30), || {
+    support::wait_for("the call to wait for the held row", Duration::from_secs(30), || {
         let blocked =
             format!("SELECT count(*) AS n FROM pg_stat_activity WHERE {holder_pid} = ANY(pg_blocking_pids(pid))");
         scalar(&mut watcher, &blocked) > 0

@@ -3,7 +3,12 @@
 //! schema of a test's own, raw SQL, the domain tables a handler writes with its completion,
 //! child processes (this test binary, run with `--ignored --exact`) whose marked stdout lines are
 //! collected, and signals sent with the system's `kill` program (std has no signal call and
-//! the crate forbids `unsafe`).
+//! the crate forbids `unsafe`). What is not PostgreSQL's own (`T0`, `LEASE`, `HANG_GUARD`,
+//! wall-clock instants, a child process of this binary) comes from the conformance kit and is
+//! re-exported here.
+//!
+//! The SQLite binary includes this file too (`#[path]`), for the scenarios of its own that
+//! also run on PostgreSQL (`pool_settle`, `web`).
 #![allow(dead_code)]
 
 use fenceq::diesel::connection::SimpleConnection;
@@ -14,6 +19,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+pub use fenceq_conformance::{child_process, ci, env_or, spin_until, wall_ms, LEASE, T0};
 
 /// The prefix of every line a child prints for its parent (libtest writes `test name ... `
 /// without a newline before a child's first line, so the marker may start mid-line).
@@ -33,10 +40,6 @@ pub fn server() -> Option<String> {
             None
         }
     }
-}
-
-pub fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
 
 /// `url` with `application_name` set, so that the server's `pg_stat_activity` tells one
@@ -246,10 +249,10 @@ pub struct Ended {
 }
 
 impl ChildProc {
-    /// Runs the ignored test `entry` of this binary with `env`.
+    /// Runs the ignored test `entry` of this binary (its full path,
+    /// `concat!(module_path!(), "::name")`, as [`child_process`] takes it) with `env`.
     pub fn spawn(name: &str, entry: &str, env: &[(&str, String)]) -> ChildProc {
-        let mut command = Command::new(std::env::current_exe().unwrap());
-        command.args(["--ignored", "--exact", entry, "--nocapture", "--test-threads=1"]);
+        let mut command = child_process(entry);
         for (key, value) in env {
             command.env(key, value);
         }
@@ -331,22 +334,4 @@ pub fn field(line: &str, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
         .parse()
         .unwrap()
-}
-
-/// Milliseconds since the Unix epoch: the instant that processes agree on.
-pub fn wall_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
-
-/// Spins until the wall clock reaches `start` (at most 10 s): processes released at one
-/// shared instant start together.
-pub fn spin_until(start: i64) {
-    let bound = Instant::now() + Duration::from_secs(10);
-    while wall_ms() < start && Instant::now() < bound {
-        std::hint::spin_loop();
-    }
-}
-
-pub fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }

@@ -1,5 +1,5 @@
 //! PostgreSQL logins with passwords, on a throwaway cluster of this test's own
-//! (`scripts/postgres` with `FENCEQ_POSTGRES_DIR` pointing elsewhere, as tests/postgres_crash.rs
+//! (`scripts/postgres` with `FENCEQ_POSTGRES_DIR` pointing elsewhere, as tests/postgres/crash.rs
 //! does) whose `pg_hba.conf` asks every role but `postgres` for a SCRAM password over TCP:
 //! the server the other tests use trusts every login, so a password that arrived mangled
 //! would go unnoticed there.
@@ -18,16 +18,13 @@
 //! `CI=true`, where that fails.
 #![cfg(all(feature = "cli", feature = "postgres"))]
 
-mod cli_support;
-mod pg_support;
-
+use crate::cli_support::run_cmd;
+use crate::support::ci;
 use assert_cmd::Command;
-use cli_support::run_cmd;
 use fenceq::diesel::connection::SimpleConnection;
 use fenceq::diesel::sql_types::Text;
 use fenceq::diesel::{sql_query, Connection, PgConnection, QueryableByName, RunQueryDsl};
 use fenceq::{Error, NewJob, Queue};
-use pg_support::ci;
 use std::path::PathBuf;
 use std::process::{Command as Process, Output};
 use std::time::{Duration, Instant};

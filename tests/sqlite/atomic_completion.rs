@@ -14,9 +14,7 @@
 //! `with_ownership`, then return `Outcome::Complete`): the checker must find the duplicate
 //! reply it allows, or it could not fail.
 
-mod common;
-
-use common::{assert_integrity, child_process, wall_ms, HANG_GUARD, REPLIES};
+use crate::support::{assert_integrity, child_process, wall_ms, HANG_GUARD, REPLIES};
 use crossbeam_channel::{bounded, unbounded};
 use fenceq::rusqlite::Connection;
 use fenceq::{ManualClock, NewJob, Outcome, Queue, WorkerPool};
@@ -26,7 +24,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 const CHILD_ENV: &str = "FENCEQ_ATOMIC_CHILD";
-const CHILD: &str = "child_pool_crashes_at_a_chosen_point";
+const CHILD: &str = concat!(module_path!(), "::child_pool_crashes_at_a_chosen_point");
 const JOBS: i64 = 6;
 /// The job whose handler the crash points are about.
 const VICTIM: i64 = 3;

@@ -2,9 +2,7 @@
 //! going, openable with `Queue::open`, owner-only and whole at the target or absent; and the
 //! refusals of bad targets and settings, which leave nothing behind.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use fenceq::rusqlite::Connection;
 use fenceq::{backup_file, BackupOptions, Cursor, Error, Job, JobId, JobState, ListFilter, NewJob, Queue};
 use std::collections::{BTreeMap, BTreeSet};

@@ -8,7 +8,7 @@ use serde_json::Value;
 use std::path::Path;
 use std::time::Duration;
 
-const LEASE: Duration = Duration::from_secs(30);
+use crate::support::LEASE;
 
 /// Exit code, stdout and stderr of `fenceq ARGS`, run in `cwd`.
 fn fenceq(cwd: &Path, args: &[&str]) -> (i32, String, String) {
@@ -203,7 +203,7 @@ fn migrate_backup_keeps_the_file_as_it_was_before_the_upgrade() {
     {
         let conn = fenceq::rusqlite::Connection::open(&db).unwrap();
         conn.execute_batch("PRAGMA journal_mode = WAL;").unwrap();
-        conn.execute_batch(include_str!("../schema/sqlite/0001_create_jobs.sql")).unwrap();
+        conn.execute_batch(include_str!("../../schema/sqlite/0001_create_jobs.sql")).unwrap();
         conn.pragma_update(None, "user_version", 1).unwrap();
     }
     let before = dir.path().join("before-migrate.db");

@@ -1,9 +1,7 @@
 //! Bad input gets a clear, typed error and changes nothing: names, keys, payloads, leases,
 //! limits, settings, files that cannot be written.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use fenceq::{Error, NewJob, Queue, Retention};
 use std::time::Duration;
 
@@ -103,7 +101,7 @@ fn a_read_only_file_of_an_old_version_cannot_be_upgraded_and_is_left_as_it_was()
     let path = dir.path().join("old.db");
     {
         let conn = fenceq::rusqlite::Connection::open(&path).unwrap();
-        conn.execute_batch(include_str!("../schema/sqlite/0001_create_jobs.sql")).unwrap();
+        conn.execute_batch(include_str!("../../schema/sqlite/0001_create_jobs.sql")).unwrap();
         conn.pragma_update(None, "user_version", 1).unwrap();
     }
     let bytes = std::fs::read(&path).unwrap();
@@ -146,7 +144,7 @@ fn a_read_only_open_reads_refuses_writes_and_never_upgrades() {
     let old = dir.path().join("old.db");
     {
         let conn = fenceq::rusqlite::Connection::open(&old).unwrap();
-        conn.execute_batch(include_str!("../schema/sqlite/0001_create_jobs.sql")).unwrap();
+        conn.execute_batch(include_str!("../../schema/sqlite/0001_create_jobs.sql")).unwrap();
         conn.pragma_update(None, "user_version", 1).unwrap();
     }
     let bytes = std::fs::read(&old).unwrap();

@@ -2,9 +2,7 @@
 //! backend-generic lifecycle test is a rule of the conformance kit's base level
 //! (`crates/conformance/src/base/lifecycle.rs`, run by `tests/conformance.rs`).
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use fenceq::NewJob;
 
 #[test]

@@ -13,9 +13,7 @@
 //! reader that holds 100 ms snapshots back to back: no `Error::Busy` (and no other error but
 //! a fenced `OwnershipLost`) reaches any caller. `FENCEQ_BUSY_SECS` (default 5) sets the length.
 
-mod common;
-
-use common::{assert_integrity, child_process, parse_counts, sqlite_code, wal_table, HANG_GUARD};
+use crate::support::{assert_integrity, child_process, parse_counts, sqlite_code, wal_table, HANG_GUARD};
 use crossbeam_channel::bounded;
 use fenceq::rusqlite::{Connection, ErrorCode, TransactionBehavior};
 use fenceq::{Error, NewJob, Queue, Retention};
@@ -26,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const CHILD_ENV: &str = "FENCEQ_BUSY_CHILD";
-const CHILD: &str = "busy_child";
+const CHILD: &str = concat!(module_path!(), "::busy_child");
 
 #[test]
 fn a_deferred_read_then_write_after_a_foreign_commit_fails_with_busy_snapshot() {

@@ -14,10 +14,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
-mod cli_support;
-use cli_support::{run_cmd, Run};
-
-const LEASE: Duration = Duration::from_secs(30);
+use crate::cli_support::{run_cmd, Run};
+use crate::support::LEASE;
 
 // ------------------------------------------------------------------------------- harness
 
@@ -567,7 +565,7 @@ fn migrate_upgrades_an_old_schema_and_keeps_rows() {
     let db = dir.path().join("old.db");
     {
         let conn = fenceq::rusqlite::Connection::open(&db).unwrap();
-        conn.execute_batch(include_str!("../schema/sqlite/0001_create_jobs.sql")).unwrap();
+        conn.execute_batch(include_str!("../../schema/sqlite/0001_create_jobs.sql")).unwrap();
         conn.execute_batch(
             "INSERT INTO fenceq_jobs (queue, payload, run_at, max_attempts, created_at) VALUES ('q', x'01', 0, 5, 0);
              PRAGMA user_version = 1;",
@@ -715,7 +713,7 @@ fn reading_commands_never_upgrade_an_old_schema() {
     let db = dir.path().join("old.db");
     {
         let conn = fenceq::rusqlite::Connection::open(&db).unwrap();
-        conn.execute_batch(include_str!("../schema/sqlite/0001_create_jobs.sql")).unwrap();
+        conn.execute_batch(include_str!("../../schema/sqlite/0001_create_jobs.sql")).unwrap();
         conn.pragma_update(None, "user_version", 1).unwrap();
     }
     let bytes = std::fs::read(&db).unwrap();
@@ -736,8 +734,8 @@ fn changing_commands_and_their_dry_runs_never_upgrade_or_touch_an_old_schema() {
         // A level-2 file in rollback-journal mode, as an older build could have left it, with
         // a row in every state the commands below would act on.
         let conn = fenceq::rusqlite::Connection::open(&db).unwrap();
-        conn.execute_batch(include_str!("../schema/sqlite/0001_create_jobs.sql")).unwrap();
-        conn.execute_batch(include_str!("../schema/sqlite/0002_add_claim_id.sql")).unwrap();
+        conn.execute_batch(include_str!("../../schema/sqlite/0001_create_jobs.sql")).unwrap();
+        conn.execute_batch(include_str!("../../schema/sqlite/0002_add_claim_id.sql")).unwrap();
         conn.execute_batch(
             "INSERT INTO fenceq_jobs (queue, payload, state, run_at, attempt, max_attempts, worker, lease_until,
                                       created_at, claim_id)

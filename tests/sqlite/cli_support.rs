@@ -1,5 +1,5 @@
-//! The harness of the tests that run the `fenceq` binary as a process (`tests/cli.rs`,
-//! `tests/cli_postgres.rs`): one run's exit code and output, and the assertions every
+//! The harness of the tests that run the `fenceq` binary as a process (`tests/sqlite/cli.rs`,
+//! `tests/postgres/cli.rs`): one run's exit code and output, and the assertions every
 //! command's outcome is checked with.
 #![allow(dead_code)]
 

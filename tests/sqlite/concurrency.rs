@@ -1,8 +1,6 @@
 //! Many threads on one queue file: no job is handed to two claims, every job settles once.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use fenceq::{JobId, NewJob};
 use std::collections::HashMap;
 

@@ -14,12 +14,10 @@
 //!
 //! This proves survival of an application crash only, not of a power loss.
 //!
-//! `FENCEQ_CRASH_KILLS=1000 cargo test --test crash -- --nocapture` runs the soak;
+//! `FENCEQ_CRASH_KILLS=1000 cargo test --test sqlite crash:: -- --nocapture` runs the soak;
 //! `FENCEQ_CRASH_SEED=<n>` replays a seed (printed at the start).
 
-mod common;
-
-use common::{assert_integrity, child_process, complete_logged, wall_ms, Rng, SETTLE_LOG, T0};
+use crate::support::{assert_integrity, child_process, complete_logged, wall_ms, Rng, SETTLE_LOG, T0};
 use fenceq::rusqlite::{Connection, OptionalExtension};
 use fenceq::{Error, ManualClock, NewJob, Queue, SCHEMA_VERSION};
 use std::collections::{HashMap, HashSet};
@@ -30,7 +28,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 const CHILD_ENV: &str = "FENCEQ_CRASH_CHILD";
-const CHILD: &str = "crash_child";
+const CHILD: &str = concat!(module_path!(), "::crash_child");
 const DEFAULT_KILLS: u64 = 100;
 /// Kills per file; every segment ends with a drain and the §2 checks.
 const SEGMENT: u64 = 50;
@@ -300,7 +298,7 @@ fn drain_and_check(path: &Path, acks: &Acks, iterations: std::ops::Range<u64>, t
 
 /// A database as a build of schema `version` left it, with three rows and the domain table.
 fn old_database(path: &Path, version: usize) {
-    common::old_database(path, version, "old").execute_batch(SETTLE_LOG).unwrap();
+    crate::support::old_database(path, version, "old").execute_batch(SETTLE_LOG).unwrap();
 }
 
 fn columns(conn: &Connection) -> Vec<String> {

@@ -8,9 +8,7 @@
 //!     typed errors only, no partial batch, intake resumes once space is freed outside, and
 //!     every acknowledged row survives a reopen with `integrity_check = ok`.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use fenceq::rusqlite::Connection;
 use fenceq::{Enqueued, Error, JobState, ManualClock, NewJob, Queue, Retention};
 use std::path::{Path, PathBuf};

@@ -11,9 +11,7 @@
 //! a child process (this binary, run with `--ignored --exact` on the ignored entry point
 //! `oom_child`).
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use fenceq::rusqlite::{self, ffi, limits::Limit, Connection, ErrorCode, OpenFlags};
 use fenceq::{Error, NewJob, Queue};
 use std::path::Path;
@@ -267,5 +265,5 @@ fn oom_child() {
 
 #[test]
 fn nomem_7_is_out_of_memory() {
-    common::run_child("oom_child", OOM_CHILD, "OOM-CHILD-OK");
+    crate::support::run_child(concat!(module_path!(), "::oom_child"), OOM_CHILD, "OOM-CHILD-OK");
 }

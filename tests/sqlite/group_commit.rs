@@ -2,9 +2,7 @@
 //! on its own and a failed request never fails its neighbours. (The leader's bookkeeping is
 //! unit-tested deterministically in `src/store/writer.rs`; these run real threads.)
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use fenceq::{Error, NewJob};
 use std::sync::Barrier;
 

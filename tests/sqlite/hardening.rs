@@ -5,9 +5,7 @@
 //!
 //! Every wait is bounded (`recv_timeout`) so that a regression fails instead of hanging.
 
-mod common;
-
-use common::{snapshot, temp_queue, temp_queue_with, HANG_GUARD, LEASE, T0};
+use crate::support::{snapshot, temp_queue, temp_queue_with, HANG_GUARD, LEASE, T0};
 use crossbeam_channel::bounded;
 use fenceq::rusqlite::Connection;
 use fenceq::{Error, JobState, ManualClock, NewJob, Outcome, Queue, Retention, WorkerPool};

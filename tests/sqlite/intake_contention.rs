@@ -11,18 +11,16 @@
 //! The dedup horizon: a key deduplicates while its row exists, in every state, settled or
 //! not; once retention prunes the row, the same key is a new job with a new, greater id (and
 //! the old token cannot touch it). Retries after a crash-before-ACK are exercised in
-//! tests/crash.rs (children resubmit keys of the previous, killed child).
+//! tests/sqlite/crash.rs (children resubmit keys of the previous, killed child).
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use fenceq::{Enqueued, Error, JobId, JobState, NewJob, Queue, Retention};
 use std::collections::HashMap;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 const CHILD_ENV: &str = "FENCEQ_INTAKE_CHILD";
-const CHILD: &str = "intake_child";
+const CHILD: &str = concat!(module_path!(), "::intake_child");
 const KEYS: usize = 1000;
 const THREADS: usize = 8;
 const PROCESSES: usize = 2;

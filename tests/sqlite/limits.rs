@@ -6,9 +6,7 @@
 //! `oom_child` and `FENCEQ_LIMITS_OOM_CHILD` set); the length
 //! limit is per connection and runs in-process on a one-connection pool.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use fenceq::rusqlite::limits::Limit;
 use fenceq::rusqlite::{Connection, TransactionBehavior};
 use fenceq::{Error, NewJob, Queue};
@@ -27,7 +25,7 @@ fn heap_limit(q: &Queue, bytes: i64) {
     .unwrap();
 }
 
-/// The rows as `common::snapshot` shows them, read on the queue's own reader connection.
+/// The rows as `support::snapshot` shows them, read on the queue's own reader connection.
 fn snapshot_via(q: &Queue) -> Vec<RowSnapshot> {
     q.with_connection(|c| {
         let mut stmt =
@@ -98,7 +96,7 @@ fn oom_child() {
 
 #[test]
 fn out_of_memory_is_typed_changes_nothing_and_the_connection_stays_usable() {
-    common::run_child("oom_child", OOM_CHILD, "OOM-CHILD-OK");
+    crate::support::run_child(concat!(module_path!(), "::oom_child"), OOM_CHILD, "OOM-CHILD-OK");
 }
 
 #[test]

@@ -132,7 +132,8 @@ mod cli {
     use std::time::Duration;
     use tempfile::TempDir;
 
-    const LEASE: Duration = Duration::from_secs(30);
+    use crate::support::LEASE;
+
     const HOUR: Duration = Duration::from_secs(3600);
 
     struct Run {

@@ -1,10 +1,8 @@
 //! The schema upgrader: databases left at every older version upgrade with their rows intact,
 //! and files that are newer or not databases at all are refused untouched. Processes racing
-//! the same upgrade are in tests/upgrade_race.rs.
+//! the same upgrade are in tests/sqlite/upgrade_race.rs.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use fenceq::rusqlite::Connection;
 use fenceq::{Error, JobState, Queue, SCHEMA_VERSION};
 use std::path::Path;

@@ -7,9 +7,7 @@
 //! Every call that could block runs on a helper thread with a bounded wait, so that a
 //! regression fails instead of hanging the suite.
 
-mod common;
-
-use common::temp_queue;
+use crate::support::temp_queue;
 use fenceq::{backup_file, schema_version_of, BackupOptions, Error, NewJob, Queue};
 use std::path::{Path, PathBuf};
 use std::process::Command;

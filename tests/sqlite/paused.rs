@@ -1,11 +1,9 @@
 //! Paused queues on SQLite: the upgrade from schema 4 that adds them keeps every row, the
 //! schema's CHECKs refuse an inconsistent pause, and the SQLite-specific refusals (a pause
 //! inside the queue's own transaction, on a read-only handle). The store-independent rules
-//! are the kit's (`crates/conformance/src/base/paused.rs`); the CLI's are in tests/cli.rs.
+//! are the kit's (`crates/conformance/src/base/paused.rs`); the CLI's are in tests/sqlite/cli.rs.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use fenceq::rusqlite::Connection;
 use fenceq::{Error, JobState, ManualClock, NewJob, Queue, SCHEMA_VERSION};
 use std::path::Path;

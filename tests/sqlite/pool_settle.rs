@@ -11,11 +11,7 @@
 //! finish, so that they are all settled by the round after it. Every test runs on SQLite,
 //! and on PostgreSQL too with `--features postgres` and `FENCEQ_POSTGRES_URL` set.
 
-mod common;
-#[cfg(feature = "postgres")]
-mod pg_support;
-
-use common::{temp_queue_with, HANG_GUARD};
+use crate::support::{temp_queue_with, HANG_GUARD};
 use crossbeam_channel::{unbounded, Receiver};
 use fenceq::store::Store;
 use fenceq::{JobId, JobState, ManualClock, NewJob, Outcome, Queue, WorkerPool};
@@ -190,7 +186,7 @@ fn an_outcome_text_the_store_refuses_is_settled_escaped_with_its_neighbours<P: P
     }
 }
 
-struct Sqlite(common::TestQueue);
+struct Sqlite(crate::support::TestQueue);
 
 impl Place for Sqlite {
     type S = fenceq::SqliteStore;
@@ -246,9 +242,9 @@ fn sqlite_an_outcome_text_the_store_refuses_is_settled_escaped_with_its_neighbou
 #[cfg(feature = "postgres")]
 mod postgres {
     use super::*;
+    use crate::pg_support::Scratch;
     use fenceq::diesel::connection::SimpleConnection;
     use fenceq::PostgresStore;
-    use pg_support::Scratch;
 
     struct Pg {
         scratch: Scratch,
@@ -259,7 +255,7 @@ mod postgres {
     impl Pg {
         fn new() -> Option<Pg> {
             let scratch = Scratch::new()?;
-            let clock = ManualClock::new(common::T0);
+            let clock = ManualClock::new(crate::support::T0);
             // The staged round waits for the test's lock (see the SQLite place).
             let queue = scratch.builder().clock(clock.clone()).busy_timeout(HANG_GUARD).open_postgres().unwrap();
             Some(Pg { scratch, clock, queue })

@@ -23,11 +23,9 @@
 //! Negative controls: with syncs faked, the checker finds lost acknowledgements; under `Full`
 //! the simulator sees at least one WAL sync per commit.
 //!
-//! `FENCEQ_POWERLOSS_POINTS=2000 cargo test --release --test power_loss -- --nocapture` soaks.
+//! `FENCEQ_POWERLOSS_POINTS=2000 cargo test --release --test sqlite power_loss:: -- --nocapture` soaks.
 
-mod common;
-
-use common::{child_process, Rng, LEASE, T0};
+use crate::support::{child_process, Rng, LEASE, T0};
 use fenceq::rusqlite::Connection;
 use fenceq::{ClaimToken, Error, ManualClock, NewJob, Outcome, Queue, Synchronous, WorkerPool};
 use powerloss::{Fault, Model, Plan, CRASH_EXIT};
@@ -36,7 +34,7 @@ use std::path::Path;
 use std::time::Duration;
 
 const ENV: &str = "FENCEQ_POWERLOSS";
-const CHILD: &str = "power_loss_child";
+const CHILD: &str = concat!(module_path!(), "::power_loss_child");
 /// Deterministic steps per run, then the pool phase.
 const STEPS: usize = 40;
 const POOL_JOBS: usize = 8;
@@ -715,7 +713,7 @@ fn an_eio_at_any_write_or_sync_is_a_typed_error_that_loses_nothing_acknowledged_
 
 // ------------------------------------------------------------------------------- a new file
 
-const CREATE_CHILD: &str = "new_file_child";
+const CREATE_CHILD: &str = concat!(module_path!(), "::new_file_child");
 
 #[test]
 #[ignore = "the child process of the new-file test below, which runs it with --ignored --exact"]

@@ -7,9 +7,7 @@
 //! registrations) are the conformance kit's (`crates/conformance/src/base/schedule.rs`).
 #![cfg(feature = "schedule")]
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use fenceq::{Error, ListFilter, MaintenanceConfig, ManualClock, NewJob, Queue, Retention, Schedule, ScheduleReport};
 use std::process::Stdio;
 use std::time::Duration;
@@ -213,7 +211,7 @@ fn the_schedules_table_records_one_tick_per_name_and_survives_pruning() {
 }
 
 const CHILD_ENV: &str = "FENCEQ_SCHEDULE_CHILD";
-const CHILD: &str = "schedule_child";
+const CHILD: &str = concat!(module_path!(), "::schedule_child");
 const PROCESSES: usize = 3;
 const ROUNDS: i64 = 4;
 

@@ -5,9 +5,7 @@
 //! orders without a lock; the reaper's exhaustion of a last attempt) are rules of the
 //! conformance kit's `fenced` level (`crates/conformance/src/fenced/stale_workers.rs`).
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use crossbeam_channel::bounded;
 use fenceq::rusqlite::{Connection, TransactionBehavior};
 use fenceq::{JobState, ManualClock, Queue};

@@ -21,9 +21,7 @@
 //!
 //! Also here: deterministic reproductions of what a panicking closure does to the writer.
 
-mod common;
-
-use common::{
+use crate::support::{
     assert_integrity, child_process, complete_logged, create_replies, parse_counts, replies, Rng, HANG_GUARD,
     SETTLE_LOG,
 };
@@ -43,7 +41,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const CHILD_ENV: &str = "FENCEQ_STRESS_CHILD";
-const CHILD: &str = "stress_child";
+const CHILD: &str = concat!(module_path!(), "::stress_child");
 const LEASE: Duration = Duration::from_millis(50);
 /// The bound of the whole run (the drain, the loops that run until it ends, the child pool's
 /// wait for the stop file), not of one wait like `HANG_GUARD`: the 10,000 jobs take about

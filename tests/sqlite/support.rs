@@ -1,58 +1,18 @@
-//! Fixtures shared by the integration tests: a queue on its own temp file with a manual clock,
-//! the domain tables the tests write under the fence, and the child processes of the
-//! multi-process tests.
+//! Fixtures of the SQLite tests: a queue on its own temp file with a manual clock, old
+//! databases, raw SQLite, the domain tables the tests write under the fence, and the child
+//! processes of the multi-process tests. What is not SQLite's own (`T0`, `LEASE`,
+//! `HANG_GUARD`, wall-clock instants, the seeded generator, a child process of this binary)
+//! comes from the conformance kit and is re-exported here.
 #![allow(dead_code)]
 
 use fenceq::rusqlite::{self, Connection, ErrorCode};
 use fenceq::{ClaimToken, Claimed, ManualClock, NewJob, Queue};
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::Command;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tempfile::TempDir;
 
-/// The bound of every wait for another thread or process: only a guard against a hang (the
-/// wait should end at once), never a timing assertion.
-pub const HANG_GUARD: Duration = Duration::from_secs(60);
-
-/// Milliseconds since the Unix epoch: the instant that processes (and a test's clocks) agree on.
-pub fn wall_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
-}
-
-/// Spins until the wall clock reaches `start` (at most 10 s): threads and processes released
-/// at one shared instant start together.
-pub fn spin_until(start: i64) {
-    let bound = Instant::now() + Duration::from_secs(10);
-    while wall_ms() < start && Instant::now() < bound {
-        std::hint::spin_loop();
-    }
-}
-
-/// xorshift64*: reproducible choices from a seed, for the tests that make many of them.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// A number in `0..n`.
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-/// The manual clock's start: 2023-11-14, far from zero so that subtractions stay positive.
-pub const T0: i64 = 1_700_000_000_000;
-pub const LEASE: Duration = Duration::from_secs(30);
+pub use fenceq_conformance::{child_process, env_or, spin_until, wall_ms, Rng, HANG_GUARD, LEASE, T0};
 
 pub struct TestQueue {
     pub queue: Queue,
@@ -157,21 +117,10 @@ pub fn old_database(path: &std::path::Path, version: usize, queue: &str) -> fenc
 
 // ------------------------------------------------------------------------ child processes
 
-/// A command that runs this test binary's ignored child entry point `child`, and nothing else
-/// of the binary: `--ignored --exact <child>`. The child's own output reaches the parent
-/// (`--nocapture`) after libtest's `test <child> ... `, which has no newline: a child that
-/// prints lines for its parent prints a newline first. The caller adds the environment
-/// variable that carries the child's spec, and the child `expect`s it, so that a bare
-/// `cargo test -- --ignored` fails it at once instead of running a child without a parent.
-pub fn child_process(child: &str) -> Command {
-    let mut command = Command::new(std::env::current_exe().unwrap());
-    command.args(["--ignored", "--exact", child, "--nocapture", "--test-threads=1"]);
-    command
-}
-
-/// Runs the ignored test `child` of this test binary in a new process with `env` set, and
-/// asserts that it succeeded and printed `marker` (the child's last line, so that a child
-/// which returned early cannot pass).
+/// Runs the ignored test `child` of this test binary (its full path,
+/// `concat!(module_path!(), "::name")`, as [`child_process`] takes it) in a new process with
+/// `env` set, and asserts that it succeeded and printed `marker` (the child's last line, so
+/// that a child which returned early cannot pass).
 pub fn run_child(child: &str, env: &str, marker: &str) {
     let out = child_process(child).env(env, "1").output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -14,9 +14,7 @@
 //!
 //! `FENCEQ_RACE_ITERS` (default 50) and `FENCEQ_RACE_PROCS` (default 8) size the main race.
 
-mod common;
-
-use common::{child_process, old_database, spin_until, wall_ms};
+use crate::support::{child_process, env_or, old_database, spin_until, wall_ms};
 use fenceq::rusqlite::{Connection, TransactionBehavior};
 use fenceq::{Error, Queue, SCHEMA_VERSION};
 use std::path::Path;
@@ -24,11 +22,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 const CHILD_ENV: &str = "FENCEQ_RACE_CHILD";
-const CHILD: &str = "race_child";
-
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
+const CHILD: &str = concat!(module_path!(), "::race_child");
 
 /// Child side: spins until the start instant, opens, exits with its classification.
 #[test]

@@ -14,9 +14,7 @@
 //!
 //! `FENCEQ_WAL_SECS` (default 4) sets the length of each run.
 
-mod common;
-
-use common::assert_integrity;
+use crate::support::assert_integrity;
 use fenceq::rusqlite::Connection;
 use fenceq::{MaintenanceConfig, NewJob, Queue};
 use std::path::{Path, PathBuf};
@@ -192,7 +190,7 @@ fn engine_checkpoints_complete_and_bound_the_wal_while_100ms_readers_overlap() {
 
 /// What a longer wait buys, with a raw connection (evidence for the fix; not an engine test).
 #[test]
-#[ignore = "measurement only: FENCEQ_WAL_SECS=4 cargo test --test wal -- --ignored --nocapture"]
+#[ignore = "measurement only: FENCEQ_WAL_SECS=4 cargo test --test sqlite wal:: -- --ignored --nocapture"]
 fn measurement_raw_truncate_checkpoints_with_longer_waits() {
     for patience in [100, 250, 500, 1000] {
         let r = run(Checkpointer::Raw(Duration::from_millis(patience)), READ_TX);

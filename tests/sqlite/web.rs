@@ -8,14 +8,12 @@
 //! The browser tests say they skipped without chromium and chromedriver (under CI=true they
 //! fail). Screenshots of every page go to `target/tmp/web/<test>/`.
 
-mod web_support;
-
+use crate::web_support::{exchange, forms, get, post, with, without, Browser, Server};
 use fenceq::store::Store;
 use fenceq::{JobId, JobState, NewJob, Queue};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
-use web_support::{exchange, forms, get, post, with, without, Browser, Server};
 
 const LEASE: Duration = Duration::from_secs(600);
 const XSS: &str = "<script>alert(1)</script>";
@@ -196,8 +194,7 @@ fn an_operator_works_the_dashboard_in_a_browser() {
 }
 
 #[cfg(feature = "postgres")]
-#[path = "pg_support/mod.rs"]
-mod pg_support;
+use crate::pg_support;
 
 #[cfg(feature = "postgres")]
 #[test]

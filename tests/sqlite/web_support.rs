@@ -1,4 +1,4 @@
-//! The harness of `tests/web.rs`: the `fenceq serve` process (killed when dropped), a plain
+//! The harness of `tests/sqlite/web.rs`: the `fenceq serve` process (killed when dropped), a plain
 //! HTTP/1.1 client over `std::net` (for requests a browser would not send: no CSRF token,
 //! huge query strings, slow clients), the forms of a page, and a WebDriver client for
 //! headless Chromium through chromedriver (started on a free port, killed when dropped).
@@ -6,6 +6,7 @@
 //! Every wait is bounded; nothing here needs an async runtime or an HTTP crate.
 #![allow(dead_code)]
 
+use fenceq_conformance::ci;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -16,10 +17,6 @@ use std::time::{Duration, Instant};
 
 /// How long a server or chromedriver may take to start, and a request to be answered.
 pub const WAIT: Duration = Duration::from_secs(60);
-
-pub fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-}
 
 // ------------------------------------------------------------------------------- the server
 
