@@ -36,8 +36,8 @@
 //! and `cargo test --test conformance -- fenced::` runs one level.
 //!
 //! Not for applications. The fuzz targets (`fuzz/fuzz_targets/`) and the stable tests that
-//! replay their corpus on SQLite's fast paths (`tests/fuzz_replay.rs`) use it too; the corpus
-//! replay through any store and the model-based property test are rules of the kit
+//! replay their corpus on SQLite's fast paths (`tests/sqlite/fuzz_replay.rs`) use it too; the
+//! corpus replay through any store and the model-based property test are rules of the kit
 //! (the `durable::model` rules). Everything in it goes through fenceq's public API.
 //!
 //! Why a `publish = false` member crate rather than a cargo feature of fenceq: fenceq's feature
