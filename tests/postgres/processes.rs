@@ -3,16 +3,16 @@
 //! their leases, a worker process killed with SIGKILL mid-run, and eight processes opening an
 //! old schema at once.
 //!
-//! The children are this test binary, run with `--ignored --exact processes::pg_child` and their role
-//! in `FENCEQ_PG_CHILD`. A child's pool completes every job with `Attempt::complete_with`,
-//! writing a `settle_log` row (job, attempt, claim id, process) in the completion's own
-//! transaction, and prints `STALE <id> <attempt>` for every completion the fence refused and
-//! a `SUMMARY` of its counters at the end. A trigger logs every update of a job row into
-//! `completed`, whoever makes it, in `completions`. After a run, on the server: every job
-//! completed, exactly one `settle_log` row and one completion per job, both at the job's
-//! final attempt and claim id (so no stale attempt ever wrote), and the children's counters
-//! add up: claims = jobs + refusals, and every refused completion was of an attempt that did
-//! not win.
+//! The children are this test binary, run with `--ignored --exact processes::pg_child` and
+//! their role in `FENCEQ_PG_CHILD`. A child's pool completes every job with
+//! `Attempt::complete_with`, writing a `settle_log` row (job, attempt, claim id, process) in
+//! the completion's own transaction, and prints `STALE <id> <attempt>` for every completion the
+//! fence refused and a `SUMMARY` of its counters at the end. A trigger logs every update of a
+//! job row into `completed`, whoever makes it, in `completions`. After a run, on the server:
+//! every job completed, exactly one `settle_log` row and one completion per job, both at the
+//! job's final attempt and claim id (so no stale attempt ever wrote), and the children's
+//! counters add up: claims = jobs + refusals, and every refused completion was of an attempt
+//! that did not win.
 //!
 //! Time: real leases (the children cannot share a manual clock), but no assertion depends on
 //! timing. A pause is SIGSTOP (the whole process, heartbeat included, as a GC pause, swap or
@@ -659,8 +659,12 @@ fn eight_processes_opening_an_old_schema_at_once_all_succeed_with_one_schema_and
                     lease: Duration::from_secs(1),
                     arg: start,
                 };
-                let mut command = child_process(CHILD);
-                command.env(CHILD_ENV, spec.encode()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap()
+                child_process(CHILD)
+                    .env(CHILD_ENV, spec.encode())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
             })
             .collect();
         let mut codes = Vec::new();
