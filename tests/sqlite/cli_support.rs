@@ -1,6 +1,7 @@
 //! The harness of the tests that run the `fenceq` binary as a process (`tests/sqlite/cli.rs`,
-//! `tests/postgres/cli.rs`): one run's exit code and output, and the assertions every
-//! command's outcome is checked with.
+//! the CLI half of `tests/sqlite/metrics.rs`, `tests/postgres/cli.rs` and `urls.rs`): one
+//! run's exit code and output, and the assertions every command's outcome is checked with.
+//! The PostgreSQL binary includes this file (`#[path]`): it knows no store.
 #![allow(dead_code)]
 
 use assert_cmd::Command;

@@ -132,30 +132,15 @@ mod cli {
     use std::time::Duration;
     use tempfile::TempDir;
 
+    use crate::cli_support::{run_cmd, Run};
     use crate::support::LEASE;
 
     const HOUR: Duration = Duration::from_secs(3600);
 
-    struct Run {
-        code: i32,
-        stdout: String,
-        stderr: String,
-    }
-
     fn run(db: &Path, args: &[&str]) -> Run {
-        let output = Command::cargo_bin("fenceq").unwrap().arg("--db").arg(db).args(args).output().unwrap();
-        Run {
-            code: output.status.code().expect("exited, not killed"),
-            stdout: String::from_utf8(output.stdout).unwrap(),
-            stderr: String::from_utf8(output.stderr).unwrap(),
-        }
-    }
-
-    impl Run {
-        fn ok(&self) -> &str {
-            assert_eq!((self.code, self.stderr.as_str()), (0, ""), "stdout: {}", self.stdout);
-            &self.stdout
-        }
+        let mut cmd = Command::cargo_bin("fenceq").unwrap();
+        cmd.arg("--db").arg(db).args(args);
+        run_cmd(cmd)
     }
 
     /// A database with a scheduled job, a completed one, an exhaustion and an unknown outcome
