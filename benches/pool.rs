@@ -1,6 +1,7 @@
 //! End to end through the pool: 4 producers calling enqueue per job, a 4-worker pool
 //! completing every job (the `fenceq/end_to_end/4_producers` scenario of `fenceq bench`,
-//! written out here against the public API, as the bench's own code lives in the binary).
+//! written out here against the public API, as the bench's own code is a program of its own,
+//! `crates/bench`).
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use fenceq::{NewJob, Outcome, Queue, WorkerPool};

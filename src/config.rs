@@ -1,90 +1,35 @@
-//! Builder settings, their defaults, and the retention policy.
+//! The queue builder (the settings every store reads, and the chosen store's own options),
+//! and the retention policy.
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::Clock;
 use crate::error::{Error, Result};
+use crate::store::default::{DefaultOptions, Synchronous};
+use crate::store::{Settings, StoreOptions};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Reader connections in the pool (the writer has one connection of its own). Defaults to 4.
-pub const DEFAULT_POOL_SIZE: u32 = 4;
-/// How long a write waits for another process's write lock. Defaults to 5 seconds.
-pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
-/// Largest payload accepted. Defaults to 1 MiB.
-pub const DEFAULT_MAX_PAYLOAD: usize = 1 << 20;
-/// Attempts per job unless `NewJob::max_attempts` says otherwise. Defaults to 5.
-pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
-/// Longest queue name and worker id, in bytes.
-pub const MAX_NAME_LEN: usize = 128;
-/// Longest idempotency key, in bytes.
-pub const MAX_KEY_LEN: usize = 512;
-/// Longest lease a claim or renewal may ask for.
-pub const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
-/// Largest attempt budget.
-pub const MAX_ATTEMPTS_LIMIT: u32 = 10_000;
-/// How long terminal rows are kept before pruning. Defaults to 7 days.
-pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+/// How long terminal rows are kept before pruning.
+pub(crate) const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Rows deleted per prune transaction, so that a large prune never holds the write lock long.
-pub const DEFAULT_PRUNE_BATCH: u32 = 1_000;
+pub(crate) const DEFAULT_PRUNE_BATCH: u32 = 1_000;
 
-/// SQLite's `synchronous` setting: what survives a power loss.
-///
-/// In WAL mode both settings survive an application crash (a killed process) with every
-/// committed change. `Normal` may lose the most recent commits on a power loss or OS crash
-/// (the file stays consistent); `Full` makes every acknowledged write survive those too, at
-/// the price of an fsync of the WAL.
-///
-/// At `Full` the queue's writer syncs the WAL file itself, outside its write lock: the next
-/// group of writes runs while this one's sync is on its way to the disk, and one sync covers
-/// every commit that finished before it started. A call still returns `Ok` only after a sync
-/// covering its commit has returned. Two consequences:
-///
-/// - another connection can read a commit up to one sync before it is durable (a power loss
-///   in that window loses a write that nobody was told had succeeded, but someone may have
-///   seen it); every write of this queue, claims included, is answered only after the sync,
-///   so a worker never acts on a job whose intake could still be lost;
-/// - a failed sync (`Error::Io`) poisons the queue handle: the kernel may have dropped the
-///   unsynced pages, so no later sync could prove anything, and every later write fails with
-///   `Error::Io` until the queue is reopened. The failed write itself may or may not have
-///   reached the disk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Synchronous {
-    /// `synchronous=NORMAL` (the default).
-    #[default]
-    Normal,
-    /// Every acknowledged write is synced to the disk (see above).
-    Full,
-}
-
-impl Synchronous {
-    /// The PRAGMA value (`NORMAL` or `FULL`).
-    pub fn pragma(self) -> &'static str {
-        match self {
-            Synchronous::Normal => "NORMAL",
-            Synchronous::Full => "FULL",
-        }
-    }
-}
-
-/// Where the queue lives.
-#[derive(Debug, Clone)]
-pub(crate) enum Location {
-    File(PathBuf),
-    Memory,
-}
-
-/// Builder for a [`Queue`](crate::Queue).
+/// Builder for a [`Queue`](crate::Queue): the settings every store reads, and the store's
+/// own options `O`, which decide which store [`open`](QueueBuilder::open) opens (SQLite's
+/// [`SqliteOptions`](crate::SqliteOptions) unless [`store`](QueueBuilder::store) names
+/// others).
 ///
 /// ## Defaults
 ///
-/// - pool size: [`DEFAULT_POOL_SIZE`]
-/// - synchronous: [`Synchronous::Normal`]
-/// - busy timeout: [`DEFAULT_BUSY_TIMEOUT`]
-/// - clock: [`SystemClock`]
-/// - payload limit: [`DEFAULT_MAX_PAYLOAD`]
-/// - attempts per job: [`DEFAULT_MAX_ATTEMPTS`]
-/// - connect timeout (PostgreSQL): the URL's `connect_timeout`, else
-///   `POSTGRES_CONNECT_TIMEOUT` (10 seconds)
+/// - store: SQLite, in memory until [`path`](QueueBuilder::path) names a file (see
+///   [`SqliteOptions`](crate::SqliteOptions) for its own defaults)
+/// - pool size: 4 connections (on SQLite, readers beside the one writer; on PostgreSQL the
+///   pool holds up to twice as many)
+/// - busy timeout: 5 seconds
+/// - clock: [`SystemClock`](crate::SystemClock)
+/// - payload limit: 1 MiB
+/// - attempts per job: 5
+/// - read-only: false; upgrade: true
 ///
 /// ```
 /// # let dir = tempfile::tempdir().unwrap();
@@ -97,80 +42,50 @@ pub(crate) enum Location {
 /// # Ok::<(), fenceq::Error>(())
 /// ```
 #[derive(Debug, Clone)]
-pub struct QueueBuilder {
-    pub(crate) location: Location,
-    pub(crate) pool_size: u32,
-    pub(crate) synchronous: Synchronous,
-    pub(crate) busy_timeout: Duration,
-    pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) max_payload: usize,
-    pub(crate) max_attempts: u32,
-    pub(crate) max_page_count: Option<u64>,
-    pub(crate) read_only: bool,
-    pub(crate) upgrade: bool,
-    /// The PostgreSQL server (`QueueBuilder::url`), shown without its password.
-    #[cfg(feature = "postgres")]
-    pub(crate) url: Option<crate::store::postgres::Url>,
-    /// The PostgreSQL schema (`QueueBuilder::schema`).
-    #[cfg(feature = "postgres")]
-    pub(crate) schema: Option<String>,
-    /// How long opening a PostgreSQL connection may take (`QueueBuilder::connect_timeout`;
-    /// `None`: the URL's `connect_timeout`, else `POSTGRES_CONNECT_TIMEOUT`).
-    #[cfg(feature = "postgres")]
-    pub(crate) connect_timeout: Option<Duration>,
+pub struct QueueBuilder<O: StoreOptions = DefaultOptions> {
+    /// The store's own options.
+    pub(crate) options: O,
+    /// What every store reads.
+    pub(crate) settings: Settings,
 }
 
 impl Default for QueueBuilder {
     fn default() -> Self {
-        QueueBuilder {
-            location: Location::Memory,
-            pool_size: DEFAULT_POOL_SIZE,
-            synchronous: Synchronous::Normal,
-            busy_timeout: DEFAULT_BUSY_TIMEOUT,
-            clock: Arc::new(SystemClock),
-            max_payload: DEFAULT_MAX_PAYLOAD,
-            max_attempts: DEFAULT_MAX_ATTEMPTS,
-            max_page_count: None,
-            read_only: false,
-            upgrade: true,
-            #[cfg(feature = "postgres")]
-            url: None,
-            #[cfg(feature = "postgres")]
-            schema: None,
-            #[cfg(feature = "postgres")]
-            connect_timeout: None,
-        }
+        QueueBuilder::with_options(DefaultOptions::default())
     }
 }
 
-impl QueueBuilder {
-    /// The database file (created with its directory if missing). Without a path the queue
-    /// is in memory. A `file:` URI is accepted too (for example `file:bot.db?mode=ro`).
-    pub fn path(mut self, path: impl Into<PathBuf>) -> Self {
-        self.location = Location::File(path.into());
-        self
+impl<O: StoreOptions> QueueBuilder<O> {
+    /// A builder with the default settings and the store options `options` (as
+    /// `Queue::builder().store(options)`).
+    pub fn with_options(options: O) -> Self {
+        QueueBuilder { options, settings: Settings::default() }
     }
 
-    /// Reader connections (at least 1; the writer has one of its own). An in-memory queue
-    /// has a single connection whatever this says.
+    /// Opens the queue on the store `options` name instead, keeping every setting made so
+    /// far that all stores read.
+    pub fn store<P: StoreOptions>(self, options: P) -> QueueBuilder<P> {
+        QueueBuilder { options, settings: self.settings }
+    }
+
+    /// Connections in the store's pool (1..=64). On SQLite, reader connections (the writer
+    /// has one of its own; an in-memory queue has a single connection whatever this says).
+    /// On PostgreSQL the pool holds up to twice this many.
     pub fn pool_size(mut self, size: u32) -> Self {
-        self.pool_size = size;
+        self.settings.pool_size = size;
         self
     }
 
-    /// The durability setting; see [`Synchronous`].
-    pub fn synchronous(mut self, synchronous: Synchronous) -> Self {
-        self.synchronous = synchronous;
-        self
-    }
-
-    /// How long a write waits for another process's lock before failing with `Busy`. On
-    /// SQLite it also bounds a call's wait for the queue's writer while another thread's
+    /// How long a write waits for another process's lock before failing with `Busy`.
+    ///
+    /// On SQLite it also bounds a call's wait for the queue's writer while another thread's
     /// closure holds it (`Queue::transaction`, `with_ownership`, `complete_with`, an
     /// in-memory queue's `with_connection`), since a closure that waits for that call would
-    /// never end; fenceq's own group commits are waited for without this bound.
+    /// never end; fenceq's own group commits are waited for without this bound. On
+    /// PostgreSQL it is each session's `lock_timeout`, and with the connect timeout it
+    /// bounds the wait for a pooled connection.
     pub fn busy_timeout(mut self, timeout: Duration) -> Self {
-        self.busy_timeout = timeout;
+        self.settings.busy_timeout = timeout;
         self
     }
 
@@ -179,26 +94,19 @@ impl QueueBuilder {
     /// host measures time by the database server's clock, and an injected clock replaces
     /// that for every host that uses it (see [`Clock`]).
     pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
-        self.clock = Arc::new(clock);
+        self.settings.clock = Arc::new(clock);
         self
     }
 
     /// The largest payload `enqueue` accepts, in bytes.
     pub fn max_payload(mut self, bytes: usize) -> Self {
-        self.max_payload = bytes;
+        self.settings.max_payload = bytes;
         self
     }
 
     /// Attempts per job when `NewJob::max_attempts` is not set.
     pub fn max_attempts(mut self, attempts: u32) -> Self {
-        self.max_attempts = attempts;
-        self
-    }
-
-    /// Caps the database at this many pages on every pooled connection (`PRAGMA
-    /// max_page_count`), so a runaway producer gets `StorageFull` before the disk does.
-    pub fn max_page_count(mut self, pages: u64) -> Self {
-        self.max_page_count = Some(pages);
+        self.settings.max_attempts = attempts;
         self
     }
 
@@ -206,56 +114,80 @@ impl QueueBuilder {
     /// switched or upgraded, and every write fails with `ReadOnly`. A database at an older
     /// schema version is refused with `SchemaTooOld` instead of being upgraded.
     pub fn read_only(mut self, read_only: bool) -> Self {
-        self.read_only = read_only;
+        self.settings.read_only = read_only;
         self
     }
 
     /// Whether `open` creates a missing database and upgrades an older schema (the default,
-    /// true). With false, a file at an older schema (or without one) is refused with
-    /// `SchemaTooOld` and left untouched, and a missing file is not created: for operator
-    /// tools that change rows, which must not upgrade a file under a running older
+    /// true). With false, a database at an older schema (or without one) is refused with
+    /// `SchemaTooOld` and left untouched, and a missing one is not created: for operator
+    /// tools that change rows, which must not upgrade a database under a running older
     /// application (`fenceq migrate` is the explicit upgrade).
     pub fn upgrade(mut self, upgrade: bool) -> Self {
-        self.upgrade = upgrade;
+        self.settings.upgrade = upgrade;
         self
     }
 
-    /// Opens the queue, applying pending schema upgrades.
+    /// Opens the queue on the store the options name, applying pending schema upgrades.
     ///
     /// # Errors
     ///
-    /// `InvalidInput` for bad settings, and for a path that names a directory, a FIFO, a
-    /// device or anything else that is not a regular file (never opened); `NotADatabase`,
-    /// `SchemaTooNew`, `SchemaTooOld` (read only, or without [`QueueBuilder::upgrade`]),
-    /// `ReadOnly`, `Busy`; `Io`, naming the file and what failed, when a new file or its
-    /// directory cannot be created.
-    pub fn open(self) -> Result<crate::Queue> {
+    /// `InvalidInput` for bad settings (a pool size outside 1..=64, a payload limit outside
+    /// 1 byte..=512 MiB, an attempt budget out of range, a busy timeout over an hour, or a
+    /// store option its store refuses), and the store's errors while opening.
+    ///
+    /// On SQLite: `InvalidInput` for a path that names a directory, a FIFO, a device or
+    /// anything else that is not a regular file (never opened), and for an in-memory queue
+    /// opened read-only; `NotADatabase`, `SchemaTooNew`, `SchemaTooOld` (read only, or
+    /// without [`QueueBuilder::upgrade`]), `ReadOnly`, `Busy`; `Io`, naming the file and
+    /// what failed, when a new file or its directory cannot be created.
+    ///
+    /// On PostgreSQL: see `PostgresOptions` (feature `postgres`).
+    pub fn open(self) -> Result<crate::Queue<O::Store>> {
         self.validate()?;
-        let store = crate::store::sqlite::SqliteStore::open(&self)?;
-        Ok(crate::Queue::from_parts(store, self.clock.clone(), self.max_payload, self.max_attempts))
+        let store = self.options.open_store(&self.settings)?;
+        let Settings { clock, max_payload, max_attempts, .. } = self.settings;
+        Ok(crate::Queue::from_parts(store, clock, max_payload, max_attempts))
     }
 
+    /// The checks of the settings every store reads.
     fn validate(&self) -> Result<()> {
-        self.validate_common()?;
-        if self.read_only && matches!(self.location, Location::Memory) {
-            return Err(Error::invalid("read only", "an in-memory queue cannot be opened read-only"));
+        let Settings { pool_size, max_payload, max_attempts, busy_timeout, .. } = self.settings;
+        if pool_size == 0 || pool_size > 64 {
+            return Err(Error::invalid("pool size", format!("{} is not in 1..=64", pool_size)));
         }
-        Ok(())
-    }
-
-    /// The checks of settings every store reads.
-    pub(crate) fn validate_common(&self) -> Result<()> {
-        if self.pool_size == 0 || self.pool_size > 64 {
-            return Err(Error::invalid("pool size", format!("{} is not in 1..=64", self.pool_size)));
+        if max_payload == 0 || max_payload > 512 << 20 {
+            return Err(Error::invalid("payload limit", format!("{} is not in 1..=512 MiB", max_payload)));
         }
-        if self.max_payload == 0 || self.max_payload > 512 << 20 {
-            return Err(Error::invalid("payload limit", format!("{} is not in 1..=512 MiB", self.max_payload)));
-        }
-        crate::validate::check_attempts(self.max_attempts)?;
-        if self.busy_timeout > Duration::from_secs(3600) {
+        crate::validate::check_attempts(max_attempts)?;
+        if busy_timeout > Duration::from_secs(3600) {
             return Err(Error::invalid("busy timeout", "longer than an hour"));
         }
         Ok(())
+    }
+}
+
+/// The default store's own options, set through the builder as before stores had options of
+/// their own (see [`SqliteOptions`](crate::SqliteOptions)).
+impl QueueBuilder<DefaultOptions> {
+    /// The database file (created with its directory if missing). Without a path the queue
+    /// is in memory. A `file:` URI is accepted too (for example `file:bot.db?mode=ro`).
+    pub fn path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.options = self.options.path(path);
+        self
+    }
+
+    /// The durability setting; see [`Synchronous`].
+    pub fn synchronous(mut self, synchronous: Synchronous) -> Self {
+        self.options = self.options.synchronous(synchronous);
+        self
+    }
+
+    /// Caps the database at this many pages on every pooled connection (`PRAGMA
+    /// max_page_count`), so a runaway producer gets `StorageFull` before the disk does.
+    pub fn max_page_count(mut self, pages: u64) -> Self {
+        self.options = self.options.max_page_count(pages);
+        self
     }
 }
 
@@ -265,6 +197,11 @@ impl QueueBuilder {
 ///
 /// Pruning also ends a key's deduplication: once its row is gone, the same key may be
 /// enqueued again as a new job.
+///
+/// ## Defaults
+///
+/// - rows older than 7 days
+/// - 1,000 rows per delete transaction
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Retention {
     /// Age after settling (or acknowledging) at which a row may be deleted. Defaults to 7 days.

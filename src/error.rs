@@ -275,14 +275,16 @@ pub enum Error {
     },
     /// Any other PostgreSQL error (feature `postgres`); `statement` names the statement that
     /// failed. The server's message is in the source; it never carries the URL's password.
-    #[cfg(feature = "postgres")]
+    /// The variant exists in every build (no other store returns it), so that matching on
+    /// `Error` does not depend on cargo features.
     #[error("postgresql error in {statement}")]
     Postgres {
         /// The statement that failed.
         statement: &'static str,
-        /// diesel's error, with the server's message.
+        /// diesel's error, with the server's message
+        /// (`source.downcast_ref::<fenceq::diesel::result::Error>()`).
         #[source]
-        source: Arc<diesel::result::Error>,
+        source: Arc<dyn std::error::Error + Send + Sync>,
     },
     /// The connection to the PostgreSQL server was lost during the call (feature
     /// `postgres`): the server went down or restarted, or the session was ended by a
@@ -299,7 +301,8 @@ pub enum Error {
     ///   (`Duplicate`), and a settle or renewal by a token that already committed is
     ///   refused (`OwnershipLost`); an enqueue without keys may insert its jobs a second
     ///   time. [`Error::is_retryable`] is false for it.
-    #[cfg(feature = "postgres")]
+    ///
+    /// Only a store that talks to a server returns it; the variant exists in every build.
     #[error("lost the connection to the postgresql server in {statement}; {}", if *commit_unknown {
         "it broke while committing: the work may have committed; retry only calls that carry idempotency keys"
     } else {
@@ -337,7 +340,6 @@ impl Error {
     /// idempotency keys, a settle or renewal fenced by its token), but not for an enqueue
     /// without keys, which may insert its jobs a second time.
     pub fn is_retryable(&self) -> bool {
-        #[cfg(feature = "postgres")]
         if let Error::ConnectionLost { commit_unknown, .. } = self {
             return !commit_unknown;
         }
@@ -355,11 +357,7 @@ impl Error {
     /// carried (a constraint, an application's trigger, a value the store cannot hold):
     /// another row's statement would not meet it, and the store is fine.
     pub(crate) fn is_statement_refused(&self) -> bool {
-        #[cfg(feature = "postgres")]
-        if matches!(self, Error::Postgres { .. }) {
-            return true;
-        }
-        matches!(self, Error::Sqlite { .. } | Error::TooBig { .. })
+        matches!(self, Error::Sqlite { .. } | Error::Postgres { .. } | Error::TooBig { .. })
     }
 
     /// True when the error proves that a statement run alone, in autocommit, changed

@@ -4,6 +4,7 @@
 mod clock;
 mod config;
 mod conninfo;
+mod deprecated;
 mod error;
 mod job;
 mod maintenance;
@@ -28,11 +29,10 @@ mod docs {
 }
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use config::{
-    QueueBuilder, Retention, Synchronous, DEFAULT_BUSY_TIMEOUT, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_PAYLOAD,
-    DEFAULT_POOL_SIZE, DEFAULT_PRUNE_BATCH, DEFAULT_RETENTION, MAX_KEY_LEN, MAX_LEASE, MAX_NAME_LEN,
-};
+pub use config::{QueueBuilder, Retention};
 pub use conninfo::{is_connection_string, redact_connection_string, ConnInfo};
+#[allow(deprecated)]
+pub use deprecated::*;
 /// The diesel version the PostgreSQL store is built with, for closures that receive its
 /// [`PgTx`] (feature `postgres`).
 #[cfg(feature = "postgres")]
@@ -44,11 +44,7 @@ pub use job::{
 };
 #[cfg(feature = "schedule")]
 pub use maintenance::Scheduler;
-pub use maintenance::{
-    BackupOptions, Checkpointer, Maintenance, MaintenanceConfig, MaintenanceReport, Pruner, Reaper,
-    DEFAULT_BACKUP_PAGES_PER_STEP, DEFAULT_BACKUP_TIME_LIMIT, DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHECKPOINT_PATIENCE,
-    DEFAULT_PRUNE_EVERY, DEFAULT_REAP_EVERY, DEFAULT_SCHEDULE_EVERY,
-};
+pub use maintenance::{BackupOptions, Checkpointer, Maintenance, MaintenanceConfig, MaintenanceReport, Pruner, Reaper};
 pub use queue::operator::Operator;
 pub use queue::{ListFilter, Queue};
 pub use report::{
@@ -60,14 +56,19 @@ pub use rusqlite;
 #[cfg(feature = "schedule")]
 pub use schedule::Schedule;
 #[cfg(feature = "postgres")]
-pub use store::postgres::{
-    PgTx, PostgresStore, POSTGRES_CONNECT_TIMEOUT, POSTGRES_IDLE_IN_TRANSACTION_TIMEOUT, POSTGRES_STATEMENT_TIMEOUT,
+#[allow(deprecated)]
+pub use store::postgres::options::{
+    POSTGRES_CONNECT_TIMEOUT, POSTGRES_IDLE_IN_TRANSACTION_TIMEOUT, POSTGRES_STATEMENT_TIMEOUT,
 };
-pub use store::sqlite::backup::backup_file;
+#[cfg(feature = "postgres")]
+pub use store::postgres::{PgTx, PostgresOptions, PostgresStore};
 pub use store::sqlite::migrate::SCHEMA_VERSION;
-pub use store::sqlite::{owns_in, schema_version_of, SqliteStore};
-pub use validate::{MAX_BATCH, MAX_ERROR_LEN, NUL_SHOWN_AS};
+pub use store::sqlite::SqliteStore;
+#[allow(deprecated)]
+pub use store::sqlite::{backup_file, owns_in, schema_version_of};
+pub use store::sqlite::{SqliteOptions, Synchronous};
+pub use validate::{MAX_BATCH, MAX_ERROR_LEN, MAX_KEY_LEN, MAX_LEASE, MAX_NAME_LEN, NUL_SHOWN_AS};
 pub use worker::{
     Attempt, Outcome, PoolCounters, ShutdownReport, WorkerPool, WorkerPoolBuilder, ADAPTIVE_PREFETCH_CEILING,
-    DEFAULT_POLL_INTERVAL, DEFAULT_POOL_LEASE, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WORKERS, MAX_PREFETCH,
+    MAX_PREFETCH,
 };

@@ -4,12 +4,19 @@
 //! was refused and why (or `CountMismatch` for an expected count).
 
 use crate::clock::duration_ms;
-use crate::config::{MAX_ATTEMPTS_LIMIT, MAX_KEY_LEN, MAX_LEASE, MAX_NAME_LEN};
 use crate::error::{Error, Result};
 use crate::job::NewJob;
 use std::borrow::Cow;
 use std::time::Duration;
 
+/// Longest queue name and worker id, in bytes.
+pub const MAX_NAME_LEN: usize = 128;
+/// Longest idempotency key, in bytes.
+pub const MAX_KEY_LEN: usize = 512;
+/// Longest lease a claim or renewal may ask for.
+pub const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
+/// Largest attempt budget.
+pub(crate) const MAX_ATTEMPTS_LIMIT: u32 = 10_000;
 /// Longest error, reason or evidence text stored; longer texts are cut (at a char boundary).
 pub const MAX_ERROR_LEN: usize = 4096;
 /// Most jobs one `claim_batch` or page may return.

@@ -1,185 +1,57 @@
-//! `fenceq bench` at a tiny size, run as the binary (`fenceq --db DIR --json bench`) for two
-//! rounds: every scenario of every round runs, completes its jobs and reports a positive
-//! figure once per round, and the summary gives each figure, ratio and peer comparison once,
-//! its median within its spread (the numbers themselves are for `cargo run --release --
-//! bench`).
-#![cfg(feature = "cli")]
+//! `fenceq bench` runs the `fenceq-bench` program beside the `fenceq` executable (the bench
+//! is a crate of its own, `crates/bench`, whose own tests run it at a tiny size): here a copy
+//! of the binary in a directory of its own, beside a stand-in bench script that prints its
+//! arguments, writes to stderr and exits with a code of its own. The arguments, the output
+//! and the exit code pass through unchanged, `--help` included; without a bench beside it
+//! the command fails on one line naming the command that builds one.
+#![cfg(all(feature = "cli", unix))]
 
 use assert_cmd::Command;
-use serde_json::Value;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 
-const ROUNDS: u64 = 2;
+/// A stand-in for `fenceq-bench`: one argument per line on stdout, one line on stderr, exit 3.
+const STAND_IN: &str =
+    "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done\necho 'from the bench' >&2\nexit 3\n";
 
-/// The figures of every round (workers = 2), in the order they are measured.
-const PER_ROUND: &[&str] = &[
-    "raw_sqlite/intake/1_per_tx",
-    "raw_sqlite/process/1_per_tx",
-    "raw_sqlite/end_to_end/1_per_tx",
-    "raw_sqlite/latency/insert_commit",
-    "fenceq/intake/enqueue_1_per_call",
-    "fenceq/latency/enqueue",
-    "fenceq/process/1_worker",
-    "raw_sqlite/intake/100_per_tx",
-    "raw_sqlite/process/100_per_tx",
-    "raw_sqlite/end_to_end/100_per_tx",
-    "fenceq/intake/enqueue_batch_100",
-    "fenceq/process/2_workers",
-    "fenceq/end_to_end/1_producer_2_workers",
-    "fenceq/end_to_end/4_producers_2_workers",
-    "fenceq/webhook/64_intakes_2_workers",
-    "raw_sqlite/claim_64+settle_64",
-    "fenceq/claim_batch_64+complete_all",
-    "fenceq/intake/enqueue_batch_1000",
-    "disk/fdatasync_4k",
-    "raw_sqlite/full/enqueue_1_per_commit",
-    "ceiling/full/16_callers",
-    "fenceq/full/enqueue_16_callers",
-    "fenceq/normal/enqueue_16_callers",
-    "ceiling/full/64_callers",
-    "fenceq/full/enqueue_64_callers",
-    "fenceq/normal/enqueue_64_callers",
-];
+fn run(fenceq: &Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(fenceq).args(args).output().unwrap();
+    (out.status.code(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
 
-const GUARD_VARIANTS: &[&str] = &[
-    "fenceq_schema",
-    "without_checks",
-    "without_autoincrement",
-    "without_lease_index",
-    "without_settled_index",
-    "without_wait_index",
-    "without_exhausted_unknown_acknowledged_indexes",
-    "with_schema_6_claim_id_triggers",
-];
-
-/// The figures measured once, after the rounds (round 0).
-const ONCE: &[&str] = &[
-    "fenceq/latency/claim_reference_1000_pending",
-    "fenceq/latency/claim_2000_pending",
-    "fenceq/work_through_2000_jobs",
-    "process/peak_rss",
-];
-
-fn bench(args: &[&str]) -> (std::process::Output, tempfile::TempDir) {
+// One test, its steps in order: a program written by this test and run by another thread's
+// forked child while still open for writing would fail with "text file busy".
+#[test]
+fn bench_runs_the_bench_program_beside_it_passing_arguments_output_and_exit_code() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::cargo_bin("fenceq").unwrap().arg("--db").arg(dir.path()).args(args).output().unwrap();
-    (out, dir)
-}
+    let fenceq = dir.path().join("fenceq");
+    std::fs::copy(assert_cmd::cargo::cargo_bin("fenceq"), &fenceq).unwrap();
 
-#[test]
-fn every_bench_scenario_runs_in_every_round_and_is_summarised_once() {
-    let rounds = ROUNDS.to_string();
-    let (out, dir) = bench(&[
-        "--json",
-        "bench",
-        "--jobs",
-        "1000",
-        "--workers",
-        "2",
-        "--sync",
-        "normal",
-        "--latency-rows",
-        "2000",
-        "--rounds",
-        &rounds,
-    ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    let lines: Vec<Value> = stdout
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
-        .collect();
-    for line in &lines {
-        assert_eq!((line["jobs"].as_u64(), line["workers"].as_u64()), (Some(1000), Some(2)), "{line}");
-        assert_eq!((line["sync"].as_str(), line["rounds"].as_u64()), (Some("NORMAL"), Some(ROUNDS)), "{line}");
-    }
-    let guards: Vec<String> = GUARD_VARIANTS
-        .iter()
-        .flat_map(|v| ["enqueue", "claim", "complete"].map(|phase| format!("guards/{v}/{phase}")))
-        .collect();
-    let per_round: Vec<&str> = PER_ROUND.iter().copied().chain(guards.iter().map(String::as_str)).collect();
+    // No bench beside it: one error line with the build command, exit 1, nothing run.
+    let (code, stdout, stderr) = run(&fenceq, &["bench", "--jobs", "1000"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(stderr.starts_with("error: ") && stderr.lines().count() == 1, "{stderr}");
+    assert!(stderr.contains("cargo build --release -p fenceq-bench"), "{stderr}");
+    assert!(stderr.contains(&dir.path().join("fenceq-bench").display().to_string()), "{stderr}");
 
-    // Each round reports every scenario exactly once, in the same order.
-    for round in 1..=ROUNDS {
-        let names: Vec<&str> = lines
-            .iter()
-            .filter(|l| l["round"].as_u64() == Some(round))
-            .map(|l| l["scenario"].as_str().unwrap())
-            .collect();
-        assert_eq!(names, per_round, "round {round}");
-    }
-    let once: Vec<&str> =
-        lines.iter().filter(|l| l["round"].as_u64() == Some(0)).map(|l| l["scenario"].as_str().unwrap()).collect();
-    assert_eq!(once, ONCE);
-    for line in lines.iter().filter(|l| l["round"].is_u64()) {
-        let value = line["value"].as_f64().unwrap();
-        assert!(value > 0.0 && value.is_finite(), "{line}");
-    }
+    let bench = dir.path().join("fenceq-bench");
+    std::fs::write(&bench, STAND_IN).unwrap();
+    std::fs::set_permissions(&bench, std::fs::Permissions::from_mode(0o755)).unwrap();
 
-    // The summary: every figure once, its median within its spread, over the right rounds.
-    let summaries = |kind: &str| -> Vec<&Value> { lines.iter().filter(|l| l["summary"] == kind).collect() };
-    let figures = summaries("figure");
-    let names: Vec<&str> = figures.iter().map(|f| f["scenario"].as_str().unwrap()).collect();
-    let expected: Vec<&str> = per_round.iter().copied().chain(ONCE.iter().copied()).collect();
-    assert_eq!(names, expected);
-    for f in &figures {
-        let (median, min, max) =
-            (f["median"].as_f64().unwrap(), f["min"].as_f64().unwrap(), f["max"].as_f64().unwrap());
-        assert!(min > 0.0 && min <= median && median <= max, "{f}");
-        let measured = if ONCE.contains(&f["scenario"].as_str().unwrap()) { 1 } else { ROUNDS };
-        assert_eq!(f["rounds_measured"].as_u64(), Some(measured), "{f}");
-    }
-    let figure = |name: &str| *figures.iter().find(|f| f["scenario"] == name).unwrap();
-    assert!(figure("fenceq/end_to_end/4_producers_2_workers")["requests_per_tx"].as_f64().unwrap() >= 1.0);
-    for callers in [16.0, 64.0] {
-        let full = figure(&format!("fenceq/full/enqueue_{callers}_callers"));
-        let per_sync = full["requests_per_sync"].as_f64().unwrap();
-        assert!((1.0..=callers).contains(&per_sync), "each caller waits for its own sync: {full}");
-    }
-
-    // Every ratio is computed in each round; the targets are attached.
-    let ratios = summaries("ratio");
-    let target =
-        |name: &str| ratios.iter().find(|r| r["ratio"] == name).unwrap_or_else(|| panic!("{name}"))["target"].clone();
-    assert_eq!(target("intake 1/call ÷ raw 1/tx"), 0.9);
-    assert_eq!(target("intake batch 100 ÷ raw 100/tx"), 0.8);
-    assert_eq!(target("claim_batch 64 ÷ raw batched claim"), 0.8);
-    assert_eq!(target("webhook ÷ raw end to end 100/tx"), 0.6);
-    assert_eq!(target("full 16 callers ÷ sync ceiling"), 0.6);
-    assert_eq!(target("full 64 callers ÷ sync ceiling"), 0.75);
-    assert_eq!(ratios.iter().filter(|r| r["ratio"].as_str().unwrap().starts_with("guards: ")).count(), 21);
-    for r in &ratios {
-        let (median, min, max) =
-            (r["median"].as_f64().unwrap(), r["min"].as_f64().unwrap(), r["max"].as_f64().unwrap());
-        assert!(min > 0.0 && min <= median && median <= max, "{r}");
-        assert_eq!(r["rounds_measured"].as_u64(), Some(ROUNDS), "{r}");
-        assert_eq!(r["met"].as_bool(), r["target"].as_f64().map(|t| median >= t), "{r}");
-    }
-    // With 2 workers only the one-producer intake columns have a peer figure.
-    let peers: Vec<&str> = summaries("peer").iter().map(|p| p["column"].as_str().unwrap()).collect();
-    assert_eq!(peers, ["enqueue 1/call", "enqueue batch of 100"]);
-    assert!(summaries("run")[0]["seconds"].as_f64().unwrap() > 0.0);
-    // The scratch databases stay in the --db directory.
-    assert!(dir.path().join("e2e_4.db").exists());
-}
-
-#[test]
-fn only_runs_the_named_steps_and_refuses_unknown_ones() {
-    let (out, _dir) = bench(&["--json", "bench", "--jobs", "1000", "--rounds", "1", "--only", "claim"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    let scenarios: Vec<String> = stdout
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|l| l["round"].is_u64())
-        .map(|l| l["scenario"].as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(scenarios, ["raw_sqlite/claim_64+settle_64", "fenceq/claim_batch_64+complete_all"]);
-
-    let (out, _dir) = bench(&["bench", "--only", "everything"]);
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("no step named \"everything\""), "{stderr}");
-    let (out, _dir) = bench(&["bench", "--guard", "without_everything"]);
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no variant named"));
+    // The global options given before `bench` first, then everything after it, as it is.
+    let (code, stdout, stderr) =
+        run(&fenceq, &["--db", "scratch dir", "--json", "bench", "--jobs", "1000", "--only", "claim"]);
+    assert_eq!((code, stderr.as_str()), (Some(3), "from the bench\n"));
+    assert_eq!(stdout, "--db\nscratch dir\n--json\n--jobs\n1000\n--only\nclaim\n");
+    let (_, stdout, _) = run(&fenceq, &["bench", "--json", "--rounds", "1", "--db", "d"]);
+    assert_eq!(stdout, "--json\n--rounds\n1\n--db\nd\n");
+    // A PostgreSQL --db and --schema are the bench's to read, whatever this build's features.
+    let (_, stdout, _) = run(&fenceq, &["--db", "postgres://u@h/d", "--schema", "s", "bench"]);
+    assert_eq!(stdout, "--db\npostgres://u@h/d\n--schema\ns\n");
+    // The bench's help is the bench's.
+    let (_, stdout, _) = run(&fenceq, &["bench", "--help"]);
+    assert_eq!(stdout, "--help\n");
+    let (code, stdout, _) = run(&fenceq, &["bench"]);
+    assert_eq!((code, stdout.as_str()), (Some(3), ""));
 }

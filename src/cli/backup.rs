@@ -2,7 +2,7 @@
 //! takes so that a backup comes before the change without a second command (PR #341's
 //! runbook took one by hand before its one production mutation).
 //!
-//! Both copy the file with [`fenceq::backup_file`]: read-only, consistent while the
+//! Both copy the file with [`fenceq::SqliteStore::backup_file`]: read-only, consistent while the
 //! application keeps writing, at any schema version (so `migrate --backup` keeps the file as
 //! it was before the upgrade), to a new owner-only file that appears only once it is whole.
 
@@ -45,7 +45,7 @@ impl BackupArgs {
         }
         check_existing(&ctx.db)?;
         let options = BackupOptions { replace: self.replace, time_limit: self.time_limit, ..BackupOptions::default() };
-        let report = fenceq::backup_file(&ctx.db, &self.out, &options)?;
+        let report = fenceq::SqliteStore::backup_file(&ctx.db, &self.out, &options)?;
         if ctx.json() {
             let document = json!({
                 "command": "backup",
@@ -110,7 +110,7 @@ impl BackupOpts {
             let db = ctx.db.display();
             return Err(fail(format!("--backup: no database at {db} to back up; nothing was changed")));
         }
-        let report = fenceq::backup_file(&ctx.db, path, &BackupOptions::default())
+        let report = fenceq::SqliteStore::backup_file(&ctx.db, path, &BackupOptions::default())
             .context(|| "--backup failed; nothing was changed".to_string())?;
         if !ctx.json() {
             let line = format!(

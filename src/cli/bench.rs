@@ -1,230 +1,85 @@
-//! `fenceq bench`: fenceq's throughput and latency beside raw rusqlite loops measured in the
-//! same process and run, in interleaved rounds. The options and the output are here; the
-//! plan of rounds and ratios is in `bench/rounds.rs`, the measurements in
-//! `bench/scenarios.rs`, and those on a PostgreSQL `--db` URL (beside a raw SQL loop on the
-//! same server) in `bench/postgres.rs`.
+//! `fenceq bench`: runs the `fenceq-bench` program (`crates/bench`) that sits beside this
+//! executable, with `--db`, `--schema`, `--json` and the command's own options, and exits as
+//! it exits. The bench is a client of the library like any application, so it is a crate
+//! of its own, which the `fenceq` package cannot depend on (the bench depends on it, and
+//! Cargo forbids the cycle): the two meet here, as programs.
 
-mod guards;
-#[cfg(feature = "postgres")]
-mod postgres;
-mod rounds;
-mod scenarios;
+use super::{fail, CliResult, Context, ResultExt};
+use clap::Args;
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::Command;
 
-use super::{fail, CliResult, Context};
-use clap::{Args, ValueEnum};
-use fenceq::Synchronous;
-use rounds::{BenchOptions, Report, Spread, STEPS};
-use scenarios::Figure;
-use serde_json::{json, Value};
+/// The bench program's file name.
+const PROGRAM: &str = "fenceq-bench";
 
-/// The durability setting, as the command line spells it.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum SyncArg {
-    /// synchronous=NORMAL (survives an application crash).
-    Normal,
-    /// synchronous=FULL (survives a power loss; one fsync per commit).
-    Full,
-}
+/// The command that builds the bench beside a `fenceq` built from the repository.
+const BUILD: &str = "cargo build --release -p fenceq-bench";
 
-/// Options of `fenceq bench`.
+/// Options of `fenceq bench`: none of its own. Everything after `bench` goes to the bench
+/// program as it is, `--help` too (which lists the bench's options).
 #[derive(Debug, Args)]
+#[command(disable_help_flag = true)]
 pub struct BenchArgs {
-    /// Jobs per throughput scenario (batch scenarios use a multiple).
-    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1000..=10_000_000))]
-    pub jobs: u64,
-    /// Worker threads of the pools.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
-    pub workers: u64,
-    /// Durability setting of the raw loops and the one-producer, pool and end-to-end
-    /// scenarios (the FULL scenarios always run at FULL; SQLite only: on PostgreSQL
-    /// durability is the server's synchronous_commit).
-    #[arg(long, value_enum, default_value_t = SyncArg::Normal)]
-    pub sync: SyncArg,
-    /// Pending rows for the large claim-latency measurement (compared with 1,000), and jobs
-    /// worked through for the peak-RSS figure (measured once, after the rounds; SQLite only).
-    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1000..=10_000_000))]
-    pub latency_rows: u64,
-    /// Interleaved rounds: every ratio is computed within a round, and the report gives the
-    /// median and spread (min, max) over the rounds.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=100))]
-    pub rounds: u64,
-    /// Run only these steps (comma-separated): intake, pool, end_to_end, webhook, claim,
-    /// batch_1000, full, guards, latency.
-    #[arg(long, value_delimiter = ',')]
-    pub only: Vec<String>,
-    /// Measure only these schema variants in the guards step (comma-separated; all when
-    /// omitted): one variant per run lets `valgrind --tool=callgrind
-    /// --toggle-collect='*guards::measure*'` count its instructions per phase.
-    #[arg(long, value_delimiter = ',')]
-    pub guard: Vec<String>,
+    /// The bench's options: `fenceq bench --help` lists them.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "OPTIONS")]
+    pub options: Vec<OsString>,
 }
 
 impl BenchArgs {
-    /// Runs every round; with --json one JSON line per figure of each round as it is
-    /// measured, then one line per summary; else tables at the end.
+    /// Runs `fenceq-bench` from this executable's directory with the same `--db`, `--schema`
+    /// and `--json` and the bench's options; its output is this command's output, and its
+    /// exit code this process's.
+    ///
+    /// # Errors
+    ///
+    /// No `fenceq-bench` beside this executable (the message names the command that builds
+    /// it), or one that cannot be started.
     pub fn run(self, ctx: &mut Context) -> CliResult<()> {
-        if let Some(unknown) = self.only.iter().find(|o| !STEPS.contains(&o.as_str())) {
-            return Err(fail(format!("--only: no step named {unknown:?} (steps: {})", STEPS.join(", "))));
+        let here = std::env::current_exe().context(|| "finding this executable's directory".to_string())?;
+        let program = here.with_file_name(format!("{PROGRAM}{}", std::env::consts::EXE_SUFFIX));
+        if !program.is_file() {
+            return Err(missing(&program));
         }
-        let variants: Vec<&str> = guards::variants().iter().map(|v| v.name).collect();
-        if let Some(unknown) = self.guard.iter().find(|g| !variants.contains(&g.as_str())) {
-            return Err(fail(format!("--guard: no variant named {unknown:?} (variants: {})", variants.join(", "))));
+        let mut command = Command::new(&program);
+        if ctx.db_given {
+            command.arg("--db").arg(&ctx.db);
         }
-        #[cfg(feature = "postgres")]
-        if ctx.is_postgres() {
-            return postgres::run(&self, ctx);
+        if let Some(schema) = &ctx.schema {
+            command.arg("--schema").arg(schema);
         }
-        let dir = if ctx.db_given { ctx.db.clone() } else { rounds::default_dir() };
-        let options = BenchOptions {
-            jobs: self.jobs,
-            workers: self.workers as usize,
-            sync: match self.sync {
-                SyncArg::Normal => Synchronous::Normal,
-                SyncArg::Full => Synchronous::Full,
-            },
-            latency_rows: self.latency_rows,
-            rounds: self.rounds as usize,
-            only: self.only,
-            guards: self.guard,
-            dir: dir.clone(),
-        };
-        let progress = ctx.out.progress(options.rounds as u64, "benchmarking, round");
-        let out = &mut ctx.out;
-        let result = rounds::run(&options, |round, figure| {
-            progress.set_position(round.saturating_sub(1) as u64);
-            progress.set_message(figure.scenario.clone());
-            if out.is_json() {
-                out.record(&round_json(round, figure, &options))?;
-            }
-            Ok(())
-        });
-        progress.finish_and_clear();
-        if !ctx.db_given {
-            let _ = std::fs::remove_dir_all(&dir);
-        }
-        let report = result?;
         if ctx.json() {
-            for line in summary_json(&report, &options) {
-                ctx.out.record(&line)?;
-            }
-            return Ok(());
+            command.arg("--json");
         }
-        print_tables(ctx, &report, &options)
+        command.args(&self.options);
+        ctx.out.flush()?;
+        run_as_this_process(command, &program)
     }
 }
 
-fn settings(o: &BenchOptions) -> Value {
-    json!({ "jobs": o.jobs, "workers": o.workers, "sync": o.sync.pragma(), "rounds": o.rounds })
+/// The refusal when there is no bench program: what to build, or what to run instead.
+fn missing(program: &Path) -> super::BoxError {
+    fail(format!(
+        "the bench is a program of its own, and there is no {} beside this fenceq: build it with `{BUILD}` \
+         (`--features postgres` for a PostgreSQL --db), or run it from the repository with \
+         `cargo run --release -p fenceq-bench -- OPTIONS`",
+        program.display()
+    ))
 }
 
-fn round2(v: f64) -> f64 {
-    (v * 100.0).round() / 100.0
+/// Replaces this process with the bench (its output, signals and exit code are the
+/// command's own).
+#[cfg(unix)]
+fn run_as_this_process(mut command: Command, program: &Path) -> CliResult<()> {
+    use std::os::unix::process::CommandExt;
+    // `exec` returns only when it failed.
+    let error = command.exec();
+    Err(error).context(|| format!("running {}", program.display()))
 }
 
-fn round_json(round: usize, f: &Figure, o: &BenchOptions) -> Value {
-    let mut value = settings(o);
-    value["round"] = json!(round);
-    value["scenario"] = json!(f.scenario);
-    value["value"] = json!(round2(f.value));
-    value["unit"] = json!(f.unit);
-    for (k, v) in &f.details {
-        value[k.as_str()] = json!((v * 1000.0).round() / 1000.0);
-    }
-    value
-}
-
-fn spread_json(value: &mut Value, s: &Spread, digits: f64) {
-    let r = |v: f64| (v * digits).round() / digits;
-    value["median"] = json!(r(s.median));
-    value["min"] = json!(r(s.min));
-    value["max"] = json!(r(s.max));
-    value["rounds_measured"] = json!(s.rounds);
-}
-
-/// One line per figure (`"summary": "figure"`), ratio and peer comparison.
-fn summary_json(report: &Report, o: &BenchOptions) -> Vec<Value> {
-    let mut lines = Vec::new();
-    for f in &report.figures {
-        let mut value = settings(o);
-        value["summary"] = json!("figure");
-        value["scenario"] = json!(f.scenario);
-        value["unit"] = json!(f.unit);
-        value["value"] = json!(round2(f.spread.median));
-        spread_json(&mut value, &f.spread, 100.0);
-        for (k, v) in &f.details {
-            value[k.as_str()] = json!((v * 1000.0).round() / 1000.0);
-        }
-        lines.push(value);
-    }
-    for r in &report.ratios {
-        let mut value = settings(o);
-        value["summary"] = json!("ratio");
-        value["ratio"] = json!(r.name);
-        value["numerator"] = json!(r.numerator);
-        value["denominator"] = json!(r.denominator);
-        spread_json(&mut value, &r.spread, 1000.0);
-        value["target"] = json!(r.target);
-        value["met"] = json!(r.met());
-        lines.push(value);
-    }
-    for p in &report.peers {
-        let mut value = settings(o);
-        value["summary"] = json!("peer");
-        value["peer"] = json!(p.peer);
-        value["column"] = json!(p.column);
-        value["peer_figure"] = json!(p.figure);
-        value["scenario"] = json!(p.scenario);
-        value["fenceq_median"] = json!(round2(p.fenceq));
-        value["ratio"] = json!((p.fenceq / p.figure * 1000.0).round() / 1000.0);
-        value["met"] = json!(p.fenceq > p.figure);
-        lines.push(value);
-    }
-    let mut run = settings(o);
-    run["summary"] = json!("run");
-    run["seconds"] = json!(round2(report.seconds));
-    lines.push(run);
-    lines
-}
-
-fn print_tables(ctx: &mut Context, report: &Report, o: &BenchOptions) -> CliResult<()> {
-    let mut table = super::output::table(&["scenario", "median", "min – max", "unit", "details (medians)"]);
-    for f in &report.figures {
-        let details: Vec<String> = f.details.iter().map(|(k, v)| format!("{k}={v:.2}")).collect();
-        table.add_row(vec![
-            f.scenario.clone(),
-            format!("{:.0}", f.spread.median),
-            format!("{:.0} – {:.0}", f.spread.min, f.spread.max),
-            f.unit.to_string(),
-            details.join(" "),
-        ]);
-    }
-    ctx.out.table(&table)?;
-    let mut table = super::output::table(&["ratio (within each round)", "median", "min – max", "target", "met"]);
-    for r in &report.ratios {
-        table.add_row(vec![
-            r.name.clone(),
-            format!("{:.2}", r.spread.median),
-            format!("{:.2} – {:.2}", r.spread.min, r.spread.max),
-            r.target.map_or_else(String::new, |t| format!("≥ {t:.2}")),
-            r.met().map_or_else(String::new, |m| if m { "yes".into() } else { "NO".into() }),
-        ]);
-    }
-    ctx.out.table(&table)?;
-    if !report.peers.is_empty() {
-        let mut table = super::output::table(&["column", "best peer (issue #14's run)", "fenceq median", "ahead"]);
-        for p in &report.peers {
-            table.add_row(vec![
-                p.column.to_string(),
-                format!("{} {:.0}", p.peer, p.figure),
-                format!("{:.0}", p.fenceq),
-                if p.fenceq > p.figure { format!("yes ({:.2}x)", p.fenceq / p.figure) } else { "NO".into() },
-            ]);
-        }
-        ctx.out.table(&table)?;
-    }
-    ctx.out.line(format!(
-        "jobs={} workers={} sync={:?} latency_rows={} rounds={} in {:.0} s (WAL; ratios are within each round)",
-        o.jobs, o.workers, o.sync, o.latency_rows, o.rounds, report.seconds
-    ))?;
-    Ok(())
+/// Runs the bench to its end and exits with its exit code (no `exec` here).
+#[cfg(not(unix))]
+fn run_as_this_process(mut command: Command, program: &Path) -> CliResult<()> {
+    let status = command.status().context(|| format!("running {}", program.display()))?;
+    std::process::exit(status.code().unwrap_or(1));
 }

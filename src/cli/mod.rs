@@ -9,6 +9,7 @@
 pub mod admin;
 pub mod backup;
 pub mod bench;
+pub mod decision;
 pub mod demo;
 pub mod inspect;
 pub mod maintenance;
@@ -96,22 +97,10 @@ pub enum Command {
     /// path or null without --db) and `adds_up`. Either way it exits 1 if the figures do not
     /// add up.
     Demo(demo::DemoArgs),
-    /// Measures throughput and claim latency beside a raw rusqlite baseline in the same run
-    /// (scratch databases in a temporary directory, or in the --db directory if given).
-    ///
-    /// With --json it prints one JSON line per scenario as soon as it is measured: `scenario`,
-    /// `value`, `unit`, the run's `jobs`, `workers` and `sync`, and the scenario's details
-    /// (ratios, p99, grouping) as further fields.
-    ///
-    /// With a postgres:// --db it measures enqueue 1/call, batch of 100, process W=1,
-    /// process W=--workers, end to end W=--workers and enqueue 1/call from 16 threads at
-    /// once, through fenceq and through a raw SQL loop on the same server (one operation
-    /// per transaction, and 100 per transaction),
-    /// each in a scratch schema of its own (named after --schema, or fenceq_bench_PID),
-    /// dropped at the end; --sync and --latency-rows do not apply there. Its JSON lines carry
-    /// `scenario` (`postgres/ROW/COLUMN`), `value` (jobs/s), `jobs`, `workers`, the server's
-    /// `server_version`, `fsync` and `synchronous_commit`, and fenceq's ratios to the raw
-    /// loops.
+    /// Measures throughput and claim latency beside raw SQL loops in the same run, on
+    /// SQLite or on a postgres:// --db: runs the `fenceq-bench` program beside this one
+    /// (`cargo build --release -p fenceq-bench` builds it) with --db, --schema, --json and
+    /// OPTIONS, and exits as it exits. `fenceq bench --help` lists its options.
     Bench(bench::BenchArgs),
     /// Counts per queue and state: pending (and the oldest pending age), running (and how
     /// many have expired leases), waiting, completed, exhaustions awaiting acknowledgement,
@@ -191,6 +180,10 @@ impl Command {
     /// else SQLite. The store is chosen here, once; every command is written once, generic
     /// over it.
     pub fn run(self, ctx: &mut Context) -> CliResult<()> {
+        // The bench is a program of its own, which reads --db and --schema itself.
+        if let Command::Bench(args) = self {
+            return args.run(ctx);
+        }
         if let Some(backup) = self.backup_opts() {
             backup.check_store(ctx)?;
         }
@@ -253,7 +246,7 @@ impl Command {
     fn run_on<S: CliStore>(self, ctx: &mut Context) -> CliResult<()> {
         match self {
             Command::Demo(args) => args.run::<S>(ctx),
-            // The bench's scenarios differ per store (each beside its own raw loop).
+            // Run above, before the store is chosen.
             Command::Bench(args) => args.run(ctx),
             Command::Stats(args) => args.run::<S>(ctx),
             Command::List(args) => args.run::<S>(ctx),
@@ -334,7 +327,8 @@ impl Context {
         let url = self.db.to_string_lossy().into_owned();
         // `Command::run` refused a string libpq cannot read before any command ran.
         let Ok(info) = fenceq::ConnInfo::parse(&url) else { return url };
-        let mut info = info.or_set("connect_timeout", &fenceq::POSTGRES_CONNECT_TIMEOUT.as_secs().to_string());
+        let mut info =
+            info.or_set("connect_timeout", &fenceq::PostgresOptions::DEFAULT_CONNECT_TIMEOUT.as_secs().to_string());
         if std::env::var_os("PGGSSENCMODE").is_none() {
             info = info.or_set("gssencmode", "disable");
         }
@@ -680,7 +674,7 @@ mod tests {
             "postgresql://ops:s3cret@db.internal/bot",
             "host=127.0.0.1 port=45601 user=botpw password=s3cret dbname=fenceq_test",
         ] {
-            for command in [&["stats"][..], &["migrate"], &["demo"], &["bench"], &["cancel", "1"]] {
+            for command in [&["stats"][..], &["migrate"], &["demo"], &["cancel", "1"]] {
                 let args = ["fenceq", "--db", url].into_iter().chain(command.iter().copied());
                 let error = run(Cli::try_parse_from(args).expect("valid arguments")).expect_err("refused");
                 let line = error_line(error.as_ref());

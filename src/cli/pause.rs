@@ -2,7 +2,7 @@
 //! (counting queues: 1 when the command changes the queue, 0 when it is that way already),
 //! `--by` and `--note` (recorded on the queue's row).
 
-use super::admin::DecisionOpts;
+use super::decision::DecisionOpts;
 use super::output::when;
 use super::store::CliStore;
 use super::{plural, ChangeOpts, CliResult, Context};

@@ -8,8 +8,8 @@
 //! is an SQLite file.
 
 use super::{check_existing, fail, CliResult, Context};
-use fenceq::store::Store;
-use fenceq::{Queue, QueueBuilder, SqliteStore};
+use fenceq::store::{Store, StoreOptions};
+use fenceq::{Queue, QueueBuilder, SqliteOptions, SqliteStore};
 
 /// What a command does with the database it opens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +28,9 @@ pub trait CliStore: Store {
     /// The store's name in messages: `SQLite` or `PostgreSQL`.
     const NAME: &'static str;
 
+    /// The store's own settings, which open it.
+    type Options: StoreOptions<Store = Self>;
+
     /// Opens `--db` as `how` says.
     ///
     /// # Errors
@@ -42,7 +45,10 @@ pub trait CliStore: Store {
     /// # Errors
     ///
     /// As [`CliStore::open`] with [`Open::OrCreate`], and the builder's refusal of a setting.
-    fn open_with(ctx: &Context, tune: impl FnOnce(QueueBuilder) -> QueueBuilder) -> CliResult<Queue<Self>>;
+    fn open_with(
+        ctx: &Context,
+        tune: impl FnOnce(QueueBuilder<Self::Options>) -> QueueBuilder<Self::Options>,
+    ) -> CliResult<Queue<Self>>;
 
     /// The schema version of `--db` without changing anything: `None` when there is no
     /// database yet (a missing SQLite file), 0 when it holds no fenceq schema.
@@ -76,13 +82,14 @@ pub trait CliStore: Store {
 
 impl CliStore for SqliteStore {
     const NAME: &'static str = "SQLite";
+    type Options = SqliteOptions;
 
     fn open(ctx: &Context, how: Open) -> CliResult<Queue<Self>> {
         match how {
             Open::OrCreate => Self::open_with(ctx, |builder| builder),
             Open::Existing | Open::ReadOnly => {
                 check_existing(&ctx.db)?;
-                if fenceq::schema_version_of(&ctx.db)? == 0 {
+                if SqliteStore::schema_version_of(&ctx.db)? == 0 {
                     return Err(no_queue(ctx));
                 }
                 let builder = Queue::builder().path(&ctx.db);
@@ -92,7 +99,10 @@ impl CliStore for SqliteStore {
         }
     }
 
-    fn open_with(ctx: &Context, tune: impl FnOnce(QueueBuilder) -> QueueBuilder) -> CliResult<Queue<Self>> {
+    fn open_with(
+        ctx: &Context,
+        tune: impl FnOnce(QueueBuilder<SqliteOptions>) -> QueueBuilder<SqliteOptions>,
+    ) -> CliResult<Queue<Self>> {
         ctx.check_not_dir()?;
         Ok(tune(Queue::builder().path(&ctx.db)).open()?)
     }
@@ -102,7 +112,7 @@ impl CliStore for SqliteStore {
         if !ctx.db.exists() {
             return Ok(None);
         }
-        Ok(Some(fenceq::schema_version_of(&ctx.db)?))
+        Ok(Some(SqliteStore::schema_version_of(&ctx.db)?))
     }
 
     fn demo_create_replies(queue: &Queue<Self>) -> fenceq::Result<()> {
@@ -140,11 +150,11 @@ mod postgres {
     use crate::cli::{fail, BoxError, CliResult, Context};
     use fenceq::diesel::sql_types::{BigInt, Text};
     use fenceq::diesel::{sql_query, Connection, PgConnection, QueryableByName, RunQueryDsl};
-    use fenceq::{Error, PostgresStore, Queue, QueueBuilder};
+    use fenceq::{Error, PostgresOptions, PostgresStore, Queue, QueueBuilder};
 
     /// The builder for `--db URL` and `--schema` (the library adds its connect timeout,
     /// application name and GSS setting to the URL).
-    fn builder(ctx: &Context) -> QueueBuilder {
+    fn builder(ctx: &Context) -> QueueBuilder<PostgresOptions> {
         let builder = Queue::builder().url(ctx.db.to_string_lossy().into_owned());
         match &ctx.schema {
             Some(schema) => builder.schema(schema.clone()),
@@ -193,14 +203,15 @@ mod postgres {
 
     impl CliStore for PostgresStore {
         const NAME: &'static str = "PostgreSQL";
+        type Options = PostgresOptions;
 
         fn open(ctx: &Context, how: Open) -> CliResult<Queue<Self>> {
             let builder = builder(ctx);
             let opened = match how {
                 Open::OrCreate => return Self::open_with(ctx, |builder| builder),
                 // Read-only sessions (default_transaction_read_only): a preview cannot write.
-                Open::ReadOnly => builder.read_only(true).open_postgres(),
-                Open::Existing => builder.upgrade(false).open_postgres(),
+                Open::ReadOnly => builder.read_only(true).open(),
+                Open::Existing => builder.upgrade(false).open(),
             };
             match opened {
                 Err(Error::SchemaTooOld { found: 0, .. }) => Err(no_queue_here(ctx)),
@@ -208,13 +219,16 @@ mod postgres {
             }
         }
 
-        fn open_with(ctx: &Context, tune: impl FnOnce(QueueBuilder) -> QueueBuilder) -> CliResult<Queue<Self>> {
-            Ok(tune(builder(ctx)).open_postgres()?)
+        fn open_with(
+            ctx: &Context,
+            tune: impl FnOnce(QueueBuilder<PostgresOptions>) -> QueueBuilder<PostgresOptions>,
+        ) -> CliResult<Queue<Self>> {
+            Ok(tune(builder(ctx)).open()?)
         }
 
         fn version_of(ctx: &Context) -> CliResult<Option<i64>> {
             // A read-only open checks the version and changes nothing; its refusals say which.
-            match builder(ctx).read_only(true).open_postgres() {
+            match builder(ctx).read_only(true).open() {
                 Ok(queue) => Ok(Some(queue.schema_version()?)),
                 Err(Error::SchemaTooOld { found, .. } | Error::SchemaTooNew { found, .. }) => Ok(Some(found)),
                 Err(e) => Err(e.into()),

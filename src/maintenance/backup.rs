@@ -12,26 +12,32 @@ use std::time::Duration;
 /// Pages one backup step copies. Defaults to 1,024 (4 MiB at SQLite's default page size):
 /// large enough that a step's fixed cost does not matter, small enough that a step never
 /// holds anything long.
-pub const DEFAULT_BACKUP_PAGES_PER_STEP: u32 = 1024;
+pub(crate) const DEFAULT_BACKUP_PAGES_PER_STEP: u32 = 1024;
 
 /// How long a backup may take in all before it gives up. Defaults to 10 minutes (tens of
 /// gigabytes on an ordinary disk).
-pub const DEFAULT_BACKUP_TIME_LIMIT: Duration = Duration::from_secs(600);
+pub(crate) const DEFAULT_BACKUP_TIME_LIMIT: Duration = Duration::from_secs(600);
 
 /// How a backup copies and where it may write. Build it from [`BackupOptions::default`] and
 /// change the fields you need.
 ///
+/// ## Defaults
+///
+/// - 1,024 pages per step
+/// - a time limit of 10 minutes in all
+/// - an existing target is refused (`replace: false`)
+///
 /// ```
 /// let options = fenceq::BackupOptions { replace: true, ..fenceq::BackupOptions::default() };
-/// # assert_eq!(options.time_limit, fenceq::DEFAULT_BACKUP_TIME_LIMIT);
+/// # assert_eq!(options.time_limit, std::time::Duration::from_secs(600));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BackupOptions {
-    /// Pages copied per step, in 1..=1,048,576. Defaults to [`DEFAULT_BACKUP_PAGES_PER_STEP`].
+    /// Pages copied per step, in 1..=1,048,576. Defaults to 1,024.
     pub pages_per_step: u32,
     /// The longest the whole backup may take, between 1 ms and a day; past it the backup stops
     /// with [`Error::BackupTimedOut`](crate::Error::BackupTimedOut) and leaves nothing behind.
-    /// Defaults to [`DEFAULT_BACKUP_TIME_LIMIT`].
+    /// Defaults to 10 minutes.
     pub time_limit: Duration,
     /// Replace an existing file at the target path (atomically: the old file stays whole until
     /// the new one has replaced it). Defaults to false: an existing target is refused, so that

@@ -5,20 +5,24 @@
 use crate::error::Result;
 use crate::queue::Queue;
 use crate::report::CheckpointReport;
-use crate::store::sqlite::SqliteStore;
+use crate::store::DefaultStore;
 use crate::store::Store;
 use crate::validate::check_patience;
 use std::time::Duration;
 
 /// How long a checkpoint waits for readers to leave the old WAL. Defaults to 500 ms: longer
 /// than a typical read transaction, short enough that writers never stall long.
-pub const DEFAULT_CHECKPOINT_PATIENCE: Duration = Duration::from_millis(500);
+pub(crate) const DEFAULT_CHECKPOINT_PATIENCE: Duration = Duration::from_millis(500);
 
 /// Checkpoints as a service: the maintenance thread runs it every
 /// [`checkpoint_every`](crate::MaintenanceConfig::checkpoint_every); a test or a command
 /// runs it once.
+///
+/// ## Defaults
+///
+/// - patience: 500 ms, how long a checkpoint waits for readers to leave the old WAL
 #[derive(Debug)]
-pub struct Checkpointer<S: Store = SqliteStore> {
+pub struct Checkpointer<S: Store = DefaultStore> {
     queue: Queue<S>,
     patience: Duration,
 }

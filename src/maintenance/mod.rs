@@ -12,8 +12,10 @@ mod retention;
 #[cfg(feature = "schedule")]
 mod scheduler;
 
-pub use backup::{BackupOptions, DEFAULT_BACKUP_PAGES_PER_STEP, DEFAULT_BACKUP_TIME_LIMIT};
-pub use checkpoint::{Checkpointer, DEFAULT_CHECKPOINT_PATIENCE};
+pub use backup::BackupOptions;
+pub(crate) use backup::{DEFAULT_BACKUP_PAGES_PER_STEP, DEFAULT_BACKUP_TIME_LIMIT};
+pub use checkpoint::Checkpointer;
+pub(crate) use checkpoint::DEFAULT_CHECKPOINT_PATIENCE;
 pub use reaper::Reaper;
 pub use retention::Pruner;
 #[cfg(feature = "schedule")]
@@ -23,7 +25,7 @@ use crate::config::Retention;
 use crate::error::Result;
 use crate::queue::Queue;
 use crate::report::{CheckpointReport, PruneReport, ReapReport, ScheduleReport};
-use crate::store::sqlite::SqliteStore;
+use crate::store::DefaultStore;
 use crate::store::Store;
 use crate::validate::check_interval;
 use crossbeam_channel::{bounded, select, tick, Sender};
@@ -31,32 +33,37 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// How often the reaper runs. Defaults to 1 minute.
-pub const DEFAULT_REAP_EVERY: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_REAP_EVERY: Duration = Duration::from_secs(60);
 /// How often the WAL is checkpointed and truncated. Defaults to 5 seconds.
-pub const DEFAULT_CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
 /// How often retention runs. Defaults to 1 hour.
-pub const DEFAULT_PRUNE_EVERY: Duration = Duration::from_secs(3600);
+pub(crate) const DEFAULT_PRUNE_EVERY: Duration = Duration::from_secs(3600);
 /// How often the periodic jobs' due ticks are enqueued (feature `schedule`). Defaults to 5
 /// seconds.
-pub const DEFAULT_SCHEDULE_EVERY: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_SCHEDULE_EVERY: Duration = Duration::from_secs(5);
 
 /// Settings of the maintenance thread.
+///
+/// ## Defaults
+///
+/// - reap every 1 minute
+/// - prune every hour, with [`Retention`]'s defaults (7 days, batches of 1,000 rows)
+/// - checkpoint the WAL every 5 seconds (SQLite)
+/// - enqueue periodic jobs' due ticks every 5 seconds (feature `schedule`)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MaintenanceConfig {
-    /// Reap interval. Defaults to [`DEFAULT_REAP_EVERY`].
+    /// Reap interval. Defaults to 1 minute.
     pub reap_every: Duration,
-    /// Prune interval. Defaults to [`DEFAULT_PRUNE_EVERY`].
+    /// Prune interval. Defaults to 1 hour.
     pub prune_every: Duration,
     /// What pruning deletes. Defaults to 7 days' retention.
     pub retention: Retention,
-    /// WAL checkpoint interval (see [`Queue::checkpoint`]). Defaults to
-    /// [`DEFAULT_CHECKPOINT_EVERY`].
+    /// WAL checkpoint interval (see [`Queue::checkpoint`]). Defaults to 5 seconds.
     pub checkpoint_every: Duration,
     /// How often the periodic jobs registered on the queue (feature `schedule`) have their
     /// latest due tick enqueued: a tick's job is enqueued at most this long after its time.
     /// Unused without the feature, but still checked (the field is there either way, so
-    /// that turning the feature on never breaks a struct literal). Defaults to
-    /// [`DEFAULT_SCHEDULE_EVERY`].
+    /// that turning the feature on never breaks a struct literal). Defaults to 5 seconds.
     pub schedule_every: Duration,
 }
 
@@ -87,7 +94,7 @@ pub struct MaintenanceReport {
 
 /// A running maintenance thread; stops on drop or [`Maintenance::stop`].
 #[derive(Debug)]
-pub struct Maintenance<S: Store = SqliteStore> {
+pub struct Maintenance<S: Store = DefaultStore> {
     services: Services<S>,
     stop: Option<Sender<()>>,
     thread: Option<JoinHandle<()>>,

@@ -5,7 +5,7 @@ use super::in_batches;
 use crate::error::Result;
 use crate::queue::Queue;
 use crate::report::ReapReport;
-use crate::store::sqlite::SqliteStore;
+use crate::store::DefaultStore;
 use crate::store::Store;
 use crate::validate::check_expected;
 
@@ -15,7 +15,7 @@ const REAP_BATCH: u32 = 1_000;
 /// The reaper as a service: the maintenance thread runs it every
 /// [`reap_every`](crate::MaintenanceConfig::reap_every); a test or a command runs it once.
 #[derive(Debug)]
-pub struct Reaper<S: Store = SqliteStore> {
+pub struct Reaper<S: Store = DefaultStore> {
     queue: Queue<S>,
 }
 

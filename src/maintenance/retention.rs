@@ -7,14 +7,14 @@ use crate::config::Retention;
 use crate::error::Result;
 use crate::queue::Queue;
 use crate::report::PruneReport;
-use crate::store::sqlite::SqliteStore;
+use crate::store::DefaultStore;
 use crate::store::Store;
 use crate::validate::check_expected;
 
 /// Retention as a service: the maintenance thread runs it every
 /// [`prune_every`](crate::MaintenanceConfig::prune_every); a test or a command runs it once.
 #[derive(Debug)]
-pub struct Pruner<S: Store = SqliteStore> {
+pub struct Pruner<S: Store = DefaultStore> {
     queue: Queue<S>,
     retention: Retention,
 }

@@ -14,14 +14,14 @@ use crate::queue::intake::insert;
 use crate::queue::schedules::{tick_key, Periodic};
 use crate::queue::Queue;
 use crate::report::ScheduleReport;
-use crate::store::sqlite::SqliteStore;
+use crate::store::DefaultStore;
 use crate::store::Store;
 
 /// The scheduler as a service: the maintenance thread runs it every
 /// [`schedule_every`](crate::MaintenanceConfig::schedule_every); a test or an application's
 /// own loop runs it once.
 #[derive(Debug)]
-pub struct Scheduler<S: Store = SqliteStore> {
+pub struct Scheduler<S: Store = DefaultStore> {
     queue: Queue<S>,
 }
 

@@ -77,16 +77,17 @@ impl<S: Store> Queue<S> {
     /// Adds a job inside a transaction that is already open (the outbox pattern): the job
     /// exists exactly when that transaction's commit does.
     ///
-    /// The way to share the file is the queue's own writer: call this inside
-    /// [`Queue::transaction`], [`Queue::with_ownership`] or [`Queue::complete_with`] (and a
-    /// pool handler's [`Attempt::with_ownership`](crate::Attempt::with_ownership)) with the
-    /// connection the closure gets. The job then commits or rolls back with the rest, and
-    /// this process's pools of its queue are woken once the commit is done.
+    /// Call this inside [`Queue::transaction`], [`Queue::with_ownership`] or
+    /// [`Queue::complete_with`] (and a pool handler's
+    /// [`Attempt::with_ownership`](crate::Attempt::with_ownership)) with the transaction the
+    /// closure gets. The job then commits or rolls back with the rest, and this process's
+    /// pools of its queue are woken once the commit is done.
     ///
-    /// A transaction on a connection of the application's own (`BEGIN IMMEDIATE` on the same
-    /// file) works too, but it is another writer of the file: while it is open, this
-    /// process's queue writes wait for it in SQLite's busy handler and fail with `Busy` after
-    /// the busy timeout, and pools notice its jobs only at their next poll.
+    /// On SQLite, a transaction on a connection of the application's own (`BEGIN IMMEDIATE`
+    /// on the same file) works too, but it is another writer of the file: while it is open,
+    /// this process's queue writes wait for it in SQLite's busy handler and fail with `Busy`
+    /// after the busy timeout, and pools of other handles notice its jobs only at their next
+    /// poll. On PostgreSQL the job's commit notifies every listening pool, in any process.
     ///
     /// # Errors
     ///
@@ -94,7 +95,7 @@ impl<S: Store> Queue<S> {
     /// byte, the key is empty or longer than 512 bytes, the payload is empty or larger than
     /// the queue's payload limit (1 MiB by default), the attempt budget is outside
     /// 1..=10,000, the delay is over a hundred years, or a trigger ignored the insert; the
-    /// SQLite error of the insert otherwise. A transaction that is not open is the caller's
+    /// store's error of the insert otherwise. A transaction that is not open is the caller's
     /// bug: the insert then commits on its own.
     pub fn enqueue_tx(&self, tx: &S::Tx, job: NewJob) -> Result<Enqueued> {
         check_job(&job, self.shared.max_payload)?;

@@ -29,7 +29,7 @@ use crate::clock::Clock;
 use crate::config::QueueBuilder;
 use crate::error::Result;
 use crate::report::CommitStats;
-use crate::store::sqlite::SqliteStore;
+use crate::store::DefaultStore;
 use crate::store::{scope, Store};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
@@ -47,7 +47,7 @@ use std::sync::Arc;
 /// queue.complete(&job.token())?;
 /// # Ok::<(), fenceq::Error>(())
 /// ```
-pub struct Queue<S: Store = SqliteStore> {
+pub struct Queue<S: Store = DefaultStore> {
     pub(crate) shared: Arc<Shared<S>>,
 }
 
@@ -181,11 +181,14 @@ impl<S: Store> Queue<S> {
         self.store().read(|tx| self.shared.now_in(tx))
     }
 
-    /// Runs `f` in a `BEGIN IMMEDIATE` transaction on the queue's own writer and commits
-    /// what it did: the application's domain writes beside the queue, and jobs added with
-    /// [`Queue::enqueue_tx`] (the outbox pattern, without a second writer of the file).
-    /// Returning `Err` (or panicking) rolls everything back. Pools of the queues it enqueued
-    /// to are woken after the commit.
+    /// Runs `f` in a write transaction of the queue's and commits what it did: the
+    /// application's domain writes beside the queue, and jobs added with
+    /// [`Queue::enqueue_tx`] (the outbox pattern). Returning `Err` (or panicking) rolls
+    /// everything back. Pools of the queues it enqueued to are woken after the commit.
+    ///
+    /// On SQLite: a `BEGIN IMMEDIATE` transaction on the queue's own writer, so the outbox
+    /// needs no second writer of the file. On PostgreSQL: a `READ COMMITTED` transaction on a
+    /// pooled connection (the closure gets a `PgTx`).
     ///
     /// ```
     /// # use fenceq::{NewJob, Queue};
@@ -198,17 +201,19 @@ impl<S: Store> Queue<S> {
     /// # Ok::<(), fenceq::Error>(())
     /// ```
     ///
-    /// The closure holds the file's only write lock: keep it short, since no lease of this
-    /// process can be renewed while it runs. Inside it, use the connection it gets, never
-    /// the queue's own write methods.
+    /// Keep the closure short. On SQLite it holds the file's only write lock, so no lease of
+    /// this process can be renewed while it runs; on PostgreSQL it holds its rows' locks and
+    /// a pooled connection. Inside it, use the transaction it gets, never the queue's own
+    /// write methods.
     ///
     /// # Errors
     ///
     /// The closure's own error; `NestedWrite` for a queue write from inside it (or for this
-    /// call from inside another queue closure); `TransactionLost` when SQLite rolled the
+    /// call from inside another queue closure); `TransactionLost` when the store rolled the
     /// transaction back while the closure carried on; `Busy` when another process held the
-    /// write lock past the busy timeout, or (SQLite) another thread's closure held the
-    /// queue's writer that long; `StorageFull`, `ReadOnly` when the database cannot be
+    /// write lock (on PostgreSQL, a row lock) past the busy timeout, or (on SQLite) another
+    /// thread's closure held the queue's writer that long; `ConnectionLost` (on PostgreSQL)
+    /// when the server went away; `StorageFull`, `ReadOnly` when the database cannot be
     /// written. A queue call made on another thread while this closure runs waits for the
     /// closure: if the closure waits for that call, the call fails with `Busy` after the
     /// busy timeout, naming the closure's transaction, instead of both waiting forever.
@@ -245,8 +250,11 @@ impl<S: Store> Queue<S> {
         wake_in(&self.shared.wakers, Some(queue));
     }
 
-    /// How this handle's writes were grouped into transactions so far (group commit combines
-    /// concurrent writers of one process into one `BEGIN IMMEDIATE` transaction).
+    /// How this handle's writes were grouped into transactions so far. On SQLite, group
+    /// commit combines concurrent writers of one process into one `BEGIN IMMEDIATE`
+    /// transaction on the queue's writer; on PostgreSQL, concurrent `enqueue` calls of one
+    /// handle share one statement and commit (intake groups), and every other write is a
+    /// transaction of its own.
     pub fn commit_stats(&self) -> CommitStats {
         let mut stats = self.store().commit_stats();
         // Callers whose enqueue rode in another caller's transaction (`intake_group.rs`).
@@ -254,7 +262,7 @@ impl<S: Store> Queue<S> {
         stats
     }
 
-    /// The schema version of the open database (equal to [`SCHEMA_VERSION`](crate::SCHEMA_VERSION)(crate::SCHEMA_VERSION)
+    /// The schema version of the open database (equal to [`SCHEMA_VERSION`](crate::SCHEMA_VERSION)
     /// once open has upgraded it).
     ///
     /// # Errors
@@ -272,7 +280,7 @@ impl<S: Store> Queue<S> {
     ///
     /// # Errors
     ///
-    /// The closure's own error (its SQLite errors typed as for any statement); `Pool` when
+    /// The closure's own error (the store's errors typed as for any statement); `Pool` when
     /// no pooled connection came free in time. On an in-memory queue the closure holds the
     /// queue's only connection: this call from inside a closure holding the queue's
     /// transaction or connection is `NestedWrite`, and so is any queue call inside the

@@ -9,7 +9,7 @@ use super::retry::retry_conflicts;
 use super::Queue;
 use crate::error::{Error, Result};
 use crate::job::{ClaimToken, JobId, JobState, Resolution};
-use crate::store::sqlite::SqliteStore;
+use crate::store::DefaultStore;
 use crate::store::{Decided, Store};
 use crate::validate::{check_expected, check_name, check_note, show_nul};
 
@@ -17,7 +17,7 @@ use crate::validate::{check_expected, check_name, check_note, show_nul};
 /// the note on the job's row (or, for a pause, the queue's). Made by [`Queue::operator`];
 /// cheap, borrow-only.
 #[derive(Debug, Clone)]
-pub struct Operator<'q, S: Store = SqliteStore> {
+pub struct Operator<'q, S: Store = DefaultStore> {
     queue: &'q Queue<S>,
     by: Option<String>,
     note: Option<String>,

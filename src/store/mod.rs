@@ -30,16 +30,54 @@
 //! kit (`crates/conformance`). Applications never use it. It is not yet stable: it may
 //! change in any 0.x release.
 
+pub mod default;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub(crate) mod scope;
+pub(crate) mod settings;
 pub mod sqlite;
+
+pub use default::{DefaultOptions, DefaultStore};
+pub use settings::Settings;
 
 use crate::clock::Clock;
 use crate::error::Result;
 use crate::job::{ClaimId, ClaimToken, Claimed, Exhaustion, Job, JobId, JobState, Resolution};
 use crate::report::{CheckpointReport, CommitStats, PausedQueue, ReapReport};
 use std::time::Duration;
+
+/// A store's own settings, which know how to open that store: what a
+/// [`QueueBuilder`](crate::QueueBuilder) carries beside the [`Settings`] every store reads,
+/// and what decides the type of the queue its `open` returns.
+/// [`SqliteOptions`](crate::SqliteOptions) (the default) and `PostgresOptions` (feature
+/// `postgres`) implement it; each store's options live in its own folder, so that a new store
+/// brings its settings with it.
+pub trait StoreOptions: Clone + std::fmt::Debug + Send + Sync + Sized + 'static {
+    /// The store these options open.
+    type Store: Store;
+
+    /// Opens (creating, validating, upgrading as `settings` say) the store these options
+    /// name, with `settings` already checked.
+    ///
+    /// # Errors
+    ///
+    /// The store's refusal of an option (`InvalidInput`) and its errors while opening.
+    fn open_store(&self, settings: &Settings) -> Result<Self::Store>;
+}
+
+/// The worker thread of every connection pool of the process, whatever its store. r2d2
+/// starts three per pool by default; ours only replace a connection now and then (none is
+/// ever reaped: no idle timeout, no lifetime), so one thread shared by all serves, and
+/// opening a queue spawns no threads.
+pub(crate) fn pool_threads() -> std::sync::Arc<scheduled_thread_pool::ScheduledThreadPool> {
+    static THREADS: std::sync::OnceLock<std::sync::Arc<scheduled_thread_pool::ScheduledThreadPool>> =
+        std::sync::OnceLock::new();
+    let start = || {
+        let threads = scheduled_thread_pool::ScheduledThreadPool::builder().num_threads(1);
+        std::sync::Arc::new(threads.thread_name_pattern("fenceq-pool-{}").build())
+    };
+    THREADS.get_or_init(start).clone()
+}
 
 /// The store contract: transactions, and one method per transition of a job's row.
 ///

@@ -3,7 +3,7 @@
 use crate::error::Result;
 use crate::job::{ClaimToken, Claimed};
 use crate::queue::Queue;
-use crate::store::sqlite::SqliteStore;
+use crate::store::DefaultStore;
 use crate::store::Store;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering};
 use std::sync::Arc;
@@ -111,7 +111,7 @@ impl Lease {
 /// the database confirmed has run out. The authority is the database check inside
 /// [`Attempt::with_ownership`] (and the settle itself).
 #[derive(Debug)]
-pub struct Attempt<S: Store = SqliteStore> {
+pub struct Attempt<S: Store = DefaultStore> {
     pub(crate) claimed: Claimed,
     pub(crate) lease: Arc<Lease>,
     pub(crate) queue: Queue<S>,

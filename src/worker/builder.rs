@@ -6,27 +6,37 @@
 
 use super::attempt::{Attempt, Outcome};
 use super::pool::WorkerPool;
-use super::shared::Handler;
+use super::shared::{Handler, PoolSettings};
 use crate::error::{Error, Result};
 use crate::job::RetryPolicy;
 use crate::queue::Queue;
-use crate::store::sqlite::SqliteStore;
+use crate::store::DefaultStore;
 use crate::store::Store;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// Worker threads per pool. Defaults to 4.
-pub const DEFAULT_WORKERS: usize = 4;
+pub(crate) const DEFAULT_WORKERS: usize = 4;
 /// Lease per claim. Defaults to 30 seconds.
-pub const DEFAULT_POOL_LEASE: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_POOL_LEASE: Duration = Duration::from_secs(30);
 /// Idle poll interval. Defaults to 1 second (an enqueue through the same `Queue` wakes the
 /// pool at once; polling finds jobs enqueued by other processes and delayed jobs).
-pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// Most jobs a pool may prefetch; see [`WorkerPoolBuilder::prefetch`].
 pub const MAX_PREFETCH: usize = 4096;
 
 /// Builder for a [`WorkerPool`]; see [`WorkerPool::builder`].
-pub struct WorkerPoolBuilder<S: Store = SqliteStore> {
+///
+/// ## Defaults
+///
+/// - 4 workers
+/// - a lease of 30 seconds, renewed every third of it
+/// - an idle poll every second (an enqueue through the same `Queue` wakes the pool at once)
+/// - prefetch: twice the workers, adaptive (see [`WorkerPoolBuilder::prefetch`])
+/// - worker id `"{queue}-{pid}"`
+/// - [`RetryPolicy::default`]
+/// - dropping the pool waits up to 10 seconds for in-flight attempts
+pub struct WorkerPoolBuilder<S: Store = DefaultStore> {
     pub(super) queue: Queue<S>,
     pub(super) queue_name: String,
     pub(super) workers: usize,
@@ -158,7 +168,18 @@ impl<S: Store> WorkerPoolBuilder<S> {
         if self.poll_interval.is_zero() {
             return Err(Error::invalid("poll_interval", "must not be zero"));
         }
-        WorkerPool::start(self, handler, renew_every)
+        WorkerPool::start(PoolSettings {
+            queue: self.queue,
+            queue_name: self.queue_name,
+            workers: self.workers,
+            lease: self.lease,
+            renew_every,
+            poll_interval: self.poll_interval,
+            prefetch: self.prefetch,
+            worker_id: self.worker_id,
+            retry_policy: self.retry_policy,
+            handler,
+        })
     }
 }
 
@@ -204,7 +225,7 @@ impl<S: Store> WorkerPool<S> {
 /// `MAX_NAME_LEN` bytes.
 fn default_worker_id(queue: &str, pid: u32) -> String {
     let suffix = format!("-{pid}");
-    let mut end = queue.len().min(crate::config::MAX_NAME_LEN.saturating_sub(suffix.len()));
+    let mut end = queue.len().min(crate::validate::MAX_NAME_LEN.saturating_sub(suffix.len()));
     while !queue.is_char_boundary(end) {
         end -= 1;
     }

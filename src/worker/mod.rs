@@ -12,7 +12,9 @@ mod settle;
 mod shared;
 
 pub use attempt::{Attempt, Outcome};
-pub use builder::{WorkerPoolBuilder, DEFAULT_POLL_INTERVAL, DEFAULT_POOL_LEASE, DEFAULT_WORKERS, MAX_PREFETCH};
+pub use builder::{WorkerPoolBuilder, MAX_PREFETCH};
+pub(crate) use builder::{DEFAULT_POLL_INTERVAL, DEFAULT_POOL_LEASE, DEFAULT_WORKERS};
 pub use counters::PoolCounters;
-pub use pool::{ShutdownReport, WorkerPool, DEFAULT_SHUTDOWN_TIMEOUT};
+pub(crate) use pool::DEFAULT_SHUTDOWN_TIMEOUT;
+pub use pool::{ShutdownReport, WorkerPool};
 pub use prefetch::ADAPTIVE_PREFETCH_CEILING;

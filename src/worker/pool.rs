@@ -15,17 +15,16 @@
 //! heartbeat (`heartbeat.rs`); the builder is `builder.rs`.
 
 use super::attempt::Lease;
-use super::builder::WorkerPoolBuilder;
 use super::counters::{Counters, PoolCounters};
 use super::dispatch::{dispatch, DispatchChannels};
 use super::execute::{run_worker, Finished};
 use super::heartbeat::heartbeat;
 use super::prefetch::Prefetch;
-use super::shared::{Handler, Shared};
+use super::shared::{PoolSettings, Shared};
 use crate::error::Result;
 use crate::job::{ClaimToken, Claimed, JobId, JobState};
 use crate::queue::Queue;
-use crate::store::sqlite::SqliteStore;
+use crate::store::DefaultStore;
 use crate::store::Store;
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use parking_lot::Mutex;
@@ -36,7 +35,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// How long dropping a pool waits for in-flight attempts. Defaults to 10 seconds.
-pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What [`WorkerPool::shutdown`] saw.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -54,8 +53,8 @@ pub struct ShutdownReport {
 
 /// A running pool of worker threads for one queue; see the crate docs for an example.
 ///
-/// Dropping the pool shuts it down, waiting up to [`DEFAULT_SHUTDOWN_TIMEOUT`].
-pub struct WorkerPool<S: Store = SqliteStore> {
+/// Dropping the pool shuts it down, waiting up to 10 seconds for in-flight attempts.
+pub struct WorkerPool<S: Store = DefaultStore> {
     shared: Arc<Shared<S>>,
     stop_dispatch: Option<Sender<()>>,
     stop_heartbeat: Option<Sender<()>>,
@@ -74,26 +73,23 @@ impl<S: Store> std::fmt::Debug for WorkerPool<S> {
 }
 
 impl<S: Store> WorkerPool<S> {
-    pub(super) fn start(
-        builder: WorkerPoolBuilder<S>,
-        handler: Handler<S>,
-        renew_every: Duration,
-    ) -> Result<WorkerPool<S>> {
+    pub(super) fn start(settings: PoolSettings<S>) -> Result<WorkerPool<S>> {
+        let (handler, renew_every) = (settings.handler.clone(), settings.renew_every);
         let shared = Arc::new(Shared {
-            queue: builder.queue.clone(),
-            queue_name: builder.queue_name.clone(),
-            lease: builder.lease,
-            retry_policy: builder.retry_policy,
+            queue: settings.queue.clone(),
+            queue_name: settings.queue_name.clone(),
+            lease: settings.lease,
+            retry_policy: settings.retry_policy,
             handler,
             counters: Counters::default(),
             in_flight: Mutex::new(HashMap::new()),
             stopping: AtomicBool::new(false),
             rounds: Mutex::new(0),
             round_done: parking_lot::Condvar::new(),
-            poll_interval: builder.poll_interval,
+            poll_interval: settings.poll_interval,
         });
-        let workers = builder.workers;
-        let prefetch = Prefetch::new(builder.prefetch, workers);
+        let workers = settings.workers;
+        let prefetch = Prefetch::new(settings.prefetch, workers);
         // Claimed jobs never exceed the slots, so sending one never blocks the dispatcher.
         let (job_tx, job_rx) = bounded::<(Claimed, Arc<Lease>)>(workers + prefetch.most());
         let (stop_dispatch, stop_dispatch_rx) = bounded::<()>(0);
@@ -101,7 +97,7 @@ impl<S: Store> WorkerPool<S> {
         let (exited_tx, exited) = unbounded::<()>();
         let (handed_back_tx, handed_back) = bounded::<Vec<JobId>>(1);
         let (finished_tx, finished_rx) = unbounded::<(ClaimToken, Finished)>();
-        let wake = builder.queue.subscribe(&builder.queue_name);
+        let wake = settings.queue.subscribe(&settings.queue_name);
         let mut threads = Vec::with_capacity(workers + 2);
 
         for n in 0..workers {
@@ -119,8 +115,8 @@ impl<S: Store> WorkerPool<S> {
         {
             let shared = shared.clone();
             let exited = exited_tx.clone();
-            let worker = builder.worker_id.clone();
-            let poll = builder.poll_interval;
+            let worker = settings.worker_id.clone();
+            let poll = settings.poll_interval;
             let channels = DispatchChannels {
                 jobs: job_tx,
                 finished: finished_rx,

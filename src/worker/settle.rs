@@ -290,10 +290,5 @@ fn forget<S: Store>(shared: &Shared<S>, batch: &[(ClaimToken, Finished)]) {
 /// True for an error after which the work may have committed (PostgreSQL's `ConnectionLost`
 /// while committing): a settle's outcome is then unknown, not failed.
 fn may_have_committed(e: &Error) -> bool {
-    #[cfg(feature = "postgres")]
-    if let Error::ConnectionLost { commit_unknown, .. } = e {
-        return *commit_unknown;
-    }
-    let _ = e;
-    false
+    matches!(e, Error::ConnectionLost { commit_unknown: true, .. })
 }

@@ -18,6 +18,21 @@ use std::time::Duration;
 
 pub(super) type Handler<S> = Arc<dyn Fn(&mut Attempt<S>) -> Outcome + Send + Sync>;
 
+/// A pool's settings as its builder checked them: what [`WorkerPool`](super::WorkerPool)
+/// starts with.
+pub(super) struct PoolSettings<S: Store> {
+    pub(super) queue: Queue<S>,
+    pub(super) queue_name: String,
+    pub(super) workers: usize,
+    pub(super) lease: Duration,
+    pub(super) renew_every: Duration,
+    pub(super) poll_interval: Duration,
+    pub(super) prefetch: Option<usize>,
+    pub(super) worker_id: String,
+    pub(super) retry_policy: RetryPolicy,
+    pub(super) handler: Handler<S>,
+}
+
 /// State shared by the pool's threads.
 pub(super) struct Shared<S: Store> {
     pub(super) queue: Queue<S>,

@@ -1,9 +1,9 @@
 //! The `fenceq` operator CLI on PostgreSQL: the real binary run as a process with
 //! `--db $FENCEQ_POSTGRES_URL --schema S`, against a fresh schema per test that the test
 //! fills through the library API (and drops at the end). Every operator command runs with
-//! its guards (`--dry-run`, `--expect`, `--by`, `--note`) at least once, and so do
-//! `demo --db URL` (its totals add up, as tests/sqlite/demo.rs checks on SQLite) and
-//! `bench --db URL` at a small size.
+//! its guards (`--dry-run`, `--expect`, `--by`, `--note`) at least once, and so does
+//! `demo --db URL` (its totals add up, as tests/sqlite/demo.rs checks on SQLite). (`bench --db
+//! URL` is the `fenceq-bench` program's: crates/bench/tests/postgres.rs.)
 //!
 //! Without `FENCEQ_POSTGRES_URL` (`scripts/postgres start; eval "$(scripts/postgres env)"`)
 //! each test says it skipped, except under `CI=true`, where it fails. Nothing sleeps: the
@@ -616,7 +616,7 @@ fn a_forgotten_schema_is_named_instead_of_advising_a_second_queue() {
     assert_eq!(found.n, 0);
 }
 
-// ------------------------------------------------------------------------------- demo, bench
+// ------------------------------------------------------------------------------- demo
 
 /// A figure of the demo's JSON document, as a count.
 fn count(s: &Value, name: &str) -> u64 {
@@ -655,65 +655,4 @@ fn the_demo_on_postgres_accounts_for_every_recorded_update() {
     let again = s.run(&["--json", "demo", "--updates", "1000", "--workers", "3"]);
     assert!(again.error().contains("already holds 1000 demo jobs; use a new --schema"));
     assert!(again.stdout.is_empty());
-}
-
-#[test]
-fn the_bench_on_postgres_reports_every_cell_beside_its_raw_loop() {
-    let Some(s) = Scratch::new() else { return };
-    let lines = s.run(&["--json", "bench", "--jobs", "1000", "--workers", "2", "--rounds", "2"]).json_lines();
-    // Column by column, each column's raw loops right before fenceq.
-    let mut cells = Vec::new();
-    for column in [
-        "enqueue_1_per_call",
-        "batch_of_100",
-        "process_w1",
-        "process_wn",
-        "end_to_end_wn",
-        "enqueue_1_per_call_16_threads",
-    ] {
-        for row in ["raw_sql/1_op_per_tx", "raw_sql/100_ops_per_tx", "fenceq"] {
-            let raw_batch_only = row == "raw_sql/100_ops_per_tx"
-                && matches!(column, "enqueue_1_per_call" | "end_to_end_wn" | "enqueue_1_per_call_16_threads");
-            if !raw_batch_only {
-                cells.push(format!("postgres/{row}/{column}"));
-            }
-        }
-    }
-    let (rounds, summaries): (Vec<_>, Vec<_>) = lines.iter().partition(|l| l.get("summary").is_none());
-    let names = |lines: &[&serde_json::Value]| -> Vec<String> {
-        lines.iter().map(|f| f["scenario"].as_str().unwrap().to_string()).collect()
-    };
-    let twice: Vec<String> = cells.iter().chain(cells.iter()).cloned().collect();
-    assert_eq!(names(&rounds), twice, "each cell once per round, in order");
-    let round_numbers: Vec<u64> = rounds.iter().map(|f| f["round"].as_u64().unwrap()).collect();
-    assert!(
-        round_numbers[..cells.len()].iter().all(|&r| r == 1) && round_numbers[cells.len()..].iter().all(|&r| r == 2)
-    );
-    assert_eq!(names(&summaries), cells, "one summary per cell");
-    for figure in lines.iter() {
-        let value = figure["value"].as_f64().unwrap();
-        assert!(value > 0.0 && value.is_finite(), "{figure}");
-        assert_eq!((figure["jobs"].as_u64(), figure["workers"].as_u64()), (Some(1000), Some(2)), "{figure}");
-        assert_eq!(figure["rounds"].as_u64(), Some(2), "{figure}");
-        assert_eq!(figure["unit"], "jobs/s", "{figure}");
-        assert!(figure["synchronous_commit"].is_string() && figure["fsync"].is_string(), "{figure}");
-    }
-    for fenceq in lines.iter().filter(|f| f["scenario"].as_str().unwrap().starts_with("postgres/fenceq/")) {
-        let ratio = fenceq["ratio_to_raw_1_op_per_tx"].as_f64().expect("a ratio to the raw loop of the same round");
-        assert!(ratio > 0.0, "{fenceq}");
-    }
-    for summary in &summaries {
-        let (min, median, max) =
-            (summary["min"].as_f64().unwrap(), summary["median"].as_f64().unwrap(), summary["max"].as_f64().unwrap());
-        assert!(min <= median && median <= max, "{summary}");
-        assert_eq!(summary["rounds_measured"].as_u64(), Some(2), "{summary}");
-        if summary["scenario"].as_str().unwrap().starts_with("postgres/fenceq/") {
-            let low = summary["ratio_to_raw_1_op_per_tx_min"].as_f64().unwrap();
-            let high = summary["ratio_to_raw_1_op_per_tx_max"].as_f64().unwrap();
-            let mid = summary["ratio_to_raw_1_op_per_tx"].as_f64().unwrap();
-            assert!(low <= mid && mid <= high, "{summary}");
-        }
-    }
-    // The scratch schemas (named after --schema) are gone.
-    assert!(s.schemas().is_empty(), "left behind: {:?}", s.schemas());
 }

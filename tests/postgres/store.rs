@@ -39,7 +39,7 @@ impl Scratch {
         Some(Scratch { base: support::Scratch::new()?, clock: ManualClock::new(T0) })
     }
 
-    fn builder(&self) -> fenceq::QueueBuilder {
+    fn builder(&self) -> fenceq::QueueBuilder<fenceq::PostgresOptions> {
         self.base.builder().clock(self.clock.clone())
     }
 

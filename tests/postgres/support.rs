@@ -67,7 +67,7 @@ impl Scratch {
     }
 
     /// A builder on the test's schema (the server's clock, the default settings).
-    pub fn builder(&self) -> fenceq::QueueBuilder {
+    pub fn builder(&self) -> fenceq::QueueBuilder<fenceq::PostgresOptions> {
         Queue::builder().url(self.url.clone()).schema(self.schema.clone())
     }
 

@@ -1,10 +1,10 @@
-//! Online backups (`Queue::backup`, `fenceq::backup_file`): consistent while writers keep
+//! Online backups (`Queue::backup`, `fenceq::SqliteStore::backup_file`): consistent while writers keep
 //! going, openable with `Queue::open`, owner-only and whole at the target or absent; and the
 //! refusals of bad targets and settings, which leave nothing behind.
 
 use crate::support::*;
 use fenceq::rusqlite::Connection;
-use fenceq::{backup_file, BackupOptions, Cursor, Error, Job, JobId, JobState, ListFilter, NewJob, Queue};
+use fenceq::{BackupOptions, Cursor, Error, Job, JobId, JobState, ListFilter, NewJob, Queue, SqliteStore};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::{mpsc, Arc, Barrier, Mutex};
@@ -260,7 +260,7 @@ fn a_backup_is_owner_only_whole_and_leaves_no_temporary_file() {
     // The copy keeps the source's WAL mode, and every row.
     assert_eq!(check_file(&target), "wal");
     assert_eq!(snapshot(&target), snapshot(&q.path()));
-    assert_eq!(fenceq::schema_version_of(&target).unwrap(), fenceq::SCHEMA_VERSION);
+    assert_eq!(fenceq::SqliteStore::schema_version_of(&target).unwrap(), fenceq::SCHEMA_VERSION);
 }
 
 #[test]
@@ -287,9 +287,9 @@ fn backup_file_copies_an_old_schema_without_upgrading_it() {
     drop(old_database(&old, 2, "q"));
     let before = std::fs::read(&old).unwrap();
     let target = dir.path().join("before-upgrade.db");
-    backup_file(&old, &target, &BackupOptions::default()).unwrap();
-    assert_eq!(fenceq::schema_version_of(&old).unwrap(), 2);
-    assert_eq!(fenceq::schema_version_of(&target).unwrap(), 2);
+    SqliteStore::backup_file(&old, &target, &BackupOptions::default()).unwrap();
+    assert_eq!(fenceq::SqliteStore::schema_version_of(&old).unwrap(), 2);
+    assert_eq!(fenceq::SqliteStore::schema_version_of(&target).unwrap(), 2);
     assert_eq!(std::fs::read(&old).unwrap(), before, "the source changed");
     assert_eq!(snapshot(&target), snapshot(&old));
     // The old copy upgrades like the original would.
@@ -313,7 +313,8 @@ fn backup_file_copies_a_rollback_journal_database_step_by_step() {
     .unwrap();
     let target = dir.path().join("copy.db");
     let report =
-        backup_file(&source, &target, &BackupOptions { pages_per_step: 8, ..BackupOptions::default() }).unwrap();
+        SqliteStore::backup_file(&source, &target, &BackupOptions { pages_per_step: 8, ..BackupOptions::default() })
+            .unwrap();
     assert!(report.steps >= report.pages.div_ceil(8), "{report:?}");
     assert_eq!(check_file(&target), "delete");
     let count: i64 = Connection::open(&target).unwrap().query_row("SELECT count(*) FROM t", [], |r| r.get(0)).unwrap();
@@ -412,7 +413,7 @@ fn settings_out_of_range_are_refused_before_anything_is_written() {
     for options in bad {
         let err = q.backup_with(&target, &options).unwrap_err();
         assert!(matches!(err, Error::InvalidInput { .. }), "{options:?}: {err:?}");
-        let err = backup_file(q.path(), &target, &options).unwrap_err();
+        let err = SqliteStore::backup_file(q.path(), &target, &options).unwrap_err();
         assert!(matches!(err, Error::InvalidInput { .. }), "{options:?}: {err:?}");
     }
     assert!(!target.exists());
@@ -441,15 +442,15 @@ fn backup_file_refuses_a_missing_source_a_directory_and_a_non_database() {
     let dir = tempfile::tempdir().unwrap();
     let target = dir.path().join("copy.db");
     let options = BackupOptions::default();
-    let err = backup_file(dir.path().join("missing.db"), &target, &options).unwrap_err();
+    let err = SqliteStore::backup_file(dir.path().join("missing.db"), &target, &options).unwrap_err();
     assert!(
         matches!(&err, Error::InvalidInput { what: "backup source", .. }) && err.to_string().contains("no database")
     );
-    let err = backup_file(dir.path(), &target, &options).unwrap_err();
+    let err = SqliteStore::backup_file(dir.path(), &target, &options).unwrap_err();
     assert!(matches!(&err, Error::InvalidInput { what: "backup source", .. }), "{err:?}");
     let garbage = dir.path().join("garbage.db");
     std::fs::write(&garbage, vec![0x5a; 8192]).unwrap();
-    let err = backup_file(&garbage, &target, &options).unwrap_err();
+    let err = SqliteStore::backup_file(&garbage, &target, &options).unwrap_err();
     assert!(matches!(&err, Error::NotADatabase { path } if path.contains("garbage.db")), "{err:?}");
     assert_eq!(std::fs::read(&garbage).unwrap(), vec![0x5a; 8192]);
     assert_eq!(names(dir.path()), ["garbage.db"]);

@@ -209,8 +209,8 @@ fn migrate_backup_keeps_the_file_as_it_was_before_the_upgrade() {
     let before = dir.path().join("before-migrate.db");
     let out = ok(&db, &["migrate", "--backup", before.to_str().unwrap()]);
     assert!(out.contains("before the change") && out.contains("(upgraded)"), "{out}");
-    assert_eq!(fenceq::schema_version_of(&before).unwrap(), 1);
-    assert_eq!(fenceq::schema_version_of(&db).unwrap(), SCHEMA_VERSION);
+    assert_eq!(fenceq::SqliteStore::schema_version_of(&before).unwrap(), 1);
+    assert_eq!(fenceq::SqliteStore::schema_version_of(&db).unwrap(), SCHEMA_VERSION);
 }
 
 #[test]

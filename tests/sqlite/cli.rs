@@ -551,7 +551,7 @@ fn migrate_creates_and_reports_versions() {
     let out = run(&db, &["migrate"]).ok().to_string();
     assert!(out.contains("schema version before: 0"), "{out}");
     assert!(out.contains(&format!("schema version after: {SCHEMA_VERSION} (created)")), "{out}");
-    assert_eq!(fenceq::schema_version_of(&db).unwrap(), SCHEMA_VERSION);
+    assert_eq!(fenceq::SqliteStore::schema_version_of(&db).unwrap(), SCHEMA_VERSION);
     let again = run(&db, &["migrate", "--json"]).json();
     assert_eq!(again["before"], SCHEMA_VERSION);
     assert_eq!(again["after"], SCHEMA_VERSION);
@@ -590,7 +590,7 @@ fn a_newer_schema_is_refused_untouched() {
         let err = run(&db, args).error().to_string();
         assert!(err.contains("newer than this fenceq supports"), "{args:?}: {err}");
     }
-    assert_eq!(fenceq::schema_version_of(&db).unwrap(), 999);
+    assert_eq!(fenceq::SqliteStore::schema_version_of(&db).unwrap(), 999);
 }
 
 // ------------------------------------------------------------------------------- bad files and usage
@@ -723,7 +723,7 @@ fn reading_commands_never_upgrade_an_old_schema() {
         assert!(err.contains("older") && err.contains("fenceq migrate"), "{args:?}: {err}");
     }
     assert_eq!(std::fs::read(&db).unwrap(), bytes, "the file is untouched");
-    assert_eq!(fenceq::schema_version_of(&db).unwrap(), 1);
+    assert_eq!(fenceq::SqliteStore::schema_version_of(&db).unwrap(), 1);
 }
 
 #[test]
@@ -773,7 +773,7 @@ fn changing_commands_and_their_dry_runs_never_upgrade_or_touch_an_old_schema() {
     }
     assert_eq!(std::fs::read(&db).unwrap(), bytes, "the file is untouched: schema, journal mode and rows");
     assert!(!dir.path().join("old.db-wal").exists(), "no WAL was started");
-    assert_eq!(fenceq::schema_version_of(&db).unwrap(), 2);
+    assert_eq!(fenceq::SqliteStore::schema_version_of(&db).unwrap(), 2);
 }
 
 #[test]

@@ -106,7 +106,7 @@ fn a_file_that_is_not_a_database_is_refused_untouched() {
     let err = Queue::open(&path).unwrap_err();
     assert!(matches!(&err, Error::NotADatabase { path: p } if p.contains("notes.txt")), "{err:?}");
     assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
-    assert_eq!(fenceq::schema_version_of(&path).map_err(|e| e.to_string()), Err(err.to_string()));
+    assert_eq!(fenceq::SqliteStore::schema_version_of(&path).map_err(|e| e.to_string()), Err(err.to_string()));
 }
 
 /// Every column of every row, in id order, as text (for before/after comparisons).

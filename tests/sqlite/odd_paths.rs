@@ -8,7 +8,7 @@
 //! regression fails instead of hanging the suite.
 
 use crate::support::temp_queue;
-use fenceq::{backup_file, schema_version_of, BackupOptions, Error, NewJob, Queue};
+use fenceq::{BackupOptions, Error, NewJob, Queue, SqliteStore};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::mpsc;
@@ -188,13 +188,14 @@ fn backup_file_refuses_the_database_s_own_names_before_it_opens_anything() {
     assert_eq!(names(dir.path()), ["queue.db"]);
     for suffix in ["-wal", "-shm", "-journal"] {
         let target = dir.path().join(format!("queue.db{suffix}"));
-        let err = backup_file(&db, &target, &BackupOptions::default()).unwrap_err();
+        let err = SqliteStore::backup_file(&db, &target, &BackupOptions::default()).unwrap_err();
         assert_invalid(&err, "backup target", &["is the database being backed up", &format!("its {suffix} file")]);
         // Refused before the source was opened: opening it would have made its -wal and
         // -shm, and the -wal target would have "appeared while the backup ran".
         assert_eq!(names(dir.path()), ["queue.db"], "{suffix}");
     }
-    let err = backup_file(&db, &db, &BackupOptions { replace: true, ..BackupOptions::default() }).unwrap_err();
+    let err =
+        SqliteStore::backup_file(&db, &db, &BackupOptions { replace: true, ..BackupOptions::default() }).unwrap_err();
     assert_invalid(&err, "backup target", &["is the database being backed up"]);
 }
 
@@ -218,13 +219,14 @@ fn a_fifo_is_refused_as_a_database_and_as_a_backup_source_or_target_without_bloc
     assert_invalid(&err, "database file", &says);
     let path = fifo.clone();
     assert_invalid(
-        &bounded("schema_version_of a FIFO", move || schema_version_of(path).unwrap_err()),
+        &bounded("schema_version_of a FIFO", move || SqliteStore::schema_version_of(path).unwrap_err()),
         "database file",
         &says,
     );
     let (path, target) = (fifo.clone(), dir.path().join("copy.db"));
-    let err =
-        bounded("backup_file from a FIFO", move || backup_file(path, target, &BackupOptions::default()).unwrap_err());
+    let err = bounded("backup_file from a FIFO", move || {
+        SqliteStore::backup_file(path, target, &BackupOptions::default()).unwrap_err()
+    });
     assert_invalid(&err, "backup source", &says);
 
     // As a target, with replace: never replaced by the backup.
@@ -233,7 +235,7 @@ fn a_fifo_is_refused_as_a_database_and_as_a_backup_source_or_target_without_bloc
     let replace = BackupOptions { replace: true, ..BackupOptions::default() };
     let err = queue.backup_with(&fifo, &replace).unwrap_err();
     assert_invalid(&err, "backup target", &["is a FIFO (named pipe); a backup is written only as a regular file"]);
-    let err = backup_file(&db, &fifo, &replace).unwrap_err();
+    let err = SqliteStore::backup_file(&db, &fifo, &replace).unwrap_err();
     assert_invalid(&err, "backup target", &["is a FIFO"]);
     assert!(is_fifo(&fifo));
     let beside: Vec<String> = names(dir.path()).into_iter().filter(|n| n.starts_with("pipe")).collect();
@@ -254,11 +256,11 @@ fn a_character_device_is_refused_as_a_database_and_as_a_backup_source() {
     assert_invalid(&err, "database file", &["/dev/null is a character device, not a database file"]);
     let err = Queue::builder().path(null).read_only(true).open().unwrap_err();
     assert_invalid(&err, "database file", &["character device"]);
-    assert_invalid(&schema_version_of(null).unwrap_err(), "database file", &["character device"]);
+    assert_invalid(&SqliteStore::schema_version_of(null).unwrap_err(), "database file", &["character device"]);
 
     let dir = tempfile::tempdir().unwrap();
     let target = dir.path().join("copy.db");
-    let err = backup_file(null, &target, &BackupOptions::default()).unwrap_err();
+    let err = SqliteStore::backup_file(null, &target, &BackupOptions::default()).unwrap_err();
     assert_invalid(&err, "backup source", &["character device"]);
     assert!(names(dir.path()).is_empty(), "no backup of the device was written");
 }

@@ -420,7 +420,7 @@ fn check_crash(path: &Path, full: bool, seed: u64, run: &Run) -> Result<usize, S
             )
             .ok();
         let survived = row.as_ref().is_some_and(|(_, claim, _)| claim.as_slice() == t.claim_id.0.as_bytes());
-        let owns = fenceq::owns_in(&conn, t, now).map_err(|e| e.to_string())?;
+        let owns = fenceq::SqliteStore::owns_in(&conn, t, now).map_err(|e| e.to_string())?;
         if owns && !survived {
             return Err(format!("token {t:?} owns its job after the crash, but its claim did not survive"));
         }

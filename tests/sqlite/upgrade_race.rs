@@ -143,7 +143,7 @@ fn check_after_race(
     let schema = schema_of(path);
     assert_eq!(&schema, reference, "{label}: the schema equals an uncontended upgrade's");
     assert_eq!(schema.0, SCHEMA_VERSION, "{label}: user_version");
-    assert_eq!(fenceq::schema_version_of(path).unwrap(), SCHEMA_VERSION, "{label}: schema_version_of");
+    assert_eq!(fenceq::SqliteStore::schema_version_of(path).unwrap(), SCHEMA_VERSION, "{label}: schema_version_of");
     for column in &schema.1 {
         assert_eq!(schema.1.iter().filter(|c| *c == column).count(), 1, "{label}: column {column} twice");
     }

@@ -109,7 +109,10 @@ pub fn check(options: &DemoOptions) -> CliResult<()> {
 }
 
 /// The queue settings the demo runs with: a connection per worker and two more, 3 attempts.
-pub fn tune(builder: fenceq::QueueBuilder, options: &DemoOptions) -> fenceq::QueueBuilder {
+pub fn tune<O: fenceq::store::StoreOptions>(
+    builder: fenceq::QueueBuilder<O>,
+    options: &DemoOptions,
+) -> fenceq::QueueBuilder<O> {
     builder.pool_size(options.workers as u32 + 2).max_attempts(3)
 }
 

@@ -44,25 +44,28 @@
 //! reads the server's `clock_timestamp()` once and moves it on by this host's monotonic
 //! clock, and every time its statements get, or that fenceq computes from one and hands
 //! back, is that server time (`time.rs` says why `clock_timestamp()` and not `now()`). An
-//! injected clock ([`QueueBuilder::clock`]) is for tests only: it replaces the server's
+//! injected clock ([`QueueBuilder::clock`](crate::QueueBuilder::clock)) is for tests only: it replaces the server's
 //! clock for the handles that use it, as it replaces the system clock on SQLite.
 
 pub(crate) mod error;
 mod jobs;
 mod listen;
 pub(crate) mod migrate;
+pub(crate) mod options;
+pub use options::PostgresOptions;
 #[cfg(test)]
 mod plan_tests;
 pub(crate) mod statements;
 pub(crate) mod time;
 
-use crate::config::QueueBuilder;
 use crate::error::{Error, Result};
 use crate::store::scope::{enter_write, WriteFlag};
+use crate::store::Settings;
 use diesel::connection::{AnsiTransactionManager, SimpleConnection, TransactionManager};
 use diesel::r2d2::{ConnectionManager, CustomizeConnection, ManageConnection, PooledConnection};
 use diesel::PgConnection;
 use error::PgContext;
+use options::Url;
 use std::cell::{RefCell, RefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -126,25 +129,6 @@ impl ManageConnection for Manager {
 fn session_ended(conn: &mut PgConnection) -> bool {
     // Twice: the first read may take the server's last message, the second the end.
     (0..2).any(|_| matches!(conn.notifications_iter().next(), Some(Err(_))))
-}
-
-/// How long opening a connection may take unless the URL's `connect_timeout` or
-/// [`QueueBuilder::connect_timeout`] says otherwise: 10 seconds.
-pub const POSTGRES_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// The longest any one statement may run (`statement_timeout`): 30 seconds.
-pub const POSTGRES_STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long a transaction may sit idle between statements, a caller's closure included,
-/// before the server ends the session (`idle_in_transaction_session_timeout`): 60 seconds.
-pub const POSTGRES_IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// A database URL, shown with its password replaced (`Debug`, errors).
-#[derive(Clone)]
-pub(crate) struct Url(pub(crate) String);
-
-impl std::fmt::Debug for Url {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&crate::conninfo::redact_connection_string(&self.0))
-    }
 }
 
 /// The transaction a caller's closure gets on PostgreSQL (`with_ownership`, `complete_with`,
@@ -273,7 +257,7 @@ impl Held {
 /// The PostgreSQL store (feature `postgres`): one database (and schema) on a server, a pool
 /// of connections, and row locks for ownership. Opened by
 /// [`Queue::open_postgres`](crate::Queue::open_postgres) and
-/// [`QueueBuilder::open_postgres`].
+/// [`QueueBuilder::open`](crate::QueueBuilder::open) with [`PostgresOptions`].
 pub struct PostgresStore {
     pool: r2d2::Pool<Manager>,
     url: Url,
@@ -364,23 +348,23 @@ impl CustomizeConnection<PgConnection, diesel::r2d2::Error> for Session {
 /// its own transaction's level with `SET TRANSACTION ISOLATION LEVEL` as its first
 /// statement.) Messages in `C`, untranslated, where the role may set `lc_messages` (see
 /// `error.rs`); elsewhere the `DO` block leaves it as it is, without failing.
-fn session_settings(builder: &QueueBuilder) -> String {
+fn session_settings(options: &PostgresOptions, settings: &Settings) -> String {
     let ms = |d: Duration| d.as_millis().min(i32::MAX as u128);
     let mut sql = format!(
         "SET statement_timeout = {}; SET lock_timeout = {}; SET idle_in_transaction_session_timeout = {}; \
          SET default_transaction_isolation = 'read committed'; \
          DO $$ BEGIN PERFORM set_config('lc_messages', 'C', false); \
          EXCEPTION WHEN insufficient_privilege THEN NULL; END $$;",
-        ms(POSTGRES_STATEMENT_TIMEOUT),
-        ms(builder.busy_timeout).max(1),
-        ms(POSTGRES_IDLE_IN_TRANSACTION_TIMEOUT),
+        ms(PostgresOptions::STATEMENT_TIMEOUT),
+        ms(settings.busy_timeout).max(1),
+        ms(PostgresOptions::IDLE_IN_TRANSACTION_TIMEOUT),
     );
-    if let Some(schema) = &builder.schema {
+    if let Some(schema) = &options.schema {
         // Unqualified names resolve in the queue's schema first (where the migrations
         // create the tables), then in `public`, where an application's own tables often are.
         sql.push_str(&format!(" SET search_path TO \"{schema}\", public;"));
     }
-    if builder.read_only {
+    if settings.read_only {
         sql.push_str(" SET default_transaction_read_only = on;");
     }
     sql
@@ -396,7 +380,7 @@ fn session_settings(builder: &QueueBuilder) -> String {
 /// them as part of the password or of the database name.
 ///
 /// The connect timeout is the builder's (which then replaces the URL's), else the URL's
-/// `connect_timeout`, else [`POSTGRES_CONNECT_TIMEOUT`]; libpq counts it in whole seconds.
+/// `connect_timeout`, else [`PostgresOptions::DEFAULT_CONNECT_TIMEOUT`]; libpq counts it in whole seconds.
 ///
 /// Why no GSS encryption by default: libpq's default `gssencmode=prefer` asks libkrb5 for
 /// credentials at every connect, and a process that exits while a connection is still being
@@ -412,7 +396,7 @@ fn connection_string(url: &str, connect_timeout: Option<Duration>) -> Result<(St
         .and_then(|v| v.trim().parse::<u64>().ok())
         .filter(|&secs| secs > 0)
         .map(Duration::from_secs);
-    let timeout = connect_timeout.or(from_url).unwrap_or(POSTGRES_CONNECT_TIMEOUT);
+    let timeout = connect_timeout.or(from_url).unwrap_or(PostgresOptions::DEFAULT_CONNECT_TIMEOUT);
     let whole_seconds = (timeout.as_secs() + u64::from(timeout.subsec_nanos() > 0)).to_string();
     let mut info = match connect_timeout {
         Some(_) => info.set("connect_timeout", &whole_seconds),
@@ -479,28 +463,25 @@ impl PostgresStore {
     /// with the server's reason; any other failure (an unreachable server) is waited out
     /// through the pool until the connect timeout. The connection made here does the schema
     /// work and then becomes the pool's first connection.
-    pub(crate) fn open(builder: &QueueBuilder) -> Result<PostgresStore> {
-        let url = builder
-            .url
-            .clone()
-            .ok_or_else(|| Error::invalid("url", "open_postgres needs a postgres:// URL (QueueBuilder::url)"))?;
-        if let Some(schema) = &builder.schema {
+    pub(crate) fn open(options: &PostgresOptions, settings: &Settings) -> Result<PostgresStore> {
+        let url = options.url.clone();
+        if let Some(schema) = &options.schema {
             check_schema(schema)?;
         }
-        if let Some(timeout) = builder.connect_timeout {
+        if let Some(timeout) = options.connect_timeout {
             if timeout < Duration::from_secs(1) || timeout > Duration::from_secs(3600) {
                 return Err(Error::invalid("connect timeout", format!("{timeout:?} is not in 1 s..=1 h")));
             }
         }
-        let (conninfo, connect_timeout) = connection_string(&url.0, builder.connect_timeout)?;
+        let (conninfo, connect_timeout) = connection_string(&url.0, options.connect_timeout)?;
         let started = std::time::Instant::now();
-        let settings = session_settings(builder);
+        let session = session_settings(options, settings);
         let manager = Manager(ConnectionManager::new(conninfo.clone()), parking_lot::Mutex::new(None));
         let connect_errors = ConnectErrors::default();
         let first = match manager.connect() {
             Ok(mut conn) => {
-                conn.batch_execute(&settings).pg("session settings")?;
-                prepare_schema(&mut conn, builder)?;
+                conn.batch_execute(&session).pg("session settings")?;
+                prepare_schema(&mut conn, options, settings)?;
                 Some(conn)
             }
             Err(e) => {
@@ -515,8 +496,8 @@ impl PostgresStore {
         let opened = first.is_some();
         *manager.1.lock() = first;
         let pool = r2d2::Pool::builder()
-            .thread_pool(crate::store::sqlite::pool_threads())
-            .max_size(builder.pool_size.saturating_mul(2))
+            .thread_pool(crate::store::pool_threads())
+            .max_size(settings.pool_size.saturating_mul(2))
             // No idle minimum: with one, every checkout of the last idle connection starts a
             // new one in the background, and a process that exits while that connect is
             // under way (a CLI command, a script that enqueues one job) crashes in the exit
@@ -525,33 +506,33 @@ impl PostgresStore {
             // pool stay idle for r2d2's idle timeout (10 minutes), so a busy pool stays warm;
             // a new connection is opened only for a caller that waits for it.
             .min_idle(Some(0))
-            .connection_timeout(builder.busy_timeout + connect_timeout)
+            .connection_timeout(settings.busy_timeout + connect_timeout)
             // Every checkout looks for a session the server ended (no round trip: see
             // `Manager`), so that connections a server restart broke are replaced before a
             // call uses them.
             .test_on_check_out(true)
-            .connection_customizer(Box::new(Session { settings: settings.clone() }))
+            .connection_customizer(Box::new(Session { settings: session.clone() }))
             .error_handler(Box::new(connect_errors.clone()))
             // Without waiting for a first connection: the one made above is handed over.
             .build_unchecked(manager);
         let store = PostgresStore {
             pool,
             url,
-            schema: builder.schema.clone(),
+            schema: options.schema.clone(),
             transactions: AtomicU64::new(0),
             server_clock: time::ServerClock::unmeasured(),
-            settings,
+            settings: session,
             conninfo,
             listener: parking_lot::Mutex::new(None),
             connect_errors,
         };
         if !opened {
             let mut conn = store.checkout_within(connect_timeout.saturating_sub(started.elapsed()))?;
-            prepare_schema(&mut conn, builder)?;
+            prepare_schema(&mut conn, options, settings)?;
         }
-        if builder.clock.is_host_clock() {
+        if settings.clock.is_host_clock() {
             // A first measure of the server's clock, for `Queue::now_ms` before any call.
-            store.run_read(|tx| time::now(tx, &*builder.clock))?;
+            store.run_read(|tx| time::now(tx, &*settings.clock))?;
         }
         Ok(store)
     }
@@ -684,9 +665,9 @@ impl PostgresStore {
 
 /// Checks the schema version (read only, or without upgrades) or brings the schema up to
 /// this build's, on the connection `open` got first.
-fn prepare_schema(conn: &mut PgConnection, builder: &QueueBuilder) -> Result<()> {
-    if builder.read_only || !builder.upgrade {
-        let found = match &builder.schema {
+fn prepare_schema(conn: &mut PgConnection, options: &PostgresOptions, settings: &Settings) -> Result<()> {
+    if settings.read_only || !settings.upgrade {
+        let found = match &options.schema {
             Some(name) if !migrate_schema_exists(conn, name)? => 0,
             _ => migrate::check_not_newer(conn)?,
         };
@@ -694,7 +675,7 @@ fn prepare_schema(conn: &mut PgConnection, builder: &QueueBuilder) -> Result<()>
             return Err(Error::SchemaTooOld { found, supported: migrate::SCHEMA_VERSION });
         }
     } else {
-        migrate::migrate(conn, builder.schema.as_deref(), migrate::SCHEMA_VERSION)?;
+        migrate::migrate(conn, options.schema.as_deref(), migrate::SCHEMA_VERSION)?;
     }
     Ok(())
 }
@@ -714,94 +695,6 @@ fn migrate_schema_exists(conn: &mut PgConnection, name: &str) -> Result<bool> {
         .optional()
         .map(|f| f.is_some())
         .pg("schema exists")
-}
-
-/// Opening a queue on PostgreSQL (feature `postgres`).
-impl crate::Queue<PostgresStore> {
-    /// Opens the queue in the PostgreSQL database at `url`
-    /// (`postgres://user@host:5432/dbname`), creating or upgrading its tables, with default
-    /// settings. See [`QueueBuilder::url`] for the URL and [`QueueBuilder::schema`] to keep
-    /// the queue in a schema of its own.
-    ///
-    /// # Errors
-    ///
-    /// As [`QueueBuilder::open_postgres`]: `InvalidInput` for a URL that cannot be read and
-    /// at once for a final refusal by the server (wrong password, no such database or role),
-    /// `Pool` when the server could not be reached within [`POSTGRES_CONNECT_TIMEOUT`] (the
-    /// server's reason inside, never the password); `SchemaTooNew` (the schema is left
-    /// untouched); the server's errors while migrating.
-    pub fn open_postgres(url: &str) -> Result<crate::Queue<PostgresStore>> {
-        crate::Queue::builder().url(url).open_postgres()
-    }
-}
-
-/// The PostgreSQL settings of the builder (feature `postgres`).
-impl QueueBuilder {
-    /// The PostgreSQL server and database for [`QueueBuilder::open_postgres`]: a libpq URL
-    /// (`postgres://user:password@host:5432/dbname?sslmode=require`) or key/value string
-    /// (`host=db user=bot password='a b' dbname=app`), read as libpq reads it (see
-    /// [`ConnInfo`](crate::ConnInfo)); what it leaves unset comes from libpq's `PG*`
-    /// environment variables (`postgres://` alone takes everything from them). In a URL, a
-    /// password holding `@` or `/` must be percent-encoded (`%40`, `%2F`): libpq would read
-    /// it as part of the host or port, so `open_postgres` refuses such a URL. `?`, `#` and
-    /// spaces may be written as they are.
-    ///
-    /// The password never appears in errors, logs or `Debug` output; prefer a `~/.pgpass`
-    /// file or `PGPASSWORD` over a password in the URL.
-    pub fn url(mut self, url: impl Into<String>) -> Self {
-        self.url = Some(Url(url.into()));
-        self
-    }
-
-    /// How long opening a connection may take before it counts as failed: each connect
-    /// (libpq's `connect_timeout`, in whole seconds; it replaces the URL's), and
-    /// [`QueueBuilder::open_postgres`]'s wait for a server that does not answer or refuses
-    /// the TCP connection. Defaults to the URL's `connect_timeout`, else
-    /// [`POSTGRES_CONNECT_TIMEOUT`] (10 seconds). A server that answers with a final refusal
-    /// (wrong password, no such database or role) is reported at once whatever this says.
-    /// A check-out from the pool later waits up to the busy timeout plus this.
-    ///
-    /// # Errors
-    ///
-    /// [`QueueBuilder::open_postgres`] refuses a timeout outside 1 second..=1 hour with
-    /// `InvalidInput`.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = Some(timeout);
-        self
-    }
-
-    /// The schema the queue's tables live in (created if missing), so that the queue can
-    /// sit inside the application's own database: a lowercase identifier of `[a-z0-9_]`.
-    /// Every connection of the queue gets `search_path` = this schema, then `public`.
-    /// Without it, the tables go in the connection's current schema (usually `public`).
-    pub fn schema(mut self, schema: impl Into<String>) -> Self {
-        self.schema = Some(schema.into());
-        self
-    }
-
-    /// Opens the queue on PostgreSQL, applying pending schema upgrades.
-    ///
-    /// The pool holds up to twice [`QueueBuilder::pool_size`] connections; the busy timeout
-    /// is the session's `lock_timeout` (how long a statement waits for a row lock another
-    /// transaction holds); every session also gets [`POSTGRES_STATEMENT_TIMEOUT`] and
-    /// [`POSTGRES_IDLE_IN_TRANSACTION_TIMEOUT`]. `synchronous` does not apply: durability is
-    /// the server's `synchronous_commit` (on by default: a commit returns once its WAL is
-    /// flushed on the server).
-    ///
-    /// # Errors
-    ///
-    /// `InvalidInput` for bad settings (no URL, a URL libpq cannot read or would misread, a
-    /// bad schema name or connect timeout) and, at once, for a connection the server refuses
-    /// for good (`what` is "database URL", the server's reason inside: authentication
-    /// failed, no such database or role, no permission to connect); `Pool` when no
-    /// connection could be opened within the connect timeout (an unreachable server, with
-    /// the last attempt's reason); `SchemaTooNew`, `SchemaTooOld` (read only, or without
-    /// [`QueueBuilder::upgrade`]), the server's errors while migrating.
-    pub fn open_postgres(self) -> Result<crate::Queue<PostgresStore>> {
-        self.validate_common()?;
-        let store = PostgresStore::open(&self)?;
-        Ok(crate::Queue::from_parts(store, self.clock.clone(), self.max_payload, self.max_attempts))
-    }
 }
 
 impl Drop for PostgresStore {
@@ -830,7 +723,7 @@ mod tests {
         let gss_chosen = std::env::var_os("PGGSSENCMODE").is_some();
         let (conninfo, timeout) = connection_string("postgres://u@h/d", None).unwrap();
         let info = parsed(&conninfo);
-        assert_eq!(timeout, POSTGRES_CONNECT_TIMEOUT);
+        assert_eq!(timeout, PostgresOptions::DEFAULT_CONNECT_TIMEOUT);
         assert_eq!(info.get("connect_timeout"), Some("10"));
         assert_eq!(info.get("application_name"), Some("fenceq"));
         assert_eq!(info.get("gssencmode"), if gss_chosen { None } else { Some("disable") });
@@ -903,7 +796,7 @@ mod tests {
 
     #[test]
     fn debug_output_hides_the_password() {
-        let builder = QueueBuilder::default().url("postgres://bot:s3cret@localhost/app");
+        let builder = crate::QueueBuilder::default().url("postgres://bot:s3cret@localhost/app");
         let shown = format!("{builder:?}");
         assert!(!shown.contains("s3cret"), "{shown}");
         assert!(shown.contains("bot:***@localhost"), "{shown}");
@@ -916,7 +809,7 @@ mod tests {
             (r"host=db password='a b\'c s3cret' dbname=app", "s3cret"),
             ("postgres://db/app?password=s3cret", "s3cret"),
         ] {
-            let shown = format!("{:?}", QueueBuilder::default().url(url));
+            let shown = format!("{:?}", crate::QueueBuilder::default().url(url));
             assert!(!shown.contains(secret), "{url}: {shown}");
             assert!(shown.contains("db"), "{url}: {shown}");
         }

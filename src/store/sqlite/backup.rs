@@ -22,11 +22,11 @@
 use super::error::SqlContext;
 use super::statements::{BACKUP_SNAPSHOT_BEGIN, BACKUP_SNAPSHOT_END, BACKUP_SNAPSHOT_READ};
 use super::{check_regular, kind_of, naming, poll_busy, Patience, SqliteStore};
-use crate::config::DEFAULT_BUSY_TIMEOUT;
 use crate::error::{Error, Result};
 use crate::maintenance::BackupOptions;
 use crate::report::BackupReport;
 use crate::store::scope::WriteFlag;
+use crate::store::settings::DEFAULT_BUSY_TIMEOUT;
 use crate::validate::check_backup;
 use rusqlite::backup::{Backup, StepResult};
 use rusqlite::{Connection, OpenFlags};
@@ -60,48 +60,50 @@ impl SqliteStore {
     }
 }
 
-/// Backs up the SQLite database file at `source` to the new file `target` without opening a
-/// queue on it: read-only, at any schema version, never upgrading or otherwise changing the
-/// file (what `fenceq migrate --backup` needs before an upgrade). Consistent while other
-/// processes keep writing, exactly as [`Queue::backup_with`](crate::Queue::backup_with),
-/// whose target rules and settings it shares.
-///
-/// ```
-/// # let dir = tempfile::tempdir().unwrap();
-/// # let path = dir.path().join("bot.db");
-/// # fenceq::Queue::open(&path)?;
-/// let options = fenceq::BackupOptions::default();
-/// let report = fenceq::backup_file(&path, dir.path().join("before-upgrade.db"), &options)?;
-/// assert_eq!(fenceq::schema_version_of(&report.path)?, fenceq::SCHEMA_VERSION);
-/// # Ok::<(), fenceq::Error>(())
-/// ```
-///
-/// # Errors
-///
-/// Those of [`Queue::backup_with`](crate::Queue::backup_with) (the target is checked before
-/// the source is opened), and `InvalidInput` when there is no file at `source` or it is a
-/// directory, a FIFO, a device or anything else that is not a regular file (never opened:
-/// SQLite would block reading a FIFO); `NotADatabase` (naming `source`) for a file
-/// that is not an SQLite database; `Busy` when another process held a lock on it past the
-/// default busy timeout.
-pub fn backup_file(
-    source: impl AsRef<Path>,
-    target: impl AsRef<Path>,
-    options: &BackupOptions,
-) -> Result<BackupReport> {
-    let (source, target) = (source.as_ref(), target.as_ref());
-    check_backup(options)?;
-    if !source.exists() {
-        return Err(Error::invalid("backup source", format!("no database at {}", source.display())));
+impl super::SqliteStore {
+    /// Backs up the SQLite database file at `source` to the new file `target` without opening a
+    /// queue on it: read-only, at any schema version, never upgrading or otherwise changing the
+    /// file (what `fenceq migrate --backup` needs before an upgrade). Consistent while other
+    /// processes keep writing, exactly as [`Queue::backup_with`](crate::Queue::backup_with),
+    /// whose target rules and settings it shares.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let path = dir.path().join("bot.db");
+    /// # fenceq::Queue::open(&path)?;
+    /// let options = fenceq::BackupOptions::default();
+    /// let report = fenceq::SqliteStore::backup_file(&path, dir.path().join("before-upgrade.db"), &options)?;
+    /// assert_eq!(fenceq::SqliteStore::schema_version_of(&report.path)?, fenceq::SCHEMA_VERSION);
+    /// # Ok::<(), fenceq::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Queue::backup_with`](crate::Queue::backup_with) (the target is checked before
+    /// the source is opened), and `InvalidInput` when there is no file at `source` or it is a
+    /// directory, a FIFO, a device or anything else that is not a regular file (never opened:
+    /// SQLite would block reading a FIFO); `NotADatabase` (naming `source`) for a file
+    /// that is not an SQLite database; `Busy` when another process held a lock on it past the
+    /// default busy timeout.
+    pub fn backup_file(
+        source: impl AsRef<Path>,
+        target: impl AsRef<Path>,
+        options: &BackupOptions,
+    ) -> Result<BackupReport> {
+        let (source, target) = (source.as_ref(), target.as_ref());
+        check_backup(options)?;
+        if !source.exists() {
+            return Err(Error::invalid("backup source", format!("no database at {}", source.display())));
+        }
+        check_regular(source, "backup source")?;
+        // Before the source is opened: opening a WAL database creates its `-wal` and `-shm`.
+        check_target(target, Some(source), options.replace)?;
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(source, flags).sql("open backup source").map_err(naming(source))?;
+        conn.busy_handler(Some(poll_busy)).sql("busy handler")?;
+        let _patience = Patience::set(DEFAULT_BUSY_TIMEOUT);
+        copy(&conn, target, options).map_err(naming(source))
     }
-    check_regular(source, "backup source")?;
-    // Before the source is opened: opening a WAL database creates its `-wal` and `-shm`.
-    check_target(target, Some(source), options.replace)?;
-    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = Connection::open_with_flags(source, flags).sql("open backup source").map_err(naming(source))?;
-    conn.busy_handler(Some(poll_busy)).sql("busy handler")?;
-    let _patience = Patience::set(DEFAULT_BUSY_TIMEOUT);
-    copy(&conn, target, options).map_err(naming(source))
 }
 
 /// Copies the database of `source` to `target` (see the module docs).

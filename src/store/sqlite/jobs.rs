@@ -657,7 +657,7 @@ mod tests {
 
     fn migrated() -> Connection {
         let mut conn = Connection::open_in_memory().unwrap();
-        crate::store::sqlite::connection_init(&crate::QueueBuilder::default())(&mut conn).unwrap();
+        crate::store::sqlite::connection_init(&Default::default(), &Default::default())(&mut conn).unwrap();
         crate::store::sqlite::migrate::migrate(&mut conn, crate::store::sqlite::migrate::SCHEMA_VERSION).unwrap();
         conn
     }

@@ -9,18 +9,20 @@ pub(crate) mod backup;
 pub(crate) mod error;
 mod jobs;
 pub(crate) mod migrate;
+pub(crate) mod options;
+pub use options::{SqliteOptions, Synchronous};
 pub(crate) mod statements;
 mod writer;
 
-use crate::config::{Location, QueueBuilder, Synchronous};
 use crate::error::{Error, Result};
 use crate::store::scope::{enter_write, WriteFlag};
+use crate::store::Settings;
 use error::SqlContext;
+use options::Location;
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{config::DbConfig, limits::Limit, Connection, OpenFlags};
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Prepared statements kept per connection (every named statement of the engine fits).
@@ -93,7 +95,7 @@ impl Drop for Patience {
 /// The SQLite store: one database file (or one in-memory database), WAL mode, readers'
 /// connections in a pool and one writer connection with group commit. The default store of
 /// [`Queue`](crate::Queue); opened by [`Queue::open`](crate::Queue::open) and
-/// [`QueueBuilder`].
+/// [`QueueBuilder`](crate::QueueBuilder).
 pub struct SqliteStore {
     /// Readers' connections (file databases only; the in-memory queue reads through the
     /// writer's connection, its only one).
@@ -111,36 +113,37 @@ impl std::fmt::Debug for SqliteStore {
 
 impl SqliteStore {
     /// Opens (and creates, validates, upgrades) the database the builder names.
-    pub(crate) fn open(builder: &QueueBuilder) -> Result<SqliteStore> {
-        let access = if builder.read_only {
+    pub(crate) fn open(options: &SqliteOptions, settings: &Settings) -> Result<SqliteStore> {
+        let access = if settings.read_only {
             OpenFlags::SQLITE_OPEN_READ_ONLY
         } else {
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE
         };
         let flags = access | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let (readers, writer) = match &builder.location {
+        let (readers, writer) = match &options.location {
             Location::File(path) => {
                 check_regular(path, "database file")?;
-                if builder.read_only || !builder.upgrade {
+                if settings.read_only || !settings.upgrade {
                     check_current(path, flags)?;
                 } else {
                     create_parent(path)?;
                     create_private(path)?;
-                    prepare_file(path, flags, builder.busy_timeout)?;
+                    prepare_file(path, flags, settings.busy_timeout)?;
                 }
-                let manager =
-                    || SqliteConnectionManager::file(path).with_flags(flags).with_init(connection_init(builder));
+                let manager = || {
+                    SqliteConnectionManager::file(path).with_flags(flags).with_init(connection_init(options, settings))
+                };
                 let readers = r2d2::Pool::builder()
-                    .thread_pool(pool_threads())
-                    .max_size(builder.pool_size)
+                    .thread_pool(crate::store::pool_threads())
+                    .max_size(settings.pool_size)
                     .min_idle(Some(1))
                     .idle_timeout(None)
                     .max_lifetime(None)
-                    .connection_timeout(builder.busy_timeout + Duration::from_secs(25))
+                    .connection_timeout(settings.busy_timeout + Duration::from_secs(25))
                     .build(Manager(manager()))?;
                 let writer = r2d2::ManageConnection::connect(&Manager(manager())).sql("open writer")?;
                 // At FULL the writer syncs the WAL itself, outside the write lock (writer.rs).
-                let wal = match (builder.synchronous, builder.read_only, writer.path()) {
+                let wal = match (options.synchronous, settings.read_only, writer.path()) {
                     (Synchronous::Full, false, Some(db)) if !db.is_empty() => {
                         writer.execute_batch("PRAGMA synchronous = NORMAL").sql("PRAGMA synchronous")?;
                         Some(PathBuf::from(format!("{db}-wal")))
@@ -151,12 +154,12 @@ impl SqliteStore {
             }
             Location::Memory => {
                 let mut conn = Connection::open_in_memory().sql("open in memory")?;
-                connection_init(builder)(&mut conn).sql("connection init")?;
+                connection_init(options, settings)(&mut conn).sql("connection init")?;
                 migrate::migrate(&mut conn, migrate::SCHEMA_VERSION)?;
                 (None, writer::Writer::new(conn, None))
             }
         };
-        Ok(SqliteStore { readers, writer, busy_timeout: builder.busy_timeout })
+        Ok(SqliteStore { readers, writer, busy_timeout: settings.busy_timeout })
     }
 
     /// A connection for reads (autocommit statements; never a deferred write).
@@ -207,27 +210,15 @@ impl SqliteStore {
     }
 }
 
-/// The worker thread of every reader pool of the process. r2d2 starts three per pool by
-/// default; ours only replace a connection now and then (none is ever reaped: no idle
-/// timeout, no lifetime), so one thread shared by all serves, and opening a queue no longer
-/// spawns threads (a third of the time of a reopen, measured with the fuzz model).
-pub(crate) fn pool_threads() -> Arc<scheduled_thread_pool::ScheduledThreadPool> {
-    static THREADS: std::sync::OnceLock<Arc<scheduled_thread_pool::ScheduledThreadPool>> = std::sync::OnceLock::new();
-    let start = || {
-        let threads = scheduled_thread_pool::ScheduledThreadPool::builder().num_threads(1);
-        Arc::new(threads.thread_name_pattern("fenceq-pool-{}").build())
-    };
-    THREADS.get_or_init(start).clone()
-}
-
 /// PRAGMAs and limits for every pooled connection (they are per connection, never in a
 /// migration): busy timeout, synchronous, foreign keys, WAL size limit, page limit.
 pub(crate) fn connection_init(
-    builder: &QueueBuilder,
+    options: &SqliteOptions,
+    settings: &Settings,
 ) -> impl Fn(&mut Connection) -> rusqlite::Result<()> + Send + Sync + 'static {
-    let synchronous = builder.synchronous.pragma();
-    let max_page_count = builder.max_page_count;
-    let max_length = (builder.max_payload.saturating_mul(2)).max(64 << 20).min(i32::MAX as usize) as i32;
+    let synchronous = options.synchronous.pragma();
+    let max_page_count = options.max_page_count;
+    let max_length = (settings.max_payload.saturating_mul(2)).max(64 << 20).min(i32::MAX as usize) as i32;
     move |conn: &mut Connection| {
         conn.busy_handler(Some(poll_busy))?;
         // Plans that never depend on bound values: otherwise SQLite compiles a statement
@@ -409,35 +400,73 @@ fn prepare_file(path: &Path, flags: OpenFlags, busy_timeout: Duration) -> Result
     Ok(())
 }
 
-/// The schema version of the database file at `path` (0 for a new or empty file), read
-/// without changing anything: the file is opened read-only and not upgraded.
-///
-/// # Errors
-///
-/// A missing file is `Ok(0)`, not an error. `InvalidInput` for a path that names a
-/// directory, a FIFO, a device or anything else that is not a regular file (never
-/// opened: reading a FIFO would block). `NotADatabase` (naming the file) for a file that is
-/// not an SQLite database; otherwise the SQLite error of the read-only open or read (a file
-/// that cannot be opened is `Sqlite`; a file another process holds locked is `Busy`).
-pub fn schema_version_of(path: impl AsRef<Path>) -> Result<i64> {
-    let path = path.as_ref();
-    if !path.exists() {
-        return Ok(0);
+/// What can be done with an SQLite database file without a queue open on it, and the
+/// ownership check for a transaction of the application's own.
+impl SqliteStore {
+    /// The schema version of the database file at `path` (0 for a new or empty file), read
+    /// without changing anything: the file is opened read-only and not upgraded.
+    ///
+    /// # Errors
+    ///
+    /// A missing file is `Ok(0)`, not an error. `InvalidInput` for a path that names a
+    /// directory, a FIFO, a device or anything else that is not a regular file (never
+    /// opened: reading a FIFO would block). `NotADatabase` (naming the file) for a file that is
+    /// not an SQLite database; otherwise the SQLite error of the read-only open or read (a file
+    /// that cannot be opened is `Sqlite`; a file another process holds locked is `Busy`).
+    pub fn schema_version_of(path: impl AsRef<Path>) -> Result<i64> {
+        let path = path.as_ref();
+        if !path.exists() {
+            return Ok(0);
+        }
+        check_regular(path, "database file")?;
+        let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).sql("open read-only")?;
+        migrate::user_version(&conn).map_err(naming(path))
     }
-    check_regular(path, "database file")?;
-    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).sql("open read-only")?;
-    migrate::user_version(&conn).map_err(naming(path))
+
+    /// True when `token` owns its job at `at`, checked inside a transaction the caller opened
+    /// (ideally `BEGIN IMMEDIATE`, so that no reclaim can commit between this check and the
+    /// caller's commit).
+    ///
+    /// # Errors
+    ///
+    /// A token that does not own its job is `Ok(false)`, never `OwnershipLost`. Only the SQLite
+    /// error of its query on `conn`, typed as for any statement (`Busy`, or `Sqlite` when
+    /// `conn` has no fenceq schema).
+    pub fn owns_in(conn: &Connection, token: &crate::ClaimToken, at: i64) -> Result<bool> {
+        <SqliteStore as crate::store::Store>::owns(conn, token, at)
+    }
 }
 
-/// True when `token` owns its job at `at`, checked inside a transaction the caller opened
-/// (ideally `BEGIN IMMEDIATE`, so that no reclaim can commit between this check and the
-/// caller's commit).
+/// The schema version of the database file at `path`: see [`SqliteStore::schema_version_of`].
 ///
 /// # Errors
 ///
-/// A token that does not own its job is `Ok(false)`, never `OwnershipLost`. Only the SQLite
-/// error of its query on `conn`, typed as for any statement (`Busy`, or `Sqlite` when
-/// `conn` has no fenceq schema).
+/// As [`SqliteStore::schema_version_of`].
+#[deprecated(since = "0.1.0", note = "an SQLite item, now on its store: use `SqliteStore::schema_version_of`")]
+pub fn schema_version_of(path: impl AsRef<Path>) -> Result<i64> {
+    SqliteStore::schema_version_of(path)
+}
+
+/// Whether `token` owns its job at `at`: see [`SqliteStore::owns_in`].
+///
+/// # Errors
+///
+/// As [`SqliteStore::owns_in`].
+#[deprecated(since = "0.1.0", note = "an SQLite item, now on its store: use `SqliteStore::owns_in`")]
 pub fn owns_in(conn: &Connection, token: &crate::ClaimToken, at: i64) -> Result<bool> {
-    <SqliteStore as crate::store::Store>::owns(conn, token, at)
+    SqliteStore::owns_in(conn, token, at)
+}
+
+/// Backs up the database file at `source`: see [`SqliteStore::backup_file`].
+///
+/// # Errors
+///
+/// As [`SqliteStore::backup_file`].
+#[deprecated(since = "0.1.0", note = "an SQLite item, now on its store: use `SqliteStore::backup_file`")]
+pub fn backup_file(
+    source: impl AsRef<Path>,
+    target: impl AsRef<Path>,
+    options: &crate::BackupOptions,
+) -> Result<crate::BackupReport> {
+    SqliteStore::backup_file(source, target, options)
 }

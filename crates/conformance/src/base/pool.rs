@@ -365,7 +365,7 @@ fn prefetch_claims_beyond_the_free_workers_but_never_beyond_the_slots<H: Harness
         for i in 0..10 {
             db.add(&format!("job {i}"));
         }
-        let (pool, started, release) = gated_pool(&db, set, fenceq::DEFAULT_POLL_INTERVAL);
+        let (pool, started, release) = gated_pool(&db, set, Duration::from_secs(1)); // the default poll interval
         recv(&started, "the first attempt");
         eventually(|| pool.in_flight().len() == 1 + prefetch, "the prefetched claims");
         db.add("one more"); // wakes the dispatcher, which has no free slot for it

@@ -108,7 +108,7 @@ fn a_queue_write_inside_the_closure_is_refused_instead_of_deadlocking<H: Harness
     assert!(q.owns(&job.token()).unwrap());
 }
 
-/// The store's `owns` (SQLite's `fenceq::owns_in`) inside a transaction of the application's
+/// The store's `owns` (SQLite's `fenceq::SqliteStore::owns_in`) inside a transaction of the application's
 /// own, on another connection than the queue's.
 fn owns_in_checks_inside_the_callers_transaction<H: Harness>(h: &H) {
     let q = Db::new(h);

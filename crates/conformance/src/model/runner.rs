@@ -802,7 +802,7 @@ impl<B: Backend> Runner<'_, B> {
                 let got = self.q().owns(&t);
                 self.count("owns", matches!(got, Ok(true)));
                 let expected = self.model.owned(&t, now) == Got::Ok;
-                // `owns` inside a transaction of the caller's (for SQLite, `fenceq::owns_in`).
+                // `owns` inside a transaction of the caller's (for SQLite, `fenceq::SqliteStore::owns_in`).
                 let inside = self.q().with_connection(|c| <B::Store as Store>::owns(c, &t, now));
                 if !matches!(inside, Ok(owns) if owns == expected) {
                     return Err(format!(

@@ -1,19 +1,19 @@
-//! `fenceq bench --db postgres://…`: the five columns (enqueue 1/call, batch of
-//! 100, process W=1, process W=N, end to end W=N), and 16 threads enqueueing one job per
-//! call at once, through fenceq's public API on
-//! PostgreSQL, beside a raw SQL loop on the same server in the same run: the same
+//! `fenceq-bench --db postgres://…`: the five columns of the side-by-side table with other
+//! queues (enqueue 1/call, batch of 100, process W=1, process W=N, end to end W=N), and 16
+//! threads enqueueing one job per call at once, through fenceq's public API on PostgreSQL,
+//! beside a raw SQL loop on the same server in the same run: the same
 //! queue-shaped statements fenceq's store runs (insert with `ON CONFLICT DO NOTHING`, a
 //! `FOR UPDATE SKIP LOCKED` claim CTE, a fenced complete), one operation per transaction,
 //! and 100 per transaction.
 //!
 //! Every scenario runs in a fresh schema of its own (`<prefix>_<scenario>`, the prefix
 //! `--schema` or `fenceq_bench_<pid>`), refused if it already exists, dropped at the end.
-//! `tests/cli_postgres.rs` runs it at a small size.
+//! `tests/postgres.rs` runs it at a small size.
 
-use super::rounds::Spread;
-use super::scenarios::{enqueue_from_threads, enqueue_in_batches, job, payload};
-use super::BenchArgs;
-use crate::cli::{fail, CliResult, Context, ResultExt};
+use crate::report::{spread_json, BenchArgs};
+use crate::rounds::Spread;
+use crate::scenarios::{enqueue_from_threads, enqueue_in_batches, job, payload};
+use crate::{fail, CliResult, Context, ResultExt};
 use fenceq::diesel::connection::SimpleConnection;
 use fenceq::diesel::sql_types::{Array, BigInt, Bytea, Text};
 use fenceq::diesel::{sql_query, Connection, PgConnection, QueryableByName, RunQueryDsl};
@@ -112,7 +112,7 @@ impl Column {
         }
     }
 
-    /// The table leaves the raw 100-per-transaction loop out of these: one job per
+    /// That table leaves the raw 100-per-transaction loop out of these: one job per
     /// call is one job per transaction, and a producer racing its workers is not a batch.
     fn applies(self, row: Row) -> bool {
         !(row == Row::Raw100 && matches!(self, Column::Enqueue | Column::EndToEnd | Column::Concurrent))
@@ -212,7 +212,7 @@ pub fn run(args: &BenchArgs, ctx: &mut Context) -> CliResult<()> {
     let mut header = vec!["".to_string()];
     header.extend(Column::ALL.iter().map(|c| c.label(bench.workers)));
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
-    let mut table = crate::cli::output::table(&header);
+    let mut table = crate::output::table(&header);
     for row in Row::ALL {
         let mut line = vec![row.label().to_string()];
         for column in Column::ALL {
@@ -316,7 +316,7 @@ fn summary_json(measured: &[Cell], row: Row, column: Column, bench: &Bench, serv
     value["unit"] = json!("jobs/s");
     if let Some(f) = figures(measured, row, column) {
         value["value"] = json!((f.median * 100.0).round() / 100.0);
-        super::spread_json(&mut value, &f, 100.0);
+        spread_json(&mut value, &f, 100.0);
     }
     if row == Row::Fenceq {
         for raw in [Row::Raw1, Row::Raw100] {
@@ -381,7 +381,7 @@ fn now_ms() -> i64 {
 }
 
 /// What the raw loops' database calls fail with.
-fn raw(e: fenceq::diesel::result::Error) -> crate::cli::BoxError {
+fn raw(e: fenceq::diesel::result::Error) -> crate::BoxError {
     fail(format!("the raw SQL loop: {e}"))
 }
 
@@ -490,7 +490,7 @@ impl Bench {
                 let workers = if column == Column::Process1 { 1 } else { self.workers };
                 let queue = self.open(schema, workers)?;
                 enqueue_in_batches(&queue, jobs, 5000)?;
-                super::scenarios::pool_completes(&queue, jobs, workers, || Ok(()))
+                crate::scenarios::pool_completes(&queue, jobs, workers, || Ok(()))
             }
             Column::Concurrent => {
                 let queue = self.open(schema, CALLERS as usize)?;
@@ -501,7 +501,7 @@ impl Bench {
             Column::EndToEnd => {
                 let queue = self.open(schema, self.workers)?;
                 let producer = queue.clone();
-                super::scenarios::pool_completes(&queue, jobs, self.workers, move || {
+                crate::scenarios::pool_completes(&queue, jobs, self.workers, move || {
                     for j in 0..jobs {
                         producer.enqueue(job(j))?;
                     }
@@ -631,7 +631,7 @@ impl Bench {
     }
 }
 
-fn postgres_builder_for(url: &str, schema: &str) -> fenceq::QueueBuilder {
+fn postgres_builder_for(url: &str, schema: &str) -> fenceq::QueueBuilder<fenceq::PostgresOptions> {
     Queue::builder().url(url.to_string()).schema(schema.to_string())
 }
 

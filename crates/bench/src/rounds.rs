@@ -1,15 +1,15 @@
 //! The bench's plan: which scenarios run, in which order, in how many rounds, and which
 //! ratios and peer figures they are held against.
 //!
-//! The machines this runs on are shared and noisy (the same binary has swung by 25% between
-//! minutes), so one run of a scenario says little and a ratio of two runs minutes apart says
-//! less. Every round therefore runs each fenceq scenario right after its raw baseline, on
+//! The machines this runs on are shared and noisy (the same binary's figures swing from one
+//! minute to the next), so one run of a scenario says little and a ratio of two runs
+//! minutes apart says less. Every round therefore runs each fenceq scenario right after its raw baseline, on
 //! fresh files in the same directory, and every ratio is computed within a round; the report
 //! gives the median of the rounds and their spread (min, max) for every figure and ratio.
 
-use super::guards;
-use super::scenarios::{self as s, Figure, Latency};
-use crate::cli::CliResult;
+use crate::guards;
+use crate::scenarios::{self as s, Figure, Latency};
+use crate::CliResult;
 use fenceq::Synchronous;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -45,11 +45,11 @@ struct RatioSpec {
     name: String,
     numerator: String,
     denominator: String,
-    /// The target for the median, where there is one.
+    /// The performance target for the median, where there is one.
     target: Option<f64>,
 }
 
-/// A peer's figure from the side-by-side table (one run of the same workload on this
+/// A peer's figure from the side-by-side table of other queues (one run of the same workload on this
 /// kind of machine), held against fenceq's median.
 struct PeerSpec {
     peer: &'static str,

@@ -1,10 +1,10 @@
 //! The bench's measurements: fenceq through its public API, and raw rusqlite loops over a
 //! queue-shaped table on the same disk, in the same process and run. Each function measures
 //! one thing once; `rounds.rs` decides the order, repeats them in interleaved rounds and
-//! computes the ratios. `tests/bench_smoke.rs` runs every scenario at a small size through
-//! the binary (`fenceq --json bench`).
+//! computes the ratios. `tests/smoke.rs` runs every scenario at a small size through
+//! the binary (`fenceq-bench --json`).
 
-use crate::cli::{fail, CliResult, ResultExt};
+use crate::{fail, CliResult, ResultExt};
 use fenceq::rusqlite::{self, params, Connection};
 use fenceq::{CommitStats, NewJob, Outcome, Queue, Synchronous, WorkerPool};
 use std::path::Path;
@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// ~100-byte payload, as in the baseline.
+/// ~100-byte payload, as in the side-by-side runs of other queues.
 pub fn payload(i: u64) -> Vec<u8> {
     format!(
         "{{\"update_id\":{i:>12},\"message\":{{\"chat\":4711,\"text\":\"hello from the benchmark, job {i:>10}\"}}}}"

@@ -10,8 +10,8 @@
 //! claim of expired leases without `fenceq_jobs_lease` scans): the figures say what the
 //! index costs the hot paths, not that it could go.
 
-use super::scenarios::{enqueue_in_batches, open};
-use crate::cli::{fail, CliResult, ResultExt};
+use crate::scenarios::{enqueue_in_batches, open};
+use crate::{fail, CliResult, ResultExt};
 use fenceq::rusqlite::Connection;
 use fenceq::Synchronous;
 use std::path::Path;

@@ -1,0 +1,159 @@
+//! The bench on a PostgreSQL `--db` at a small size, run as the binary (`fenceq-bench --db
+//! $FENCEQ_POSTGRES_URL --schema PREFIX --json`, what `fenceq bench` runs): every cell of
+//! every round beside its raw loop, one summary per cell, and no scratch schema left behind.
+//!
+//! Without `FENCEQ_POSTGRES_URL` (`scripts/postgres start; eval "$(scripts/postgres env)"`)
+//! it says it skipped, except under `CI=true`, where it fails.
+#![cfg(feature = "postgres")]
+
+use assert_cmd::Command;
+use diesel::connection::SimpleConnection;
+use diesel::sql_types::Text;
+use diesel::{sql_query, Connection, PgConnection, QueryableByName, RunQueryDsl};
+use serde_json::Value;
+
+/// The test server, and the prefix of this test's scratch schemas (dropped at the end).
+struct Scratch {
+    url: String,
+    schema: String,
+}
+
+impl Scratch {
+    /// The test server from `FENCEQ_POSTGRES_URL`, or `None` (after saying so) without one
+    /// outside CI.
+    fn new() -> Option<Scratch> {
+        let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+        match std::env::var("FENCEQ_POSTGRES_URL") {
+            Ok(url) if !url.trim().is_empty() => {
+                let unique = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+                Some(Scratch { url, schema: format!("fenceq_bench_test_{}_{unique}", std::process::id()) })
+            }
+            _ if ci => panic!("FENCEQ_POSTGRES_URL is not set, and CI=true requires the PostgreSQL tests"),
+            _ => {
+                eprintln!("skipped: FENCEQ_POSTGRES_URL is not set (scripts/postgres start; eval \"$(scripts/postgres env)\")");
+                None
+            }
+        }
+    }
+
+    /// Runs the bench on the test server with this test's schema prefix.
+    fn run(&self, args: &[&str]) -> Run {
+        let out = Command::cargo_bin("fenceq-bench")
+            .unwrap()
+            .args(["--db", &self.url, "--schema", &self.schema])
+            .args(args)
+            .output()
+            .unwrap();
+        Run {
+            code: out.status.code(),
+            stdout: String::from_utf8(out.stdout).unwrap(),
+            stderr: String::from_utf8(out.stderr).unwrap(),
+        }
+    }
+
+    /// Schemas whose name starts with this test's prefix (the bench's scratch schemas).
+    fn schemas(&self) -> Vec<String> {
+        #[derive(QueryableByName)]
+        struct Name {
+            #[diesel(sql_type = Text)]
+            nspname: String,
+        }
+        let mut conn = PgConnection::establish(&self.url).expect("a raw connection");
+        let names: Vec<Name> =
+            sql_query("SELECT nspname::text AS nspname FROM pg_namespace WHERE starts_with(nspname, $1)")
+                .bind::<Text, _>(&self.schema)
+                .load(&mut conn)
+                .unwrap();
+        names.into_iter().map(|n| n.nspname).collect()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if let Ok(mut conn) = PgConnection::establish(&self.url) {
+            for schema in self.schemas() {
+                let _ = conn.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"));
+            }
+        }
+    }
+}
+
+/// What one run of the bench said.
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    /// Asserts exit 0 and one JSON object per line of stdout; returns them.
+    fn json_lines(&self) -> Vec<Value> {
+        assert_eq!(self.code, Some(0), "stdout: {}\nstderr: {}", self.stdout, self.stderr);
+        assert!(self.stderr.is_empty(), "stderr: {}", self.stderr);
+        self.stdout
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+            .collect()
+    }
+}
+
+#[test]
+fn the_bench_on_postgres_reports_every_cell_beside_its_raw_loop() {
+    let Some(s) = Scratch::new() else { return };
+    let lines = s.run(&["--json", "--jobs", "1000", "--workers", "2", "--rounds", "2"]).json_lines();
+    // Column by column, each column's raw loops right before fenceq.
+    let mut cells = Vec::new();
+    for column in [
+        "enqueue_1_per_call",
+        "batch_of_100",
+        "process_w1",
+        "process_wn",
+        "end_to_end_wn",
+        "enqueue_1_per_call_16_threads",
+    ] {
+        for row in ["raw_sql/1_op_per_tx", "raw_sql/100_ops_per_tx", "fenceq"] {
+            let raw_batch_only = row == "raw_sql/100_ops_per_tx"
+                && matches!(column, "enqueue_1_per_call" | "end_to_end_wn" | "enqueue_1_per_call_16_threads");
+            if !raw_batch_only {
+                cells.push(format!("postgres/{row}/{column}"));
+            }
+        }
+    }
+    let (rounds, summaries): (Vec<_>, Vec<_>) = lines.iter().partition(|l| l.get("summary").is_none());
+    let names = |lines: &[&serde_json::Value]| -> Vec<String> {
+        lines.iter().map(|f| f["scenario"].as_str().unwrap().to_string()).collect()
+    };
+    let twice: Vec<String> = cells.iter().chain(cells.iter()).cloned().collect();
+    assert_eq!(names(&rounds), twice, "each cell once per round, in order");
+    let round_numbers: Vec<u64> = rounds.iter().map(|f| f["round"].as_u64().unwrap()).collect();
+    assert!(
+        round_numbers[..cells.len()].iter().all(|&r| r == 1) && round_numbers[cells.len()..].iter().all(|&r| r == 2)
+    );
+    assert_eq!(names(&summaries), cells, "one summary per cell");
+    for figure in lines.iter() {
+        let value = figure["value"].as_f64().unwrap();
+        assert!(value > 0.0 && value.is_finite(), "{figure}");
+        assert_eq!((figure["jobs"].as_u64(), figure["workers"].as_u64()), (Some(1000), Some(2)), "{figure}");
+        assert_eq!(figure["rounds"].as_u64(), Some(2), "{figure}");
+        assert_eq!(figure["unit"], "jobs/s", "{figure}");
+        assert!(figure["synchronous_commit"].is_string() && figure["fsync"].is_string(), "{figure}");
+    }
+    for fenceq in lines.iter().filter(|f| f["scenario"].as_str().unwrap().starts_with("postgres/fenceq/")) {
+        let ratio = fenceq["ratio_to_raw_1_op_per_tx"].as_f64().expect("a ratio to the raw loop of the same round");
+        assert!(ratio > 0.0, "{fenceq}");
+    }
+    for summary in &summaries {
+        let (min, median, max) =
+            (summary["min"].as_f64().unwrap(), summary["median"].as_f64().unwrap(), summary["max"].as_f64().unwrap());
+        assert!(min <= median && median <= max, "{summary}");
+        assert_eq!(summary["rounds_measured"].as_u64(), Some(2), "{summary}");
+        if summary["scenario"].as_str().unwrap().starts_with("postgres/fenceq/") {
+            let low = summary["ratio_to_raw_1_op_per_tx_min"].as_f64().unwrap();
+            let high = summary["ratio_to_raw_1_op_per_tx_max"].as_f64().unwrap();
+            let mid = summary["ratio_to_raw_1_op_per_tx"].as_f64().unwrap();
+            assert!(low <= mid && mid <= high, "{summary}");
+        }
+    }
+    // The scratch schemas (named after --schema) are gone.
+    assert!(s.schemas().is_empty(), "left behind: {:?}", s.schemas());
+}
