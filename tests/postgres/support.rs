@@ -20,7 +20,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-pub use fenceq_conformance::{child_process, ci, env_or, spin_until, wall_ms, LEASE, T0};
+pub use fenceq_conformance::{alone_in_a_process, child_process, ci, env_or, spin_until, wall_ms, LEASE, T0};
 
 /// The prefix of every line a child prints for its parent (libtest writes `test name ... `
 /// without a newline before a child's first line, so the marker may start mid-line).

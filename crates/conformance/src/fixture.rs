@@ -160,3 +160,33 @@ pub fn child_process(test: &str) -> std::process::Command {
     command.args(["--ignored", "--exact", name, "--nocapture", "--test-threads=1"]);
     command
 }
+
+/// Whether the calling test runs alone in a process of its own; if it does not, runs it so and
+/// asserts that it passed there.
+///
+/// For a test that counts what its whole process holds (its threads, say): in a test binary
+/// of many modules, other tests run beside it in the same process. Called first thing in
+/// such a test with its full path (`concat!(module_path!(), "::test_name")`), it re-runs this
+/// test binary with that test alone and returns `false` once that run passed (the test then
+/// returns: its assertions ran in the child); in the child it returns `true`, and the test
+/// goes on. Panics with the child's output when the child failed or did not run the test.
+pub fn alone_in_a_process(test: &str) -> bool {
+    const VARIABLE: &str = "FENCEQ_ALONE_IN_A_PROCESS";
+    let name = test.split_once("::").map_or(test, |(_crate, path)| path);
+    if std::env::var(VARIABLE).is_ok_and(|v| v == name) {
+        return true;
+    }
+    let out = std::process::Command::new(std::env::current_exe().expect("the test binary's path"))
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(VARIABLE, name)
+        .output()
+        .expect("the test binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("test result: ok. 1 passed"),
+        "{name} alone in a process: {:?}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    false
+}
