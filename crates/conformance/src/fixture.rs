@@ -86,3 +86,107 @@ impl<'h, H: Harness> Db<'h, H> {
         self.harness.replies(&self.place)
     }
 }
+
+// ------------------------------------------------------------------ for fenceq's own test binaries
+
+/// Milliseconds since the Unix epoch: the instant that processes (and a test's clocks) agree on.
+pub fn wall_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+/// Spins until the wall clock reaches `start` (at most 10 s): threads and processes released
+/// at one shared instant start together.
+pub fn spin_until(start: i64) {
+    let bound = std::time::Instant::now() + Duration::from_secs(10);
+    while wall_ms() < start && std::time::Instant::now() < bound {
+        std::hint::spin_loop();
+    }
+}
+
+/// Whether this run is CI's (`CI=true` or `CI=1`), where a test that would skip for want of a
+/// server or a browser fails instead.
+pub fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// The environment variable `name` as a number, or `default` when it is unset or no number:
+/// the soak knobs (`FENCEQ_CRASH_KILLS=1000`).
+pub fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// xorshift64*: reproducible choices from a seed, for the tests that make many of them.
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator for `seed` (any value, zero included).
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    /// The next number.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// A number in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// A command that runs one ignored test of this test binary as a child process, and nothing
+/// else of the binary: `--ignored --exact <test> --nocapture --test-threads=1`.
+///
+/// `test` is the child's full path as the calling module writes it,
+/// `concat!(module_path!(), "::child_name")`: libtest names a test by its path without the
+/// binary's crate name, so that first segment is dropped here. A binary that holds many
+/// modules thus runs exactly the one child, even when two modules name their children alike,
+/// and a module that moves needs no change.
+///
+/// The child's own output reaches the parent (`--nocapture`) after libtest's
+/// `test <name> ... `, which has no newline: a child that prints lines for its parent prints
+/// a newline first, or its parent looks for a marker inside the line. The caller adds the
+/// environment variable that carries the child's spec, and the child `expect`s it, so that a
+/// bare `cargo test -- --ignored` fails it at once instead of running a child without a
+/// parent.
+pub fn child_process(test: &str) -> std::process::Command {
+    let name = test.split_once("::").map_or(test, |(_crate, path)| path);
+    let mut command = std::process::Command::new(std::env::current_exe().expect("the test binary's path"));
+    command.args(["--ignored", "--exact", name, "--nocapture", "--test-threads=1"]);
+    command
+}
+
+/// Whether the calling test runs alone in a process of its own; if it does not, runs it so and
+/// asserts that it passed there.
+///
+/// For a test that counts what its whole process holds (its threads, say): in a test binary
+/// of many modules, other tests run beside it in the same process. Called first thing in
+/// such a test with its full path (`concat!(module_path!(), "::test_name")`), it re-runs this
+/// test binary with that test alone and returns `false` once that run passed (the test then
+/// returns: its assertions ran in the child); in the child it returns `true`, and the test
+/// goes on. Panics with the child's output when the child failed or did not run the test.
+pub fn alone_in_a_process(test: &str) -> bool {
+    const VARIABLE: &str = "FENCEQ_ALONE_IN_A_PROCESS";
+    let name = test.split_once("::").map_or(test, |(_crate, path)| path);
+    if std::env::var(VARIABLE).is_ok_and(|v| v == name) {
+        return true;
+    }
+    let out = std::process::Command::new(std::env::current_exe().expect("the test binary's path"))
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(VARIABLE, name)
+        .output()
+        .expect("the test binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("test result: ok. 1 passed"),
+        "{name} alone in a process: {:?}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    false
+}

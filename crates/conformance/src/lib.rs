@@ -36,8 +36,8 @@
 //! and `cargo test --test conformance -- fenced::` runs one level.
 //!
 //! Not for applications. The fuzz targets (`fuzz/fuzz_targets/`) and the stable tests that
-//! replay their corpus on SQLite's fast paths (`tests/fuzz_replay.rs`) use it too; the corpus
-//! replay through any store and the model-based property test are rules of the kit
+//! replay their corpus on SQLite's fast paths (`tests/sqlite/fuzz_replay.rs`) use it too; the
+//! corpus replay through any store and the model-based property test are rules of the kit
 //! (the `durable::model` rules). Everything in it goes through fenceq's public API.
 //!
 //! Why a `publish = false` member crate rather than a cargo feature of fenceq: fenceq's feature
@@ -62,7 +62,7 @@ pub mod model;
 mod postgres;
 mod sqlite;
 
-pub use fixture::{Db, HANG_GUARD, LEASE, T0};
+pub use fixture::{alone_in_a_process, child_process, ci, env_or, spin_until, wall_ms, Db, Rng, HANG_GUARD, LEASE, T0};
 pub use harness::{Harness, RawRow};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresHarness, PostgresPlace, URL_VARIABLE as POSTGRES_URL_VARIABLE};

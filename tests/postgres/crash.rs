@@ -1,0 +1,308 @@
+//! The PostgreSQL server itself killed with SIGKILL mid-load and restarted (RELIABILITY.md §3
+//! T15), on a throwaway cluster of this test's own (`scripts/postgres` with
+//! `FENCEQ_POSTGRES_DIR` pointing elsewhere), so that the server the other tests use is never
+//! touched. fsync and synchronous_commit are on (checked).
+//!
+//! One application (this process): a producer enqueues keyed jobs one by one and in batches
+//! of ten, through one `Queue`, and a worker pool on it completes each with a `settle_log`
+//! row in the completion's transaction. Every enqueue and completion that returned `Ok` is
+//! recorded. Mid-load, `scripts/postgres kill` SIGKILLs the postmaster and all its
+//! processes; a call made while the server is down must fail with a clear, typed error;
+//! `scripts/postgres restart` starts it again (crash recovery, same port). The same producer,
+//! queue and pool then finish the work without being reopened, and the server shows: every
+//! acknowledged intake present exactly once, every acknowledged completion completed at its
+//! attempt with its domain row, every job completed exactly once.
+//!
+//! Skipped (with the reason) where initdb and pg_ctl are not installed, except under
+//! `CI=true`, where that fails.
+
+use crate::support::*;
+use fenceq::diesel::sql_types::Text;
+use fenceq::diesel::{sql_query, Connection, PgConnection, QueryableByName, RunQueryDsl};
+use fenceq::{Error, NewJob, Outcome, PostgresStore, Queue, RetryPolicy, WorkerPool};
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const JOBS: usize = 3_000;
+const BOUND: Duration = Duration::from_secs(120);
+const NO_BACKOFF: RetryPolicy = RetryPolicy { base: Duration::ZERO, max: Duration::ZERO, jitter: 0.0 };
+
+/// A cluster of this test's own, stopped (and its directory removed) on drop.
+struct OwnServer {
+    dir: PathBuf,
+    url: String,
+}
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/postgres")
+}
+
+impl OwnServer {
+    fn start() -> Option<OwnServer> {
+        let found = Command::new(script()).arg("bin").output().expect("run scripts/postgres");
+        if !found.status.success() {
+            let why = String::from_utf8_lossy(&found.stderr).trim().to_string();
+            assert!(!ci(), "CI=true requires the server-kill test, but: {why}");
+            eprintln!("skipped: {why}");
+            return None;
+        }
+        let dir = std::env::temp_dir().join(format!("fenceq-pgcrash-{}", uuid::Uuid::new_v4().simple()));
+        let mut server = OwnServer { dir, url: String::new() };
+        let out = server.run("start");
+        server.url = String::from_utf8_lossy(&out.stdout).trim().lines().last().unwrap_or_default().to_string();
+        assert!(server.url.starts_with("postgres://"), "no URL from scripts/postgres start: {out:?}");
+        Some(server)
+    }
+
+    fn run(&self, verb: &str) -> Output {
+        let out = Command::new(script()).arg(verb).env("FENCEQ_POSTGRES_DIR", &self.dir).output().unwrap();
+        assert!(out.status.success(), "scripts/postgres {verb}: {}", String::from_utf8_lossy(&out.stderr));
+        out
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for OwnServer {
+    fn drop(&mut self) {
+        let _ = Command::new(script()).arg("stop").env("FENCEQ_POSTGRES_DIR", &self.dir).output();
+    }
+}
+
+#[derive(QueryableByName)]
+struct Setting {
+    #[diesel(sql_type = Text)]
+    setting: String,
+}
+
+fn setting(conn: &mut PgConnection, name: &str) -> String {
+    sql_query("SELECT setting FROM pg_settings WHERE name = $1")
+        .bind::<Text, _>(name)
+        .get_result::<Setting>(conn)
+        .unwrap()
+        .setting
+}
+
+/// An error with its sources, as one line.
+fn chain(e: &Error) -> String {
+    let mut shown = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        shown.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    shown
+}
+
+/// What a call may say while the server is down or just came back: no connection could be
+/// had (`Unavailable`, with the server's refusal inside), or the one it had broke
+/// (`ConnectionLost`).
+fn is_down_error(e: &Error) -> bool {
+    matches!(e, Error::Unavailable { .. } | Error::ConnectionLost { .. })
+}
+
+/// Everything the application saw, acknowledged or refused.
+#[derive(Default)]
+struct Seen {
+    /// Keys whose enqueue returned `Ok`, and whether that was before the kill.
+    keys: Vec<(String, bool)>,
+    /// (job, attempt) of every completion that returned `Ok`, and whether before the kill.
+    done: Vec<(i64, i32, bool)>,
+    /// Errors the producer and the handlers got, as `variant: chain`.
+    errors: Vec<String>,
+}
+
+fn record_error(seen: &Mutex<Seen>, during: &str, e: &Error) {
+    let kind = match e {
+        Error::Unavailable { .. } => "Unavailable",
+        Error::ConnectionLost { .. } => "ConnectionLost",
+        _ => "other",
+    };
+    seen.lock().unwrap().errors.push(format!("{kind} ({during}): {} / {e:?}", chain(e)));
+}
+
+#[test]
+fn the_server_killed_with_sigkill_and_restarted_mid_load_loses_nothing_acknowledged_and_the_pool_carries_on() {
+    let Some(server) = OwnServer::start() else { return };
+    let started = Instant::now();
+    let mut raw = PgConnection::establish(&server.url).unwrap();
+    for name in ["fsync", "synchronous_commit", "full_page_writes"] {
+        assert_eq!(setting(&mut raw, name), "on", "{name} must be on for this test");
+    }
+    // A short busy timeout: a call that cannot get a connection gives up after it plus the
+    // connect timeout (10 s), instead of 15 s.
+    let q: Queue<PostgresStore> =
+        Queue::builder().url(server.url.clone()).busy_timeout(Duration::from_millis(500)).open_postgres().unwrap();
+    create_domain_tables(&mut raw, "public");
+    drop(raw);
+
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let killed = Arc::new(AtomicBool::new(false));
+    let pool = {
+        let (seen, killed) = (seen.clone(), killed.clone());
+        WorkerPool::builder(q.clone(), "q")
+            .workers(4)
+            .lease(Duration::from_secs(1))
+            .renew_every(Duration::from_millis(250))
+            .poll_interval(Duration::from_millis(50))
+            .retry_policy(NO_BACKOFF)
+            .handler(move |a| {
+                let token = a.token();
+                match a.complete_with(|tx| log_settle(tx, &token, 0)) {
+                    Ok(()) => {
+                        let before = !killed.load(Ordering::SeqCst);
+                        seen.lock().unwrap().done.push((token.id.0, token.attempt as i32, before));
+                        Outcome::Complete
+                    }
+                    // A stale attempt (its lease ran out while the server was down).
+                    Err(Error::OwnershipLost { .. }) => Outcome::Complete,
+                    Err(e) => {
+                        record_error(&seen, "complete_with", &e);
+                        Outcome::retry_after(Duration::ZERO, e.to_string())
+                    }
+                }
+            })
+            .start()
+            .unwrap()
+    };
+
+    // The producer: every key until its enqueue returned Ok (a failed call is retried with
+    // the same key, so an intake whose commit outlived its connection is not doubled).
+    let producer = {
+        let (q, seen, killed) = (q.clone(), seen.clone(), killed.clone());
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + BOUND;
+            let mut n = 0;
+            while n < JOBS {
+                let keys: Vec<String> =
+                    (n..(n + if n % 100 < 50 { 1 } else { 10 }).min(JOBS)).map(|i| format!("k-{i}")).collect();
+                let result = if keys.len() == 1 {
+                    q.enqueue(job(&keys[0])).map(drop)
+                } else {
+                    q.enqueue_batch(keys.iter().map(|k| job(k))).map(drop)
+                };
+                match result {
+                    Ok(()) => {
+                        let before = !killed.load(Ordering::SeqCst);
+                        seen.lock().unwrap().keys.extend(keys.iter().map(|k| (k.clone(), before)));
+                        n += keys.len();
+                    }
+                    Err(e) => {
+                        record_error(&seen, "enqueue", &e);
+                        assert!(Instant::now() < deadline, "the producer gave up: {}", chain(&e));
+                    }
+                }
+            }
+        })
+    };
+
+    wait_for("load before the kill", BOUND, || {
+        let seen = seen.lock().unwrap();
+        seen.keys.len() >= 600 && seen.done.len() >= 200
+    });
+    let (keys_before, done_before) = {
+        let seen = seen.lock().unwrap();
+        (seen.keys.len(), seen.done.len())
+    };
+    killed.store(true, Ordering::SeqCst);
+    server.run("kill");
+
+    // While it is down, a call fails, with a typed error that says why.
+    let probe_started = Instant::now();
+    let err = q.enqueue(job("k-probe")).expect_err("an enqueue while the server is down");
+    let probe_took = probe_started.elapsed();
+    let said = chain(&err);
+    assert!(is_down_error(&err), "{said} / {err:?}");
+    assert!(
+        said.contains("Connection refused") || said.contains("connection to the postgresql server"),
+        "the error says the server cannot be reached: {said}"
+    );
+    assert!(probe_took < Duration::from_secs(30), "the failing call returned after {probe_took:?}");
+
+    server.run("restart");
+    let log = server.log();
+    assert!(
+        log.contains("not properly shut down") || log.contains("automatic recovery"),
+        "no crash recovery in:\n{log}"
+    );
+    // The same queue takes the probe's intake now.
+    let mut retries = 0;
+    loop {
+        match q.enqueue(job("k-probe")) {
+            Ok(_) => break,
+            Err(e) => {
+                assert!(is_down_error(&e), "{}", chain(&e));
+                retries += 1;
+                assert!(retries < 10, "the queue does not work after the restart: {}", chain(&e));
+            }
+        }
+    }
+    seen.lock().unwrap().keys.push(("k-probe".into(), false));
+    producer.join().expect("the producer finished");
+    assert!(pool.wait_idle(BOUND).unwrap(), "the pool finished the remaining jobs");
+    let report = pool.shutdown(Duration::from_secs(30)).unwrap();
+
+    // What the server has, after the crash and the restart.
+    let mut raw = PgConnection::establish(&server.url).unwrap();
+    #[derive(QueryableByName)]
+    struct Key {
+        #[diesel(sql_type = Text)]
+        key: String,
+    }
+    let keys: Vec<String> = sql_query("SELECT key FROM fenceq_jobs ORDER BY id")
+        .load::<Key>(&mut raw)
+        .unwrap()
+        .into_iter()
+        .map(|k| k.key)
+        .collect();
+    let stored: HashSet<&String> = keys.iter().collect();
+    assert_eq!(stored.len(), keys.len(), "no key stored twice");
+    let seen = seen.lock().unwrap();
+    let lost_keys: Vec<&String> = seen.keys.iter().map(|(k, _)| k).filter(|k| !stored.contains(k)).collect();
+    assert!(lost_keys.is_empty(), "acknowledged intakes lost: {lost_keys:?}");
+    assert_eq!(keys.len(), JOBS + 1, "every key, and nothing else");
+    let completed = attempts(&mut raw, "SELECT id, attempt FROM fenceq_jobs WHERE state = 'completed'");
+    let completed: HashSet<(i64, i32)> = completed.into_iter().map(|a| (a.id, a.attempt)).collect();
+    let logged = attempts(&mut raw, "SELECT job_id AS id, attempt FROM settle_log");
+    let logged: HashSet<(i64, i32)> = logged.into_iter().map(|a| (a.id, a.attempt)).collect();
+    let lost_done: Vec<_> =
+        seen.done.iter().filter(|(id, a, _)| !completed.contains(&(*id, *a)) || !logged.contains(&(*id, *a))).collect();
+    assert!(lost_done.is_empty(), "acknowledged completions lost: {lost_done:?}");
+    let ledger = ledger(&mut raw);
+    let all = JOBS as i64 + 1;
+    assert_eq!(ledger, Ledger { jobs: all, completed: all, ..Ledger::default() }, "lost or settled twice");
+
+    // The crash was mid-load, and the same pool and producer carried on after it.
+    let (keys_after, done_after) =
+        (seen.keys.iter().filter(|k| !k.1).count(), seen.done.iter().filter(|d| !d.2).count());
+    assert!(keys_before > 0 && done_before > 0, "acknowledged before the kill: {keys_before} / {done_before}");
+    assert!(keys_after > 0 && done_after > 0, "acknowledged after the kill: {keys_after} / {done_after}");
+    let unclear: Vec<&String> =
+        seen.errors.iter().filter(|e| !e.starts_with("Pool") && !e.starts_with("ConnectionLost")).collect();
+    assert!(unclear.is_empty(), "errors that do not say the connection is gone: {unclear:#?}");
+    let c = report.counters;
+    println!("errors the application saw (first 5): {:#?}", &seen.errors[..seen.errors.len().min(5)]);
+    println!(
+        "server SIGKILL mid-load: acknowledged before the kill {keys_before} intakes, {done_before} completions; \
+         after {keys_after} / {done_after}; the probe failed after {probe_took:.1?} with {said:?}; {} errors while down \
+         ({} Pool, {} ConnectionLost); pool: claimed {} completed {} stale {} errors {}; 0 lost, 0 settled twice; {:.1?}",
+        seen.errors.len(),
+        seen.errors.iter().filter(|e| e.starts_with("Pool")).count(),
+        seen.errors.iter().filter(|e| e.starts_with("ConnectionLost")).count(),
+        c.claimed,
+        c.completed,
+        c.stale_settles_rejected,
+        c.errors,
+        started.elapsed()
+    );
+}
+
+fn job(key: &str) -> NewJob {
+    NewJob::new("q", key.as_bytes().to_vec()).key(key).max_attempts(10_000)
+}

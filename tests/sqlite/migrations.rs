@@ -1,0 +1,175 @@
+//! The schema upgrader: databases left at every older version upgrade with their rows intact,
+//! and files that are newer or not databases at all are refused untouched. Processes racing
+//! the same upgrade are in tests/sqlite/upgrade_race.rs.
+
+use crate::support::*;
+use fenceq::rusqlite::Connection;
+use fenceq::{Error, JobState, Queue, SCHEMA_VERSION};
+use std::path::Path;
+
+fn assert_upgraded_with_rows_intact(path: &Path) {
+    let conn = Connection::open(path).unwrap();
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+    let columns: Vec<String> = conn
+        .prepare("SELECT name FROM pragma_table_info('fenceq_jobs')")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    for column in ["claim_id", "exhausted_at", "acknowledged_at", "decision", "decided_by"] {
+        assert_eq!(columns.iter().filter(|c| *c == column).count(), 1, "{column} exists exactly once");
+    }
+    // Schema 5: the table of paused queues, empty (no queue was paused before it existed).
+    let paused: i64 = conn.query_row("SELECT count(*) FROM fenceq_queues", [], |r| r.get(0)).unwrap();
+    assert_eq!(paused, 0);
+    let rows: Vec<(String, String, Vec<u8>)> = conn
+        .prepare("SELECT key, state, payload FROM fenceq_jobs ORDER BY id")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        rows,
+        vec![
+            ("k-pending".into(), "pending".into(), vec![1]),
+            ("k-running".into(), "running".into(), vec![2]),
+            ("k-completed".into(), "completed".into(), vec![3]),
+        ]
+    );
+    assert_integrity(&conn);
+}
+
+#[test]
+fn databases_at_every_older_version_upgrade_with_their_rows_intact() {
+    for version in 1..SCHEMA_VERSION as usize {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        old_database(&path, version, "q");
+        let clock = fenceq::ManualClock::new(T0);
+        let q = Queue::builder().path(&path).clock(clock.clone()).open().unwrap();
+        assert_eq!(q.schema_version().unwrap(), SCHEMA_VERSION);
+        drop(q);
+        assert_upgraded_with_rows_intact(&path);
+        // The old build's claim cannot settle (it has no claim id), but once its lease runs
+        // out the job is reclaimed and completes under the new fence.
+        let q = Queue::builder().path(&path).clock(clock.clone()).open().unwrap();
+        let pending = q.claim("q", "new", LEASE).unwrap().unwrap();
+        assert_eq!(pending.payload, vec![1]);
+        q.complete(&pending.token()).unwrap();
+        assert!(q.claim("q", "new", LEASE).unwrap().is_none(), "the old build's lease is still live");
+        clock.advance(LEASE);
+        let reclaimed = q.claim("q", "new", LEASE).unwrap().unwrap();
+        assert_eq!((reclaimed.payload.clone(), reclaimed.token.attempt), (vec![2], 2));
+        q.complete(&reclaimed.token()).unwrap();
+        assert_eq!(q.job(reclaimed.id()).unwrap().unwrap().state, JobState::Completed);
+    }
+}
+
+#[test]
+fn opening_a_current_database_again_is_a_no_op() {
+    let q = temp_queue();
+    q.add("x");
+    let before = snapshot(&q.path());
+    let again = q.reopen();
+    assert_eq!(again.schema_version().unwrap(), SCHEMA_VERSION);
+    assert_eq!(snapshot(&q.path()), before);
+}
+
+#[test]
+fn a_database_of_a_newer_version_is_refused_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("future.db");
+    {
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch("CREATE TABLE fenceq_jobs (id INTEGER PRIMARY KEY, future_column TEXT)").unwrap();
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1).unwrap();
+    }
+    let bytes = std::fs::read(&path).unwrap();
+    let err = Queue::open(&path).unwrap_err();
+    assert!(
+        matches!(err, Error::SchemaTooNew { found, supported } if found == SCHEMA_VERSION + 1 && supported == SCHEMA_VERSION)
+    );
+    assert!(err.to_string().contains("upgrade fenceq"), "{err}");
+    assert_eq!(std::fs::read(&path).unwrap(), bytes, "the file is untouched");
+    assert!(!dir.path().join("future.db-wal").exists(), "not even switched to WAL");
+}
+
+#[test]
+fn a_file_that_is_not_a_database_is_refused_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notes.txt");
+    let text = "these are my notes, not a database. ".repeat(200);
+    std::fs::write(&path, &text).unwrap();
+    let err = Queue::open(&path).unwrap_err();
+    assert!(matches!(&err, Error::NotADatabase { path: p } if p.contains("notes.txt")), "{err:?}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+    assert_eq!(fenceq::SqliteStore::schema_version_of(&path).map_err(|e| e.to_string()), Err(err.to_string()));
+}
+
+/// Every column of every row, in id order, as text (for before/after comparisons).
+fn every_cell(conn: &Connection) -> Vec<String> {
+    let mut stmt = conn.prepare("SELECT * FROM fenceq_jobs ORDER BY id").unwrap();
+    let columns = stmt.column_count();
+    stmt.query_map([], |r| {
+        (0..columns)
+            .map(|i| r.get_ref(i).map(|v| format!("{v:?}")))
+            .collect::<Result<Vec<_>, _>>()
+            .map(|cells| cells.join("|"))
+    })
+    .unwrap()
+    .collect::<Result<_, _>>()
+    .unwrap()
+}
+
+/// Schema 7 rebuilds the jobs table (its claim-id rule becomes a CHECK): every cell of every
+/// row survives, and the id sequence too, even where the newest rows were deleted, so an id
+/// handed out before the upgrade is never handed out again.
+#[test]
+fn the_rebuild_of_schema_7_keeps_every_cell_and_the_id_sequence() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v6.db");
+    let conn = old_database(&path, 6, "q");
+    conn.execute_batch(
+        "INSERT INTO fenceq_jobs (queue, key, payload, run_at, max_attempts, created_at)
+         VALUES ('q', 'k-pruned-1', x'04', 1, 3, 1), ('q', 'k-pruned-2', x'05', 1, 3, 1);
+         DELETE FROM fenceq_jobs WHERE key LIKE 'k-pruned-%';",
+    )
+    .unwrap();
+    let sequence: i64 =
+        conn.query_row("SELECT seq FROM sqlite_sequence WHERE name = 'fenceq_jobs'", [], |r| r.get(0)).unwrap();
+    let max_id: i64 = conn.query_row("SELECT max(id) FROM fenceq_jobs", [], |r| r.get(0)).unwrap();
+    assert!(sequence > max_id, "the setup deleted the newest rows");
+    let before = every_cell(&conn);
+    drop(conn);
+
+    let q = Queue::builder().path(&path).open().unwrap();
+    assert_eq!(q.schema_version().unwrap(), SCHEMA_VERSION);
+    let conn = Connection::open(&path).unwrap();
+    assert_eq!(every_cell(&conn), before);
+    let triggers: i64 =
+        conn.query_row("SELECT count(*) FROM sqlite_master WHERE type = 'trigger'", [], |r| r.get(0)).unwrap();
+    assert_eq!(triggers, 0, "the claim-id rule is a CHECK now");
+    let next = q.enqueue(fenceq::NewJob::new("q", b"new".to_vec())).unwrap().id();
+    assert_eq!(next.0, sequence + 1, "ids handed out before the upgrade are never handed out again");
+    assert_integrity(&conn);
+}
+
+/// The claim-id rule (a trigger before schema 7, a CHECK since) still refuses a claimed row
+/// without its claim id, on insert and on update.
+#[test]
+fn a_claimed_row_without_its_claim_id_is_refused() {
+    let q = temp_queue();
+    q.add("x");
+    let conn = Connection::open(q.path()).unwrap();
+    let update = conn.execute("UPDATE fenceq_jobs SET state = 'exhausted', exhausted_at = 1", []);
+    assert!(update.unwrap_err().to_string().contains("claimed_has_claim_id"));
+    let insert = conn.execute(
+        "INSERT INTO fenceq_jobs (queue, payload, state, run_at, attempt, max_attempts, worker, lease_until, created_at)
+         VALUES ('q', x'00', 'running', 1, 1, 3, 'w', 100, 1)",
+        [],
+    );
+    assert!(insert.unwrap_err().to_string().contains("claimed_has_claim_id"));
+}

@@ -1,0 +1,636 @@
+//! `fenceq serve`, the operator's web dashboard, run as the real binary: an operator's
+//! scenario in headless Chromium over WebDriver (overview, queue, job; acknowledge an
+//! exhaustion, resolve an unknown outcome with a note, pause and unpause a queue), each step
+//! checked in the database through the library; then what a browser would not send, over
+//! plain HTTP: forged and stale actions, read-only servers, sign-in, bad input and slow
+//! clients.
+//!
+//! The browser tests say they skipped without chromium and chromedriver (under CI=true they
+//! fail). Screenshots of every page go to `target/tmp/web/<test>/`.
+
+use crate::web_support::{exchange, forms, get, post, with, without, Browser, Server};
+use fenceq::store::Store;
+use fenceq::{JobId, JobState, NewJob, Queue};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const LEASE: Duration = Duration::from_secs(600);
+const XSS: &str = "<script>alert(1)</script>";
+
+/// The jobs of the scenario: queue `mail` with work in every interesting state, queue
+/// `reports` paused by carol.
+struct Fixture {
+    completed: JobId,
+    exhausted: JobId,
+    exhausted2: JobId,
+    unknown: JobId,
+    xss: JobId,
+    json: JobId,
+}
+
+fn fixture<S: Store>(queue: &Queue<S>) -> Fixture {
+    let claimed = |payload: &str| {
+        let id = queue.enqueue(NewJob::new("mail", payload.as_bytes().to_vec())).unwrap().id();
+        let claim = queue.claim("mail", "worker-1", LEASE).unwrap().expect("a due job");
+        assert_eq!(claim.id(), id, "the queue held only this due job");
+        claim
+    };
+    let c = claimed("welcome mail to ann");
+    queue.complete(&c.token()).unwrap();
+    let e = claimed("newsletter to bob");
+    queue.exhaust(&e.token(), "smtp 550: mailbox unavailable").unwrap();
+    let e2 = claimed("newsletter to cid");
+    queue.exhaust(&e2.token(), "smtp 552: quota <b>exceeded</b>").unwrap();
+    let u = claimed("invoice 42 to dan");
+    queue.mark_unknown(&u.token(), "timeout after the provider accepted the request").unwrap();
+    let xss = queue.enqueue(NewJob::new("mail", XSS.as_bytes().to_vec()).key("k<img src=x>")).unwrap().id();
+    let json =
+        queue.enqueue(NewJob::new("mail", br#"{"to":"eve@example.org","items":[1,2,3]}"#.to_vec())).unwrap().id();
+    queue.enqueue(NewJob::new("reports", b"monthly".to_vec())).unwrap();
+    queue.operator("carol").note("month-end freeze").pause("reports").unwrap();
+    Fixture { completed: c.id(), exhausted: e.id(), exhausted2: e2.id(), unknown: u.id(), xss, json }
+}
+
+fn sqlite() -> (tempfile::TempDir, Queue, Vec<String>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("queue.db");
+    let queue = Queue::open(&path).unwrap();
+    let args = vec!["--db".to_string(), path.display().to_string()];
+    (dir, queue, args)
+}
+
+fn job<S: Store>(queue: &Queue<S>, id: JobId) -> fenceq::Job {
+    queue.job(id).unwrap().expect("the job exists")
+}
+
+fn screenshots(test: &str) -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("web").join(test)
+}
+
+// ------------------------------------------------------------------------------- in a browser
+
+/// The operator's scenario, in a browser, on any store.
+fn browser_scenario<S: Store>(queue: &Queue<S>, db_args: &[String], test: &str) {
+    let Some(browser) = Browser::start(&screenshots(test)) else { return };
+    let f = fixture(queue);
+    let mut server = Server::start(db_args, &[]);
+
+    // The overview: both queues, their counts, the pause with who and why.
+    browser.goto(&server.url("/"));
+    let text = browser.wait_for_heading("Queues");
+    browser.screenshot("1-overview");
+    assert!(text.contains("mail") && text.contains("reports"), "{text}");
+    assert!(text.contains("2 exhaustions awaiting acknowledgement"), "{text}");
+    assert!(text.contains("1 unknown outcomes awaiting a decision"), "{text}");
+    assert!(text.contains("by carol: month-end freeze"), "{text}");
+    assert_eq!(browser.alert(), None);
+
+    // The queue: its jobs, the script payload and the key shown as text.
+    browser.click(&browser.find("a[href='/queue?name=mail']"));
+    let text = browser.wait_for_heading("Queue mail");
+    browser.screenshot("2-queue");
+    assert!(text.contains(XSS), "the payload shows as text: {text}");
+    assert!(text.contains("k<img src=x>"), "the key shows as text: {text}");
+    assert_eq!(browser.alert(), None, "no script of the database ran");
+    assert!(browser.find_all("main img").is_empty(), "no element came from the database");
+
+    // A job: every field, the reason, the actions its state allows.
+    browser.click(&browser.find(&format!("a[href='/job?id={}']", f.exhausted)));
+    let text = browser.wait_for_heading(&format!("Job {}", f.exhausted));
+    browser.screenshot("3-job-exhausted");
+    assert!(text.contains("smtp 550: mailbox unavailable"), "{text}");
+    assert!(text.contains("newsletter to bob"), "{text}");
+    assert!(text.contains("No operator or reconciler has decided"), "{text}");
+
+    // Acknowledge it, as alice, with a note.
+    let form = browser.find("form[action='/act/acknowledge']");
+    browser.type_into(&browser.find_in(&form, "input[name=by]"), "alice");
+    browser.type_into(&browser.find_in(&form, "input[name=note]"), "bounced: the address is gone");
+    browser.click(&browser.find_in(&form, "button"));
+    let text = browser.wait_for_heading(&format!("Job {} acknowledged", f.exhausted));
+    browser.screenshot("4-acknowledged");
+    assert!(text.contains("Recorded as done by alice"), "{text}");
+    let acked = job(queue, f.exhausted);
+    assert_eq!(acked.state, JobState::Exhausted);
+    assert!(acked.acknowledged_at.is_some(), "acknowledged in the database");
+    let decision = acked.decision.expect("the decision is recorded");
+    assert_eq!(
+        (decision.action.as_str(), decision.by.as_deref(), decision.note.as_deref()),
+        ("acknowledge", Some("alice"), Some("bounced: the address is gone"))
+    );
+    // The job's page now shows the decision.
+    browser.goto(&server.url(&format!("/job?id={}", f.exhausted)));
+    let text = browser.wait_for_heading(&format!("Job {}", f.exhausted));
+    assert!(text.contains("acknowledge by alice") && text.contains("Note: bounced: the address is gone"), "{text}");
+    assert!(browser.find_all("form[action='/act/acknowledge']").is_empty(), "no second acknowledgement offered");
+
+    // The unknown outcomes; resolve one as complete, with a note.
+    browser.goto(&server.url("/unknown"));
+    let text = browser.wait_for_heading("Unknown outcomes");
+    browser.screenshot("5-unknown");
+    assert!(text.contains("timeout after the provider accepted the request"), "{text}");
+    let form = browser.find("form[action='/act/resolve']");
+    browser.click(&browser.find_in(&form, "option[value=complete]"));
+    browser.type_into(&browser.find_in(&form, "input[name=by]"), "alice");
+    browser.type_into(&browser.find_in(&form, "input[name=note]"), "the provider's log shows it delivered");
+    browser.click(&browser.find_in(&form, "button"));
+    let text = browser.wait_for_heading(&format!("Job {} resolved", f.unknown));
+    browser.screenshot("6-resolved");
+    assert!(text.contains("completed: the side effect happened"), "{text}");
+    let resolved = job(queue, f.unknown);
+    assert_eq!(resolved.state, JobState::Completed);
+    let decision = resolved.decision.expect("the decision is recorded");
+    assert_eq!(
+        (decision.action.as_str(), decision.by.as_deref(), decision.note.as_deref()),
+        ("resolve complete", Some("alice"), Some("the provider's log shows it delivered"))
+    );
+
+    // Pause the queue, then unpause it.
+    browser.goto(&server.url("/queue?name=mail"));
+    browser.wait_for_heading("Queue mail");
+    let form = browser.find("form[action='/act/pause']");
+    browser.type_into(&browser.find_in(&form, "input[name=by]"), "alice");
+    browser.type_into(&browser.find_in(&form, "input[name=note]"), "provider outage");
+    browser.click(&browser.find_in(&form, "button"));
+    browser.wait_for_heading("Queue mail paused");
+    browser.screenshot("7-paused");
+    assert!(queue.is_paused("mail").unwrap());
+    let pause = queue.paused_queues().unwrap().into_iter().find(|p| p.queue == "mail").expect("paused");
+    assert_eq!((pause.by.as_deref(), pause.note.as_deref()), (Some("alice"), Some("provider outage")));
+    assert!(queue.claim("mail", "w", LEASE).unwrap().is_none(), "claims of a paused queue find nothing");
+
+    browser.goto(&server.url("/queue?name=mail"));
+    let text = browser.wait_for_heading("Queue mail");
+    browser.screenshot("8-queue-paused");
+    assert!(text.contains("by alice: provider outage"), "{text}");
+    let form = browser.find("form[action='/act/unpause']");
+    browser.type_into(&browser.find_in(&form, "input[name=note]"), "provider back");
+    browser.click(&browser.find_in(&form, "button"));
+    browser.wait_for_heading("Queue mail unpaused");
+    assert!(!queue.is_paused("mail").unwrap());
+    assert!(queue.is_paused("reports").unwrap(), "the other queue stays paused");
+
+    // The script payload's own page: text, and still no alert.
+    browser.goto(&server.url(&format!("/job?id={}", f.xss)));
+    browser.wait_for_heading(&format!("Job {}", f.xss));
+    browser.screenshot("9-job-script-payload");
+    assert_eq!(browser.text_of("pre.payload"), XSS);
+    assert_eq!(browser.alert(), None, "the script payload did not run");
+    // A JSON payload is pretty-printed.
+    browser.goto(&server.url(&format!("/job?id={}", f.json)));
+    browser.wait_for_heading(&format!("Job {}", f.json));
+    assert!(browser.text_of("pre.payload").contains("\"to\": \"eve@example.org\""));
+    // Untouched by all of it.
+    assert_eq!(job(queue, f.completed).state, JobState::Completed);
+    assert_eq!(job(queue, f.exhausted2).acknowledged_at, None);
+    server.assert_healthy();
+}
+
+#[test]
+fn an_operator_works_the_dashboard_in_a_browser() {
+    let (_dir, queue, args) = sqlite();
+    browser_scenario(&queue, &args, "sqlite");
+}
+
+#[cfg(feature = "postgres")]
+use crate::pg_support;
+
+#[cfg(feature = "postgres")]
+#[test]
+fn an_operator_works_the_dashboard_in_a_browser_on_postgres() {
+    let Some(scratch) = pg_support::Scratch::new() else { return };
+    let queue = scratch.open();
+    let args = vec!["--db".to_string(), scratch.url.clone(), "--schema".to_string(), scratch.schema.clone()];
+    browser_scenario(&queue, &args, "postgres");
+}
+
+// ------------------------------------------------------------------------------- forged and stale actions
+
+/// The acknowledge form of the job's page, as the page drew it.
+fn ack_form(server: &Server, id: JobId) -> Vec<(String, String)> {
+    let page = server.get(&format!("/job?id={id}"));
+    assert_eq!(page.status, 200, "{}", page.body);
+    forms(&page.body, "/act/acknowledge").into_iter().next().expect("an acknowledge form")
+}
+
+#[test]
+fn a_post_without_the_csrf_token_or_with_a_wrong_one_changes_nothing() {
+    let (_dir, queue, args) = sqlite();
+    let f = fixture(&queue);
+    let mut server = Server::start(&args, &[]);
+    let form = with(&ack_form(&server, f.exhausted), "note", "forged");
+    for forged in [without(&form, "csrf"), with(&form, "csrf", "0".repeat(64).as_str()), with(&form, "csrf", "")] {
+        let reply = post(&server.addr, "/act/acknowledge", &forged, None);
+        assert_eq!(reply.status, 403, "{}", reply.body);
+        assert!(reply.body.contains("CSRF token") && reply.body.contains("nothing was changed"), "{}", reply.body);
+        let j = job(&queue, f.exhausted);
+        assert_eq!((j.acknowledged_at, j.decision), (None, None), "nothing changed");
+    }
+    // A JSON or multipart body is no form: refused the same way, before anything is read.
+    let raw = "POST /act/acknowledge HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nhi";
+    assert_eq!(exchange(&server.addr, raw.as_bytes()).status, 415);
+    // The page's own form does it (the check is not refusing everything).
+    let reply = post(&server.addr, "/act/acknowledge", &form, None);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(job(&queue, f.exhausted).acknowledged_at.is_some());
+    // The server's secret is per start: a form of another server is refused.
+    let other = Server::start(&args, &[]);
+    let stale_secret = ack_form(&server, f.exhausted2);
+    let reply = post(&other.addr, "/act/acknowledge", &stale_secret, None);
+    assert_eq!(reply.status, 403, "{}", reply.body);
+    server.assert_healthy();
+}
+
+#[test]
+fn a_stale_pages_action_is_refused_with_a_message_saying_so() {
+    let (_dir, queue, args) = sqlite();
+    let f = fixture(&queue);
+    let mut server = Server::start(&args, &[]);
+
+    // The page is drawn; then someone replays the job, and a worker exhausts it again (the
+    // only due job once the pending ones are cancelled).
+    let form = with(&ack_form(&server, f.exhausted), "by", "alice");
+    queue.cancel(f.xss).unwrap();
+    queue.cancel(f.json).unwrap();
+    queue.operator("bob").note("retry after fix").replay(f.exhausted).unwrap();
+    let again = queue.claim("mail", "worker-2", LEASE).unwrap().expect("the replayed job");
+    assert_eq!(again.id(), f.exhausted);
+    queue.exhaust(&again.token(), "smtp 550 again").unwrap();
+    let reply = post(&server.addr, "/act/acknowledge", &form, None);
+    assert_eq!(reply.status, 409, "{}", reply.body);
+    assert!(reply.body.contains("changed since this page was drawn"), "{}", reply.body);
+    assert!(reply.body.contains("nothing was changed"), "{}", reply.body);
+    let j = job(&queue, f.exhausted);
+    assert_eq!(j.acknowledged_at, None, "the new exhaustion was not acknowledged by the old page");
+
+    // A resolve form of an outcome someone resolved meanwhile.
+    let page = server.get("/unknown");
+    let resolve = forms(&page.body, "/act/resolve").into_iter().next().expect("a resolve form");
+    queue.operator("bob").resolve(&job(&queue, f.unknown).token().unwrap(), fenceq::Resolution::Retry).unwrap();
+    let reply = post(&server.addr, "/act/resolve", &with(&resolve, "outcome", "complete"), None);
+    assert_eq!(reply.status, 409, "{}", reply.body);
+    assert!(reply.body.contains("changed since this page was drawn"), "{}", reply.body);
+    let j = job(&queue, f.unknown);
+    assert_eq!(j.state, JobState::Pending, "bob's retry stands");
+    assert_eq!(j.decision.unwrap().by.as_deref(), Some("bob"));
+
+    // A pause form of a queue someone paused meanwhile: carol's record stays.
+    let page = server.get("/queue?name=mail");
+    let pause = forms(&page.body, "/act/pause").into_iter().next().expect("a pause form");
+    queue.operator("carol").note("first").pause("mail").unwrap();
+    let reply = post(&server.addr, "/act/pause", &with(&pause, "note", "second"), None);
+    assert_eq!(reply.status, 409, "{}", reply.body);
+    let record = queue.paused_queues().unwrap().into_iter().find(|p| p.queue == "mail").unwrap();
+    assert_eq!(record.note.as_deref(), Some("first"));
+    // And an unpause form of a pause someone ended meanwhile.
+    let page = server.get("/queue?name=mail");
+    let unpause = forms(&page.body, "/act/unpause").into_iter().next().expect("an unpause form");
+    queue.operator("carol").unpause("mail").unwrap();
+    let reply = post(&server.addr, "/act/unpause", &unpause, None);
+    assert_eq!(reply.status, 409, "{}", reply.body);
+    assert!(!queue.is_paused("mail").unwrap());
+    server.assert_healthy();
+}
+
+#[test]
+fn read_only_offers_no_action_and_refuses_posts() {
+    let (_dir, queue, args) = sqlite();
+    let f = fixture(&queue);
+    let writable = Server::start(&args, &[]);
+    let form = ack_form(&writable, f.exhausted);
+    drop(writable);
+    let mut server = Server::start(&args, &["--read-only"]);
+    for path in [
+        format!("/job?id={}", f.exhausted),
+        format!("/job?id={}", f.unknown),
+        format!("/job?id={}", f.xss),
+        "/exhausted".to_string(),
+        "/unknown".to_string(),
+        "/queue?name=mail".to_string(),
+        "/queue?name=reports".to_string(),
+        "/".to_string(),
+    ] {
+        let page = server.get(&path);
+        assert_eq!(page.status, 200, "{path}: {}", page.body);
+        assert!(!page.body.contains("<form"), "{path} offers a form: {}", page.body);
+        assert!(page.body.contains("read-only"), "{path} says it is read-only");
+    }
+    for action in ["acknowledge", "replay", "cancel", "resolve", "pause", "unpause"] {
+        let reply = post(&server.addr, &format!("/act/{action}"), &form, None);
+        assert_eq!(reply.status, 403, "{action}: {}", reply.body);
+        assert!(reply.body.contains("--read-only"), "{}", reply.body);
+    }
+    let j = job(&queue, f.exhausted);
+    assert_eq!((j.acknowledged_at, j.decision), (None, None));
+    server.assert_healthy();
+}
+
+// ------------------------------------------------------------------------------- access
+
+fn serve_cmd(args: &[String], extra: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_fenceq"))
+        .args(args)
+        .arg("serve")
+        .args(extra)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_non_loopback_address_without_a_token_refuses_to_start() {
+    let (_dir, _queue, args) = sqlite();
+    for listen in ["0.0.0.0:0", "[::]:0"] {
+        let out = serve_cmd(&args, &["--listen", listen]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("refusing to listen") && stderr.contains("--token-file"), "{stderr}");
+        assert!(out.stdout.is_empty(), "it never served");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "ops short\n").unwrap();
+    let out = serve_cmd(&args, &["--listen", "0.0.0.0:0", "--token-file", tokens.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("at least 16 characters") && !stderr.contains("short"), "{stderr}");
+}
+
+#[test]
+fn a_token_signs_in_and_names_the_operator() {
+    let (_dir, queue, args) = sqlite();
+    let f = fixture(&queue);
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    let secret = "7f3c9a1e5b2d8f4a6c0e1b3d5f7a9c2e";
+    std::fs::write(&tokens, format!("# operators\nalice {secret}\n")).unwrap();
+    let mut server = Server::start(&args, &["--token-file", tokens.to_str().unwrap()]);
+
+    // Nothing without signing in.
+    let page = server.get("/");
+    assert_eq!((page.status, page.header("location")), (303, Some("/login")));
+    assert!(!page.body.contains("mail"));
+    assert_eq!(server.get("/metrics").status, 401);
+    assert_eq!(server.get(&format!("/job?id={}", f.xss)).status, 303);
+    let login = server.get("/login");
+    let fields = forms(&login.body, "/login").into_iter().next().expect("a sign-in form");
+
+    let wrong = post(&server.addr, "/login", &with(&fields, "token", "7f3c9a1e5b2d8f4a6c0e1b3d5f7a9c2f"), None);
+    assert_eq!(wrong.status, 401);
+    assert!(wrong.header("set-cookie").is_none());
+    let signed = post(&server.addr, "/login", &with(&fields, "token", secret), None);
+    assert_eq!(signed.status, 303, "{}", signed.body);
+    let cookie = signed.header("set-cookie").expect("a session cookie");
+    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
+    assert!(!cookie.contains(secret), "the cookie is a session, not the token");
+    let session = cookie.split(';').next().unwrap();
+    let page = get(&server.addr, "/", Some(session));
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("signed in: alice"));
+
+    // A scraper with the token.
+    let metrics = exchange(
+        &server.addr,
+        format!("GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {secret}\r\n\r\n").as_bytes(),
+    );
+    assert_eq!(metrics.status, 200);
+    assert!(metrics.body.contains("fenceq_queue_paused{queue=\"reports\"} 1"), "{}", metrics.body);
+
+    // A change made with a named token records the token's name, whatever the form says.
+    let page = get(&server.addr, &format!("/job?id={}", f.exhausted), Some(session));
+    let form = forms(&page.body, "/act/acknowledge").into_iter().next().expect("an acknowledge form");
+    assert!(!page.body.contains("name=\"by\""), "a named token is not asked its name");
+    let reply = post(&server.addr, "/act/acknowledge", &with(&form, "by", "mallory"), Some(session));
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(job(&queue, f.exhausted).decision.unwrap().by.as_deref(), Some("alice"));
+    // Without the session, the same form is refused.
+    let reply = post(&server.addr, "/act/acknowledge", &ack_form_of(&page.body), None);
+    assert_eq!(reply.status, 401);
+
+    // Signing out ends the session.
+    let logout = forms(&page.body, "/logout").into_iter().next().expect("a sign-out form");
+    assert_eq!(post(&server.addr, "/logout", &logout, Some(session)).status, 303);
+    assert_eq!(get(&server.addr, "/", Some(session)).status, 303);
+    server.assert_healthy();
+}
+
+fn ack_form_of(html: &str) -> Vec<(String, String)> {
+    forms(html, "/act/acknowledge").into_iter().next().expect("an acknowledge form")
+}
+
+// ------------------------------------------------------------------------------- bad input
+
+#[test]
+fn bad_input_gets_a_clear_4xx_and_the_server_keeps_serving() {
+    let (_dir, queue, args) = sqlite();
+    let f = fixture(&queue);
+    let mut server = Server::start(&args, &[]);
+    let cases: Vec<(String, u16, &str)> = vec![
+        ("/job?id=999999".into(), 404, "no job 999999"),
+        ("/job?id=abc".into(), 400, "is not a job id"),
+        ("/job?id=-3".into(), 400, "is not a job id"),
+        ("/job?id=99999999999999999999999".into(), 400, "is not a job id"),
+        ("/job".into(), 400, "which job?"),
+        ("/queue?name=nope".into(), 404, "no queue named"),
+        ("/queue?name=".into(), 400, "invalid queue name"),
+        ("/queue".into(), 400, "which queue?"),
+        ("/queue?name=mail&after=xyz".into(), 400, "malformed cursor"),
+        ("/queue?name=mail&after=-1".into(), 400, "malformed cursor"),
+        ("/queue?name=mail&state=bogus".into(), 400, "no state named"),
+        ("/exhausted?after=1e9".into(), 400, "malformed cursor"),
+        ("/unknown?after=%zz".into(), 400, "malformed %-escape"),
+        ("/queue?name=%ff".into(), 400, "not UTF-8"),
+        ("/no/such/page".into(), 404, "no such page"),
+        ("/act/acknowledge".into(), 405, "POST"),
+        (format!("/job?id={}&junk=<script>", f.xss), 200, XSS_SHOWN),
+    ];
+    for (path, status, says) in &cases {
+        let reply = server.get(path);
+        assert_eq!(reply.status, *status, "{path}: {}", reply.body);
+        assert!(reply.body.contains(says), "{path} says {says:?}: {}", reply.body);
+    }
+    // A huge query string: refused before it is read whole.
+    let huge = format!("/queue?name=mail&after={}", "9".repeat(100_000));
+    let reply = server.get(&huge);
+    assert_eq!(reply.status, 414, "{}", reply.body);
+    // Huge headers, a huge body, a body sent in chunks, a request that is not HTTP, other methods.
+    let headers = format!("GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n", "a".repeat(20_000));
+    assert_eq!(exchange(&server.addr, headers.as_bytes()).status, 431);
+    let body = "note=".to_string() + &"x".repeat(200_000);
+    let raw = format!(
+        "POST /act/pause HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    assert_eq!(exchange(&server.addr, raw.as_bytes()).status, 413);
+    let chunked = "POST /act/pause HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n";
+    assert_eq!(exchange(&server.addr, chunked.as_bytes()).status, 501);
+    assert_eq!(exchange(&server.addr, b"HELLO THERE\r\n\r\n").status, 400);
+    assert_eq!(exchange(&server.addr, b"DELETE / HTTP/1.1\r\nHost: x\r\n\r\n").status, 405);
+    // A note past the library's limit is its clear refusal, and changes nothing.
+    let form = ack_form(&server, f.exhausted);
+    let reply = post(&server.addr, "/act/acknowledge", &with(&form, "note", &"n".repeat(5000)), None);
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    assert!(reply.body.contains("invalid decision note"), "{}", reply.body);
+    assert_eq!(job(&queue, f.exhausted).acknowledged_at, None);
+    // An action on a job that does not exist, or with a mangled expectation.
+    assert_eq!(post(&server.addr, "/act/acknowledge", &with(&form, "id", "999999"), None).status, 409);
+    assert_eq!(post(&server.addr, "/act/acknowledge", &with(&form, "id", "x"), None).status, 400);
+    assert_eq!(post(&server.addr, "/act/acknowledge", &without(&form, "state"), None).status, 400);
+    assert_eq!(post(&server.addr, "/act/acknowledge", &with(&form, "attempt", "zz"), None).status, 409);
+    assert_eq!(job(&queue, f.exhausted).acknowledged_at, None);
+    // Still serving, and never a panic.
+    assert_eq!(server.get("/").status, 200);
+    server.assert_healthy();
+}
+
+/// How the script payload appears in a page's source: escaped.
+const XSS_SHOWN: &str = "&lt;script&gt;alert(1)&lt;/script&gt;";
+
+#[test]
+fn a_slow_client_holds_a_worker_only_until_its_deadline() {
+    let (_dir, queue, args) = sqlite();
+    fixture(&queue);
+    // One worker, a deadline of one second: a client that sends half a request and waits.
+    let mut server = Server::start(&args, &["--workers", "1", "--request-timeout", "1s"]);
+    let mut slow = std::net::TcpStream::connect(&server.addr).unwrap();
+    std::io::Write::write_all(&mut slow, b"GET / HTTP/1.1\r\nHost: x\r\n").unwrap();
+    let started = Instant::now();
+    // The next client is answered once the slow one's deadline has passed, not never.
+    let reply = server.get("/");
+    assert_eq!(reply.status, 200);
+    assert!(started.elapsed() < Duration::from_secs(30), "answered after {:?}", started.elapsed());
+    // The slow client got 408 and a closed connection.
+    slow.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut answer = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut slow, &mut answer);
+    assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 408"), "{:?}", String::from_utf8_lossy(&answer));
+    server.assert_healthy();
+}
+
+#[test]
+fn metrics_are_the_prometheus_text_of_the_library() {
+    let (_dir, queue, args) = sqlite();
+    fixture(&queue);
+    let server = Server::start(&args, &["--read-only"]);
+    let reply = server.get("/metrics");
+    assert_eq!(reply.status, 200);
+    assert!(reply.header("content-type").unwrap().starts_with("text/plain; version=0.0.4"));
+    let lines = |text: &str| -> Vec<String> {
+        // The pending age moves with the clock between the two readings; the rest must match.
+        text.lines().filter(|l| !l.starts_with("fenceq_oldest_pending_age_seconds{")).map(str::to_string).collect()
+    };
+    assert_eq!(lines(&reply.body), lines(&queue.metrics_text().unwrap()));
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn a_postgres_password_never_shows_on_a_page() {
+    let Some(scratch) = pg_support::Scratch::new() else { return };
+    let queue = scratch.open();
+    fixture(&queue);
+    // The test server trusts local logins: the password is carried, never checked.
+    let url = scratch.url.replacen("postgres://postgres@", "postgres://postgres:s3cret-pw@", 1);
+    assert!(url.contains("s3cret-pw"), "the URL names the user: {url}");
+    let args = vec!["--db".to_string(), url, "--schema".to_string(), scratch.schema.clone()];
+    let mut server = Server::start(&args, &["--read-only"]);
+    for path in ["/", "/queue?name=mail", "/exhausted", "/unknown", "/job?id=999999", "/nope"] {
+        let page = server.get(path);
+        assert!(!page.body.contains("s3cret-pw"), "{path}: {}", page.body);
+        if path == "/" {
+            assert!(page.body.contains("postgres:***@"), "{}", page.body);
+        }
+    }
+    server.assert_healthy();
+}
+
+// ------------------------------------------------------------------ completions per minute
+
+/// One bar of the overview's completions chart: its minute, count and drawn height.
+#[derive(Debug, PartialEq)]
+struct Bar {
+    minute: i64,
+    count: u64,
+    height: u64,
+}
+
+fn bars(html: &str) -> Vec<Bar> {
+    let attr = |rect: &str, name: &str| -> String {
+        let start = rect.find(&format!(" {name}=\"")).unwrap_or_else(|| panic!("{name} in {rect}")) + name.len() + 3;
+        rect[start..].split('"').next().unwrap().to_string()
+    };
+    html.split("<rect ")
+        .skip(1)
+        .map(|rest| {
+            let rect = &rest[..rest.find('>').unwrap()];
+            Bar {
+                minute: attr(rect, "data-minute").parse().unwrap(),
+                count: attr(rect, "data-count").parse().unwrap(),
+                height: attr(rect, "height").parse().unwrap(),
+            }
+        })
+        .collect()
+}
+
+/// Completions made at known instants (a manual clock, through the library) are the bars of
+/// the overview's chart: each in the minute of its settling, scaled to the busiest minute;
+/// a completion older than the hour and a cancelled job are not counted. The served page is
+/// drawn on the system clock, so the bars are matched by their minute, not their position
+/// (the hour may move on by a minute between the test's reading and the server's).
+fn completions_chart<S: Store>(queue: &Queue<S>, clock: &fenceq::ManualClock, db_args: &[String]) {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let minute = |ago: i64| (now.div_euclid(60_000) - ago) * 60_000;
+    let complete_at = |at: i64| {
+        clock.set(at);
+        queue.enqueue(NewJob::new("chart", b"x".to_vec())).unwrap();
+        let claim = queue.claim("chart", "worker-1", LEASE).unwrap().expect("a due job");
+        queue.complete(&claim.token()).unwrap();
+    };
+    complete_at(minute(120) + 1);
+    for second in [5_000, 20_000, 59_999] {
+        complete_at(minute(10) + second);
+    }
+    complete_at(minute(3));
+    let cancelled = queue.enqueue(NewJob::new("chart", b"x".to_vec())).unwrap().id();
+    queue.cancel(cancelled).unwrap();
+
+    let mut server = Server::start(db_args, &["--read-only"]);
+    let page = server.get("/");
+    assert_eq!(page.status, 200);
+    let bars = bars(&page.body);
+    assert_eq!(bars.len(), 60, "one bar a minute for the hour");
+    assert!(bars.windows(2).all(|w| w[1].minute == w[0].minute + 60_000), "consecutive minutes, oldest first");
+    let at = |m: i64| bars.iter().find(|b| b.minute == m).unwrap_or_else(|| panic!("no bar for {m}: {bars:?}"));
+    assert_eq!(at(minute(10)), &Bar { minute: minute(10), count: 3, height: 60 });
+    assert_eq!(at(minute(3)), &Bar { minute: minute(3), count: 1, height: 20 });
+    let others: Vec<&Bar> = bars.iter().filter(|b| b.minute != minute(10) && b.minute != minute(3)).collect();
+    assert!(others.iter().all(|b| b.count == 0 && b.height == 0), "{others:?}");
+    assert!(page.body.contains("4 completed in the last 60 minutes; at most 3 in one minute."), "{}", page.body);
+    assert_eq!(
+        queue.completions_per_minute(60).unwrap().iter().map(|m| m.1).sum::<u64>(),
+        4,
+        "the library counts the same"
+    );
+    server.assert_healthy();
+}
+
+#[test]
+fn the_overview_charts_completions_per_minute() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("queue.db");
+    let clock = fenceq::ManualClock::new(0);
+    let queue = Queue::builder().path(&path).clock(clock.clone()).open().unwrap();
+    let args = vec!["--db".to_string(), path.display().to_string()];
+    completions_chart(&queue, &clock, &args);
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn the_overview_charts_completions_per_minute_on_postgres() {
+    let Some(scratch) = pg_support::Scratch::new() else { return };
+    let clock = fenceq::ManualClock::new(0);
+    let queue = scratch.builder().clock(clock.clone()).open_postgres().unwrap();
+    let args = vec!["--db".to_string(), scratch.url.clone(), "--schema".to_string(), scratch.schema.clone()];
+    completions_chart(&queue, &clock, &args);
+}
