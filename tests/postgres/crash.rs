@@ -284,16 +284,16 @@ fn the_server_killed_with_sigkill_and_restarted_mid_load_loses_nothing_acknowled
     assert!(keys_before > 0 && done_before > 0, "acknowledged before the kill: {keys_before} / {done_before}");
     assert!(keys_after > 0 && done_after > 0, "acknowledged after the kill: {keys_after} / {done_after}");
     let unclear: Vec<&String> =
-        seen.errors.iter().filter(|e| !e.starts_with("Pool") && !e.starts_with("ConnectionLost")).collect();
+        seen.errors.iter().filter(|e| !e.starts_with("Unavailable") && !e.starts_with("ConnectionLost")).collect();
     assert!(unclear.is_empty(), "errors that do not say the connection is gone: {unclear:#?}");
     let c = report.counters;
     println!("errors the application saw (first 5): {:#?}", &seen.errors[..seen.errors.len().min(5)]);
     println!(
         "server SIGKILL mid-load: acknowledged before the kill {keys_before} intakes, {done_before} completions; \
          after {keys_after} / {done_after}; the probe failed after {probe_took:.1?} with {said:?}; {} errors while down \
-         ({} Pool, {} ConnectionLost); pool: claimed {} completed {} stale {} errors {}; 0 lost, 0 settled twice; {:.1?}",
+         ({} Unavailable, {} ConnectionLost); pool: claimed {} completed {} stale {} errors {}; 0 lost, 0 settled twice; {:.1?}",
         seen.errors.len(),
-        seen.errors.iter().filter(|e| e.starts_with("Pool")).count(),
+        seen.errors.iter().filter(|e| e.starts_with("Unavailable")).count(),
         seen.errors.iter().filter(|e| e.starts_with("ConnectionLost")).count(),
         c.claimed,
         c.completed,
