@@ -35,6 +35,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "checks_in_table",
         sql: include_str!("../../../schema/postgres/0007_checks_in_table.sql"),
     },
+    Migration { version: 8, name: "dashboard", sql: include_str!("../../../schema/postgres/0008_dashboard.sql") },
 ];
 
 /// The schema version this build writes and understands (the same as SQLite's).
