@@ -68,8 +68,11 @@ fn fill<S: Store>(queue: &Queue<S>, clock: &ManualClock, jobs: u64, spread_ms: i
                 queue.claim_batch(name, "bench", Duration::from_secs(3600), (batch - pending) as u32).expect("claim");
             let tokens: Vec<ClaimToken> = claimed.iter().map(|c| c.token()).collect();
             let (odd, complete) = tokens.split_at((exhausted + unknown) as usize);
-            for result in queue.complete_all(complete).expect("complete") {
-                result.expect("complete one");
+            // (In transactions of 1,000: PostgreSQL's statement timeout bounds one settle.)
+            for chunk in complete.chunks(1_000) {
+                for result in queue.complete_all(chunk).expect("complete") {
+                    result.expect("complete one");
+                }
             }
             for (i, token) in odd.iter().enumerate() {
                 if (i as u64) < exhausted {
@@ -195,12 +198,11 @@ fn main() {
 
     #[cfg(feature = "postgres")]
     if let Ok(url) = std::env::var("FENCEQ_POSTGRES_URL") {
-        let schema = format!("dashboard_bench_{jobs}");
+        // A scratch schema of this run's own (the server is a test server: scripts/postgres).
+        let schema = format!("dashboard_bench_{}", std::process::id());
         let queue =
             Queue::builder().url(&url).schema(&schema).clock(clock.clone()).open_postgres().expect("open PostgreSQL");
-        if queue.stats().expect("stats").queues.is_empty() {
-            fill(&queue, &clock, jobs, spread_ms);
-        }
+        fill(&queue, &clock, jobs, spread_ms);
         drop(queue);
         println!("PostgreSQL, schema {schema}, {jobs} jobs, {rounds} rounds");
         let (mut child, addr) = serve(&url, &["--schema", &schema]);
