@@ -419,6 +419,31 @@ fn ack_form_of(html: &str) -> Vec<(String, String)> {
     forms(html, "/act/acknowledge").into_iter().next().expect("an acknowledge form")
 }
 
+/// `/paused` lists who paused each queue, when and why, with its unpause (which works from
+/// there); every answer, an error page too, says the server's time in `Server-Timing`.
+#[test]
+fn the_paused_page_names_who_paused_and_every_answer_carries_its_server_time() {
+    let (_dir, queue, args) = sqlite();
+    fixture(&queue);
+    let mut server = Server::start(&args, &[]);
+    let page = server.get("/paused");
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("reports") && page.body.contains("carol"), "{}", page.body);
+    assert!(page.body.contains("month-end freeze"), "{}", page.body);
+    for path in ["/", "/paused", "/queue?name=mail", "/metrics", "/job?id=999999", "/queue?name=mail&after=x"] {
+        let reply = server.get(path);
+        let timing = reply.header("server-timing").unwrap_or_else(|| panic!("{path}: no Server-Timing"));
+        let ms: f64 = timing.strip_prefix("app;dur=").and_then(|v| v.parse().ok()).expect(timing);
+        assert!((0.0..10_000.0).contains(&ms), "{path}: {timing}");
+    }
+    let unpause = forms(&page.body, "/act/unpause").into_iter().next().expect("an unpause form");
+    let reply = post(&server.addr, "/act/unpause", &with(&unpause, "by", "dave"), None);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(queue.paused_queues().unwrap().is_empty());
+    assert!(server.get("/paused").body.contains("No queue is paused"));
+    server.assert_healthy();
+}
+
 // ------------------------------------------------------------------------------- bad input
 
 #[test]

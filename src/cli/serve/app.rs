@@ -153,6 +153,7 @@ impl<'q, S: CliStore> App<'q, S> {
             ("/job", true, _) => self.job_page(caller, &query()?),
             ("/exhausted", true, _) => self.listing(caller, &query()?, Listing::Exhausted),
             ("/unknown", true, _) => self.listing(caller, &query()?, Listing::Unknown),
+            ("/paused", true, _) => self.paused_page(caller),
             ("/metrics", true, _) => {
                 Ok(Response::new(200, "text/plain; version=0.0.4; charset=utf-8", self.queue.metrics_text()?))
             }
@@ -161,9 +162,11 @@ impl<'q, S: CliStore> App<'q, S> {
                 let action = Action::from_path(path).expect("checked by the guard");
                 self.act(request, caller, action)
             }
-            ("/" | "/queue" | "/job" | "/exhausted" | "/unknown" | "/metrics" | "/logout" | "/login", _, _) => {
-                Err(Problem::new(405, "Method not allowed", format!("{method} is not taken here")))
-            }
+            (
+                "/" | "/queue" | "/job" | "/exhausted" | "/unknown" | "/paused" | "/metrics" | "/logout" | "/login",
+                _,
+                _,
+            ) => Err(Problem::new(405, "Method not allowed", format!("{method} is not taken here"))),
             (path, _, _) if Action::from_path(path).is_some() => {
                 Err(Problem::new(405, "Method not allowed", "an action is a POST from its form"))
             }
@@ -351,6 +354,12 @@ impl<'q, S: CliStore> App<'q, S> {
         };
         let now = self.queue.now_ms();
         self.html(pages::listing(&self.page(Some(caller)), listing, queue, &rows, more, now))
+    }
+
+    fn paused_page(&self, caller: Caller) -> Outcome {
+        let paused = self.queue.paused_queues()?;
+        let now = self.queue.now_ms();
+        self.html(pages::paused(&self.page(Some(caller)), &paused, now))
     }
 
     // --------------------------------------------------------------------------- actions

@@ -194,6 +194,7 @@ fn layout(page: &Page<'_>, title: &str, body: Markup) -> Markup {
                     a href="/" { "Overview" }
                     a href="/exhausted" { "Exhausted" }
                     a href="/unknown" { "Unknown" }
+                    a href="/paused" { "Paused" }
                     a href="/metrics" { "Metrics" }
                     span.db title="database" { (page.db) }
                     @if page.read_only { span.badge { "read-only" } }
@@ -372,6 +373,32 @@ pub fn overview(page: &Page<'_>, stats: &Stats, per_minute: &[(i64, u64)], now: 
         }
     };
     layout(page, "Overview", body)
+}
+
+/// Paused queues: who paused each, when and why, with its unpause.
+pub fn paused(page: &Page<'_>, paused: &[PausedQueue], now: i64) -> Markup {
+    let body = html! {
+        h1 { "Paused queues" }
+        @if paused.is_empty() {
+            p.muted { "No queue is paused: claims of every queue proceed." }
+        } @else {
+            p.muted { "Claims of a paused queue find nothing, in every process; enqueues still land." }
+            table {
+                thead { tr { th { "Queue" } th { "Paused" } th { "By" } th { "Why" } th {} } }
+                tbody { @for p in paused { tr {
+                    td { a href=(format!("/queue?name={}", encode(&p.queue))) { (p.queue) } }
+                    td { (at(p.since, now)) }
+                    td { (p.by.as_deref().unwrap_or("an unnamed caller")) }
+                    td { (p.note.as_deref().unwrap_or_default()) }
+                    td { @if !page.read_only {
+                        (action_form(page, Action::Unpause, &[("queue", p.queue.clone()), ("since", p.since.to_string())],
+                            "/paused", html! {}, "Unpause", false))
+                    } }
+                } } }
+            }
+        }
+    };
+    layout(page, "Paused queues", body)
 }
 
 /// Height of the completions chart's plot, in SVG units (a bar at the busiest minute).
