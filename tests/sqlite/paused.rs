@@ -41,7 +41,7 @@ fn a_schema_4_file_upgrades_to_paused_queues_with_every_row_intact() {
     assert_eq!(before.len(), 4);
     let clock = ManualClock::new(T0);
     let q = Queue::builder().path(&path).clock(clock.clone()).open().unwrap();
-    assert_eq!((q.schema_version().unwrap(), SCHEMA_VERSION), (8, 8));
+    assert_eq!((q.schema_version().unwrap(), SCHEMA_VERSION), (7, 7));
     assert_eq!(every_column(&path), before, "the upgrade changed no job row");
     let conn = Connection::open(&path).unwrap();
     assert_integrity(&conn);

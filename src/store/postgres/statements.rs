@@ -530,11 +530,12 @@ stmt! {
     WHERE  paused_at IS NOT NULL
     ORDER  BY queue COLLATE \"C\"";
 
-    /// Completions per minute in `$1..$2`, through the completed jobs' partial index (0008).
+    /// Completions per minute in `$1..$2`, through the settled jobs' partial index.
     COMPLETIONS_PER_MINUTE = "
     SELECT settled_at / 60000 AS minute, count(*) AS n
     FROM   fenceq_jobs
-    WHERE  state = 'completed' AND settled_at >= $1 AND settled_at < $2
+    WHERE  state IN ('completed', 'cancelled') AND state = 'completed'
+           AND settled_at >= $1 AND settled_at < $2
     GROUP  BY minute
     ORDER  BY minute";
 
@@ -549,19 +550,11 @@ stmt! {
     IDENTITY = "
     SELECT state, attempt, claim_id, lease_until, wait_until FROM fenceq_jobs WHERE id = $1";
 
-    /// Counts per queue, state and acknowledgement from the covering index `fenceq_jobs_counts`
-    /// (0008), whose `WHERE` the statement repeats (true of every row); the pending group's oldest `run_at` from the claim index and the running group's
-    /// expired leases from the lease index, one search per queue, instead of every row's.
     STATS = "
-    SELECT j.queue, j.state, j.acknowledged_at IS NOT NULL AS acknowledged, count(*) AS count,
-           CASE j.state WHEN 'pending' THEN
-               (SELECT min(p.run_at) FROM fenceq_jobs AS p WHERE p.queue = j.queue AND p.state = 'pending') END
-               AS min_run_at,
-           CASE j.state WHEN 'running' THEN
-               (SELECT count(*) FROM fenceq_jobs AS r
-                WHERE  r.queue = j.queue AND r.state = 'running' AND r.lease_until <= $1) ELSE 0 END AS expired
-    FROM   fenceq_jobs AS j
-    WHERE  j.created_at IS NOT NULL
-    GROUP  BY j.state, j.queue, j.acknowledged_at IS NOT NULL
-    ORDER  BY j.queue";
+    SELECT queue, state, acknowledged_at IS NOT NULL AS acknowledged, count(*) AS count,
+           min(run_at) AS min_run_at,
+           count(*) FILTER (WHERE state = 'running' AND lease_until <= $1) AS expired
+    FROM   fenceq_jobs
+    GROUP  BY queue, state, acknowledged_at IS NOT NULL
+    ORDER  BY queue";
 }

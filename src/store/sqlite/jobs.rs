@@ -367,40 +367,19 @@ impl Store for SqliteStore {
     }
 
     fn stats(tx: &Connection, now: i64) -> Result<Vec<StatsRow>> {
-        let groups = on(tx, STATS, |s| {
+        on(tx, STATS, |s| {
             s.query_map(named_params! { ":now": now }, |row| {
-                Ok((
-                    row.get::<_, String>(0)?,
-                    parse_state(row, 1)?,
-                    row.get::<_, i64>(2)?,
-                    row.get::<_, i64>(3)?,
-                    row.get::<_, Option<i64>>(4)?,
-                    row.get::<_, Option<i64>>(5)?.unwrap_or(0),
-                ))
+                Ok(StatsRow {
+                    queue: row.get(0)?,
+                    state: parse_state(row, 1)?,
+                    acknowledged: row.get(2)?,
+                    count: row.get::<_, i64>(3)? as u64,
+                    min_run_at: row.get(4)?,
+                    expired: row.get::<_, Option<i64>>(5)?.unwrap_or(0) as u64,
+                })
             })?
-            .collect::<rusqlite::Result<Vec<_>>>()
-        })?;
-        let mut rows = Vec::new();
-        for (queue, state, count, acknowledged, min_run_at, expired) in groups {
-            let group = StatsRow {
-                queue,
-                state,
-                acknowledged: false,
-                count: (count - acknowledged) as u64,
-                min_run_at,
-                expired: expired as u64,
-            };
-            // (Only exhausted rows carry an acknowledgement.)
-            if acknowledged > 0 {
-                rows.push(StatsRow { acknowledged: true, count: acknowledged as u64, ..group.clone() });
-            }
-            if count > acknowledged {
-                rows.push(group);
-            }
-        }
-        // In queue order (byte order, as the paused queues are), as `Store::stats` promises.
-        rows.sort_by(|a, b| a.queue.cmp(&b.queue));
-        Ok(rows)
+            .collect::<rusqlite::Result<_>>()
+        })
     }
 
     fn due_or_running(tx: &Connection, queue: &str, now: i64) -> Result<u64> {

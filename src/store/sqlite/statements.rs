@@ -424,39 +424,23 @@ stmt! {
     IDENTITY = "
     SELECT state, attempt, claim_id, lease_until, wait_until FROM fenceq_jobs WHERE id = :id";
 
-    /// Counts per state and queue, read from the covering index `fenceq_jobs_counts` (0008) in
-    /// its own order, so the table is never walked (`state <> ''`, true of every row, repeats the
-    /// index's own `WHERE`: only statements that say it may use that index): `count(acknowledged_at)` is the acknowledged
-    /// of an exhausted group; the pending group's oldest `run_at` comes from the claim index and
-    /// the running group's expired leases from the lease index, each one search per queue.
-    /// Rows come in state order; the caller sorts them by queue.
     STATS = "
-    SELECT j.queue, j.state, count(*), count(j.acknowledged_at),
-           CASE j.state WHEN 'pending' THEN
-               (SELECT min(p.run_at) FROM fenceq_jobs AS p INDEXED BY fenceq_jobs_claim
-                WHERE  p.queue = j.queue AND p.state = 'pending') END,
-           CASE j.state WHEN 'running' THEN
-               (SELECT count(*) FROM fenceq_jobs AS r INDEXED BY fenceq_jobs_lease
-                WHERE  r.queue = j.queue AND r.state = 'running' AND r.lease_until <= :now) END
-    FROM   fenceq_jobs AS j
-    WHERE  j.state <> ''
-    GROUP  BY j.state, j.queue";
+    SELECT queue, state, acknowledged_at IS NOT NULL, count(*), min(run_at),
+           sum(state = 'running' AND lease_until <= :now)
+    FROM   fenceq_jobs
+    GROUP  BY queue, state, acknowledged_at IS NOT NULL
+    ORDER  BY queue";
 
-    /// Completions per minute in `:from..:until` (whole minutes), each minute one count of a
-    /// range of the completed jobs' own partial index (0008), read from the index alone: the
-    /// settled index also holds the cancelled, which it looked up row by row, and grouping
-    /// the hour's rows by minute cost a temporary B-tree insert per completion, three times
-    /// the count itself. Every minute is a row, zeros included.
+    /// Completions per minute in `:from..:until`. The `state IN (...)` term repeats the settled
+    /// index's own `WHERE` so that SQLite's planner (which matches a partial index's terms
+    /// literally) may use that index; `state = 'completed'` then leaves the cancelled out.
     COMPLETIONS_PER_MINUTE = "
-    WITH RECURSIVE minutes (minute) AS (
-        SELECT :from / 60000
-        UNION ALL
-        SELECT minute + 1 FROM minutes WHERE minute + 1 < :until / 60000
-    )
-    SELECT minute,
-           (SELECT count(*) FROM fenceq_jobs INDEXED BY fenceq_jobs_completed
-            WHERE  state = 'completed' AND settled_at >= minute * 60000 AND settled_at < (minute + 1) * 60000)
-    FROM   minutes";
+    SELECT settled_at / 60000 AS minute, count(*)
+    FROM   fenceq_jobs
+    WHERE  state IN ('completed', 'cancelled') AND state = 'completed'
+           AND settled_at >= :from AND settled_at < :until
+    GROUP  BY minute
+    ORDER  BY minute";
 
     /// The backup's read transaction on its source (`backup.rs`): every step copies from the one
     /// snapshot this fixes, so the copy is consistent while writers keep committing (a WAL
