@@ -6,7 +6,8 @@
 
 use super::form::{self, same};
 use super::http::{Request, Response};
-use super::pages::{self, Action, Listing, Page, QueueView};
+use super::pages::{self, Action, Listing, Page, QueueView, FULL_PAYLOAD_LIMIT, PAGE_ROWS};
+use super::problem::{cut, Problem};
 use super::Token;
 use crate::cli::output::PAYLOAD_LIMIT;
 use crate::cli::store::CliStore;
@@ -16,12 +17,8 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-/// Rows per page of a listing.
-pub const PAGE_ROWS: u32 = 50;
 /// Minutes of completions the overview charts: the last hour.
 const CHART_MINUTES: u32 = 60;
-/// Payload bytes a job's page shows with "show all".
-pub const FULL_PAYLOAD_LIMIT: usize = 1024 * 1024;
 /// How long a sign-in lasts.
 const SESSION_LIFE: Duration = Duration::from_secs(12 * 3600);
 /// Sessions kept at once (the oldest is dropped past this).
@@ -54,56 +51,6 @@ pub enum Caller {
     Token(usize),
 }
 
-/// A request that gets an error page instead: its status and what to tell the person.
-#[derive(Debug)]
-pub struct Problem {
-    /// The HTTP status.
-    pub status: u16,
-    /// A short title.
-    pub title: &'static str,
-    /// What happened and what to do, as plain text (escaped when rendered).
-    pub message: String,
-}
-
-impl Problem {
-    fn new(status: u16, title: &'static str, message: impl Into<String>) -> Problem {
-        Problem { status, title, message: message.into() }
-    }
-
-    fn bad(message: impl Into<String>) -> Problem {
-        Problem::new(400, "Bad request", message)
-    }
-
-    fn not_found(message: impl Into<String>) -> Problem {
-        Problem::new(404, "Not found", message)
-    }
-
-    /// The job changed since the page was drawn.
-    fn stale(message: impl Into<String>) -> Problem {
-        Problem::new(409, "Changed since the page was drawn", message)
-    }
-}
-
-impl From<Error> for Problem {
-    fn from(error: Error) -> Problem {
-        let line = error_line(&error);
-        match error {
-            Error::InvalidInput { .. } => Problem::bad(line),
-            Error::Busy { .. } | Error::Pool(_) => Problem::new(503, "Database busy", format!("{line}; try again")),
-            _ => Problem::new(500, "Database error", line),
-        }
-    }
-}
-
-impl From<crate::cli::BoxError> for Problem {
-    fn from(error: crate::cli::BoxError) -> Problem {
-        match error.downcast::<Error>() {
-            Ok(error) => Problem::from(*error),
-            Err(other) => Problem::new(500, "Error", error_line(other.as_ref())),
-        }
-    }
-}
-
 type Outcome = Result<Response, Problem>;
 
 impl<'q, S: CliStore> App<'q, S> {
@@ -115,7 +62,7 @@ impl<'q, S: CliStore> App<'q, S> {
             csrf: form::secret(),
             tokens,
             sessions: Mutex::new(HashMap::new()),
-            default_by: os_user(),
+            default_by: crate::cli::decision::os_user(),
             db,
         }
     }
@@ -571,14 +518,6 @@ fn back(text: Option<&str>) -> String {
     }
 }
 
-/// At most `n` characters of `text`.
-pub fn cut(text: &str, n: usize) -> String {
-    match text.char_indices().nth(n) {
-        Some((at, _)) => format!("{}…", &text[..at]),
-        None => text.to_string(),
-    }
-}
-
 /// The headers every answer carries: no scripts at all (the pages have none), styles from
 /// this server only, no framing, no caching of queue data, no referrer.
 fn secure(response: Response) -> Response {
@@ -592,12 +531,4 @@ fn secure(response: Response) -> Response {
         .with("X-Frame-Options", "DENY")
         .with("Referrer-Policy", "no-referrer")
         .with("Cache-Control", "no-store")
-}
-
-/// The OS user running the server, or `unknown` (the CLI's `--by` default).
-fn os_user() -> String {
-    ["USER", "LOGNAME", "USERNAME"]
-        .iter()
-        .find_map(|var| std::env::var(var).ok().filter(|name| !name.is_empty()))
-        .unwrap_or_else(|| "unknown".to_string())
 }

@@ -13,6 +13,7 @@ pub mod app;
 pub mod form;
 pub mod http;
 pub mod pages;
+pub mod problem;
 
 use super::store::CliStore;
 use super::{fail, parse_duration, CliResult, Context, ResultExt};

@@ -3,12 +3,17 @@
 //! errors, notes) in `PreEscaped`, so none of it can become markup: a payload of
 //! `<script>…</script>` is shown as those characters. The pages carry no JavaScript at all.
 
-use super::app::{cut, Problem, PAGE_ROWS};
 use super::form::encode;
+use super::problem::{cut, Problem};
 use crate::cli::inspect::Record;
 use crate::cli::output::{human_duration, relative, timestamp, PayloadView};
 use fenceq::{ClaimToken, Job, JobId, JobState, PausedQueue, QueueStats, Stats};
 use maud::{html, Markup, DOCTYPE};
+
+/// Rows per page of a listing.
+pub const PAGE_ROWS: u32 = 50;
+/// Payload bytes a job's page shows with "show all".
+pub const FULL_PAYLOAD_LIMIT: usize = 1024 * 1024;
 
 /// The content type of every page.
 pub const HTML: &str = "text/html; charset=utf-8";
@@ -570,7 +575,7 @@ pub fn job(page: &Page<'_>, job: &Job, limit: usize, now: i64) -> Markup {
         @if view.truncated() {
             p.muted {
                 "Showing the first " (view.shown) " of " (view.total) " bytes. "
-                @if limit < super::app::FULL_PAYLOAD_LIMIT { a href=(format!("/job?id={}&full=1", job.id)) { "Show all" } }
+                @if limit < FULL_PAYLOAD_LIMIT { a href=(format!("/job?id={}&full=1", job.id)) { "Show all" } }
             }
         }
     };
