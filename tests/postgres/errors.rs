@@ -678,7 +678,8 @@ fn calls_during_an_outage_are_unavailable_within_their_busy_timeout() {
         let took = started.elapsed();
         assert!(err.is_retryable(), "{}", chain(&err));
         assert!(matches!(err, Error::Unavailable { .. } | Error::ConnectionLost { .. }), "{}", chain(&err));
-        assert!(took < busy + Duration::from_secs(2), "call {i} took {took:?}: {}", chain(&err));
+        // Far under busy + connect timeout (11 s), which a call waited before.
+        assert!(took < busy + Duration::from_secs(4), "call {i} took {took:?}: {}", chain(&err));
         if matches!(err, Error::Unavailable { .. }) {
             unavailable += 1;
             assert!(chain(&err).contains("refused"), "{}", chain(&err));
