@@ -203,7 +203,7 @@ fn print_tables(ctx: &mut Context, report: &Report, o: &BenchOptions) -> CliResu
     }
     ctx.out.table(&table)?;
     if !report.peers.is_empty() {
-        let mut table = crate::output::table(&["column", "best peer (issue #14's run)", "fenceq median", "ahead"]);
+        let mut table = crate::output::table(&["column", "best peer (docs/performance.md)", "fenceq median", "ahead"]);
         for p in &report.peers {
             table.add_row(vec![
                 p.column.to_string(),
