@@ -744,3 +744,72 @@ fn a_server_turned_read_only_is_unavailable_and_its_connections_are_not_reused()
     drop(q);
     raw.batch_execute(&format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)")).unwrap();
 }
+
+/// A worker pool rides through an outage: while the store is unreachable its heartbeat's
+/// renewals fail and its dispatcher's claims fail, and it carries on instead of stopping; the
+/// running attempt whose lease ran out meanwhile learns it (`owner_lost`), and its settle is
+/// refused; once the server is back, the same pool claims again, without a restart: the new
+/// job, and the job whose lease ran out (its next attempt).
+#[test]
+fn a_pool_rides_through_an_outage_and_claims_again_once_the_server_is_back() {
+    let Some(s) = Scratch::new() else { return };
+    drop(s.open());
+    let mut proxy = Proxy::new(&s.url);
+    let clock = ManualClock::new(1_700_000_000_000);
+    let direct =
+        Queue::builder().url(s.url.clone()).schema(s.schema.clone()).clock(clock.clone()).open_postgres().unwrap();
+    let q = Queue::builder()
+        .url(proxy.url(&s.url))
+        .schema(s.schema.clone())
+        .clock(clock.clone())
+        .busy_timeout(Duration::from_secs(1))
+        .connect_timeout(Duration::from_secs(2))
+        .open_postgres()
+        .unwrap();
+    let first = direct.enqueue(NewJob::new("q", b"first".to_vec())).unwrap().id();
+    let (started_tx, started) = mpsc::channel::<()>();
+    let (release_tx, release) = mpsc::channel::<()>();
+    let release = std::sync::Mutex::new(release);
+    let (lost_tx, lost) = mpsc::channel::<bool>();
+    let (done_tx, done) = mpsc::channel::<(Vec<u8>, u32)>();
+    let pool = fenceq::WorkerPool::builder(q.clone(), "q")
+        .workers(1)
+        .lease(Duration::from_secs(2))
+        .renew_every(Duration::from_millis(200))
+        .poll_interval(Duration::from_millis(100))
+        .handler(move |a| {
+            if a.payload() == b"first" && a.attempt() == 1 {
+                started_tx.send(()).unwrap();
+                release.lock().unwrap().recv_timeout(Duration::from_secs(60)).expect("released");
+                lost_tx.send(a.owner_lost()).unwrap();
+            } else {
+                done_tx.send((a.payload().to_vec(), a.attempt())).unwrap();
+            }
+            fenceq::Outcome::Complete
+        })
+        .start()
+        .unwrap();
+    started.recv_timeout(Duration::from_secs(30)).expect("the first attempt started");
+    proxy.down();
+    // The lease runs out while nothing can renew it.
+    clock.advance(Duration::from_secs(3));
+    release_tx.send(()).unwrap();
+    assert!(lost.recv_timeout(Duration::from_secs(30)).unwrap(), "owner_lost once the lease ran out unrenewed");
+    // Its settle cannot reach the store (or is refused once it does): counted, not fatal.
+    let give_up = Instant::now() + Duration::from_secs(30);
+    while pool.counters().errors + pool.counters().stale_settles_rejected == 0 {
+        assert!(Instant::now() < give_up, "the failed settle was never counted: {:?}", pool.counters());
+        std::thread::yield_now();
+    }
+    proxy.start();
+    direct.enqueue(NewJob::new("q", b"second".to_vec())).unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        seen.push(done.recv_timeout(Duration::from_secs(60)).expect("the pool claims again once the server is back"));
+    }
+    seen.sort();
+    assert_eq!(seen, vec![(b"first".to_vec(), 2), (b"second".to_vec(), 1)]);
+    let report = pool.shutdown(Duration::from_secs(30)).unwrap();
+    assert!(report.still_running.is_empty());
+    assert_eq!(direct.job(first).unwrap().unwrap().state, JobState::Completed);
+}
