@@ -19,6 +19,7 @@ mod cli;
 mod clock;
 mod crash;
 mod errors;
+mod failover;
 mod intake;
 mod notify;
 mod perf;
