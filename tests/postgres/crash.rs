@@ -22,7 +22,7 @@ use fenceq::diesel::{sql_query, Connection, PgConnection, QueryableByName, RunQu
 use fenceq::{Error, NewJob, Outcome, PostgresStore, Queue, RetryPolicy, WorkerPool};
 use std::collections::HashSet;
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -31,48 +31,26 @@ const JOBS: usize = 3_000;
 const BOUND: Duration = Duration::from_secs(120);
 const NO_BACKOFF: RetryPolicy = RetryPolicy { base: Duration::ZERO, max: Duration::ZERO, jitter: 0.0 };
 
-/// A cluster of this test's own, stopped (and its directory removed) on drop.
-struct OwnServer {
-    dir: PathBuf,
-    url: String,
-}
-
 fn script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/postgres")
 }
 
-impl OwnServer {
-    fn start() -> Option<OwnServer> {
-        let found = Command::new(script()).arg("bin").output().expect("run scripts/postgres");
-        if !found.status.success() {
-            let why = String::from_utf8_lossy(&found.stderr).trim().to_string();
-            assert!(!ci(), "CI=true requires the server-kill test, but: {why}");
-            eprintln!("skipped: {why}");
-            return None;
-        }
-        let dir = std::env::temp_dir().join(format!("fenceq-pgcrash-{}", uuid::Uuid::new_v4().simple()));
-        let mut server = OwnServer { dir, url: String::new() };
-        let out = server.run("start");
-        server.url = String::from_utf8_lossy(&out.stdout).trim().lines().last().unwrap_or_default().to_string();
-        assert!(server.url.starts_with("postgres://"), "no URL from scripts/postgres start: {out:?}");
-        Some(server)
+/// A cluster of this test's own (`scripts/postgres` in a directory of its own), or `None`
+/// (skipped) without PostgreSQL's programs.
+fn own_server() -> Option<ScriptedServer> {
+    let found = Command::new(script()).arg("bin").output().expect("run scripts/postgres");
+    if !found.status.success() {
+        let why = String::from_utf8_lossy(&found.stderr).trim().to_string();
+        assert!(!ci(), "CI=true requires the server-kill test, but: {why}");
+        eprintln!("skipped: {why}");
+        return None;
     }
-
-    fn run(&self, verb: &str) -> Output {
-        let out = Command::new(script()).arg(verb).env("FENCEQ_POSTGRES_DIR", &self.dir).output().unwrap();
-        assert!(out.status.success(), "scripts/postgres {verb}: {}", String::from_utf8_lossy(&out.stderr));
-        out
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
-    }
+    Some(ScriptedServer::start("postgres", "FENCEQ_POSTGRES_DIR"))
 }
 
-impl Drop for OwnServer {
-    fn drop(&mut self) {
-        let _ = Command::new(script()).arg("stop").env("FENCEQ_POSTGRES_DIR", &self.dir).output();
-    }
+/// The server's log, for its crash recovery.
+fn log_of(server: &ScriptedServer) -> String {
+    std::fs::read_to_string(server.dir.join("server.log")).unwrap_or_default()
 }
 
 #[derive(QueryableByName)]
@@ -129,7 +107,7 @@ fn record_error(seen: &Mutex<Seen>, during: &str, e: &Error) {
 
 #[test]
 fn the_server_killed_with_sigkill_and_restarted_mid_load_loses_nothing_acknowledged_and_the_pool_carries_on() {
-    let Some(server) = OwnServer::start() else { return };
+    let Some(server) = own_server() else { return };
     let started = Instant::now();
     let mut raw = PgConnection::establish(&server.url).unwrap();
     for name in ["fsync", "synchronous_commit", "full_page_writes"] {
@@ -226,7 +204,7 @@ fn the_server_killed_with_sigkill_and_restarted_mid_load_loses_nothing_acknowled
     assert!(probe_took < Duration::from_secs(30), "the failing call returned after {probe_took:?}");
 
     server.run("restart");
-    let log = server.log();
+    let log = log_of(&server);
     assert!(
         log.contains("not properly shut down") || log.contains("automatic recovery"),
         "no crash recovery in:\n{log}"

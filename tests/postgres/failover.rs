@@ -11,8 +11,7 @@ use crate::support::*;
 use fenceq::diesel::{sql_query, Connection, PgConnection, RunQueryDsl};
 use fenceq::{Error, NewJob, Outcome, PostgresStore, Queue, RetryPolicy, WorkerPool};
 use std::collections::{BTreeMap, HashSet};
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -20,42 +19,15 @@ const KEYS: usize = 600;
 const BOUND: Duration = Duration::from_secs(180);
 const NO_BACKOFF: RetryPolicy = RetryPolicy { base: Duration::ZERO, max: Duration::ZERO, jitter: 0.0 };
 
-/// A formation of this test's own, stopped (and its directory removed) on drop.
-struct Formation {
-    dir: PathBuf,
-    url: String,
-}
-
-fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/postgres-ha")
-}
-
-impl Formation {
-    fn start() -> Option<Formation> {
-        if Command::new("pg_autoctl").arg("--version").output().is_err() {
-            assert!(!ci(), "CI=true requires the failover test, but pg_autoctl is not installed");
-            eprintln!("skipped: pg_autoctl is not installed (scripts/postgres-ha install)");
-            return None;
-        }
-        let dir = std::env::temp_dir().join(format!("fenceq-pgha-{}", uuid::Uuid::new_v4().simple()));
-        let mut formation = Formation { dir, url: String::new() };
-        let out = formation.run("start");
-        formation.url = String::from_utf8_lossy(&out.stdout).trim().lines().last().unwrap_or_default().to_string();
-        assert!(formation.url.starts_with("postgres://"), "no URL from scripts/postgres-ha start: {out:?}");
-        Some(formation)
+/// A formation of this test's own (`scripts/postgres-ha` in a directory of its own), or
+/// `None` (skipped) without `pg_autoctl`.
+fn own_formation() -> Option<ScriptedServer> {
+    if Command::new("pg_autoctl").arg("--version").output().is_err() {
+        assert!(!ci(), "CI=true requires the failover test, but pg_autoctl is not installed");
+        eprintln!("skipped: pg_autoctl is not installed (scripts/postgres-ha install)");
+        return None;
     }
-
-    fn run(&self, verb: &str) -> Output {
-        let out = Command::new(script()).arg(verb).env("FENCEQ_POSTGRES_HA_DIR", &self.dir).output().unwrap();
-        assert!(out.status.success(), "scripts/postgres-ha {verb}: {}", String::from_utf8_lossy(&out.stderr));
-        out
-    }
-}
-
-impl Drop for Formation {
-    fn drop(&mut self) {
-        let _ = Command::new(script()).arg("stop").env("FENCEQ_POSTGRES_HA_DIR", &self.dir).output();
-    }
+    Some(ScriptedServer::start("postgres-ha", "FENCEQ_POSTGRES_HA_DIR"))
 }
 
 /// What the application saw.
@@ -84,7 +56,7 @@ fn kind(e: &Error) -> String {
 
 #[test]
 fn a_failover_under_load_loses_no_acknowledged_intake_and_completes_every_job_once() {
-    let Some(formation) = Formation::start() else { return };
+    let Some(formation) = own_formation() else { return };
     let q: Queue<PostgresStore> = Queue::builder()
         .url(formation.url.clone())
         .busy_timeout(Duration::from_secs(1))

@@ -335,3 +335,42 @@ pub fn field(line: &str, key: &str) -> u64 {
         .parse()
         .unwrap()
 }
+
+/// A server (or formation) of one test's own, started by one of the repository's scripts in
+/// a directory of its own (named by `dir_var`: `FENCEQ_POSTGRES_DIR` for `scripts/postgres`,
+/// `FENCEQ_POSTGRES_HA_DIR` for `scripts/postgres-ha`), and stopped, its directory removed,
+/// when dropped.
+pub struct ScriptedServer {
+    script: std::path::PathBuf,
+    dir_var: &'static str,
+    /// Where the script keeps it.
+    pub dir: std::path::PathBuf,
+    /// The URL its `start` printed.
+    pub url: String,
+}
+
+impl ScriptedServer {
+    /// Runs `scripts/<script> start` in a new directory of the system's temporary directory.
+    pub fn start(script: &str, dir_var: &'static str) -> ScriptedServer {
+        let dir = std::env::temp_dir().join(format!("fenceq-{script}-{}", uuid::Uuid::new_v4().simple()));
+        let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts").join(script);
+        let mut server = ScriptedServer { script, dir_var, dir, url: String::new() };
+        let out = server.run("start");
+        server.url = String::from_utf8_lossy(&out.stdout).trim().lines().last().unwrap_or_default().to_string();
+        assert!(server.url.starts_with("postgres://"), "no URL from {} start: {out:?}", server.script.display());
+        server
+    }
+
+    /// Runs the script's `verb` on this server; panics unless it succeeds.
+    pub fn run(&self, verb: &str) -> std::process::Output {
+        let out = Command::new(&self.script).arg(verb).env(self.dir_var, &self.dir).output().unwrap();
+        assert!(out.status.success(), "{} {verb}: {}", self.script.display(), String::from_utf8_lossy(&out.stderr));
+        out
+    }
+}
+
+impl Drop for ScriptedServer {
+    fn drop(&mut self) {
+        let _ = Command::new(&self.script).arg("stop").env(self.dir_var, &self.dir).output();
+    }
+}
