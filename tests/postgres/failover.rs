@@ -42,6 +42,10 @@ struct Seen {
     /// From the kill to the first intake and the first completion that returned `Ok`.
     first_intake_after: Option<Duration>,
     first_done_after: Option<Duration>,
+    /// The latest intake that returned `Ok`, and the longest time between two of them: the
+    /// write outage as the producers saw it.
+    last_intake: Option<Instant>,
+    longest_gap: Duration,
 }
 
 fn kind(e: &Error) -> String {
@@ -56,6 +60,19 @@ fn kind(e: &Error) -> String {
 
 #[test]
 fn a_failover_under_load_loses_no_acknowledged_intake_and_completes_every_job_once() {
+    under_load_through("kill-primary");
+}
+
+/// A planned switchover (`pg_autoctl perform switchover`) under the same load: the same
+/// guarantees, and the figures of what the application saw.
+#[test]
+fn a_switchover_under_load_loses_no_acknowledged_intake_and_completes_every_job_once() {
+    under_load_through("switchover");
+}
+
+/// The load, `action` (a verb of `scripts/postgres-ha`) after a quarter of the intakes, and
+/// the checks of what the new primary has.
+fn under_load_through(action: &str) {
     let Some(formation) = own_formation() else { return };
     let q: Queue<PostgresStore> = Queue::builder()
         .url(formation.url.clone())
@@ -121,6 +138,9 @@ fn a_failover_under_load_loses_no_acknowledged_intake_and_completes_every_job_on
                             Ok(_) => {
                                 let mut seen = seen.lock().unwrap();
                                 seen.keys.push(key.clone());
+                                if let Some(last) = seen.last_intake.replace(Instant::now()) {
+                                    seen.longest_gap = seen.longest_gap.max(last.elapsed());
+                                }
                                 if let (Some(at), None) = (*killed_at.lock().unwrap(), seen.first_intake_after) {
                                     seen.first_intake_after = Some(at.elapsed());
                                 }
@@ -143,9 +163,11 @@ fn a_failover_under_load_loses_no_acknowledged_intake_and_completes_every_job_on
         let seen = seen.lock().unwrap();
         seen.keys.len() >= KEYS / 4 && !seen.done.is_empty()
     });
-    // Timed from the moment the script returns: every process of the primary's node is gone
-    // by then, so a commit that returns Ok afterwards is the new primary's.
-    let killed = formation.run("kill-primary");
+    // Timed from the moment the script returns: after `kill-primary` every process of the
+    // primary's node is gone, so a commit that returns Ok afterwards is the new primary's;
+    // `switchover` returns once the new primary has its standby (writes resumed before that,
+    // which the longest gap between intakes shows).
+    let killed = formation.run(action);
     *killed_at.lock().unwrap() = Some(Instant::now());
     let node = String::from_utf8_lossy(&killed.stdout).trim().to_string();
     for producer in producers {
@@ -181,8 +203,10 @@ fn a_failover_under_load_loses_no_acknowledged_intake_and_completes_every_job_on
     let unclear: Vec<&String> = seen.errors.keys().filter(|k| k.contains("other")).collect();
     assert!(unclear.is_empty(), "errors that do not say the server is gone: {unclear:?}");
     println!(
-        "failover ({node} killed): first intake after the kill in {:?}, first completion in {:?}; errors seen: {:?}; \
+        "{action} ({node}): longest gap between intakes {:?}; first intake after it in {:?}, first completion in {:?}; \
+         errors seen: {:?}; \
          pool: claimed {} completed {} stale {} errors {}",
+        seen.longest_gap,
         seen.first_intake_after,
         seen.first_done_after,
         seen.errors,
