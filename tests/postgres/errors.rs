@@ -553,6 +553,25 @@ fn a_missing_database_or_role_is_refused_at_once_with_the_servers_reason() {
     }
 }
 
+/// A URL whose `target_session_attrs` no reachable node meets (what a formation URL asking for
+/// `read-write` meets while no node has been promoted yet; here the one server is a primary
+/// and the URL asks for a standby): not a final refusal, since a node may be promoted any
+/// moment, so it is tried again until the connect timeout and then `Unavailable`, retryable,
+/// with libpq's reason inside.
+#[test]
+fn no_node_of_the_wanted_kind_is_unavailable_within_the_connect_timeout() {
+    let Some(s) = Scratch::new() else { return };
+    let started = Instant::now();
+    let err = s
+        .open_at(format!("{}&connect_timeout=1", s.url_with("target_session_attrs", "read-only")))
+        .expect_err("no standby");
+    let took = started.elapsed();
+    let shown = chain(&err);
+    assert!(matches!(err, Error::Unavailable { .. }) && err.is_retryable(), "{shown}");
+    assert!(shown.contains("read-only") || shown.contains("standby"), "libpq's reason: {shown}");
+    assert!(took < Duration::from_secs(10), "took {took:?}: {shown}");
+}
+
 /// Nothing listens on the port: not a final refusal (a server may be restarting), so it is
 /// tried again, but only until the connect timeout the URL sets, not busy timeout + 10 s.
 #[test]
