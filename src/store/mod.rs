@@ -484,8 +484,16 @@ pub type Wake = std::sync::Arc<dyn Fn(Option<&str>) + Send + Sync>;
 /// one list for every store, so that a version number means the same change everywhere.
 /// Each store pairs it with its own dialect's files, `schema/<store>/NNNN_<name>.sql`
 /// ([`migrations`]).
-pub(crate) const MIGRATION_NAMES: [&str; 7] =
-    ["create_jobs", "add_claim_id", "durable_exhaustion", "decisions", "schedules", "paused_queues", "checks_in_table"];
+pub(crate) const MIGRATION_NAMES: [&str; 8] = [
+    "create_jobs",
+    "add_claim_id",
+    "durable_exhaustion",
+    "decisions",
+    "schedules",
+    "paused_queues",
+    "checks_in_table",
+    "flow_control",
+];
 
 /// The schema version this build writes and understands, in every store.
 pub const SCHEMA_VERSION: i64 = MIGRATION_NAMES.len() as i64;

@@ -148,7 +148,11 @@ fn the_rebuild_of_schema_7_keeps_every_cell_and_the_id_sequence() {
     let q = Queue::builder().path(&path).open().unwrap();
     assert_eq!(q.schema_version().unwrap(), SCHEMA_VERSION);
     let conn = Connection::open(&path).unwrap();
-    assert_eq!(every_cell(&conn), before);
+    // Every cell of version 6's columns; the columns later versions add come after them.
+    let columns = before[0].split('|').count();
+    let kept: Vec<String> =
+        every_cell(&conn).iter().map(|row| row.split('|').take(columns).collect::<Vec<_>>().join("|")).collect();
+    assert_eq!(kept, before);
     let triggers: i64 =
         conn.query_row("SELECT count(*) FROM sqlite_master WHERE type = 'trigger'", [], |r| r.get(0)).unwrap();
     assert_eq!(triggers, 0, "the claim-id rule is a CHECK now");

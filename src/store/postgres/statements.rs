@@ -130,7 +130,7 @@ stmt! {
     WITH pending AS (
         SELECT id, priority, run_at
         FROM   fenceq_jobs
-        WHERE  queue = $1 AND state = 'pending' AND run_at <= $2
+        WHERE  queue = $1 AND state = 'pending' AND NOT group_held AND run_at <= $2
         ORDER  BY priority DESC, run_at, id
         LIMIT  $3
         FOR UPDATE SKIP LOCKED
@@ -471,7 +471,7 @@ stmt! {
     DUE_OR_RUNNING = "
     SELECT CASE WHEN EXISTS (SELECT 1 FROM fenceq_queues WHERE queue = $1 AND paused_at IS NOT NULL)
                 THEN 0
-                ELSE (SELECT count(*) FROM fenceq_jobs WHERE queue = $1 AND state = 'pending' AND run_at <= $2)
+                ELSE (SELECT count(*) FROM fenceq_jobs WHERE queue = $1 AND state = 'pending' AND NOT group_held AND run_at <= $2)
            END
          + (SELECT count(*) FROM fenceq_jobs WHERE queue = $1 AND state = 'running') AS n";
 

@@ -109,7 +109,7 @@ fn the_claim_walks_partial_indexes_without_scanning_or_sorting() {
     // at most 2 x limit rows may sort; that is bounded by the batch, not the queue.)
     let pending_branch = plan(
         &conn,
-        "SELECT id FROM fenceq_jobs WHERE queue = ?1 AND state = 'pending' AND run_at <= ?2
+        "SELECT id FROM fenceq_jobs WHERE queue = ?1 AND state = 'pending' AND group_held = 0 AND run_at <= ?2
          ORDER BY priority DESC, run_at, id LIMIT ?3",
     );
     assert!(!pending_branch.iter().any(|s| s.contains("TEMP B-TREE")), "{pending_branch:?}");

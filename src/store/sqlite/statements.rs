@@ -92,7 +92,7 @@ stmt! {
     SELECT id, priority, run_at FROM (
         SELECT id, priority, run_at
         FROM   fenceq_jobs
-        WHERE  queue = :queue AND state = 'pending' AND run_at <= :now
+        WHERE  queue = :queue AND state = 'pending' AND group_held = 0 AND run_at <= :now
         ORDER  BY priority DESC, run_at, id
         LIMIT  :limit)
     UNION ALL
@@ -396,7 +396,7 @@ stmt! {
     DUE_OR_RUNNING = "
     SELECT CASE WHEN EXISTS (SELECT 1 FROM fenceq_queues WHERE queue = :queue AND paused_at IS NOT NULL)
                 THEN 0
-                ELSE (SELECT count(*) FROM fenceq_jobs WHERE queue = :queue AND state = 'pending' AND run_at <= :now)
+                ELSE (SELECT count(*) FROM fenceq_jobs WHERE queue = :queue AND state = 'pending' AND group_held = 0 AND run_at <= :now)
            END
          + (SELECT count(*) FROM fenceq_jobs WHERE queue = :queue AND state = 'running')";
 

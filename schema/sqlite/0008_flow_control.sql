@@ -1,0 +1,47 @@
+-- Flow control: groups (one job of a (queue, group) at a time, in enqueue order) and back-off
+-- that spends no attempt.
+--
+-- A grouped job that may not start yet because an earlier job of its group still holds the
+-- group is `pending` with `group_held = 1`. The claim's partial index leaves held jobs out, so
+-- the claim reads only claimable rows however long a blocked group's backlog is; the
+-- transitions that end a head's hold (complete, cancel, acknowledge, resolve, and for a queue
+-- whose policy is `continue`, exhaust and unknown) clear `group_held` of the group's next job.
+-- Nothing changes for a job without a group: `group_name` is NULL and `group_held` 0.
+ALTER TABLE fenceq_jobs ADD COLUMN group_name TEXT
+    CONSTRAINT group_named CHECK (group_name IS NULL OR length(group_name) > 0);
+ALTER TABLE fenceq_jobs ADD COLUMN group_held INTEGER NOT NULL DEFAULT 0
+    CONSTRAINT held_only_pending_in_group CHECK (group_held = 0
+                                                 OR (group_held = 1 AND state = 'pending' AND group_name IS NOT NULL));
+-- How often the job was put back without spending an attempt (a snooze, or a retry-after
+-- a provider's 429); capped per job by the pool.
+ALTER TABLE fenceq_jobs ADD COLUMN snoozes INTEGER NOT NULL DEFAULT 0
+    CONSTRAINT snoozes_counted CHECK (snoozes >= 0);
+
+DROP INDEX fenceq_jobs_claim;
+CREATE INDEX fenceq_jobs_claim ON fenceq_jobs (queue, priority DESC, run_at, id)
+    WHERE state = 'pending' AND group_held = 0;
+
+-- A group's live jobs: its holder (`group_held = 0`, at most one per group outside a
+-- transition) and its held backlog in id order. Settled jobs leave it, so a group's history
+-- never lengthens the probes. (The OR chain is written the same way in the statements that
+-- use it: SQLite uses a partial index only when the query repeats the index's terms.)
+CREATE INDEX fenceq_jobs_group ON fenceq_jobs (queue, group_name, group_held, id)
+    WHERE group_name IS NOT NULL
+      AND (state = 'pending' OR state = 'running' OR state = 'waiting' OR state = 'unknown'
+           OR state = 'exhausted');
+
+-- Per-queue flow control, one row per queue that has any (as `fenceq_queues` for pauses):
+-- the group policy (`stop`: a failed head, `unknown` or exhausted and unacknowledged, blocks
+-- its group until a person decides; `continue`: it no longer does) and a queue-wide back-off
+-- (a provider's "retry after" for the whole queue: no claim of the queue before
+-- `backoff_until`, in any process). WITHOUT ROWID: the claim's probe is one primary-key lookup.
+CREATE TABLE fenceq_queue_flow (
+    queue          TEXT    NOT NULL PRIMARY KEY,
+    group_policy   TEXT    NOT NULL DEFAULT 'stop',
+    backoff_until  INTEGER,
+    backoff_reason TEXT,
+    updated_at     INTEGER NOT NULL,
+    CONSTRAINT queue_named CHECK (length(queue) > 0),
+    CONSTRAINT group_policy_valid CHECK (group_policy = 'stop' OR group_policy = 'continue'),
+    CONSTRAINT backoff_has_reason CHECK ((backoff_until IS NULL) = (backoff_reason IS NULL))
+) WITHOUT ROWID;
