@@ -133,6 +133,7 @@ pub struct NewJob {
     pub(crate) priority: i32,
     pub(crate) delay: Duration,
     pub(crate) max_attempts: Option<u32>,
+    pub(crate) group: Option<String>,
 }
 
 impl NewJob {
@@ -146,6 +147,7 @@ impl NewJob {
             priority: 0,
             delay: Duration::ZERO,
             max_attempts: None,
+            group: None,
         }
     }
 
@@ -173,6 +175,57 @@ impl NewJob {
     pub fn max_attempts(mut self, max_attempts: u32) -> Self {
         self.max_attempts = Some(max_attempts);
         self
+    }
+
+    /// The job's group (a conversation, say `chat:42`): within one queue and group at most
+    /// one job runs at any instant, across every pool, handle and process, and the group's
+    /// jobs start in the order they were enqueued, whatever their priority (priority still
+    /// orders across groups). The group's next job waits while its head is pending with a
+    /// backoff, running or waiting, and, under the queue's default [`GroupPolicy`], while
+    /// the head is `unknown` or exhausted and not yet acknowledged. A name of 1..=512 bytes
+    /// without a NUL byte, as a key. No group by default.
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.group = Some(group.into());
+        self
+    }
+}
+
+/// What a failed head does to its group: the queue's choice, stored in the database
+/// ([`Queue::set_group_policy`](crate::Queue::set_group_policy)) so that every process obeys it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum GroupPolicy {
+    /// A head that is `unknown`, or exhausted and not yet acknowledged, stops its group until
+    /// a person decides (resolves, acknowledges, replays or cancels it): the conversation
+    /// does not go on past a message whose fate is not known. The default.
+    #[default]
+    StopOnFailure,
+    /// A head that is `unknown` or exhausted no longer blocks: the group's next job may start
+    /// (still one at a time, still in order). A replayed or retried head waits behind the
+    /// job that holds the group then.
+    ContinueAfterFailure,
+}
+
+impl GroupPolicy {
+    /// The name stored in the database and printed by the CLI: `stop` or `continue`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupPolicy::StopOnFailure => "stop",
+            GroupPolicy::ContinueAfterFailure => "continue",
+        }
+    }
+
+    /// The policy of a stored or typed name.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) for a name other than `stop` or
+    /// `continue`.
+    pub fn parse(name: &str) -> crate::Result<GroupPolicy> {
+        match name {
+            "stop" => Ok(GroupPolicy::StopOnFailure),
+            "continue" => Ok(GroupPolicy::ContinueAfterFailure),
+            other => Err(crate::Error::invalid("group policy", format!("{other:?} is not `stop` or `continue`"))),
+        }
     }
 }
 
@@ -218,6 +271,8 @@ pub struct Claimed {
     pub lease_until: i64,
     /// The error recorded by the previous attempt, if any.
     pub last_error: Option<String>,
+    /// The job's group ([`NewJob::group`]), if any.
+    pub group: Option<String>,
 }
 
 impl Claimed {
@@ -422,6 +477,10 @@ pub struct Job {
     pub acknowledged_at: Option<i64>,
     /// The last operator or reconciler change of the job, if any.
     pub decision: Option<Decision>,
+    /// The job's group ([`NewJob::group`]), if any.
+    pub group: Option<String>,
+    /// Pending, but held back by its group: an earlier job of the group holds it.
+    pub held_by_group: bool,
 }
 
 impl Job {

@@ -148,6 +148,74 @@ pub struct PausedQueue {
     pub note: Option<String>,
 }
 
+/// A group with live jobs, as [`Queue::groups`](crate::Queue::groups) lists it: its head and
+/// how many jobs wait behind it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupSummary {
+    /// The queue.
+    pub queue: String,
+    /// The group's name.
+    pub group: String,
+    /// Pending jobs held back until the head lets go of the group.
+    pub held: u64,
+    /// The group's head: the job that holds it, or (under
+    /// [`GroupPolicy::ContinueAfterFailure`](crate::GroupPolicy::ContinueAfterFailure), when
+    /// none does) its oldest failed job. `None` only while a release is under way.
+    pub head: Option<GroupHead>,
+}
+
+/// The head of a group ([`GroupSummary::head`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupHead {
+    /// Its id.
+    pub id: crate::JobId,
+    /// Its state.
+    pub state: crate::JobState,
+    /// When it is (or was) due.
+    pub run_at: i64,
+    /// Its deadline while waiting.
+    pub wait_until: Option<i64>,
+    /// Whether its exhaustion was acknowledged (then it no longer holds the group).
+    pub acknowledged: bool,
+}
+
+/// Why a group's next job cannot start ([`GroupSummary::blocked`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupBlock {
+    /// The head is running: the group is busy, not stuck.
+    Running,
+    /// The head is pending but not due before this instant (a retry's backoff, a snooze).
+    HeadDueAt(i64),
+    /// The head waits (parked) until at most this instant.
+    HeadWaiting(i64),
+    /// The head's outcome is unknown: a person must resolve it.
+    HeadUnknown,
+    /// The head is exhausted: a person must acknowledge, replay or cancel it.
+    HeadExhausted,
+}
+
+impl GroupSummary {
+    /// Why the group's next job cannot start at `now`, or `None` when the group can make
+    /// progress (its head is due, or nothing holds it).
+    pub fn blocked(&self, now: i64) -> Option<GroupBlock> {
+        let head = self.head?;
+        match head.state {
+            crate::JobState::Running => Some(GroupBlock::Running),
+            crate::JobState::Pending if head.run_at > now => Some(GroupBlock::HeadDueAt(head.run_at)),
+            crate::JobState::Waiting => Some(GroupBlock::HeadWaiting(head.wait_until.unwrap_or(head.run_at))),
+            crate::JobState::Unknown if self.held > 0 => Some(GroupBlock::HeadUnknown),
+            crate::JobState::Exhausted if self.held > 0 && !head.acknowledged => Some(GroupBlock::HeadExhausted),
+            _ => None,
+        }
+    }
+
+    /// True when the group cannot make progress without time passing or a person deciding
+    /// (a running head is busy, not blocked).
+    pub fn is_blocked(&self, now: i64) -> bool {
+        !matches!(self.blocked(now), None | Some(GroupBlock::Running))
+    }
+}
+
 /// What one WAL checkpoint did (`PRAGMA wal_checkpoint(TRUNCATE)`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CheckpointReport {

@@ -50,11 +50,20 @@ pub(crate) fn check_name(what: &'static str, name: &str) -> Result<()> {
 /// the application's own: keys often come from upstream ids, and the CLI escapes what it
 /// prints.
 pub(crate) fn check_key(key: &str) -> Result<()> {
-    if key.is_empty() || key.len() > MAX_KEY_LEN {
-        return Err(Error::invalid("key", format!("{} bytes is not in 1..={MAX_KEY_LEN}", key.len())));
+    check_key_like("key", key)
+}
+
+/// A group name: the same limits as a key ([`check_key`]), for the same reasons.
+pub(crate) fn check_group(group: &str) -> Result<()> {
+    check_key_like("group", group)
+}
+
+fn check_key_like(what: &'static str, text: &str) -> Result<()> {
+    if text.is_empty() || text.len() > MAX_KEY_LEN {
+        return Err(Error::invalid(what, format!("{} bytes is not in 1..={MAX_KEY_LEN}", text.len())));
     }
-    if key.contains('\0') {
-        return Err(Error::invalid("key", "contains a NUL byte"));
+    if text.contains('\0') {
+        return Err(Error::invalid(what, "contains a NUL byte"));
     }
     Ok(())
 }
@@ -97,6 +106,9 @@ pub(crate) fn check_job(job: &NewJob, max_payload: usize) -> Result<()> {
     check_name("queue name", &job.queue)?;
     if let Some(key) = &job.key {
         check_key(key)?;
+    }
+    if let Some(group) = &job.group {
+        check_group(group)?;
     }
     if job.payload.is_empty() || job.payload.len() > max_payload {
         return Err(Error::invalid(

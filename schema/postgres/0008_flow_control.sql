@@ -11,6 +11,12 @@ ALTER TABLE fenceq_jobs ADD COLUMN group_name TEXT
 ALTER TABLE fenceq_jobs ADD COLUMN group_held BOOLEAN NOT NULL DEFAULT false
     CONSTRAINT held_only_pending_in_group CHECK (NOT group_held
                                                  OR (state = 'pending' AND group_name IS NOT NULL));
+-- Set, in the same statement, by a transition that may end the job's hold on its group (a
+-- settle, an operator's decision); cleared by the release that hands the group on, which runs
+-- right after in a transaction of its own when the settle ran in autocommit. A release lost
+-- between the two (a crash, a lost connection) is found here by the reaper and done then, so
+-- a group is never left held by nobody.
+ALTER TABLE fenceq_jobs ADD COLUMN group_release_due BOOLEAN NOT NULL DEFAULT false;
 -- How often the job was put back without spending an attempt; capped per job by the pool.
 ALTER TABLE fenceq_jobs ADD COLUMN snoozes INTEGER NOT NULL DEFAULT 0
     CONSTRAINT snoozes_counted CHECK (snoozes >= 0);
@@ -23,6 +29,8 @@ CREATE INDEX fenceq_jobs_claim ON fenceq_jobs (queue, priority DESC, run_at, id)
 CREATE INDEX fenceq_jobs_group ON fenceq_jobs (queue, group_name, group_held, id)
     WHERE group_name IS NOT NULL
       AND state IN ('pending', 'running', 'waiting', 'unknown', 'exhausted');
+
+CREATE INDEX fenceq_jobs_group_release_due ON fenceq_jobs (queue, group_name) WHERE group_release_due;
 
 -- One row per (queue, group) that ever had a job: the lock that serialises the decisions about
 -- who holds the group (a grouped enqueue, and the release after a head's hold ends) across

@@ -127,6 +127,7 @@ pub(super) fn new_row<'j, S: Store>(shared: &Shared<S>, job: &'j NewJob, now: i6
         run_at: now.saturating_add(duration_ms(job.delay)),
         max_attempts: job.max_attempts.unwrap_or(shared.max_attempts),
         created_at: now,
+        group: job.group.as_deref(),
     }
 }
 

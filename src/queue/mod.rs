@@ -13,6 +13,7 @@
 mod claims;
 mod exhaustions;
 pub(crate) mod fence;
+mod groups;
 mod inspect;
 pub(crate) mod intake;
 mod intake_group;

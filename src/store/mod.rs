@@ -48,7 +48,8 @@ macro_rules! job_columns {
     () => {
         "id, queue, key, payload, state, priority, run_at, attempt, max_attempts, claim_id,
            worker, lease_until, heartbeat_at, wait_until, last_error, created_at, settled_at,
-           exhausted_at, acknowledged_at, decision, decided_at, decided_by, decision_note"
+           exhausted_at, acknowledged_at, decision, decided_at, decided_by, decision_note,
+           group_name, group_held"
     };
 }
 
@@ -64,8 +65,8 @@ pub use settings::Settings;
 
 use crate::clock::Clock;
 use crate::error::Result;
-use crate::job::{ClaimId, ClaimToken, Claimed, Exhaustion, Job, JobId, JobState, Resolution};
-use crate::report::{CheckpointReport, CommitStats, PausedQueue, ReapReport};
+use crate::job::{ClaimId, ClaimToken, Claimed, Exhaustion, GroupPolicy, Job, JobId, JobState, Resolution};
+use crate::report::{CheckpointReport, CommitStats, GroupSummary, PausedQueue, ReapReport};
 use std::time::Duration;
 
 /// A store's own settings, which know how to open that store: what a
@@ -456,6 +457,18 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
 
     /// The latest tick recorded for the schedule `name`.
     fn schedule_last_tick(tx: &Self::Tx, name: &str) -> Result<Option<i64>>;
+
+    // ------------------------------------------------------------ groups
+
+    /// Stores `queue`'s group policy and releases every group of the queue that the new
+    /// policy no longer blocks.
+    fn set_group_policy(tx: &Self::Tx, queue: &str, policy: GroupPolicy, now: i64) -> Result<()>;
+
+    /// `queue`'s group policy (the default when none was stored).
+    fn group_policy(tx: &Self::Tx, queue: &str) -> Result<GroupPolicy>;
+
+    /// One page of groups with live jobs, in (queue, group) order after `page.after`.
+    fn groups(tx: &Self::Tx, page: GroupsRequest<'_>) -> Result<Vec<GroupSummary>>;
 }
 
 /// One statement of a store's dialect and its name: what errors and logs say it was
@@ -536,6 +549,20 @@ pub struct NewRow<'a> {
     pub max_attempts: u32,
     /// Now.
     pub created_at: i64,
+    /// Its group, if any.
+    pub group: Option<&'a str>,
+}
+
+/// What a listing of groups asks for ([`Store::groups`]): the groups of one queue (or of
+/// every queue), after a (queue, group) cursor (`("", "")` for the first page).
+#[derive(Debug, Clone, Copy)]
+pub struct GroupsRequest<'a> {
+    /// Only this queue's groups.
+    pub queue: Option<&'a str>,
+    /// The last (queue, group) of the previous page.
+    pub after: (&'a str, &'a str),
+    /// At most this many groups.
+    pub limit: u32,
 }
 
 /// What a claim asks for ([`Store::claim`]): up to `limit` due jobs of `queue` at `now`, each

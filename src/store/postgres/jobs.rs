@@ -6,11 +6,11 @@ use super::statements::*;
 use super::{PgTx, PostgresStore};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
-use crate::job::{ClaimId, ClaimToken, Claimed, Decision, Exhaustion, Job, JobId, JobState, Resolution};
-use crate::report::{CheckpointReport, CommitStats, PausedQueue, ReapReport};
+use crate::job::{ClaimId, ClaimToken, Claimed, Decision, Exhaustion, GroupPolicy, Job, JobId, JobState, Resolution};
+use crate::report::{CheckpointReport, CommitStats, GroupHead, GroupSummary, PausedQueue, ReapReport};
 use crate::store::{
-    Batch, ClaimRequest, Decided, Identity, JobDecision, NewRow, OwnedLease, PageRequest, QueueDecision, ScheduleTick,
-    StatsRow, Stmt, Store, TokenAt,
+    Batch, ClaimRequest, Decided, GroupsRequest, Identity, JobDecision, NewRow, OwnedLease, PageRequest, QueueDecision,
+    ScheduleTick, StatsRow, Stmt, Store, TokenAt,
 };
 use diesel::pg::Pg;
 use diesel::query_builder::{BoxedSqlQuery, SqlQuery};
@@ -101,6 +101,22 @@ impl Store for PostgresStore {
     }
 
     fn enqueue(tx: &PgTx, row: &NewRow<'_>) -> Result<Option<JobId>> {
+        if let Some(group) = row.group {
+            return tx.in_own_transaction(|tx| {
+                lock_group(tx, row.queue, group, row.created_at)?;
+                let query = bound(ENQUEUE_IN_GROUP)
+                    .bind::<Text, _>(row.queue)
+                    .bind::<Nullable<Text>, _>(row.key)
+                    .bind::<Binary, _>(row.payload)
+                    .bind::<Integer, _>(row.priority)
+                    .bind::<BigInt, _>(row.run_at)
+                    .bind::<Integer, _>(attempt(row.max_attempts))
+                    .bind::<BigInt, _>(row.created_at)
+                    .bind::<Text, _>(group);
+                let id = tx.writing(|conn| query.optional::<IdRow>(conn))?;
+                Ok(id.map(|r| JobId(r.id)))
+            });
+        }
         let query = bound(ENQUEUE)
             .bind::<Text, _>(row.queue)
             .bind::<Nullable<Text>, _>(row.key)
@@ -118,7 +134,8 @@ impl Store for PostgresStore {
     /// ids ascend in the rows' order (the sequence is drawn as the rows are inserted, in
     /// array order; another session's rows may take ids in between).
     fn enqueue_all_new(tx: &PgTx, rows: &[NewRow<'_>]) -> Result<Option<Vec<JobId>>> {
-        if rows.len() < 2 {
+        // Grouped rows go one by one, each under its group's lock.
+        if rows.len() < 2 || rows.iter().any(|r| r.group.is_some()) {
             return Ok(None);
         }
         let query = rows_query(ENQUEUE_ALL, rows);
@@ -139,6 +156,11 @@ impl Store for PostgresStore {
     /// One statement (`ENQUEUE_ALL_OR_NONE`): a key conflict fails it on
     /// `fenceq_jobs_queue_key` and is `None`; any failure leaves nothing of it in autocommit.
     fn enqueue_all_or_none(tx: &PgTx, rows: &[NewRow<'_>]) -> Result<Option<Vec<JobId>>> {
+        // Grouped rows need their group's lock: one by one, in a transaction (as after a
+        // key conflict).
+        if rows.iter().any(|r| r.group.is_some()) {
+            return Ok(None);
+        }
         let query = rows_query(ENQUEUE_ALL_OR_NONE, rows).bind::<BigInt, _>(rows.len() as i64);
         match tx.writing(|conn| Ok(query.query.load::<IdRow>(conn)))? {
             Ok(ids) if ids.len() == rows.len() => Ok(Some(ascending(ids.into_iter().map(|r| r.id).collect()))),
@@ -191,6 +213,7 @@ impl Store for PostgresStore {
                 max_attempts: unsigned(r.max_attempts),
                 lease_until: r.lease_until,
                 last_error: r.last_error,
+                group: r.group_name,
             })
             .collect())
     }
@@ -233,7 +256,7 @@ impl Store for PostgresStore {
     }
 
     fn complete_if_owned(tx: &PgTx, claim: TokenAt<'_>) -> Result<bool> {
-        changed(tx, token_query(COMPLETE_IF_OWNED, claim))
+        releasing(tx, token_query(COMPLETE_IF_OWNED, claim), claim.now)
     }
 
     /// One statement (`COMPLETE_MANY_IF_OWNED`); a token counts as completed at its first
@@ -248,7 +271,9 @@ impl Store for PostgresStore {
             .bind::<Array<Integer>, _>(attempts)
             .bind::<Array<SqlUuid>, _>(claims)
             .bind::<BigInt, _>(now);
-        let rows = tx.writing(|conn| query.load::<TokenRow>(conn))?;
+        let rows = tx.writing(|conn| query.load::<CompletedRow>(conn))?;
+        let groups = rows.iter().filter_map(|r| r.group.release_due()).collect();
+        release_groups(tx, groups, now)?;
         let mut completed: std::collections::HashSet<(i64, i32, uuid::Uuid)> =
             rows.into_iter().map(|r| (r.id, r.attempt, r.claim_id)).collect();
         // The first listing of the exact token that completed its row reports it; any other
@@ -262,12 +287,12 @@ impl Store for PostgresStore {
     }
 
     fn exhaust_if_owned(tx: &PgTx, claim: TokenAt<'_>, error: &str) -> Result<bool> {
-        changed(tx, token_query(EXHAUST_IF_OWNED, claim).bind::<Text, _>(error))
+        releasing(tx, token_query(EXHAUST_IF_OWNED, claim).bind::<Text, _>(error), claim.now)
     }
 
     fn mark_unknown_if_owned(tx: &PgTx, claim: TokenAt<'_>, evidence: &str) -> Result<bool> {
         let query = token_query(MARK_UNKNOWN_IF_OWNED, claim).bind::<Text, _>(evidence);
-        changed(tx, query)
+        releasing(tx, query, claim.now)
     }
 
     fn park_if_owned(tx: &PgTx, claim: TokenAt<'_>, wait_until: i64, reason: &str) -> Result<bool> {
@@ -288,7 +313,7 @@ impl Store for PostgresStore {
             .bind::<Text, _>(decided.action)
             .bind::<Nullable<Text>, _>(decided.by)
             .bind::<Nullable<Text>, _>(decided.note);
-        changed(tx, query)
+        releasing(tx, query, claim.now)
     }
 
     fn resolve_if_unknown(
@@ -306,7 +331,7 @@ impl Store for PostgresStore {
             .bind::<Text, _>(decided.action)
             .bind::<Nullable<Text>, _>(decided.by)
             .bind::<Nullable<Text>, _>(decided.note);
-        changed(tx, query)
+        releasing(tx, query, claim.now)
     }
 
     fn cancel_if_active(tx: &PgTx, decision: JobDecision<'_>) -> Result<bool> {
@@ -322,8 +347,10 @@ impl Store for PostgresStore {
     }
 
     fn acknowledge_all(tx: &PgTx, decision: QueueDecision<'_>) -> Result<Vec<JobId>> {
+        let now = decision.now;
         let query = queue_decision_query(ACKNOWLEDGE_ALL, decision);
-        let rows = tx.writing(|conn| query.load::<IdRow>(conn))?;
+        let rows = tx.writing(|conn| query.load::<AcknowledgedRow>(conn))?;
+        release_groups(tx, rows.iter().filter_map(|r| r.group.release_due()).collect(), now)?;
         let mut ids: Vec<JobId> = rows.into_iter().map(|r| JobId(r.id)).collect();
         ids.sort_unstable();
         Ok(ids)
@@ -352,7 +379,12 @@ impl Store for PostgresStore {
     fn reap_expired(tx: &PgTx, batch: Batch) -> Result<(u64, u64)> {
         let Batch { until: now, limit: limit_ } = batch;
         let query = bound(REAP_EXPIRED).bind::<BigInt, _>(now).bind::<BigInt, _>(limit(limit_));
-        let states = tx.writing(|conn| query.load::<StateRow>(conn))?;
+        let states = tx.writing(|conn| query.load::<ReapedRow>(conn))?;
+        let mut groups: Vec<(String, String)> = states.iter().filter_map(|r| r.group.release_due()).collect();
+        // Releases lost after their transition (a crash, a lost connection) are done here.
+        let lost = bound(RELEASE_DUE_GROUPS).bind::<BigInt, _>(limit(limit_));
+        groups.extend(tx.with(|conn| lost.load::<DueGroupRow>(conn))?.into_iter().map(|r| (r.queue, r.group_name)));
+        release_groups(tx, groups, now)?;
         let requeued = states.iter().filter(|s| s.state == "pending").count() as u64;
         Ok((requeued, states.len() as u64 - requeued))
     }
@@ -360,7 +392,9 @@ impl Store for PostgresStore {
     fn reap_waiting(tx: &PgTx, batch: Batch) -> Result<u64> {
         let Batch { until: now, limit: limit_ } = batch;
         let query = bound(REAP_WAITING).bind::<BigInt, _>(now).bind::<BigInt, _>(limit(limit_));
-        Ok(count(tx, query)? as u64)
+        let rows = tx.writing(|conn| query.load::<GroupRow>(conn))?;
+        release_groups(tx, rows.iter().filter_map(GroupRow::release_due).collect(), now)?;
+        Ok(rows.len() as u64)
     }
 
     fn reap_preview(tx: &PgTx, now: i64) -> Result<ReapReport> {
@@ -456,6 +490,46 @@ impl Store for PostgresStore {
         let row = tx.with(|conn| query.optional::<N>(conn))?;
         Ok(row.map(|r| r.n))
     }
+
+    fn set_group_policy(tx: &PgTx, queue: &str, policy: GroupPolicy, now: i64) -> Result<()> {
+        let query =
+            bound(SET_GROUP_POLICY).bind::<Text, _>(queue).bind::<Text, _>(policy.as_str()).bind::<BigInt, _>(now);
+        tx.writing(|conn| query.execute(conn))?;
+        let held = bound(HELD_GROUPS).bind::<Text, _>(queue);
+        let groups = tx.with(|conn| held.load::<GroupNameRow>(conn))?;
+        release_groups(tx, groups.into_iter().map(|r| (queue.to_owned(), r.group_name)).collect(), now)
+    }
+
+    fn group_policy(tx: &PgTx, queue: &str) -> Result<GroupPolicy> {
+        let query = bound(GROUP_POLICY).bind::<Text, _>(queue);
+        let row = tx.with(|conn| query.optional::<PolicyRow>(conn))?;
+        row.map_or(Ok(GroupPolicy::default()), |r| GroupPolicy::parse(&r.group_policy))
+    }
+
+    fn groups(tx: &PgTx, page: GroupsRequest<'_>) -> Result<Vec<GroupSummary>> {
+        let GroupsRequest { queue, after: (after_queue, after_group), limit: limit_ } = page;
+        let query = bound(GROUPS_PAGE)
+            .bind::<Nullable<Text>, _>(queue)
+            .bind::<Text, _>(after_queue)
+            .bind::<Text, _>(after_group)
+            .bind::<BigInt, _>(limit(limit_));
+        let rows = tx.with(|conn| query.load::<GroupsPageRow>(conn))?;
+        rows.into_iter()
+            .map(|r| {
+                let head = match (r.head_id, r.head_state, r.head_run_at) {
+                    (Some(id), Some(state), Some(run_at)) => Some(GroupHead {
+                        id: JobId(id),
+                        state: parse_state(&state)?,
+                        run_at,
+                        wait_until: r.head_wait_until,
+                        acknowledged: r.head_acknowledged_at.is_some(),
+                    }),
+                    _ => None,
+                };
+                Ok(GroupSummary { queue: r.queue, group: r.group_name, held: count_u64(r.held), head })
+            })
+            .collect()
+    }
 }
 
 /// A statement with the token guard's parameters bound: `$1` id, `$2` attempt, `$3` claim
@@ -479,7 +553,7 @@ fn by_id(tx: &PgTx, statement: Stmt, decision: JobDecision<'_>) -> Result<bool> 
         .bind::<Text, _>(decided.action)
         .bind::<Nullable<Text>, _>(decided.by)
         .bind::<Nullable<Text>, _>(decided.note);
-    changed(tx, query)
+    releasing(tx, query, now)
 }
 
 /// Attempts are at most 10,000; a forged larger one matches no row.
@@ -560,25 +634,9 @@ struct IdRow {
 }
 
 #[derive(QueryableByName)]
-struct TokenRow {
-    #[diesel(sql_type = BigInt)]
-    id: i64,
-    #[diesel(sql_type = Integer)]
-    attempt: i32,
-    #[diesel(sql_type = SqlUuid)]
-    claim_id: uuid::Uuid,
-}
-
-#[derive(QueryableByName)]
 struct N {
     #[diesel(sql_type = BigInt)]
     n: i64,
-}
-
-#[derive(QueryableByName)]
-struct StateRow {
-    #[diesel(sql_type = Text)]
-    state: String,
 }
 
 #[derive(QueryableByName)]
@@ -613,6 +671,8 @@ struct ClaimRow {
     last_error: Option<String>,
     #[diesel(sql_type = SqlUuid)]
     claim_id: uuid::Uuid,
+    #[diesel(sql_type = Nullable<Text>)]
+    group_name: Option<String>,
 }
 
 #[derive(QueryableByName)]
@@ -697,6 +757,10 @@ struct JobRow {
     decided_by: Option<String>,
     #[diesel(sql_type = Nullable<Text>)]
     decision_note: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    group_name: Option<String>,
+    #[diesel(sql_type = diesel::sql_types::Bool)]
+    group_held: bool,
 }
 
 #[derive(QueryableByName)]
@@ -843,6 +907,8 @@ fn job_from_row(r: JobRow) -> Result<Job> {
             (Some(action), Some(at)) => Some(Decision { action, at, by: r.decided_by, note: r.decision_note }),
             _ => None,
         },
+        group: r.group_name,
+        held_by_group: r.group_held,
     })
 }
 
@@ -862,4 +928,146 @@ fn rows_query<'q>(statement: Stmt, rows: &[NewRow<'q>]) -> Bound<'q> {
 fn ascending(mut ids: Vec<i64>) -> Vec<JobId> {
     ids.sort_unstable();
     ids.into_iter().map(JobId).collect()
+}
+
+/// Runs a transition that may end a hold on a group (`RETURNING group_returned!()`): true
+/// when it changed its row, whose group is then released if due.
+fn releasing(tx: &PgTx, query: Bound<'_>, now: i64) -> Result<bool> {
+    let rows = tx.writing(|conn| query.load::<GroupRow>(conn))?;
+    release_groups(tx, rows.iter().filter_map(GroupRow::release_due).collect(), now)?;
+    Ok(rows.len() == 1)
+}
+
+/// Takes the lock of a group (`LOCK_GROUP`) until the transaction ends.
+fn lock_group(tx: &PgTx, queue: &str, group: &str, now: i64) -> Result<()> {
+    let query = bound(LOCK_GROUP).bind::<Text, _>(queue).bind::<Text, _>(group).bind::<BigInt, _>(now);
+    tx.writing(|conn| query.execute(conn)).map(drop)
+}
+
+/// How often a release tries again after the held job it chose was changed under it (a
+/// concurrent cancel) before leaving the group to the reaper's sweep.
+const RELEASE_TRIES: usize = 8;
+
+/// Hands each group (once each, in a fixed order so that two transactions never wait for
+/// each other's groups) to its next job unless a job holds it, under the group's lock: in
+/// this transaction, or in autocommit in a short one of its own. Its marks are then cleared.
+fn release_groups(tx: &PgTx, mut groups: Vec<(String, String)>, now: i64) -> Result<()> {
+    if groups.is_empty() {
+        return Ok(());
+    }
+    groups.sort_unstable();
+    groups.dedup();
+    tx.in_own_transaction(|tx| {
+        for (queue, group) in &groups {
+            lock_group(tx, queue, group, now)?;
+            for _ in 0..RELEASE_TRIES {
+                let release = bound(RELEASE_GROUP).bind::<Text, _>(queue.as_str()).bind::<Text, _>(group.as_str());
+                if tx.writing(|conn| release.execute(conn))? == 1 {
+                    break;
+                }
+                let needed = bound(GROUP_NEEDS_RELEASE).bind::<Text, _>(queue.as_str()).bind::<Text, _>(group.as_str());
+                if !tx.with(|conn| needed.one::<NeededRow>(conn))?.needed {
+                    break;
+                }
+            }
+            let done = bound(GROUP_RELEASED).bind::<Text, _>(queue.as_str()).bind::<Text, _>(group.as_str());
+            tx.writing(|conn| done.execute(conn))?;
+        }
+        Ok(())
+    })
+}
+
+/// What a transition that may end a hold returns (`group_returned!`).
+#[derive(QueryableByName)]
+struct GroupRow {
+    #[diesel(sql_type = Text)]
+    queue: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    group_name: Option<String>,
+    #[diesel(sql_type = Bool)]
+    group_release_due: bool,
+}
+
+impl GroupRow {
+    /// The (queue, group) to release, when the transition made its release due.
+    fn release_due(&self) -> Option<(String, String)> {
+        match (&self.group_name, self.group_release_due) {
+            (Some(group), true) => Some((self.queue.clone(), group.clone())),
+            _ => None,
+        }
+    }
+}
+
+#[derive(QueryableByName)]
+struct CompletedRow {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = Integer)]
+    attempt: i32,
+    #[diesel(sql_type = SqlUuid)]
+    claim_id: uuid::Uuid,
+    #[diesel(embed)]
+    group: GroupRow,
+}
+
+#[derive(QueryableByName)]
+struct AcknowledgedRow {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(embed)]
+    group: GroupRow,
+}
+
+#[derive(QueryableByName)]
+struct ReapedRow {
+    #[diesel(sql_type = Text)]
+    state: String,
+    #[diesel(embed)]
+    group: GroupRow,
+}
+
+#[derive(QueryableByName)]
+struct DueGroupRow {
+    #[diesel(sql_type = Text)]
+    queue: String,
+    #[diesel(sql_type = Text)]
+    group_name: String,
+}
+
+#[derive(QueryableByName)]
+struct GroupNameRow {
+    #[diesel(sql_type = Text)]
+    group_name: String,
+}
+
+#[derive(QueryableByName)]
+struct PolicyRow {
+    #[diesel(sql_type = Text)]
+    group_policy: String,
+}
+
+#[derive(QueryableByName)]
+struct NeededRow {
+    #[diesel(sql_type = Bool)]
+    needed: bool,
+}
+
+#[derive(QueryableByName)]
+struct GroupsPageRow {
+    #[diesel(sql_type = Text)]
+    queue: String,
+    #[diesel(sql_type = Text)]
+    group_name: String,
+    #[diesel(sql_type = BigInt)]
+    held: i64,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    head_id: Option<i64>,
+    #[diesel(sql_type = Nullable<Text>)]
+    head_state: Option<String>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    head_run_at: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    head_wait_until: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    head_acknowledged_at: Option<i64>,
 }

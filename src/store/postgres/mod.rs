@@ -163,6 +163,10 @@ pub struct PgTx {
     /// Whether a statement that writes was sent on the connection ([`PgTx::writing`]): in
     /// autocommit, a connection lost after that may have committed it.
     wrote: std::cell::Cell<bool>,
+    /// Whether the connection is inside a transaction (the store's own, or, for a connection
+    /// of the application's own, the caller's): a group's release and a grouped enqueue must
+    /// run under the group's lock, in one transaction, and open their own in autocommit.
+    in_transaction: std::cell::Cell<bool>,
 }
 
 enum Held {
@@ -187,6 +191,7 @@ impl PgTx {
             time: time::ServerTime::default(),
             server_clock: None,
             wrote: std::cell::Cell::new(false),
+            in_transaction: std::cell::Cell::new(true),
         }
     }
 
@@ -196,7 +201,31 @@ impl PgTx {
             time: time::ServerTime::default(),
             server_clock: Some(server_clock.clone()),
             wrote: std::cell::Cell::new(false),
+            in_transaction: std::cell::Cell::new(false),
         }
+    }
+
+    /// Runs `f` inside a transaction: this one's, or in autocommit a short one of its own on
+    /// the same connection, committed when `f` returns `Ok` and rolled back otherwise.
+    pub(crate) fn in_own_transaction<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
+        if self.in_transaction.get() {
+            return f(self);
+        }
+        self.with(|conn| AnsiTransactionManager::begin_transaction(conn).pg("BEGIN"))?;
+        self.in_transaction.set(true);
+        let result = f(self);
+        self.in_transaction.set(false);
+        self.with(|conn| match result {
+            Ok(value) => {
+                self.wrote.set(true);
+                AnsiTransactionManager::commit_transaction(conn).pg("COMMIT").map(|()| value)
+            }
+            Err(e) => {
+                // A failed rollback marks the connection broken; the pool then discards it.
+                let _ = AnsiTransactionManager::rollback_transaction(conn);
+                Err(e)
+            }
+        })
     }
 
     /// The connection, lent to the caller until the guard is dropped.
@@ -695,6 +724,7 @@ impl PostgresStore {
         let tx = PgTx::pooled(self.checkout()?, &self.server_clock);
         let before_commit = |e| error::lost_in(error::Phase::Transaction, e);
         tx.with(|conn| AnsiTransactionManager::begin_transaction(conn).pg("BEGIN")).map_err(before_commit)?;
+        tx.in_transaction.set(true);
         let result = self.demoted(&tx, f(&tx).map_err(before_commit));
         tx.discard_if_lost(&result);
         let mut held = tx.conn.try_borrow_mut().map_err(|_| Error::invalid("transaction", "still lent out"))?;

@@ -23,6 +23,43 @@ macro_rules! owned_by_token {
 /// the row, reads the clock again and runs the statement once more (`queue/settle.rs`): a
 /// lease is judged at an instant read while nobody else holds the row. A row this
 /// transaction locked itself (`complete_with`'s `OWNED_LEASE`) is never skipped.
+/// In the `SET` of a transition that may end the job's hold on its group: marks the group's
+/// release due (for a job of a group), in the same statement as the transition, so that a
+/// release lost after it is found by the reaper (`RELEASE_DUE_GROUPS`).
+macro_rules! release_due {
+    () => {
+        "group_release_due = (group_name IS NOT NULL)"
+    };
+}
+
+/// What a transition that may end a hold returns: whose group to release, if due.
+macro_rules! group_returned {
+    () => {
+        "queue, group_name, group_release_due"
+    };
+}
+
+/// In the `SET` of a transition that puts a job back to pending from a state that held no
+/// claim (a replay, an operator's retry): a job of a group comes back held, and its release
+/// (due at once) hands the group to it unless a job already holds the group.
+macro_rules! reentry_held {
+    () => {
+        "group_held = (group_name IS NOT NULL), group_release_due = (group_name IS NOT NULL)"
+    };
+}
+
+/// A live job of a group (`h`) that holds it: pending, running or waiting, and under the
+/// queue's `stop` policy (the default) also `unknown` or exhausted and unacknowledged.
+macro_rules! holds_group {
+    () => {
+        "NOT h.group_held
+           AND h.state IN ('pending', 'running', 'waiting', 'unknown', 'exhausted')
+           AND (h.state IN ('pending', 'running', 'waiting')
+                OR ((h.state = 'unknown' OR h.acknowledged_at IS NULL)
+                    AND coalesce((SELECT group_policy FROM fenceq_queue_flow WHERE queue = h.queue), 'stop') = 'stop'))"
+    };
+}
+
 macro_rules! unless_held_elsewhere {
     () => {
         " AND id = (SELECT id FROM fenceq_jobs
@@ -153,7 +190,7 @@ stmt! {
     WHERE  j.id = due.id
       AND  NOT EXISTS (SELECT 1 FROM fenceq_queues WHERE queue = $1 AND paused_at IS NOT NULL)
     RETURNING j.id, j.queue, j.key, j.payload, j.priority, j.run_at, j.attempt, j.max_attempts,
-              j.lease_until, j.last_error, j.claim_id";
+              j.lease_until, j.last_error, j.claim_id, j.group_name";
 
     /// `$5` is the new lease end (computed in Rust, saturating).
     RENEW_IF_OWNED = concat!(
@@ -202,10 +239,15 @@ stmt! {
 
     COMPLETE_IF_OWNED = concat!(
         "UPDATE fenceq_jobs
-    SET    state = 'completed', lease_until = NULL, settled_at = $4
+    SET    state = 'completed', lease_until = NULL, settled_at = $4, ",
+        release_due!(),
+        "
     WHERE  ",
         owned_by_token!(),
-        unless_held_elsewhere!()
+        unless_held_elsewhere!(),
+        "
+    RETURNING ",
+        group_returned!()
     );
 
     /// Every exact live claim of the arrays `$1` ids, `$2` attempts, `$3` claim ids (at `$4`)
@@ -214,14 +256,15 @@ stmt! {
     /// `unless_held_elsewhere!`.
     COMPLETE_MANY_IF_OWNED = "
     UPDATE fenceq_jobs AS j
-    SET    state = 'completed', lease_until = NULL, settled_at = $4
+    SET    state = 'completed', lease_until = NULL, settled_at = $4,
+           group_release_due = (j.group_name IS NOT NULL)
     FROM   unnest($1::bigint[], $2::integer[], $3::uuid[]) AS t(id, attempt, claim_id)
     WHERE  j.id = t.id AND j.attempt = t.attempt AND j.claim_id = t.claim_id
       AND  j.state = 'running' AND j.lease_until > $4
       AND  j.id IN (SELECT f.id FROM fenceq_jobs AS f
                     WHERE f.id = ANY($1) AND f.state = 'running'
                     FOR UPDATE SKIP LOCKED)
-    RETURNING j.id, j.attempt, j.claim_id";
+    RETURNING j.id, j.attempt, j.claim_id, j.queue, j.group_name, j.group_release_due";
 
     /// Back to pending at `$5` with error `$6` while attempts are left (the constraint
     /// `pending_has_attempts_left` enforces it too).
@@ -240,18 +283,28 @@ stmt! {
     EXHAUST_IF_OWNED = concat!(
         "UPDATE fenceq_jobs
     SET    state = 'exhausted', lease_until = NULL, last_error = $5,
-           settled_at = $4, exhausted_at = $4, acknowledged_at = NULL
+           settled_at = $4, exhausted_at = $4, acknowledged_at = NULL, ",
+        release_due!(),
+        "
     WHERE  ",
         owned_by_token!(),
-        unless_held_elsewhere!()
+        unless_held_elsewhere!(),
+        "
+    RETURNING ",
+        group_returned!()
     );
 
     MARK_UNKNOWN_IF_OWNED = concat!(
         "UPDATE fenceq_jobs
-    SET    state = 'unknown', lease_until = NULL, last_error = $5, settled_at = $4
+    SET    state = 'unknown', lease_until = NULL, last_error = $5, settled_at = $4, ",
+        release_due!(),
+        "
     WHERE  ",
         owned_by_token!(),
-        unless_held_elsewhere!()
+        unless_held_elsewhere!(),
+        "
+    RETURNING ",
+        group_returned!()
     );
 
     /// Parked until `$5` with reason `$6`.
@@ -293,54 +346,88 @@ stmt! {
 
     /// Idempotent: a repeat changes nothing, not even the recorded decision (`$5` decision, `$6`
     /// by, `$7` note).
-    ACKNOWLEDGE_IF_EXHAUSTED = "
+    ACKNOWLEDGE_IF_EXHAUSTED = concat!(
+        "
     UPDATE fenceq_jobs
-    SET    acknowledged_at = coalesce(acknowledged_at, $4),
+    SET    acknowledged_at = coalesce(acknowledged_at, $4), ",
+        release_due!(),
+        ",
            decision      = CASE WHEN acknowledged_at IS NULL THEN $5 ELSE decision END,
            decided_at    = CASE WHEN acknowledged_at IS NULL THEN $4 ELSE decided_at END,
            decided_by    = CASE WHEN acknowledged_at IS NULL THEN $6 ELSE decided_by END,
            decision_note = CASE WHEN acknowledged_at IS NULL THEN $7 ELSE decision_note END
-    WHERE  id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'exhausted'";
+    WHERE  id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'exhausted'
+    RETURNING ",
+        group_returned!()
+    );
 
-    RESOLVE_COMPLETE_IF_UNKNOWN = "
+    RESOLVE_COMPLETE_IF_UNKNOWN = concat!(
+        "
     UPDATE fenceq_jobs
-    SET    state = 'completed', settled_at = $4,
+    SET    state = 'completed', settled_at = $4, ",
+        release_due!(),
+        ",
            decision = $5, decided_at = $4, decided_by = $6, decision_note = $7
-    WHERE  id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'unknown'";
+    WHERE  id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'unknown'
+    RETURNING ",
+        group_returned!()
+    );
 
     /// An operator's retry grants one attempt when none are left.
     RESOLVE_RETRY_IF_UNKNOWN = concat!(
         "
     UPDATE fenceq_jobs
-    SET    state = 'pending', run_at = $4, settled_at = NULL,
+    SET    state = 'pending', run_at = $4, settled_at = NULL, ",
+        reentry_held!(),
+        ",
            max_attempts = greatest(max_attempts, attempt + 1),
            decision = $5, decided_at = $4, decided_by = $6, decision_note = $7
     WHERE  id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'unknown'
     RETURNING ",
         wake_listeners!("queue"),
-        " AS woke"
+        " AS woke, ",
+        group_returned!()
     );
 
-    RESOLVE_EXHAUST_IF_UNKNOWN = "
+    RESOLVE_EXHAUST_IF_UNKNOWN = concat!(
+        "
     UPDATE fenceq_jobs
-    SET    state = 'exhausted', settled_at = $4, exhausted_at = $4, acknowledged_at = NULL,
+    SET    state = 'exhausted', settled_at = $4, exhausted_at = $4, acknowledged_at = NULL, ",
+        release_due!(),
+        ",
            decision = $5, decided_at = $4, decided_by = $6, decision_note = $7
-    WHERE  id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'unknown'";
+    WHERE  id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'unknown'
+    RETURNING ",
+        group_returned!()
+    );
 }
 
 // Operators' changes by id: `$1` id, `$2` now, `$3` decision, `$4` by, `$5` note.
 
 stmt! {
-    ACKNOWLEDGE_JOB_IF_UNACKNOWLEDGED = "
+    ACKNOWLEDGE_JOB_IF_UNACKNOWLEDGED = concat!(
+        "
     UPDATE fenceq_jobs
-    SET    acknowledged_at = $2, decision = $3, decided_at = $2, decided_by = $4, decision_note = $5
-    WHERE  id = $1 AND state = 'exhausted' AND acknowledged_at IS NULL";
+    SET    acknowledged_at = $2, decision = $3, decided_at = $2, decided_by = $4, decision_note = $5, ",
+        release_due!(),
+        "
+    WHERE  id = $1 AND state = 'exhausted' AND acknowledged_at IS NULL
+    RETURNING ",
+        group_returned!()
+    );
 
-    CANCEL_IF_ACTIVE = "
+    /// A held job cancelled ends no hold (the expressions of `SET` read the row as it was), so
+    /// its release is not due: cancelling a held job never waits for its group's lock.
+    CANCEL_IF_ACTIVE = concat!(
+        "
     UPDATE fenceq_jobs
     SET    state = 'cancelled', lease_until = NULL, wait_until = NULL, settled_at = $2,
+           group_release_due = (group_name IS NOT NULL AND NOT group_held), group_held = false,
            decision = $3, decided_at = $2, decided_by = $4, decision_note = $5
-    WHERE  id = $1 AND state IN ('pending', 'waiting', 'running')";
+    WHERE  id = $1 AND state IN ('pending', 'waiting', 'running')
+    RETURNING ",
+        group_returned!()
+    );
 
     /// Dead-letter redrive: a fresh attempt budget, due now (waking the queue's listeners); the
     /// claim id keeps old tokens dead.
@@ -348,20 +435,24 @@ stmt! {
         "
     UPDATE fenceq_jobs
     SET    state = 'pending', attempt = 0, run_at = $2, settled_at = NULL,
-           exhausted_at = NULL, acknowledged_at = NULL,
+           exhausted_at = NULL, acknowledged_at = NULL, ",
+        reentry_held!(),
+        ",
            decision = $3, decided_at = $2, decided_by = $4, decision_note = $5
     WHERE  id = $1 AND state = 'exhausted'
     RETURNING ",
         wake_listeners!("queue"),
-        " AS woke"
+        " AS woke, ",
+        group_returned!()
     );
 
     /// Every unacknowledged exhaustion of queue `$1` (`$2` now, `$3` decision, `$4` by, `$5` note).
     ACKNOWLEDGE_ALL = "
     UPDATE fenceq_jobs
-    SET    acknowledged_at = $2, decision = $3, decided_at = $2, decided_by = $4, decision_note = $5
+    SET    acknowledged_at = $2, decision = $3, decided_at = $2, decided_by = $4, decision_note = $5,
+           group_release_due = (group_name IS NOT NULL)
     WHERE  queue = $1 AND state = 'exhausted' AND acknowledged_at IS NULL
-    RETURNING id";
+    RETURNING id, queue, group_name, group_release_due";
 
     /// Up to `$2` expired leases (at `$1`): back to pending with attempts left, else exhausted.
     /// Rows held by an owned write are skipped (`SKIP LOCKED`): that write extends the lease as
@@ -382,12 +473,13 @@ stmt! {
            exhausted_at = CASE WHEN j.attempt < j.max_attempts THEN NULL ELSE $1 END,
            settled_at   = CASE WHEN j.attempt < j.max_attempts THEN NULL ELSE $1 END,
            last_error   = 'lease expired (worker ' || j.worker || ')',
-           lease_until  = NULL
+           lease_until  = NULL,
+           group_release_due = (j.group_name IS NOT NULL AND j.attempt >= j.max_attempts)
     FROM   expired
     WHERE  j.id = expired.id AND j.state = 'running' AND j.lease_until <= $1
     RETURNING j.state, CASE WHEN j.attempt < j.max_attempts THEN ",
         wake_listeners!("j.queue"),
-        " END AS woke"
+        " END AS woke, j.queue, j.group_name, j.group_release_due"
     );
 
     /// Parked jobs whose deadline passed (at `$1`, at most `$2`) are exhausted, never reclaimed.
@@ -402,9 +494,11 @@ stmt! {
     UPDATE fenceq_jobs AS j
     SET    state = 'exhausted', wait_until = NULL, settled_at = $1, exhausted_at = $1,
            acknowledged_at = NULL,
-           last_error = 'wait expired: ' || coalesce(j.last_error, 'no reason given')
+           last_error = 'wait expired: ' || coalesce(j.last_error, 'no reason given'),
+           group_release_due = (j.group_name IS NOT NULL)
     FROM   expired
-    WHERE  j.id = expired.id AND j.state = 'waiting' AND j.wait_until <= $1";
+    WHERE  j.id = expired.id AND j.state = 'waiting' AND j.wait_until <= $1
+    RETURNING j.queue, j.group_name, j.group_release_due";
 
     PRUNE_SETTLED = "
     DELETE FROM fenceq_jobs
@@ -557,4 +651,103 @@ stmt! {
     FROM   fenceq_jobs
     GROUP  BY queue, state, acknowledged_at IS NOT NULL
     ORDER  BY queue";
+}
+
+// Groups: `$1` queue, `$2` group unless said otherwise.
+
+stmt! {
+    /// Intake of a grouped job: as `ENQUEUE` (`$8` the group), held back when a job of its
+    /// group already holds it. Runs after `LOCK_GROUP` in the same transaction, so the holder
+    /// it sees cannot change before it commits.
+    ENQUEUE_IN_GROUP = concat!(
+        "
+    INSERT INTO fenceq_jobs (queue, key, payload, priority, run_at, max_attempts, created_at,
+                             group_name, group_held)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
+            EXISTS (SELECT 1 FROM fenceq_jobs AS h WHERE h.queue = $1 AND h.group_name = $8 AND ",
+        holds_group!(),
+        "))
+    ON CONFLICT (queue, key) WHERE key IS NOT NULL DO NOTHING
+    RETURNING id, CASE WHEN run_at <= created_at AND NOT group_held THEN ",
+        wake_listeners!("queue"),
+        " END AS woke"
+    );
+
+    /// The group's lock (`$3` now): every decision about who holds a group runs after it, in
+    /// the same transaction, so two such decisions never interleave. The claim never takes it.
+    LOCK_GROUP = "
+    INSERT INTO fenceq_groups (queue, group_name, touched_at) VALUES ($1, $2, $3)
+    ON CONFLICT (queue, group_name) DO UPDATE SET touched_at = EXCLUDED.touched_at";
+
+    /// Hands the group to its held job with the smallest id unless a job holds it; the held
+    /// job's state and hold are judged again as it is locked (a concurrent cancel), and the
+    /// store then tries again. Wakes the queue's listeners when it hands the group on.
+    RELEASE_GROUP = concat!(
+        "
+    UPDATE fenceq_jobs SET group_held = false
+    WHERE id = (SELECT n.id FROM fenceq_jobs AS n
+                WHERE n.queue = $1 AND n.group_name = $2 AND n.group_held
+                  AND n.state IN ('pending', 'running', 'waiting', 'unknown', 'exhausted')
+                ORDER BY n.id LIMIT 1)
+      AND group_held AND state = 'pending'
+      AND NOT EXISTS (SELECT 1 FROM fenceq_jobs AS h WHERE h.queue = $1 AND h.group_name = $2 AND ",
+        holds_group!(),
+        ")
+    RETURNING ",
+        wake_listeners!("queue"),
+        " AS woke"
+    );
+
+    /// Whether the group has a held job and nothing that holds it (a release still to do).
+    GROUP_NEEDS_RELEASE = concat!(
+        "
+    SELECT EXISTS (SELECT 1 FROM fenceq_jobs AS n
+                   WHERE n.queue = $1 AND n.group_name = $2 AND n.group_held
+                     AND n.state IN ('pending', 'running', 'waiting', 'unknown', 'exhausted'))
+       AND NOT EXISTS (SELECT 1 FROM fenceq_jobs AS h WHERE h.queue = $1 AND h.group_name = $2 AND ",
+        holds_group!(),
+        ") AS needed"
+    );
+
+    /// The release of the group is done: its marks are cleared.
+    GROUP_RELEASED = "
+    UPDATE fenceq_jobs SET group_release_due = false
+    WHERE  queue = $1 AND group_name = $2 AND group_release_due";
+
+    /// Up to `$1` groups whose release is due (lost after its transition: the reaper's sweep).
+    RELEASE_DUE_GROUPS = "
+    SELECT DISTINCT queue, group_name FROM fenceq_jobs WHERE group_release_due LIMIT $1";
+
+    /// The groups of queue `$1` that have held jobs (for a change of its group policy).
+    HELD_GROUPS = "
+    SELECT DISTINCT group_name FROM fenceq_jobs
+    WHERE  queue = $1 AND group_name IS NOT NULL AND group_held
+      AND  state IN ('pending', 'running', 'waiting', 'unknown', 'exhausted')";
+
+    GROUP_POLICY = "
+    SELECT group_policy FROM fenceq_queue_flow WHERE queue = $1";
+
+    /// `$2` the policy, `$3` now.
+    SET_GROUP_POLICY = "
+    INSERT INTO fenceq_queue_flow (queue, group_policy, updated_at) VALUES ($1, $2, $3)
+    ON CONFLICT (queue) DO UPDATE SET group_policy = EXCLUDED.group_policy, updated_at = EXCLUDED.updated_at";
+
+    /// One page of groups with live jobs (`$1` queue or NULL for all, `$2`/`$3` the cursor's
+    /// queue and group, `$4` limit), as SQLite's `GROUPS_PAGE`.
+    GROUPS_PAGE = "
+    SELECT g.queue, g.group_name, g.held, h.id AS head_id, h.state AS head_state, h.run_at AS head_run_at,
+           h.wait_until AS head_wait_until, h.acknowledged_at AS head_acknowledged_at
+    FROM (SELECT queue, group_name, count(*) FILTER (WHERE group_held) AS held,
+                 coalesce(min(id) FILTER (WHERE NOT group_held AND state IN ('pending', 'running', 'waiting')),
+                          min(id) FILTER (WHERE NOT group_held)) AS head
+          FROM   fenceq_jobs
+          WHERE  group_name IS NOT NULL
+            AND  state IN ('pending', 'running', 'waiting', 'unknown', 'exhausted')
+            AND  ($1::text IS NULL OR queue = $1)
+            AND  (queue, group_name) > ($2, $3)
+          GROUP  BY queue, group_name
+          ORDER  BY queue, group_name
+          LIMIT  $4) AS g
+    LEFT JOIN fenceq_jobs AS h ON h.id = g.head
+    ORDER BY g.queue, g.group_name";
 }

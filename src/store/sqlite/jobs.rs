@@ -6,11 +6,11 @@ use super::statements::*;
 use super::writer::exec;
 use super::SqliteStore;
 use crate::error::Result;
-use crate::job::{ClaimId, ClaimToken, Claimed, Decision, Exhaustion, Job, JobId, JobState, Resolution};
-use crate::report::{CheckpointReport, CommitStats, PausedQueue, ReapReport};
+use crate::job::{ClaimId, ClaimToken, Claimed, Decision, Exhaustion, GroupPolicy, Job, JobId, JobState, Resolution};
+use crate::report::{CheckpointReport, CommitStats, GroupHead, GroupSummary, PausedQueue, ReapReport};
 use crate::store::{
-    Batch, ClaimRequest, Decided, Identity, JobDecision, NewRow, OwnedLease, PageRequest, QueueDecision, ScheduleTick,
-    StatsRow, Stmt, Store, TokenAt,
+    Batch, ClaimRequest, Decided, GroupsRequest, Identity, JobDecision, NewRow, OwnedLease, PageRequest, QueueDecision,
+    ScheduleTick, StatsRow, Stmt, Store, TokenAt,
 };
 use rusqlite::{named_params, CachedStatement, Connection, OptionalExtension, Row, ToSql};
 use std::time::Duration;
@@ -69,7 +69,14 @@ impl Store for SqliteStore {
             row.max_attempts,
             row.created_at
         ];
-        let inserted = on(tx, ENQUEUE, |s| s.execute(params))?;
+        let inserted = match row.group {
+            None => on(tx, ENQUEUE, |s| s.execute(params))?,
+            Some(group) => on(tx, ENQUEUE_IN_GROUP, |s| {
+                let mut grouped = params.to_vec();
+                grouped.push(&group);
+                s.execute(grouped.as_slice())
+            })?,
+        };
         Ok((inserted == 1).then(|| JobId(tx.last_insert_rowid())))
     }
 
@@ -80,7 +87,8 @@ impl Store for SqliteStore {
     /// `sequence + rows`, the savepoint is rolled back and the caller goes row by row (a key
     /// conflict, or an application trigger that ignored or added rows).
     fn enqueue_all_new(tx: &Connection, rows: &[NewRow<'_>]) -> Result<Option<Vec<JobId>>> {
-        if rows.len() < ENQUEUE_ROWS[ENQUEUE_ROWS.len() - 1] {
+        // Grouped rows go one by one: each one's hold depends on the rows before it.
+        if rows.len() < ENQUEUE_ROWS[ENQUEUE_ROWS.len() - 1] || rows.iter().any(|r| r.group.is_some()) {
             return Ok(None);
         }
         exec(tx, "SAVEPOINT fenceq_enqueue_all")?;
@@ -133,6 +141,7 @@ impl Store for SqliteStore {
                         max_attempts: row.get(5)?,
                         lease_until: row.get(6)?,
                         last_error: row.get(7)?,
+                        group: row.get(8)?,
                     })
                 })
                 .sql(CLAIM_READ)?;
@@ -203,7 +212,7 @@ impl Store for SqliteStore {
     }
 
     fn complete_if_owned(tx: &Connection, claim: TokenAt<'_>) -> Result<bool> {
-        owned(tx, COMPLETE_IF_OWNED, claim, &[])
+        releasing(tx, claim.token.id, owned(tx, COMPLETE_IF_OWNED, claim, &[])?)
     }
 
     fn retry_if_owned(tx: &Connection, claim: TokenAt<'_>, run_at: i64, error: &str) -> Result<bool> {
@@ -211,11 +220,11 @@ impl Store for SqliteStore {
     }
 
     fn exhaust_if_owned(tx: &Connection, claim: TokenAt<'_>, error: &str) -> Result<bool> {
-        owned(tx, EXHAUST_IF_OWNED, claim, &[(":error", &error)])
+        releasing(tx, claim.token.id, owned(tx, EXHAUST_IF_OWNED, claim, &[(":error", &error)])?)
     }
 
     fn mark_unknown_if_owned(tx: &Connection, claim: TokenAt<'_>, evidence: &str) -> Result<bool> {
-        owned(tx, MARK_UNKNOWN_IF_OWNED, claim, &[(":error", &evidence)])
+        releasing(tx, claim.token.id, owned(tx, MARK_UNKNOWN_IF_OWNED, claim, &[(":error", &evidence)])?)
     }
 
     fn park_if_owned(tx: &Connection, claim: TokenAt<'_>, wait_until: i64, reason: &str) -> Result<bool> {
@@ -232,7 +241,8 @@ impl Store for SqliteStore {
     }
 
     fn acknowledge_if_exhausted(tx: &Connection, claim: TokenAt<'_>, decided: &Decided<'_>) -> Result<bool> {
-        identified(tx, ACKNOWLEDGE_IF_EXHAUSTED, claim, JobState::Exhausted, Some(decided))
+        let acknowledged = identified(tx, ACKNOWLEDGE_IF_EXHAUSTED, claim, JobState::Exhausted, Some(decided))?;
+        releasing(tx, claim.token.id, acknowledged)
     }
 
     fn resolve_if_unknown(
@@ -246,19 +256,19 @@ impl Store for SqliteStore {
             Resolution::Retry => RESOLVE_RETRY_IF_UNKNOWN,
             Resolution::Exhaust => RESOLVE_EXHAUST_IF_UNKNOWN,
         };
-        identified(tx, statement, claim, JobState::Unknown, Some(decided))
+        releasing(tx, claim.token.id, identified(tx, statement, claim, JobState::Unknown, Some(decided))?)
     }
 
     fn cancel_if_active(tx: &Connection, decision: JobDecision<'_>) -> Result<bool> {
-        by_id(tx, CANCEL_IF_ACTIVE, decision)
+        releasing(tx, decision.id, by_id(tx, CANCEL_IF_ACTIVE, decision)?)
     }
 
     fn replay_if_exhausted(tx: &Connection, decision: JobDecision<'_>) -> Result<bool> {
-        by_id(tx, REPLAY_IF_EXHAUSTED, decision)
+        releasing(tx, decision.id, by_id(tx, REPLAY_IF_EXHAUSTED, decision)?)
     }
 
     fn acknowledge_job_if_unacknowledged(tx: &Connection, decision: JobDecision<'_>) -> Result<bool> {
-        by_id(tx, ACKNOWLEDGE_JOB_IF_UNACKNOWLEDGED, decision)
+        releasing(tx, decision.id, by_id(tx, ACKNOWLEDGE_JOB_IF_UNACKNOWLEDGED, decision)?)
     }
 
     fn acknowledge_all(tx: &Connection, decision: QueueDecision<'_>) -> Result<Vec<JobId>> {
@@ -270,6 +280,9 @@ impl Store for SqliteStore {
             s.query_map(params.as_slice(), |row| row.get(0).map(JobId))?.collect::<rusqlite::Result<_>>()
         })?;
         ids.sort_unstable();
+        for id in &ids {
+            release_group_of(tx, *id)?;
+        }
         Ok(ids)
     }
 
@@ -292,23 +305,36 @@ impl Store for SqliteStore {
     fn reap_expired(tx: &Connection, batch: Batch) -> Result<(u64, u64)> {
         let Batch { until: now, limit } = batch;
         let mut stmt = prepare(tx, REAP_EXPIRED)?;
-        let states = stmt
-            .query_map(named_params! { ":now": now, ":limit": limit }, |row| row.get::<_, String>(0))
+        let rows = stmt
+            .query_map(named_params! { ":now": now, ":limit": limit }, |row| {
+                Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?, row.get::<_, Option<String>>(2)?))
+            })
             .sql(REAP_EXPIRED)?;
         let (mut requeued, mut exhausted) = (0, 0);
-        for state in states {
-            if state.sql(REAP_EXPIRED)? == "pending" {
+        let mut groups = Vec::new();
+        for row in rows {
+            let (state, queue, group) = row.sql(REAP_EXPIRED)?;
+            if state == "pending" {
                 requeued += 1;
             } else {
                 exhausted += 1;
+                groups.extend(group.map(|g| (queue, g)));
             }
         }
+        drop(stmt);
+        release_groups(tx, groups)?;
         Ok((requeued, exhausted))
     }
 
     fn reap_waiting(tx: &Connection, batch: Batch) -> Result<u64> {
         let Batch { until: now, limit } = batch;
-        count(tx, REAP_WAITING, named_params! { ":now": now, ":limit": limit })
+        let rows: Vec<(String, Option<String>)> = on(tx, REAP_WAITING, |s| {
+            s.query_map(named_params! { ":now": now, ":limit": limit }, |row| Ok((row.get(0)?, row.get(1)?)))?
+                .collect::<rusqlite::Result<_>>()
+        })?;
+        let exhausted = rows.len() as u64;
+        release_groups(tx, rows.into_iter().filter_map(|(queue, group)| group.map(|g| (queue, g))).collect())?;
+        Ok(exhausted)
     }
 
     fn reap_preview(tx: &Connection, now: i64) -> Result<ReapReport> {
@@ -405,6 +431,45 @@ impl Store for SqliteStore {
 
     fn schedule_last_tick(tx: &Connection, name: &str) -> Result<Option<i64>> {
         on(tx, SCHEDULE_LAST_TICK, |s| s.query_row(named_params! { ":name": name }, |row| row.get(0)).optional())
+    }
+
+    fn set_group_policy(tx: &Connection, queue: &str, policy: GroupPolicy, now: i64) -> Result<()> {
+        on(tx, SET_GROUP_POLICY, |s| {
+            s.execute(named_params! { ":queue": queue, ":policy": policy.as_str(), ":now": now })
+        })?;
+        let groups: Vec<String> = on(tx, HELD_GROUPS, |s| {
+            s.query_map(named_params! { ":queue": queue }, |row| row.get(0))?.collect::<rusqlite::Result<_>>()
+        })?;
+        release_groups(tx, groups.into_iter().map(|g| (queue.to_owned(), g)).collect())
+    }
+
+    fn group_policy(tx: &Connection, queue: &str) -> Result<GroupPolicy> {
+        let name: Option<String> =
+            on(tx, GROUP_POLICY, |s| s.query_row(named_params! { ":queue": queue }, |row| row.get(0)).optional())?;
+        name.map_or(Ok(GroupPolicy::default()), |n| GroupPolicy::parse(&n))
+    }
+
+    fn groups(tx: &Connection, page: GroupsRequest<'_>) -> Result<Vec<GroupSummary>> {
+        let GroupsRequest { queue, after: (after_queue, after_group), limit } = page;
+        let params = named_params! {
+            ":queue": queue, ":after_queue": after_queue, ":after_group": after_group, ":limit": limit
+        };
+        on(tx, GROUPS_PAGE, |s| {
+            s.query_map(params, |row| {
+                let head = match row.get::<_, Option<i64>>(3)? {
+                    None => None,
+                    Some(id) => Some(GroupHead {
+                        id: JobId(id),
+                        state: parse_state(row, 4)?,
+                        run_at: row.get(5)?,
+                        wait_until: row.get(6)?,
+                        acknowledged: row.get::<_, Option<i64>>(7)?.is_some(),
+                    }),
+                };
+                Ok(GroupSummary { queue: row.get(0)?, group: row.get(1)?, held: row.get::<_, i64>(2)? as u64, head })
+            })?
+            .collect::<rusqlite::Result<_>>()
+        })
     }
 }
 
@@ -533,6 +598,8 @@ fn job_from_row(row: &Row<'_>) -> rusqlite::Result<Job> {
             (Some(action), Some(at)) => Some(Decision { action, at, by: row.get(21)?, note: row.get(22)? }),
             _ => None,
         },
+        group: row.get(23)?,
+        held_by_group: row.get::<_, i64>(24)? != 0,
     })
 }
 
@@ -580,4 +647,32 @@ fn insert_rows(tx: &Connection, rows: &[NewRow<'_>]) -> Result<Option<Vec<JobId>
     let last = tx.last_insert_rowid();
     let all = inserted == rows.len() && before.checked_add(rows.len() as i64) == Some(last);
     Ok(all.then(|| (before + 1..=last).map(JobId).collect()))
+}
+
+/// After a transition of job `id` that may have ended its hold on its group (or put it back
+/// to pending): hands the group on when nothing holds it. Passes `changed` through, and does
+/// nothing when the transition changed nothing.
+fn releasing(tx: &Connection, id: JobId, changed: bool) -> Result<bool> {
+    if changed {
+        release_group_of(tx, id)?;
+    }
+    Ok(changed)
+}
+
+/// `RELEASE_GROUP` for job `id`'s group, if it has one (one primary-key probe if not).
+fn release_group_of(tx: &Connection, id: JobId) -> Result<()> {
+    let group: Option<(String, String)> = on(tx, GROUP_OF, |s| {
+        s.query_row(named_params! { ":id": id.0 }, |row| Ok((row.get(0)?, row.get(1)?))).optional()
+    })?;
+    release_groups(tx, group.into_iter().collect())
+}
+
+/// `RELEASE_GROUP` for each (queue, group), once each.
+fn release_groups(tx: &Connection, mut groups: Vec<(String, String)>) -> Result<()> {
+    groups.sort_unstable();
+    groups.dedup();
+    for (queue, group) in &groups {
+        on(tx, RELEASE_GROUP, |s| s.execute(named_params! { ":queue": queue, ":group": group }))?;
+    }
+    Ok(())
 }

@@ -60,6 +60,7 @@ fn hot_statements_are_compiled_once() {
             run_at: i,
             max_attempts: 5,
             created_at: i,
+            group: None,
         };
         SqliteStore::enqueue(&conn, &row).unwrap();
     }
@@ -124,8 +125,16 @@ fn a_paused_claim_reads_no_job_and_an_unpaused_one_pays_one_probe() {
     let conn = migrated();
     conn.execute_batch("BEGIN").unwrap();
     for i in 0..5_000i64 {
-        let row =
-            NewRow { queue: "q", key: None, payload: b"x", priority: 0, run_at: i, max_attempts: 5, created_at: i };
+        let row = NewRow {
+            queue: "q",
+            key: None,
+            payload: b"x",
+            priority: 0,
+            run_at: i,
+            max_attempts: 5,
+            created_at: i,
+            group: None,
+        };
         SqliteStore::enqueue(&conn, &row).unwrap();
     }
     conn.execute_batch("COMMIT").unwrap();

@@ -121,7 +121,7 @@ stmt! {
 
     /// The data a claim hands out, read right after `CLAIM_UPDATE` in the same transaction.
     CLAIM_READ = "
-    SELECT queue, key, payload, priority, attempt, max_attempts, lease_until, last_error
+    SELECT queue, key, payload, priority, attempt, max_attempts, lease_until, last_error, group_name
     FROM   fenceq_jobs
     WHERE  id = ?1";
 
@@ -244,7 +244,7 @@ stmt! {
     /// An operator's retry grants one attempt when none are left.
     RESOLVE_RETRY_IF_UNKNOWN = concat!(
         "UPDATE fenceq_jobs
-    SET    state = 'pending', run_at = :now, settled_at = NULL,
+    SET    state = 'pending', run_at = :now, settled_at = NULL, group_held = (group_name IS NOT NULL),
            max_attempts = max(max_attempts, attempt + 1), ",
         records_decision!(),
         "
@@ -284,7 +284,7 @@ stmt! {
 
     CANCEL_IF_ACTIVE = concat!(
         "UPDATE fenceq_jobs
-    SET    state = 'cancelled', lease_until = NULL, wait_until = NULL, settled_at = :now, ",
+    SET    state = 'cancelled', lease_until = NULL, wait_until = NULL, settled_at = :now, group_held = 0, ",
         records_decision!(),
         "
     WHERE  id = :id AND state IN ('pending', 'waiting', 'running')"
@@ -295,7 +295,7 @@ stmt! {
     REPLAY_IF_EXHAUSTED = concat!(
         "UPDATE fenceq_jobs
     SET    state = 'pending', attempt = 0, run_at = :now, settled_at = NULL,
-           exhausted_at = NULL, acknowledged_at = NULL, ",
+           exhausted_at = NULL, acknowledged_at = NULL, group_held = (group_name IS NOT NULL), ",
         records_decision!(),
         "
     WHERE  id = :id AND state = 'exhausted'"
@@ -318,7 +318,7 @@ stmt! {
                   WHERE  state = 'running' AND lease_until <= :now
                   ORDER  BY id LIMIT :limit)
       AND  state = 'running' AND lease_until <= :now
-    RETURNING state";
+    RETURNING state, queue, group_name";
 
     /// Parked jobs whose deadline passed are exhausted (never reclaimed). `INDEXED BY` as in
     /// `REAP_EXPIRED`.
@@ -330,7 +330,8 @@ stmt! {
     WHERE  id IN (SELECT id FROM fenceq_jobs INDEXED BY fenceq_jobs_wait
                   WHERE  state = 'waiting' AND wait_until <= :now
                   ORDER  BY id LIMIT :limit)
-      AND  state = 'waiting' AND wait_until <= :now";
+      AND  state = 'waiting' AND wait_until <= :now
+    RETURNING queue, group_name";
 
     PRUNE_SETTLED = "
     DELETE FROM fenceq_jobs
@@ -487,4 +488,89 @@ stmt! {
     FROM   fenceq_queues
     WHERE  paused_at IS NOT NULL
     ORDER  BY queue";
+}
+
+/// A live job of a group (`h`) that holds it: pending, running or waiting, and under the
+/// queue's `stop` policy (the default) also `unknown` or exhausted and unacknowledged. The
+/// state chain first, as the partial index `fenceq_jobs_group` writes it, so that SQLite
+/// uses the index for the probe.
+macro_rules! holds_group {
+    () => {
+        "h.group_held = 0
+           AND (h.state = 'pending' OR h.state = 'running' OR h.state = 'waiting' OR h.state = 'unknown'
+                OR h.state = 'exhausted')
+           AND (h.state = 'pending' OR h.state = 'running' OR h.state = 'waiting'
+                OR ((h.state = 'unknown' OR h.acknowledged_at IS NULL)
+                    AND coalesce((SELECT group_policy FROM fenceq_queue_flow WHERE queue = h.queue), 'stop') = 'stop'))"
+    };
+}
+
+stmt! {
+    /// Intake of a grouped job: as `ENQUEUE`, held back (`group_held`) when a job of its group
+    /// already holds the group. The writer's lock keeps the group's holder from changing
+    /// between the probe and the insert.
+    ENQUEUE_IN_GROUP = concat!(
+        "INSERT INTO fenceq_jobs (queue, key, payload, priority, run_at, max_attempts, created_at,
+                         group_name, group_held)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,
+            EXISTS (SELECT 1 FROM fenceq_jobs AS h
+                    WHERE h.queue = ?1 AND h.group_name = ?8 AND ",
+        holds_group!(),
+        "))
+    ON CONFLICT (queue, key) WHERE key IS NOT NULL DO NOTHING"
+    );
+
+    /// The queue and group of a grouped job (no row for a job without a group).
+    GROUP_OF = "
+    SELECT queue, group_name FROM fenceq_jobs WHERE id = :id AND group_name IS NOT NULL";
+
+    /// Hands a group whose holder let go (settled, or failed under the `continue` policy) to
+    /// its next job: the held job with the smallest id, unless a job still holds the group.
+    /// Run after every transition that can end a hold or put a job of a group back to pending.
+    RELEASE_GROUP = concat!(
+        "UPDATE fenceq_jobs SET group_held = 0
+    WHERE id = (SELECT n.id FROM fenceq_jobs AS n
+                WHERE n.queue = :queue AND n.group_name = :group AND n.group_held = 1
+                  AND (n.state = 'pending' OR n.state = 'running' OR n.state = 'waiting' OR n.state = 'unknown'
+                       OR n.state = 'exhausted')
+                ORDER BY n.id LIMIT 1)
+      AND NOT EXISTS (SELECT 1 FROM fenceq_jobs AS h
+                      WHERE h.queue = :queue AND h.group_name = :group AND ",
+        holds_group!(),
+        ")"
+    );
+
+    /// The groups of a queue that have held jobs (for a change of the queue's group policy).
+    HELD_GROUPS = "
+    SELECT DISTINCT group_name FROM fenceq_jobs
+    WHERE  queue = :queue AND group_name IS NOT NULL AND group_held = 1
+      AND  (state = 'pending' OR state = 'running' OR state = 'waiting' OR state = 'unknown'
+            OR state = 'exhausted')";
+
+    GROUP_POLICY = "
+    SELECT group_policy FROM fenceq_queue_flow WHERE queue = :queue";
+
+    SET_GROUP_POLICY = "
+    INSERT INTO fenceq_queue_flow (queue, group_policy, updated_at) VALUES (:queue, :policy, :now)
+    ON CONFLICT (queue) DO UPDATE SET group_policy = excluded.group_policy, updated_at = excluded.updated_at";
+
+    /// One page of groups with live jobs, in (queue, group) order after the cursor: how many
+    /// jobs each holds back, and its head (the job that holds it, or its oldest failed job).
+    GROUPS_PAGE = "
+    SELECT g.queue, g.group_name, g.held, h.id, h.state, h.run_at, h.wait_until, h.acknowledged_at
+    FROM (SELECT queue, group_name, sum(group_held) AS held,
+                 coalesce(min(CASE WHEN group_held = 0 AND (state = 'pending' OR state = 'running' OR state = 'waiting')
+                                   THEN id END),
+                          min(CASE WHEN group_held = 0 THEN id END)) AS head
+          FROM   fenceq_jobs
+          WHERE  group_name IS NOT NULL
+            AND  (state = 'pending' OR state = 'running' OR state = 'waiting' OR state = 'unknown'
+                  OR state = 'exhausted')
+            AND  (:queue IS NULL OR queue = :queue)
+            AND  (queue > :after_queue OR (queue = :after_queue AND group_name > :after_group))
+          GROUP  BY queue, group_name
+          ORDER  BY queue, group_name
+          LIMIT  :limit) AS g
+    LEFT JOIN fenceq_jobs AS h ON h.id = g.head
+    ORDER BY g.queue, g.group_name";
 }

@@ -9,6 +9,7 @@
 //! - `maintenance`: the maintenance services' passes and their thread;
 //! - `pool`: the worker pool, from exactly-once settles to shutdown and `wait_idle`;
 //! - `paused`: paused queues (claims skip them, everything else goes on);
+//! - `groups`: one job of a group at a time, in enqueue order, and what blocks a group;
 //! - `metrics`: the Prometheus text of the counts, and completions per minute;
 //! - `texts`: NUL bytes in stored texts, keys and names, the same on every store;
 //! - `schedule` (feature `schedule`): periodic jobs, one run per tick;
@@ -16,6 +17,7 @@
 //!
 //! Each rule is named after the behaviour it checks (`base::claim_orders_by_priority_then_run_at_then_id`).
 
+mod groups;
 mod intake;
 mod lifecycle;
 mod maintenance;
@@ -41,6 +43,7 @@ pub fn rules<H: Harness>() -> Vec<Rule<H>> {
     rules.extend(maintenance::rules::<H>());
     rules.extend(pool::rules::<H>());
     rules.extend(paused::rules::<H>());
+    rules.extend(groups::rules::<H>());
     rules.extend(metrics::rules::<H>());
     rules.extend(texts::rules::<H>());
     #[cfg(feature = "schedule")]

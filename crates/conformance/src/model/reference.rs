@@ -196,6 +196,8 @@ impl Model {
                 exhausted_at: None,
                 acknowledged_at: None,
                 decision: None,
+                group: None,
+                held_by_group: false,
             },
         );
         Ok(())

@@ -1130,6 +1130,7 @@ impl<B: Backend> Runner<'_, B> {
                 max_attempts: j.max_attempts,
                 lease_until: now + lease_ms,
                 last_error: j.last_error.clone(),
+                group: j.group.clone(),
             };
             if c != expected {
                 return Err(format!(
