@@ -65,6 +65,11 @@ pub struct EnqueueArgs {
     #[arg(long, value_name = "KEY")]
     pub key: Option<String>,
 
+    /// The job's group (a conversation, say chat:42): one job of a group runs at a time, in
+    /// the order they were added.
+    #[arg(long, value_name = "GROUP")]
+    pub group: Option<String>,
+
     #[command(flatten)]
     pub payload: PayloadSource,
 
@@ -95,6 +100,9 @@ impl EnqueueArgs {
             .delay(Duration::from_secs(self.delay_secs));
         if let Some(key) = &self.key {
             job = job.key(key.clone());
+        }
+        if let Some(group) = &self.group {
+            job = job.group(group.clone());
         }
         if let Some(attempts) = self.max_attempts {
             job = job.max_attempts(attempts);

@@ -244,6 +244,15 @@ impl ListArgs {
     }
 }
 
+/// The job's group, and whether the group holds it back, for people.
+fn group_line(job: &Job) -> String {
+    match (&job.group, job.held_by_group) {
+        (None, _) => "-".to_string(),
+        (Some(group), false) => cell(Some(group), 512),
+        (Some(group), true) => format!("{} (held: an earlier job of the group holds it)", cell(Some(group), 512)),
+    }
+}
+
 /// The state with its acknowledgement, for people.
 fn state_label(job: &Job) -> String {
     match (job.state, job.acknowledged_at) {
@@ -279,6 +288,8 @@ pub fn job_json(job: &Job, limit: Option<usize>) -> Value {
             "by": d.by,
             "note": d.note,
         })),
+        "group": job.group,
+        "held_by_group": job.held_by_group,
         "payload": PayloadView::new(&job.payload, limit).json(),
     })
 }
@@ -314,6 +325,7 @@ impl ShowArgs {
             ("id", job.id.to_string()),
             ("queue", output::sanitize(&job.queue)),
             ("key", cell(job.key.as_deref(), 512)),
+            ("group", group_line(&job)),
             ("state", state_label(&job)),
             ("priority", job.priority.to_string()),
             ("run at", when(Some(job.run_at), now)),

@@ -11,6 +11,7 @@ pub mod backup;
 pub mod bench;
 pub mod decision;
 pub mod demo;
+pub mod groups;
 pub mod inspect;
 pub mod maintenance;
 pub mod output;
@@ -122,6 +123,15 @@ pub enum Command {
     Exhausted(inspect::ExhaustedArgs),
     /// Unknown outcomes awaiting resolution (the side effect may or may not have happened).
     Unknown(inspect::UnknownArgs),
+    /// Groups with live jobs (a job's group, `NewJob::group`: one job of a group at a time, in
+    /// enqueue order): each group's head, how many jobs wait behind it, and why a blocked
+    /// group cannot go on (a head that is unknown, exhausted, parked or backing off). With
+    /// --blocked, only those.
+    Groups(groups::GroupsArgs),
+    /// Shows, or sets for every process, what a failed head does to its queue's groups:
+    /// `stop` (the default: an unknown or unacknowledged exhausted head stops its group until
+    /// a person decides) or `continue` (it no longer blocks; setting it releases such groups).
+    GroupPolicy(groups::GroupPolicyArgs),
     /// Adds a job (creating the database if it is missing) and prints its id and whether it
     /// was new or a duplicate of an existing job with the same queue and key.
     Enqueue(admin::EnqueueArgs),
@@ -253,6 +263,8 @@ impl Command {
             Command::Show(args) => args.run::<S>(ctx),
             Command::Exhausted(args) => args.run::<S>(ctx),
             Command::Unknown(args) => args.run::<S>(ctx),
+            Command::Groups(args) => args.run::<S>(ctx),
+            Command::GroupPolicy(args) => args.run::<S>(ctx),
             Command::Enqueue(args) => args.run::<S>(ctx),
             Command::Ack(args) => args.run::<S>(ctx),
             Command::Replay(args) => args.run::<S>(ctx),

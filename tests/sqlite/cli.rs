@@ -1006,3 +1006,47 @@ fn texts_from_the_database_reach_the_terminal_escaped() {
         }
     }
 }
+
+// ------------------------------------------------------------------------------- groups
+
+#[test]
+fn groups_lists_blocked_groups_and_group_policy_releases_them() {
+    let (_dir, db, queue) = new_db();
+    for n in 1..=3 {
+        let out = run(&db, &["enqueue", "--queue", "q", "--group", "chat:1", "--payload", &format!("m{n}")]);
+        assert!(out.ok().contains("new"), "{}", out.ok());
+    }
+    enqueue(&queue, NewJob::new("q", b"other".to_vec()).group("chat:2"));
+    let show = run(&db, &["--json", "show", "2"]).json();
+    assert_eq!((show["group"].as_str(), show["held_by_group"].as_bool()), (Some("chat:1"), Some(true)));
+    let head = queue.claim_batch("q", "w", LEASE, 10).unwrap();
+    assert_eq!(head.iter().map(|c| c.payload.clone()).collect::<Vec<_>>(), [b"m1".to_vec(), b"other".to_vec()]);
+    let head = &head[0];
+    queue.mark_unknown(&head.token(), "timed out after sending").unwrap();
+
+    let text = run(&db, &["groups"]);
+    assert!(text.ok().contains("chat:1") && text.ok().contains("unknown"), "{}", text.ok());
+    let blocked = run(&db, &["--json", "groups", "--blocked"]).json_lines();
+    assert_eq!(blocked.len(), 1, "{blocked:?}");
+    assert_eq!(
+        (blocked[0]["group"].as_str(), blocked[0]["held"].as_u64(), blocked[0]["reason"].as_str()),
+        (Some("chat:1"), Some(2), Some("head_unknown"))
+    );
+    assert_eq!(blocked[0]["head"]["id"].as_i64(), Some(head.id().0));
+    let paged = run(&db, &["--json", "groups", "--limit", "1", "--after", "q/chat:1"]).json_lines();
+    assert_eq!(paged.iter().map(|g| g["group"].as_str().unwrap()).collect::<Vec<_>>(), ["chat:2"]);
+
+    let policy = run(&db, &["--json", "group-policy", "q"]).json();
+    assert_eq!(policy["group_policy"].as_str(), Some("stop"));
+    let set = run(&db, &["group-policy", "q", "continue"]);
+    assert!(set.ok().contains("now continue"), "{}", set.ok());
+    assert_eq!(queue.group_policy("q").unwrap(), fenceq::GroupPolicy::ContinueAfterFailure);
+    assert!(run(&db, &["groups", "--blocked"]).ok().contains("no blocked groups"));
+    assert!(!queue.job(JobId(2)).unwrap().unwrap().held_by_group, "the change released the group");
+
+    let bad = run(&db, &["enqueue", "--queue", "q", "--group", "", "--payload", "x"]);
+    assert!(bad.error().contains("group"), "{}", bad.error());
+    let bad = run(&db, &["groups", "--after", "no-slash"]);
+    assert!(bad.error().contains("QUEUE/GROUP"), "{}", bad.error());
+    run(&db, &["group-policy", "q", "sometimes"]).usage();
+}
