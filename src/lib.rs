@@ -7,6 +7,7 @@ mod conninfo;
 mod deprecated;
 mod error;
 mod job;
+mod limits;
 mod maintenance;
 mod metrics;
 #[cfg(feature = "serde")]
@@ -42,6 +43,7 @@ pub use job::{
     Backoff, ClaimId, ClaimToken, Claimed, Cursor, Decision, Enqueued, Exhaustion, GroupPolicy, Job, JobId, JobState,
     NewJob, Page, Resolution, Retried, RetryPolicy, UnknownOutcome,
 };
+pub use limits::{Limits, Rate, MAX_LIMIT_COUNT, MAX_RATE_WINDOW};
 #[cfg(feature = "schedule")]
 pub use maintenance::Scheduler;
 pub use maintenance::{BackupOptions, Checkpointer, Maintenance, MaintenanceConfig, MaintenanceReport, Pruner, Reaper};

@@ -54,3 +54,30 @@ CREATE TABLE fenceq_queue_flow (
     CONSTRAINT group_policy_valid CHECK (group_policy = 'stop' OR group_policy = 'continue'),
     CONSTRAINT backoff_has_reason CHECK ((backoff_until IS NULL) = (backoff_reason IS NULL))
 );
+
+-- Rate and concurrency limits of a queue (see SQLite's 0008). A claim of a queue with limits
+-- runs in a transaction that first locks the queue's `fenceq_queue_flow` row, so that two
+-- claims never count the same window at once.
+CREATE TABLE fenceq_limits (
+    queue      TEXT    NOT NULL,
+    scope      TEXT    NOT NULL,
+    window_ms  BIGINT  NOT NULL,
+    max_count  INTEGER NOT NULL,
+    updated_at BIGINT  NOT NULL,
+    PRIMARY KEY (queue, scope, window_ms),
+    CONSTRAINT queue_named CHECK (length(queue) > 0),
+    CONSTRAINT scope_valid CHECK (scope IN ('rate', 'group_rate', 'running')),
+    CONSTRAINT window_fits_scope CHECK ((scope = 'running') = (window_ms = 0)),
+    CONSTRAINT window_bounded CHECK (window_ms >= 0 AND window_ms <= 86400000),
+    CONSTRAINT count_bounded CHECK (max_count >= 1 AND max_count <= 1000000)
+);
+
+-- When each attempt of a rate-limited queue started (its claim), by the server's clock.
+CREATE TABLE fenceq_starts (
+    queue      TEXT   NOT NULL,
+    group_name TEXT,
+    at         BIGINT NOT NULL,
+    job_id     BIGINT NOT NULL
+);
+CREATE INDEX fenceq_starts_queue ON fenceq_starts (queue, at);
+CREATE INDEX fenceq_starts_group ON fenceq_starts (queue, group_name, at) WHERE group_name IS NOT NULL;

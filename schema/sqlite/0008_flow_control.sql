@@ -45,3 +45,33 @@ CREATE TABLE fenceq_queue_flow (
     CONSTRAINT group_policy_valid CHECK (group_policy = 'stop' OR group_policy = 'continue'),
     CONSTRAINT backoff_has_reason CHECK ((backoff_until IS NULL) = (backoff_reason IS NULL))
 ) WITHOUT ROWID;
+
+-- Rate and concurrency limits of a queue, stored so that every process and handle obeys the
+-- same ones: `rate` (at most `max_count` claims of the queue in any window of `window_ms`),
+-- `group_rate` (the same per group; several windows may be set, all hold) and `running` (at
+-- most `max_count` running attempts of the queue; `window_ms` 0).
+CREATE TABLE fenceq_limits (
+    queue      TEXT    NOT NULL,
+    scope      TEXT    NOT NULL,
+    window_ms  INTEGER NOT NULL,
+    max_count  INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (queue, scope, window_ms),
+    CONSTRAINT queue_named CHECK (length(queue) > 0),
+    CONSTRAINT scope_valid CHECK (scope = 'rate' OR scope = 'group_rate' OR scope = 'running'),
+    CONSTRAINT window_fits_scope CHECK ((scope = 'running') = (window_ms = 0)),
+    CONSTRAINT window_bounded CHECK (window_ms >= 0 AND window_ms <= 86400000),
+    CONSTRAINT count_bounded CHECK (max_count >= 1 AND max_count <= 1000000)
+) WITHOUT ROWID;
+
+-- When each attempt of a rate-limited queue started (its claim), by the store's clock: what
+-- the limits count. Written by the claim only for a queue with a rate limit; a claim deletes
+-- the rows older than the queue's longest window.
+CREATE TABLE fenceq_starts (
+    queue      TEXT    NOT NULL,
+    group_name TEXT,
+    at         INTEGER NOT NULL,
+    job_id     INTEGER NOT NULL
+);
+CREATE INDEX fenceq_starts_queue ON fenceq_starts (queue, at);
+CREATE INDEX fenceq_starts_group ON fenceq_starts (queue, group_name, at) WHERE group_name IS NOT NULL;

@@ -42,7 +42,8 @@ impl<S: Store> Queue<S> {
             self.store().submit_single(move |tx| {
                 let now = shared.fresh_now_in(tx)?;
                 let lease_until = now.saturating_add(lease_ms);
-                S::claim(tx, ClaimRequest { queue: &queue, worker: &worker, now, lease_until, limit })
+                let claims = S::claim(tx, ClaimRequest { queue: &queue, worker: &worker, now, lease_until, limit })?;
+                Ok(shared.claimed(&queue, claims))
             })
         })
     }

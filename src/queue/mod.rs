@@ -17,6 +17,7 @@ mod groups;
 mod inspect;
 pub(crate) mod intake;
 mod intake_group;
+mod limits;
 pub(crate) mod operator;
 mod pause;
 pub(crate) mod retry;
@@ -66,12 +67,34 @@ pub(crate) struct Shared<S> {
     wakers: Arc<Mutex<Vec<Waker>>>,
     /// Whether the store's watcher was registered (once, with the first pool).
     watched: std::sync::Once,
+    /// Per queue, when a limit that held its jobs back at this handle's last claim opens
+    /// again (the store's clock): how long a pool of it sleeps.
+    limit_opens: Mutex<std::collections::HashMap<String, i64>>,
     /// The periodic jobs registered on this handle, by name (`schedules.rs`).
     #[cfg(feature = "schedule")]
     pub(crate) schedules: Mutex<std::collections::BTreeMap<String, Arc<schedules::Periodic>>>,
 }
 
 impl<S: Store> Shared<S> {
+    /// Keeps what a claim of `queue` said about its limits, and hands on its jobs.
+    pub(crate) fn claimed(&self, queue: &str, claims: crate::store::Claims) -> Vec<crate::job::Claimed> {
+        let mut opens = self.limit_opens.lock();
+        match claims.limit_opens_at {
+            Some(at) => {
+                opens.insert(queue.to_string(), at);
+            }
+            None => {
+                opens.remove(queue);
+            }
+        }
+        claims.jobs
+    }
+
+    /// When a limit that held `queue`'s jobs back at the last claim opens again, if one did.
+    pub(crate) fn limit_opens_at(&self, queue: &str) -> Option<i64> {
+        self.limit_opens.lock().get(queue).copied()
+    }
+
     /// The store's estimate of now outside a transaction ([`Store::now_estimate`]), for
     /// advisory uses only.
     pub(crate) fn now(&self) -> i64 {
@@ -159,6 +182,7 @@ impl<S: Store> Queue<S> {
             intake: intake_group::IntakeGroup::default(),
             wakers: Arc::default(),
             watched: std::sync::Once::new(),
+            limit_opens: Mutex::new(std::collections::HashMap::new()),
             #[cfg(feature = "schedule")]
             schedules: Mutex::default(),
         };

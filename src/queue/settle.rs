@@ -226,7 +226,8 @@ impl<S: Store> Queue<S> {
                 let now = shared.fresh_now_in(tx)?;
                 let lease_until = now.saturating_add(lease_ms);
                 let settled = settle_each::<S>(tx, &items, now, &|tx: &S::Tx| shared.now_in(tx))?;
-                Ok((settled, S::claim(tx, ClaimRequest { queue: &queue, worker: &worker, now, lease_until, limit })?))
+                let claims = S::claim(tx, ClaimRequest { queue: &queue, worker: &worker, now, lease_until, limit })?;
+                Ok((settled, shared.claimed(&queue, claims)))
             })
         })
     }

@@ -54,6 +54,7 @@ macro_rules! job_columns {
 }
 
 pub mod default;
+pub(crate) mod limits;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub(crate) mod scope;
@@ -66,6 +67,7 @@ pub use settings::Settings;
 use crate::clock::Clock;
 use crate::error::Result;
 use crate::job::{ClaimId, ClaimToken, Claimed, Exhaustion, GroupPolicy, Job, JobId, JobState, Resolution};
+use crate::limits::Limits;
 use crate::report::{CheckpointReport, CommitStats, GroupSummary, PausedQueue, ReapReport};
 use std::time::Duration;
 
@@ -292,7 +294,9 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// left. Each gets `attempt + 1`, a fresh claim id, `worker`, and a lease to
     /// `lease_until`. A live lease is never handed out. A paused queue
     /// ([`Store::pause_queue`]) claims nothing; the check is part of the claim's own read.
-    fn claim(tx: &Self::Tx, request: ClaimRequest<'_>) -> Result<Vec<Claimed>>;
+    /// A queue with limits ([`Store::set_limits`]) is claimed by [`limits::claim_limited`],
+    /// which hands out nothing that would break one.
+    fn claim(tx: &Self::Tx, request: ClaimRequest<'_>) -> Result<Claims>;
 
     /// Moves the lease of the exact live claim `claim.token` to `lease_until`.
     fn renew_if_owned(tx: &Self::Tx, claim: TokenAt<'_>, lease_until: i64) -> Result<bool>;
@@ -469,6 +473,48 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
 
     /// One page of groups with live jobs, in (queue, group) order after `page.after`.
     fn groups(tx: &Self::Tx, page: GroupsRequest<'_>) -> Result<Vec<GroupSummary>>;
+
+    // ------------------------------------------------------------ limits
+
+    /// Replaces every limit of `queue` with `limits` (none: clears them), and makes sure the
+    /// queue has its flow-control row (which a limited claim locks, where the store locks).
+    fn set_limits(tx: &Self::Tx, queue: &str, limits: &Limits, now: i64) -> Result<()>;
+
+    /// `queue`'s limits (empty when it has none).
+    fn limits(tx: &Self::Tx, queue: &str) -> Result<Limits>;
+
+    /// Every queue with limits, by name.
+    fn all_limits(tx: &Self::Tx) -> Result<Vec<(String, Limits)>>;
+
+    // What a limited claim ([`limits::claim_limited`]) reads and writes, each in the claim's
+    // transaction.
+
+    /// Serialises the limited claims of `queue` until the transaction ends (PostgreSQL: the
+    /// queue's `fenceq_queue_flow` row, locked; SQLite: the writer's lock already does).
+    fn lock_limits(tx: &Self::Tx, queue: &str) -> Result<()>;
+
+    /// The running attempts of `queue` (live or expired leases: an expired one's worker may
+    /// still be at work until a reclaim replaces it).
+    fn running_count(tx: &Self::Tx, queue: &str) -> Result<u64>;
+
+    /// The recorded starts of `queue` (of one group of it, with `group`) after `since`,
+    /// oldest first.
+    fn starts_since(tx: &Self::Tx, queue: &str, group: Option<&str>, since: i64) -> Result<Vec<i64>>;
+
+    /// Up to `limit` claimable jobs of the queue, in claim order, with their groups (as
+    /// [`Store::claim`] would choose them, limits aside; nothing is claimed).
+    fn claim_candidates(tx: &Self::Tx, request: ClaimRequest<'_>) -> Result<Vec<(JobId, Option<String>)>>;
+
+    /// Claims the chosen `ids` as [`Store::claim`] claims, each only if it is still claimable.
+    fn claim_ids(tx: &Self::Tx, ids: &[JobId], request: ClaimRequest<'_>) -> Result<Vec<Claimed>>;
+
+    /// Records the start of each claimed job at `now`, and forgets the starts of the queue
+    /// at or before `forget_before`.
+    fn record_starts(tx: &Self::Tx, claimed: &[Claimed], now: i64, forget_before: i64) -> Result<()>;
+
+    /// Moves a pending job's `run_at` on to `at` (never back): a head whose group's rate is
+    /// spent waits out of the claim's way until the rate opens.
+    fn defer_pending(tx: &Self::Tx, id: JobId, at: i64) -> Result<()>;
 }
 
 /// One statement of a store's dialect and its name: what errors and logs say it was
@@ -551,6 +597,23 @@ pub struct NewRow<'a> {
     pub created_at: i64,
     /// Its group, if any.
     pub group: Option<&'a str>,
+}
+
+/// What a claim handed out, and, when a limit held jobs back, the instant it next opens (by
+/// the store's clock), so that a pool sleeps until then instead of a whole poll interval.
+#[derive(Debug, Default)]
+pub struct Claims {
+    /// The claimed jobs, in claim order.
+    pub jobs: Vec<Claimed>,
+    /// When the limit that held jobs back opens again, if one did and it is known.
+    pub limit_opens_at: Option<i64>,
+}
+
+impl Claims {
+    /// Jobs claimed with no limit in the way.
+    pub fn of(jobs: Vec<Claimed>) -> Claims {
+        Claims { jobs, limit_opens_at: None }
+    }
 }
 
 /// What a listing of groups asks for ([`Store::groups`]): the groups of one queue (or of

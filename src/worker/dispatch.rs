@@ -114,6 +114,7 @@ pub(super) fn dispatch<S: Store>(
             }
             continue;
         }
+        let wait = until_limit_opens(shared, poll);
         select! {
             recv(stop) -> _ => {} // `stopping` is set: the next round hands the held jobs back
             recv(finished) -> attempt => match attempt {
@@ -121,8 +122,22 @@ pub(super) fn dispatch<S: Store>(
                 Err(_) => workers_gone = true,
             },
             recv(wake) -> _ => {}
-            default(poll) => {}
+            default(wait) => {}
         }
+    }
+}
+
+/// How long an idle dispatcher sleeps: the poll interval, or less when a limit held the
+/// queue's jobs back at the last claim and opens sooner (at least a millisecond: it does not
+/// spin).
+fn until_limit_opens<S: Store>(shared: &Shared<S>, poll: Duration) -> Duration {
+    let queue = &shared.queue.shared;
+    match queue.limit_opens_at(&shared.queue_name) {
+        Some(at) => {
+            let ms = u64::try_from(at.saturating_sub(queue.now())).unwrap_or(0).max(1);
+            poll.min(Duration::from_millis(ms))
+        }
+        None => poll,
     }
 }
 

@@ -321,7 +321,7 @@ fn a_paused_queue_claims_nothing_on_any_handle_and_its_claim_reads_no_job() {
                 tx,
                 ClaimRequest { queue: "q", worker: "w", now, lease_until: now + 30_000, limit },
             )?;
-            Ok((claimed.len(), jobs_read_in(tx)))
+            Ok((claimed.jobs.len(), jobs_read_in(tx)))
         })
         .unwrap()
     };

@@ -7,10 +7,12 @@ use super::{PgTx, PostgresStore};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::job::{ClaimId, ClaimToken, Claimed, Decision, Exhaustion, GroupPolicy, Job, JobId, JobState, Resolution};
+use crate::limits::Limits;
 use crate::report::{CheckpointReport, CommitStats, GroupHead, GroupSummary, PausedQueue, ReapReport};
+use crate::store::limits::{claim_limited, limit_rows, limits_by_queue, limits_of};
 use crate::store::{
-    Batch, ClaimRequest, Decided, GroupsRequest, Identity, JobDecision, NewRow, OwnedLease, PageRequest, QueueDecision,
-    ScheduleTick, StatsRow, Stmt, Store, TokenAt,
+    Batch, ClaimRequest, Claims, Decided, GroupsRequest, Identity, JobDecision, NewRow, OwnedLease, PageRequest,
+    QueueDecision, ScheduleTick, StatsRow, Stmt, Store, TokenAt,
 };
 use diesel::pg::Pg;
 use diesel::query_builder::{BoxedSqlQuery, SqlQuery};
@@ -191,8 +193,9 @@ impl Store for PostgresStore {
         Ok(id.map(|r| JobId(r.id)))
     }
 
-    /// One statement (`CLAIM`); the claimed rows are sorted into claim order here.
-    fn claim(tx: &PgTx, request: ClaimRequest<'_>) -> Result<Vec<Claimed>> {
+    /// One statement (`CLAIM`); the claimed rows are sorted into claim order here. A queue
+    /// with limits, which `CLAIM` leaves alone, goes to `store::limits` in a transaction.
+    fn claim(tx: &PgTx, request: ClaimRequest<'_>) -> Result<Claims> {
         let ClaimRequest { queue, worker, now, lease_until, limit: limit_ } = request;
         let query = bound(CLAIM)
             .bind::<Text, _>(queue)
@@ -200,22 +203,14 @@ impl Store for PostgresStore {
             .bind::<BigInt, _>(limit(limit_))
             .bind::<Text, _>(worker)
             .bind::<BigInt, _>(lease_until);
-        let mut rows = tx.writing(|conn| query.load::<ClaimRow>(conn))?;
-        rows.sort_by_key(|r| (std::cmp::Reverse(r.priority), r.run_at, r.id));
-        Ok(rows
-            .into_iter()
-            .map(|r| Claimed {
-                token: ClaimToken { id: JobId(r.id), attempt: unsigned(r.attempt), claim_id: ClaimId(r.claim_id) },
-                queue: r.queue,
-                key: r.key,
-                payload: r.payload,
-                priority: r.priority,
-                max_attempts: unsigned(r.max_attempts),
-                lease_until: r.lease_until,
-                last_error: r.last_error,
-                group: r.group_name,
-            })
-            .collect())
+        let rows = tx.writing(|conn| query.load::<ClaimRow>(conn))?;
+        if rows.is_empty() {
+            let limits = Self::limits(tx, queue)?;
+            if !limits.is_empty() {
+                return tx.in_own_transaction(|tx| claim_limited::<Self>(tx, request, &limits));
+            }
+        }
+        Ok(Claims::of(claimed_in_order(rows)))
     }
 
     fn renew_if_owned(tx: &PgTx, claim: TokenAt<'_>, lease_until: i64) -> Result<bool> {
@@ -489,6 +484,91 @@ impl Store for PostgresStore {
         let query = bound(SCHEDULE_LAST_TICK).bind::<Text, _>(name);
         let row = tx.with(|conn| query.optional::<N>(conn))?;
         Ok(row.map(|r| r.n))
+    }
+
+    fn set_limits(tx: &PgTx, queue: &str, limits: &Limits, now: i64) -> Result<()> {
+        let delete = bound(DELETE_LIMITS).bind::<Text, _>(queue);
+        tx.writing(|conn| delete.execute(conn))?;
+        for (scope, window_ms, max_count) in limit_rows(limits) {
+            let insert = bound(INSERT_LIMIT)
+                .bind::<Text, _>(queue)
+                .bind::<Text, _>(scope)
+                .bind::<BigInt, _>(window_ms)
+                .bind::<Integer, _>(i32::try_from(max_count).unwrap_or(i32::MAX))
+                .bind::<BigInt, _>(now);
+            tx.writing(|conn| insert.execute(conn))?;
+        }
+        let touch = bound(TOUCH_QUEUE_FLOW).bind::<Text, _>(queue).bind::<BigInt, _>(now);
+        tx.writing(|conn| touch.execute(conn)).map(drop)
+    }
+
+    fn limits(tx: &PgTx, queue: &str) -> Result<Limits> {
+        let query = bound(LIMITS).bind::<Text, _>(queue);
+        let rows = tx.with(|conn| query.load::<LimitRow>(conn))?;
+        Ok(limits_of(rows.into_iter().map(|r| (r.scope, r.window_ms, i64::from(r.max_count)))))
+    }
+
+    fn all_limits(tx: &PgTx) -> Result<Vec<(String, Limits)>> {
+        let query = bound(ALL_LIMITS);
+        let rows = tx.with(|conn| query.load::<QueueLimitRow>(conn))?;
+        Ok(limits_by_queue(rows.into_iter().map(|r| (r.queue, r.scope, r.window_ms, i64::from(r.max_count))).collect()))
+    }
+
+    /// The queue's flow-control row, locked until the claim's transaction ends.
+    fn lock_limits(tx: &PgTx, queue: &str) -> Result<()> {
+        let query = bound(LOCK_LIMITS).bind::<Text, _>(queue);
+        tx.writing(|conn| query.load::<NRow>(conn)).map(drop)
+    }
+
+    fn running_count(tx: &PgTx, queue: &str) -> Result<u64> {
+        let query = bound(RUNNING_COUNT).bind::<Text, _>(queue);
+        Ok(count_u64(tx.with(|conn| query.one::<N>(conn))?.n))
+    }
+
+    fn starts_since(tx: &PgTx, queue: &str, group: Option<&str>, since: i64) -> Result<Vec<i64>> {
+        let query = match group {
+            None => bound(QUEUE_STARTS).bind::<Text, _>(queue).bind::<BigInt, _>(since),
+            Some(group) => bound(GROUP_STARTS).bind::<Text, _>(queue).bind::<Text, _>(group).bind::<BigInt, _>(since),
+        };
+        Ok(tx.with(|conn| query.load::<N>(conn))?.into_iter().map(|r| r.n).collect())
+    }
+
+    fn claim_candidates(tx: &PgTx, request: ClaimRequest<'_>) -> Result<Vec<(JobId, Option<String>)>> {
+        let ClaimRequest { queue, now, limit: limit_, .. } = request;
+        let query =
+            bound(CLAIM_CANDIDATES).bind::<Text, _>(queue).bind::<BigInt, _>(now).bind::<BigInt, _>(limit(limit_));
+        let rows = tx.with(|conn| query.load::<CandidateRow>(conn))?;
+        Ok(rows.into_iter().map(|r| (JobId(r.id), r.group_name)).collect())
+    }
+
+    fn claim_ids(tx: &PgTx, ids: &[JobId], request: ClaimRequest<'_>) -> Result<Vec<Claimed>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ClaimRequest { worker, now, lease_until, .. } = request;
+        let query = bound(CLAIM_IDS)
+            .bind::<Array<BigInt>, _>(ids.iter().map(|id| id.0).collect::<Vec<i64>>())
+            .bind::<Text, _>(worker)
+            .bind::<BigInt, _>(now)
+            .bind::<BigInt, _>(lease_until);
+        let rows = tx.writing(|conn| query.load::<ClaimRow>(conn))?;
+        Ok(claimed_in_order(rows))
+    }
+
+    fn record_starts(tx: &PgTx, claimed: &[Claimed], now: i64, forget_before: i64) -> Result<()> {
+        let Some(first) = claimed.first() else { return Ok(()) };
+        let query = bound(RECORD_STARTS)
+            .bind::<Text, _>(first.queue.as_str())
+            .bind::<Array<BigInt>, _>(claimed.iter().map(|c| c.token.id.0).collect::<Vec<i64>>())
+            .bind::<Array<Nullable<Text>>, _>(claimed.iter().map(|c| c.group.clone()).collect::<Vec<Option<String>>>())
+            .bind::<BigInt, _>(now)
+            .bind::<BigInt, _>(forget_before);
+        tx.writing(|conn| query.execute(conn)).map(drop)
+    }
+
+    fn defer_pending(tx: &PgTx, id: JobId, at: i64) -> Result<()> {
+        let query = bound(DEFER_PENDING).bind::<BigInt, _>(id.0).bind::<BigInt, _>(at);
+        tx.writing(|conn| query.execute(conn)).map(drop)
     }
 
     fn set_group_policy(tx: &PgTx, queue: &str, policy: GroupPolicy, now: i64) -> Result<()> {
@@ -1070,4 +1150,59 @@ struct GroupsPageRow {
     head_wait_until: Option<i64>,
     #[diesel(sql_type = Nullable<BigInt>)]
     head_acknowledged_at: Option<i64>,
+}
+
+/// Claimed rows in claim order (priority, then run_at, then id), as the store hands them out.
+fn claimed_in_order(mut rows: Vec<ClaimRow>) -> Vec<Claimed> {
+    rows.sort_by_key(|r| (std::cmp::Reverse(r.priority), r.run_at, r.id));
+    rows.into_iter()
+        .map(|r| Claimed {
+            token: ClaimToken { id: JobId(r.id), attempt: unsigned(r.attempt), claim_id: ClaimId(r.claim_id) },
+            queue: r.queue,
+            key: r.key,
+            payload: r.payload,
+            priority: r.priority,
+            max_attempts: unsigned(r.max_attempts),
+            lease_until: r.lease_until,
+            last_error: r.last_error,
+            group: r.group_name,
+        })
+        .collect()
+}
+
+#[derive(QueryableByName)]
+struct LimitRow {
+    #[diesel(sql_type = Text)]
+    scope: String,
+    #[diesel(sql_type = BigInt)]
+    window_ms: i64,
+    #[diesel(sql_type = Integer)]
+    max_count: i32,
+}
+
+#[derive(QueryableByName)]
+struct QueueLimitRow {
+    #[diesel(sql_type = Text)]
+    queue: String,
+    #[diesel(sql_type = Text)]
+    scope: String,
+    #[diesel(sql_type = BigInt)]
+    window_ms: i64,
+    #[diesel(sql_type = Integer)]
+    max_count: i32,
+}
+
+#[derive(QueryableByName)]
+struct NRow {
+    #[diesel(sql_type = Integer)]
+    #[allow(dead_code)]
+    n: i32,
+}
+
+#[derive(QueryableByName)]
+struct CandidateRow {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+    #[diesel(sql_type = Nullable<Text>)]
+    group_name: Option<String>,
 }

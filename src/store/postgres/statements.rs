@@ -189,6 +189,7 @@ stmt! {
     FROM   due
     WHERE  j.id = due.id
       AND  NOT EXISTS (SELECT 1 FROM fenceq_queues WHERE queue = $1 AND paused_at IS NOT NULL)
+      AND  NOT EXISTS (SELECT 1 FROM fenceq_limits WHERE queue = $1)
     RETURNING j.id, j.queue, j.key, j.payload, j.priority, j.run_at, j.attempt, j.max_attempts,
               j.lease_until, j.last_error, j.claim_id, j.group_name";
 
@@ -750,4 +751,84 @@ stmt! {
           LIMIT  $4) AS g
     LEFT JOIN fenceq_jobs AS h ON h.id = g.head
     ORDER BY g.queue, g.group_name";
+}
+
+// Limits: `$1` queue unless said otherwise.
+
+stmt! {
+    LIMITS = "
+    SELECT scope, window_ms, max_count FROM fenceq_limits WHERE queue = $1 ORDER BY scope, window_ms";
+
+    ALL_LIMITS = "
+    SELECT queue, scope, window_ms, max_count FROM fenceq_limits ORDER BY queue, scope, window_ms";
+
+    DELETE_LIMITS = "
+    DELETE FROM fenceq_limits WHERE queue = $1";
+
+    /// `$2` scope, `$3` window, `$4` count, `$5` now.
+    INSERT_LIMIT = "
+    INSERT INTO fenceq_limits (queue, scope, window_ms, max_count, updated_at) VALUES ($1, $2, $3, $4, $5)";
+
+    /// The queue's flow-control row, created if missing (`$2` now): what `LOCK_LIMITS` locks.
+    TOUCH_QUEUE_FLOW = "
+    INSERT INTO fenceq_queue_flow (queue, updated_at) VALUES ($1, $2)
+    ON CONFLICT (queue) DO UPDATE SET updated_at = EXCLUDED.updated_at";
+
+    /// The lock that serialises the limited claims of a queue, across processes.
+    LOCK_LIMITS = "
+    SELECT 1 AS n FROM fenceq_queue_flow WHERE queue = $1 FOR UPDATE";
+
+    RUNNING_COUNT = "
+    SELECT count(*) AS n FROM fenceq_jobs WHERE queue = $1 AND state = 'running'";
+
+    /// `$2` since.
+    QUEUE_STARTS = "
+    SELECT at AS n FROM fenceq_starts WHERE queue = $1 AND at > $2 ORDER BY at";
+
+    /// `$2` group, `$3` since.
+    GROUP_STARTS = "
+    SELECT at AS n FROM fenceq_starts
+    WHERE  queue = $1 AND group_name = $2 AND group_name IS NOT NULL AND at > $3 ORDER BY at";
+
+    /// `CLAIM`'s choice without the claim (`$2` now, `$3` limit), with each job's group.
+    CLAIM_CANDIDATES = "
+    SELECT id, group_name FROM (
+        (SELECT id, priority, run_at, group_name
+         FROM   fenceq_jobs
+         WHERE  queue = $1 AND state = 'pending' AND NOT group_held AND run_at <= $2
+         ORDER  BY priority DESC, run_at, id
+         LIMIT  $3)
+        UNION ALL
+        (SELECT id, priority, run_at, group_name
+         FROM   fenceq_jobs
+         WHERE  queue = $1 AND state = 'running' AND lease_until <= $2 AND attempt < max_attempts
+         ORDER  BY priority DESC, run_at, id
+         LIMIT  $3)
+    ) AS candidates
+    WHERE NOT EXISTS (SELECT 1 FROM fenceq_queues WHERE queue = $1 AND paused_at IS NOT NULL)
+    ORDER BY priority DESC, run_at, id
+    LIMIT $3";
+
+    /// Claims the jobs of the array `$1` that are still claimable at `$3` (`$2` worker, `$4`
+    /// lease end), as `CLAIM` does.
+    CLAIM_IDS = "
+    UPDATE fenceq_jobs AS j
+    SET    state = 'running', attempt = j.attempt + 1, claim_id = gen_random_uuid(), worker = $2,
+           lease_until = $4, heartbeat_at = $3, wait_until = NULL
+    WHERE  j.id = ANY($1)
+      AND  ((j.state = 'pending' AND NOT j.group_held AND j.run_at <= $3)
+            OR (j.state = 'running' AND j.lease_until <= $3 AND j.attempt < j.max_attempts))
+    RETURNING j.id, j.queue, j.key, j.payload, j.priority, j.run_at, j.attempt, j.max_attempts,
+              j.lease_until, j.last_error, j.claim_id, j.group_name";
+
+    /// The starts of the arrays `$2` ids, `$3` groups at `$4`; then forgets the queue's starts
+    /// at or before `$5`.
+    RECORD_STARTS = "
+    WITH forgotten AS (DELETE FROM fenceq_starts WHERE queue = $1 AND at <= $5)
+    INSERT INTO fenceq_starts (queue, group_name, at, job_id)
+    SELECT $1, g, $4, id FROM unnest($2::bigint[], $3::text[]) AS s(id, g)";
+
+    /// `$1` id, `$2` instant.
+    DEFER_PENDING = "
+    UPDATE fenceq_jobs SET run_at = GREATEST(run_at, $2) WHERE id = $1 AND state = 'pending'";
 }

@@ -7,10 +7,12 @@ use super::writer::exec;
 use super::SqliteStore;
 use crate::error::Result;
 use crate::job::{ClaimId, ClaimToken, Claimed, Decision, Exhaustion, GroupPolicy, Job, JobId, JobState, Resolution};
+use crate::limits::Limits;
 use crate::report::{CheckpointReport, CommitStats, GroupHead, GroupSummary, PausedQueue, ReapReport};
+use crate::store::limits::{claim_limited, limit_rows, limits_by_queue, limits_of};
 use crate::store::{
-    Batch, ClaimRequest, Decided, GroupsRequest, Identity, JobDecision, NewRow, OwnedLease, PageRequest, QueueDecision,
-    ScheduleTick, StatsRow, Stmt, Store, TokenAt,
+    Batch, ClaimRequest, Claims, Decided, GroupsRequest, Identity, JobDecision, NewRow, OwnedLease, PageRequest,
+    QueueDecision, ScheduleTick, StatsRow, Stmt, Store, TokenAt,
 };
 use rusqlite::{named_params, CachedStatement, Connection, OptionalExtension, Row, ToSql};
 use std::time::Duration;
@@ -115,39 +117,21 @@ impl Store for SqliteStore {
     }
 
     /// Three statements in one IMMEDIATE transaction (the selection cannot change in
-    /// between): the claimable ids, the claim of each, and the claimed row's data.
-    fn claim(tx: &Connection, request: ClaimRequest<'_>) -> Result<Vec<Claimed>> {
-        let ClaimRequest { queue, worker, now, lease_until, limit } = request;
-        let ids: Vec<i64> = on(tx, CLAIM_SELECT, |s| {
-            s.query_map(named_params! { ":queue": queue, ":now": now, ":limit": limit }, |row| row.get(0))?
+    /// between): the claimable ids, the claim of each, and the claimed row's data. A queue
+    /// with limits, whose selection is empty, goes to `store::limits`.
+    fn claim(tx: &Connection, request: ClaimRequest<'_>) -> Result<Claims> {
+        let ClaimRequest { queue, now, limit, .. } = request;
+        let ids: Vec<JobId> = on(tx, CLAIM_SELECT, |s| {
+            s.query_map(named_params! { ":queue": queue, ":now": now, ":limit": limit }, |row| row.get(0).map(JobId))?
                 .collect::<rusqlite::Result<_>>()
         })?;
-        let mut claim = prepare(tx, CLAIM_UPDATE)?;
-        let mut read = prepare(tx, CLAIM_READ)?;
-        let mut claimed = Vec::with_capacity(ids.len());
-        for id in ids {
-            let claim_id = ClaimId::generate();
-            claim
-                .execute(rusqlite::params![id, claim_id.0.as_bytes().as_slice(), worker, now, lease_until])
-                .sql(CLAIM_UPDATE)?;
-            let job = read
-                .query_row([id], |row| {
-                    Ok(Claimed {
-                        token: ClaimToken { id: JobId(id), attempt: row.get(4)?, claim_id },
-                        queue: row.get(0)?,
-                        key: row.get(1)?,
-                        payload: row.get(2)?,
-                        priority: row.get(3)?,
-                        max_attempts: row.get(5)?,
-                        lease_until: row.get(6)?,
-                        last_error: row.get(7)?,
-                        group: row.get(8)?,
-                    })
-                })
-                .sql(CLAIM_READ)?;
-            claimed.push(job);
+        if ids.is_empty() {
+            let limits = Self::limits(tx, queue)?;
+            if !limits.is_empty() {
+                return claim_limited::<Self>(tx, request, &limits);
+            }
         }
-        Ok(claimed)
+        Self::claim_ids(tx, &ids, request).map(Claims::of)
     }
 
     fn renew_if_owned(tx: &Connection, claim: TokenAt<'_>, lease_until: i64) -> Result<bool> {
@@ -431,6 +415,113 @@ impl Store for SqliteStore {
 
     fn schedule_last_tick(tx: &Connection, name: &str) -> Result<Option<i64>> {
         on(tx, SCHEDULE_LAST_TICK, |s| s.query_row(named_params! { ":name": name }, |row| row.get(0)).optional())
+    }
+
+    fn set_limits(tx: &Connection, queue: &str, limits: &Limits, now: i64) -> Result<()> {
+        on(tx, DELETE_LIMITS, |s| s.execute(named_params! { ":queue": queue }))?;
+        for (scope, window_ms, max_count) in limit_rows(limits) {
+            on(tx, INSERT_LIMIT, |s| {
+                s.execute(named_params! {
+                    ":queue": queue, ":scope": scope, ":window_ms": window_ms, ":max_count": max_count, ":now": now
+                })
+            })?;
+        }
+        on(tx, TOUCH_QUEUE_FLOW, |s| s.execute(named_params! { ":queue": queue, ":now": now })).map(drop)
+    }
+
+    fn limits(tx: &Connection, queue: &str) -> Result<Limits> {
+        let rows: Vec<(String, i64, i64)> = on(tx, LIMITS, |s| {
+            s.query_map(named_params! { ":queue": queue }, |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+                .collect::<rusqlite::Result<_>>()
+        })?;
+        Ok(limits_of(rows))
+    }
+
+    fn all_limits(tx: &Connection) -> Result<Vec<(String, Limits)>> {
+        let rows: Vec<(String, String, i64, i64)> = on(tx, ALL_LIMITS, |s| {
+            s.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))?
+                .collect::<rusqlite::Result<_>>()
+        })?;
+        Ok(limits_by_queue(rows))
+    }
+
+    /// The writer's lock already serialises every claim.
+    fn lock_limits(_tx: &Connection, _queue: &str) -> Result<()> {
+        Ok(())
+    }
+
+    fn running_count(tx: &Connection, queue: &str) -> Result<u64> {
+        on(tx, RUNNING_COUNT, |s| s.query_row(named_params! { ":queue": queue }, |row| row.get::<_, i64>(0)))
+            .map(|n| n as u64)
+    }
+
+    fn starts_since(tx: &Connection, queue: &str, group: Option<&str>, since: i64) -> Result<Vec<i64>> {
+        match group {
+            None => on(tx, QUEUE_STARTS, |s| {
+                s.query_map(named_params! { ":queue": queue, ":since": since }, |row| row.get(0))?
+                    .collect::<rusqlite::Result<_>>()
+            }),
+            Some(group) => on(tx, GROUP_STARTS, |s| {
+                s.query_map(named_params! { ":queue": queue, ":group": group, ":since": since }, |row| row.get(0))?
+                    .collect::<rusqlite::Result<_>>()
+            }),
+        }
+    }
+
+    fn claim_candidates(tx: &Connection, request: ClaimRequest<'_>) -> Result<Vec<(JobId, Option<String>)>> {
+        let ClaimRequest { queue, now, limit, .. } = request;
+        on(tx, CLAIM_CANDIDATES, |s| {
+            s.query_map(named_params! { ":queue": queue, ":now": now, ":limit": limit }, |row| {
+                Ok((JobId(row.get(0)?), row.get(3)?))
+            })?
+            .collect::<rusqlite::Result<_>>()
+        })
+    }
+
+    /// Within the writer's transaction nothing changed since the selection.
+    fn claim_ids(tx: &Connection, ids: &[JobId], request: ClaimRequest<'_>) -> Result<Vec<Claimed>> {
+        let ClaimRequest { worker, now, lease_until, .. } = request;
+        let mut claim = prepare(tx, CLAIM_UPDATE)?;
+        let mut read = prepare(tx, CLAIM_READ)?;
+        let mut claimed = Vec::with_capacity(ids.len());
+        for &JobId(id) in ids {
+            let claim_id = ClaimId::generate();
+            claim
+                .execute(rusqlite::params![id, claim_id.0.as_bytes().as_slice(), worker, now, lease_until])
+                .sql(CLAIM_UPDATE)?;
+            let job = read
+                .query_row([id], |row| {
+                    Ok(Claimed {
+                        token: ClaimToken { id: JobId(id), attempt: row.get(4)?, claim_id },
+                        queue: row.get(0)?,
+                        key: row.get(1)?,
+                        payload: row.get(2)?,
+                        priority: row.get(3)?,
+                        max_attempts: row.get(5)?,
+                        lease_until: row.get(6)?,
+                        last_error: row.get(7)?,
+                        group: row.get(8)?,
+                    })
+                })
+                .sql(CLAIM_READ)?;
+            claimed.push(job);
+        }
+        Ok(claimed)
+    }
+
+    fn record_starts(tx: &Connection, claimed: &[Claimed], now: i64, forget_before: i64) -> Result<()> {
+        let mut record = prepare(tx, RECORD_START)?;
+        for job in claimed {
+            record
+                .execute(named_params! { ":queue": job.queue, ":group": job.group, ":at": now, ":id": job.token.id.0 })
+                .sql(RECORD_START)?;
+        }
+        let queue = claimed.first().map(|job| job.queue.as_str()).unwrap_or_default();
+        on(tx, FORGET_STARTS, |s| s.execute(named_params! { ":queue": queue, ":before": forget_before })).map(drop)
+    }
+
+    fn defer_pending(tx: &Connection, id: JobId, at: i64) -> Result<()> {
+        on(tx, DEFER_PENDING, |s| s.execute(named_params! { ":id": id.0, ":at": at })).map(drop)
     }
 
     fn set_group_policy(tx: &Connection, queue: &str, policy: GroupPolicy, now: i64) -> Result<()> {

@@ -73,11 +73,13 @@ fn hot_statements_are_compiled_once() {
             ClaimRequest { queue: "q", worker: "w", now, lease_until: now + 1000, limit }
         )
         .unwrap()
+        .jobs
         .is_empty());
         assert!(SqliteStore::unpause_queue(&conn, QueueDecision { queue: "q", now, decided: unpause }).unwrap());
         let claimed =
             SqliteStore::claim(&conn, ClaimRequest { queue: "q", worker: "w", now, lease_until: now + 1000, limit })
-                .unwrap();
+                .unwrap()
+                .jobs;
         assert_eq!(claimed.len(), limit as usize);
         for c in claimed {
             assert!(SqliteStore::renew_if_owned(&conn, TokenAt { token: &c.token, now }, now + 1000).unwrap());

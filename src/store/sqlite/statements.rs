@@ -28,6 +28,43 @@ macro_rules! records_decision {
     };
 }
 
+/// The claim's selection (see `CLAIM_SELECT`): `$columns` of up to `:limit` claimable jobs of
+/// `:queue` at `:now`, none while `$closed` holds.
+macro_rules! claim_select {
+    ($columns:literal, $closed:literal) => {
+        concat!(
+            "
+    SELECT ",
+            $columns,
+            " FROM (
+        SELECT ",
+            $columns,
+            "
+        FROM   fenceq_jobs
+        WHERE  queue = :queue AND state = 'pending' AND group_held = 0 AND run_at <= :now
+        ORDER  BY priority DESC, run_at, id
+        LIMIT  :limit)
+    UNION ALL
+    SELECT ",
+            $columns,
+            " FROM (
+        SELECT ",
+            $columns,
+            "
+        FROM   fenceq_jobs
+        WHERE  queue = :queue AND state = 'running' AND lease_until <= :now
+          AND  attempt < max_attempts
+        ORDER  BY priority DESC, run_at, id
+        LIMIT  :limit)
+    ORDER BY priority DESC, run_at, id
+    LIMIT CASE WHEN ",
+            $closed,
+            "
+               THEN 0 ELSE :limit END"
+        )
+    };
+}
+
 stmt! {
     /// Idempotent intake: a second row with the same (queue, key) is not inserted (`changes()`
     /// is then 0). `ON CONFLICT` (unlike `INSERT OR IGNORE`) skips only the uniqueness conflict,
@@ -88,24 +125,18 @@ stmt! {
     /// branch, so a paused claim costs one probe and walks no index. (As a `NOT EXISTS` in the
     /// branches' `WHERE` it would be tested against every pending row of the queue, and a paused
     /// queue's claim would walk them all to find none.)
-    CLAIM_SELECT = "
-    SELECT id, priority, run_at FROM (
-        SELECT id, priority, run_at
-        FROM   fenceq_jobs
-        WHERE  queue = :queue AND state = 'pending' AND group_held = 0 AND run_at <= :now
-        ORDER  BY priority DESC, run_at, id
-        LIMIT  :limit)
-    UNION ALL
-    SELECT id, priority, run_at FROM (
-        SELECT id, priority, run_at
-        FROM   fenceq_jobs
-        WHERE  queue = :queue AND state = 'running' AND lease_until <= :now
-          AND  attempt < max_attempts
-        ORDER  BY priority DESC, run_at, id
-        LIMIT  :limit)
-    ORDER BY priority DESC, run_at, id
-    LIMIT CASE WHEN EXISTS (SELECT 1 FROM fenceq_queues WHERE queue = :queue AND paused_at IS NOT NULL)
-               THEN 0 ELSE :limit END";
+    CLAIM_SELECT = claim_select!(
+        "id, priority, run_at",
+        "EXISTS (SELECT 1 FROM fenceq_queues WHERE queue = :queue AND paused_at IS NOT NULL)
+            OR EXISTS (SELECT 1 FROM fenceq_limits WHERE queue = :queue)"
+    );
+
+    /// `CLAIM_SELECT`'s jobs with their groups, for a claim of a queue with limits (which
+    /// `CLAIM_SELECT` leaves to `store::limits`): the pause still closes it.
+    CLAIM_CANDIDATES = claim_select!(
+        "id, priority, run_at, group_name",
+        "EXISTS (SELECT 1 FROM fenceq_queues WHERE queue = :queue AND paused_at IS NOT NULL)"
+    );
 
     /// Claims one selected job with a fresh claim id. Runs in the same IMMEDIATE transaction as
     /// `CLAIM_SELECT`, so the selection cannot have changed in between. (No `RETURNING`:
@@ -573,4 +604,44 @@ stmt! {
           LIMIT  :limit) AS g
     LEFT JOIN fenceq_jobs AS h ON h.id = g.head
     ORDER BY g.queue, g.group_name";
+}
+
+stmt! {
+    LIMITS = "
+    SELECT scope, window_ms, max_count FROM fenceq_limits WHERE queue = :queue ORDER BY scope, window_ms";
+
+    ALL_LIMITS = "
+    SELECT queue, scope, window_ms, max_count FROM fenceq_limits ORDER BY queue, scope, window_ms";
+
+    DELETE_LIMITS = "
+    DELETE FROM fenceq_limits WHERE queue = :queue";
+
+    INSERT_LIMIT = "
+    INSERT INTO fenceq_limits (queue, scope, window_ms, max_count, updated_at)
+    VALUES (:queue, :scope, :window_ms, :max_count, :now)";
+
+    /// The queue's flow-control row, created if missing (its policy keeps its default).
+    TOUCH_QUEUE_FLOW = "
+    INSERT INTO fenceq_queue_flow (queue, updated_at) VALUES (:queue, :now)
+    ON CONFLICT (queue) DO UPDATE SET updated_at = excluded.updated_at";
+
+    /// Running attempts of a queue (partial index `fenceq_jobs_lease`).
+    RUNNING_COUNT = "
+    SELECT count(*) FROM fenceq_jobs WHERE queue = :queue AND state = 'running'";
+
+    QUEUE_STARTS = "
+    SELECT at FROM fenceq_starts WHERE queue = :queue AND at > :since ORDER BY at";
+
+    GROUP_STARTS = "
+    SELECT at FROM fenceq_starts
+    WHERE  queue = :queue AND group_name = :group AND group_name IS NOT NULL AND at > :since ORDER BY at";
+
+    RECORD_START = "
+    INSERT INTO fenceq_starts (queue, group_name, at, job_id) VALUES (:queue, :group, :at, :id)";
+
+    FORGET_STARTS = "
+    DELETE FROM fenceq_starts WHERE queue = :queue AND at <= :before";
+
+    DEFER_PENDING = "
+    UPDATE fenceq_jobs SET run_at = max(run_at, :at) WHERE id = :id AND state = 'pending'";
 }

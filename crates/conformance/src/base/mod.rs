@@ -10,6 +10,7 @@
 //! - `pool`: the worker pool, from exactly-once settles to shutdown and `wait_idle`;
 //! - `paused`: paused queues (claims skip them, everything else goes on);
 //! - `groups`: one job of a group at a time, in enqueue order, and what blocks a group;
+//! - `limits`: rates per queue and per group and a running limit, never broken by a claim;
 //! - `metrics`: the Prometheus text of the counts, and completions per minute;
 //! - `texts`: NUL bytes in stored texts, keys and names, the same on every store;
 //! - `schedule` (feature `schedule`): periodic jobs, one run per tick;
@@ -20,6 +21,7 @@
 mod groups;
 mod intake;
 mod lifecycle;
+mod limits;
 mod maintenance;
 mod metrics;
 mod paused;
@@ -44,6 +46,7 @@ pub fn rules<H: Harness>() -> Vec<Rule<H>> {
     rules.extend(pool::rules::<H>());
     rules.extend(paused::rules::<H>());
     rules.extend(groups::rules::<H>());
+    rules.extend(limits::rules::<H>());
     rules.extend(metrics::rules::<H>());
     rules.extend(texts::rules::<H>());
     #[cfg(feature = "schedule")]

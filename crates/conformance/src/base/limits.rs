@@ -1,0 +1,228 @@
+//! Limits, for every store: a queue's rate, its groups' rates and its running limit are stored
+//! with the queue's data (another handle obeys them, they survive a reopen), and a claim never
+//! hands out a job that would break one: in any window of length T by the store's clock at
+//! most N attempts of the key start, checked here from the starts the claims themselves
+//! returned, under a seeded random workload. A job held back stays pending with its attempts;
+//! bad limits change nothing.
+
+use crate::fixture::{Db, Rng, LEASE};
+use crate::harness::Harness;
+use crate::Rule;
+use fenceq::{Claimed, Error, JobState, Limits, NewJob, Rate};
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// Every rule of limits.
+pub fn rules<H: Harness>() -> Vec<Rule<H>> {
+    crate::rules![
+        a_queue_rate_admits_n_starts_per_window_and_holds_the_rest_pending,
+        a_running_limit_caps_running_attempts_and_reopens_as_they_settle,
+        group_rates_hold_per_group_and_other_groups_go_meanwhile,
+        a_reclaim_after_an_expired_lease_counts_as_a_start,
+        limits_are_stored_seen_by_another_handle_and_cleared,
+        bad_limits_are_refused_and_nothing_is_stored,
+        under_random_load_no_window_ever_holds_more_starts_than_its_limit,
+    ]
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn claim_all<H: Harness>(db: &Db<'_, H>) -> Vec<Claimed> {
+    db.claim_batch("q", "w", LEASE, 100).unwrap()
+}
+
+fn a_queue_rate_admits_n_starts_per_window_and_holds_the_rest_pending<H: Harness>(h: &H) {
+    let db = Db::new(h);
+    db.set_limits("q", &Limits { rate: Some(Rate::new(3, ms(1000))), ..Limits::default() }).unwrap();
+    let ids: Vec<_> = (0..10).map(|n| db.add(&format!("job {n}"))).collect();
+    assert_eq!(claim_all(&db).len(), 3, "three starts in the window");
+    assert!(claim_all(&db).is_empty(), "the window is spent");
+    db.advance(ms(999));
+    assert!(claim_all(&db).is_empty(), "still inside the window");
+    for id in &ids[3..] {
+        let job = db.job(*id).unwrap().unwrap();
+        assert_eq!((job.state, job.attempt), (JobState::Pending, 0), "held back, no attempt spent");
+    }
+    db.advance(ms(1));
+    let next = claim_all(&db);
+    assert_eq!(next.iter().map(|c| c.id()).collect::<Vec<_>>(), ids[3..6], "the next three, in claim order");
+    // One at a time: each claim counts the starts before it.
+    db.advance(ms(1000));
+    assert_eq!(db.claim("q", "w", LEASE).unwrap().map(|c| c.id()), Some(ids[6]));
+    assert_eq!(claim_all(&db).len(), 2);
+    assert!(db.claim("q", "w", LEASE).unwrap().is_none());
+    // Other queues are not limited.
+    for n in 0..5 {
+        db.enqueue(NewJob::new("other", format!("{n}").into_bytes())).unwrap();
+    }
+    assert_eq!(db.claim_batch("other", "w", LEASE, 10).unwrap().len(), 5);
+}
+
+fn a_running_limit_caps_running_attempts_and_reopens_as_they_settle<H: Harness>(h: &H) {
+    let db = Db::new(h);
+    db.set_limits("q", &Limits { max_running: Some(2), ..Limits::default() }).unwrap();
+    for n in 0..5 {
+        db.add(&format!("job {n}"));
+    }
+    let running = claim_all(&db);
+    assert_eq!(running.len(), 2);
+    assert!(claim_all(&db).is_empty(), "two are running");
+    db.complete(&running[0].token()).unwrap();
+    assert_eq!(claim_all(&db).len(), 1, "one settled, one more may run");
+    db.exhaust(&running[1].token(), "gave up").unwrap();
+    assert_eq!(claim_all(&db).len(), 1);
+    assert!(claim_all(&db).is_empty());
+    assert_eq!(db.count("running"), 2);
+}
+
+fn group_rates_hold_per_group_and_other_groups_go_meanwhile<H: Harness>(h: &H) {
+    let db = Db::new(h);
+    let limits = Limits { group_rates: vec![Rate::new(1, ms(1000)), Rate::new(2, ms(10_000))], ..Limits::default() };
+    db.set_limits("q", &limits).unwrap();
+    for n in 0..4 {
+        db.enqueue(NewJob::new("q", format!("a{n}").into_bytes()).group("a")).unwrap();
+    }
+    db.enqueue(NewJob::new("q", b"b0".to_vec()).group("b")).unwrap();
+    db.add("no group");
+    let payloads =
+        |claims: &[Claimed]| claims.iter().map(|c| String::from_utf8(c.payload.clone()).unwrap()).collect::<Vec<_>>();
+    let first = claim_all(&db);
+    assert_eq!(payloads(&first), ["a0", "b0", "no group"]);
+    for c in &first {
+        db.complete(&c.token()).unwrap();
+    }
+    assert!(claim_all(&db).is_empty(), "a's next job waits out 1/1s");
+    let a1 = db.job(first[0].id()).unwrap().unwrap().id.0 + 1;
+    let job = db.job(fenceq::JobId(a1)).unwrap().unwrap();
+    assert_eq!((job.state, job.attempt), (JobState::Pending, 0), "waiting for a rate costs no attempt");
+    db.advance(ms(1000));
+    let second = claim_all(&db);
+    assert_eq!(payloads(&second), ["a1"]);
+    db.complete(&second[0].token()).unwrap();
+    db.advance(ms(1000));
+    assert!(claim_all(&db).is_empty(), "2/10s: a has started twice in the last 10 s");
+    db.advance(ms(7_999));
+    assert!(claim_all(&db).is_empty(), "the first start is 9.999 s old");
+    db.advance(ms(1));
+    assert_eq!(payloads(&claim_all(&db)), ["a2"], "the 10 s window opened");
+}
+
+fn a_reclaim_after_an_expired_lease_counts_as_a_start<H: Harness>(h: &H) {
+    let db = Db::new(h);
+    db.add("only");
+    let lost = claim_all(&db);
+    assert_eq!(lost.len(), 1);
+    db.set_limits("q", &Limits { rate: Some(Rate::new(1, LEASE * 2)), ..Limits::default() }).unwrap();
+    db.advance(LEASE);
+    assert_eq!(claim_all(&db).len(), 1, "the claim before the limit was not recorded");
+    db.advance(LEASE);
+    assert!(claim_all(&db).is_empty(), "the reclaim counted: the window holds one start");
+    db.advance(LEASE);
+    assert_eq!(claim_all(&db).len(), 1, "reclaimed again once the window passed");
+}
+
+fn limits_are_stored_seen_by_another_handle_and_cleared<H: Harness>(h: &H) {
+    let db = Db::new(h);
+    assert!(db.limits("q").unwrap().is_empty());
+    let limits = Limits {
+        rate: Some(Rate::parse("30/1s").unwrap()),
+        group_rates: vec![Rate::parse("1/1s").unwrap(), Rate::parse("20/60s").unwrap()],
+        max_running: Some(4),
+    };
+    db.set_limits("q", &limits).unwrap();
+    let other = db.reopen();
+    assert_eq!(other.limits("q").unwrap(), limits);
+    assert_eq!(other.all_limits().unwrap(), [("q".to_string(), limits.clone())]);
+    other.set_limits("q", &Limits { max_running: Some(1), ..Limits::default() }).unwrap();
+    db.add("a");
+    db.add("b");
+    assert_eq!(claim_all(&db).len(), 1, "the other handle's limit holds here");
+    db.clear_limits("q").unwrap();
+    assert!(other.limits("q").unwrap().is_empty());
+    assert!(other.all_limits().unwrap().is_empty());
+    assert_eq!(claim_all(&db).len(), 1, "cleared");
+}
+
+fn bad_limits_are_refused_and_nothing_is_stored<H: Harness>(h: &H) {
+    let db = Db::new(h);
+    let second = Duration::from_secs(1);
+    let bad = [
+        Limits { rate: Some(Rate::new(0, second)), ..Limits::default() },
+        Limits { rate: Some(Rate::new(1, Duration::ZERO)), ..Limits::default() },
+        Limits { rate: Some(Rate::new(1, Duration::from_secs(3600 * 24 * 365 * 100))), ..Limits::default() },
+        Limits { group_rates: vec![Rate::new(1, second), Rate::new(2, second)], ..Limits::default() },
+        Limits { max_running: Some(0), ..Limits::default() },
+        Limits { max_running: Some(2_000_000), ..Limits::default() },
+    ];
+    for limits in &bad {
+        assert!(matches!(db.set_limits("q", limits), Err(Error::InvalidInput { .. })), "{limits:?}");
+    }
+    assert!(matches!(db.set_limits("", &Limits::default()), Err(Error::InvalidInput { .. })));
+    assert!(db.all_limits().unwrap().is_empty(), "nothing stored");
+    for text in ["30/0s", "abc", "0/1s", "30/100y"] {
+        assert!(matches!(Rate::parse(text), Err(Error::InvalidInput { .. })), "{text}");
+    }
+}
+
+/// A seeded random workload of claims, settles, retries and clock steps over a queue with a
+/// rate, two group rates and a running limit: every start the claims returned is recorded,
+/// and no window of any limit ever holds more than its count.
+fn under_random_load_no_window_ever_holds_more_starts_than_its_limit<H: Harness>(h: &H) {
+    let db = Db::new(h);
+    let limits = Limits {
+        rate: Some(Rate::new(5, ms(100))),
+        group_rates: vec![Rate::new(1, ms(50)), Rate::new(3, ms(400))],
+        max_running: Some(4),
+    };
+    db.set_limits("q", &limits).unwrap();
+    let mut rng = Rng::new(24);
+    let mut now = 0i64;
+    let mut starts: Vec<(i64, Option<String>)> = Vec::new();
+    let mut running: Vec<Claimed> = Vec::new();
+    for n in 0..120 {
+        let job = NewJob::new("q", format!("{n}").into_bytes());
+        let job = if n % 4 == 3 { job } else { job.group(format!("g{}", n % 5)) };
+        db.enqueue(job).unwrap();
+    }
+    for _ in 0..600 {
+        match rng.below(4) {
+            0 => {
+                let step = 1 + rng.below(40);
+                db.advance(ms(step));
+                now += step as i64;
+            }
+            1 if !running.is_empty() => {
+                let c = running.remove(rng.below(running.len() as u64) as usize);
+                if rng.below(3) == 0 {
+                    let _ = db.retry(&c.token(), ms(rng.below(60)), "again");
+                } else {
+                    db.complete(&c.token()).unwrap();
+                }
+            }
+            _ => {
+                let got = db.claim_batch("q", "w", LEASE, 1 + rng.below(6) as u32).unwrap();
+                assert!(running.len() + got.len() <= 4, "running limit: {} + {}", running.len(), got.len());
+                starts.extend(got.iter().map(|c| (now, c.group.clone())));
+                running.extend(got);
+            }
+        }
+    }
+    assert!(starts.len() >= 40, "the workload started enough jobs to mean something: {}", starts.len());
+    let most_in_window = |times: &[i64], window: i64| {
+        times.iter().map(|&t| times.iter().filter(|&&u| u >= t && u < t + window).count()).max().unwrap_or(0)
+    };
+    let all: Vec<i64> = starts.iter().map(|(t, _)| *t).collect();
+    assert!(most_in_window(&all, 100) <= 5, "queue rate broken");
+    let mut by_group: HashMap<String, Vec<i64>> = HashMap::new();
+    for (t, g) in &starts {
+        if let Some(g) = g {
+            by_group.entry(g.clone()).or_default().push(*t);
+        }
+    }
+    for (group, times) in &by_group {
+        assert!(most_in_window(times, 50) <= 1, "group {group}: 1/50ms broken: {times:?}");
+        assert!(most_in_window(times, 400) <= 3, "group {group}: 3/400ms broken: {times:?}");
+    }
+}

@@ -1,0 +1,125 @@
+//! A claim of a queue with limits, written once for every store on the primitives of
+//! [`Store`]: the store's claim hands a limited queue here (its own claim statement finds no
+//! job of a queue with limits), and this runs in the claim's transaction.
+//!
+//! Under the queue's limit lock ([`Store::lock_limits`]), so that no two claims count one
+//! window at once: the running limit and the queue's rate give how many may start now; the
+//! claimable jobs are read in claim order, a job whose group has spent one of its rates is
+//! passed over (and deferred until that rate opens, so that later claims do not read it
+//! again); the chosen jobs are claimed and their starts recorded at the claim's instant.
+//! Nothing that would break a limit is handed out: the starts recorded in the window plus
+//! those of this claim never exceed a rate's count.
+
+use super::{ClaimRequest, Claims, Store};
+use crate::error::Result;
+use crate::job::JobId;
+use crate::limits::{opens_at, Limits, Rate};
+
+/// How many more candidates than it may claim a limited claim reads, to find jobs of groups
+/// whose rates are not spent behind those of groups whose rates are.
+const EXTRA_CANDIDATES: u32 = 32;
+
+/// Claims up to `request.limit` jobs of a queue with `limits`, breaking none.
+pub(crate) fn claim_limited<S: Store>(tx: &S::Tx, request: ClaimRequest<'_>, limits: &Limits) -> Result<Claims> {
+    let ClaimRequest { queue, now, .. } = request;
+    S::lock_limits(tx, queue)?;
+    let mut allowed = request.limit;
+    let mut opens: Option<i64> = None;
+    if let Some(max) = limits.max_running {
+        let running = S::running_count(tx, queue)?;
+        allowed = allowed.min(u32::try_from(u64::from(max).saturating_sub(running)).unwrap_or(u32::MAX));
+    }
+    if let Some(rate) = limits.rate {
+        let starts = S::starts_since(tx, queue, None, now.saturating_sub(rate.window_ms()))?;
+        let room = (rate.count as usize).saturating_sub(starts.len());
+        allowed = allowed.min(u32::try_from(room).unwrap_or(u32::MAX));
+        if room == 0 {
+            opens = opens_at(&starts, rate);
+        }
+    }
+    if allowed == 0 {
+        return Ok(Claims { jobs: Vec::new(), limit_opens_at: opens });
+    }
+    let wanted = ClaimRequest { limit: allowed.saturating_add(EXTRA_CANDIDATES), ..request };
+    let mut chosen: Vec<JobId> = Vec::new();
+    let mut group_opens: Option<i64> = None;
+    for (id, group) in S::claim_candidates(tx, wanted)? {
+        if chosen.len() == allowed as usize {
+            break;
+        }
+        let spent = match (&group, limits.group_rates.is_empty()) {
+            (Some(group), false) => group_opens_at::<S>(tx, queue, group, now, limits)?,
+            _ => None,
+        };
+        match spent {
+            None => chosen.push(id),
+            Some(at) => {
+                S::defer_pending(tx, id, at)?;
+                group_opens = Some(group_opens.map_or(at, |g| g.min(at)));
+            }
+        }
+    }
+    let jobs = S::claim_ids(tx, &chosen, request)?;
+    if limits.counts_starts() && !jobs.is_empty() {
+        S::record_starts(tx, &jobs, now, now.saturating_sub(limits.longest_window_ms()))?;
+    }
+    let limit_opens_at = if jobs.is_empty() { opens.or(group_opens) } else { None };
+    Ok(Claims { jobs, limit_opens_at })
+}
+
+/// When the group's spent rate opens again, or `None` when every group rate has room.
+fn group_opens_at<S: Store>(tx: &S::Tx, queue: &str, group: &str, now: i64, limits: &Limits) -> Result<Option<i64>> {
+    let mut latest: Option<i64> = None;
+    for rate in &limits.group_rates {
+        let starts = S::starts_since(tx, queue, Some(group), now.saturating_sub(rate.window_ms()))?;
+        if let Some(at) = opens_at(&starts, *rate) {
+            latest = Some(latest.map_or(at, |l| l.max(at)));
+        }
+    }
+    Ok(latest)
+}
+
+/// The rows of `fenceq_limits` that say `limits`: (scope, window ms, count).
+pub(crate) fn limit_rows(limits: &Limits) -> Vec<(&'static str, i64, i64)> {
+    let mut rows = Vec::new();
+    if let Some(rate) = limits.rate {
+        rows.push(("rate", rate.window_ms(), i64::from(rate.count)));
+    }
+    for rate in &limits.group_rates {
+        rows.push(("group_rate", rate.window_ms(), i64::from(rate.count)));
+    }
+    if let Some(n) = limits.max_running {
+        rows.push(("running", 0, i64::from(n)));
+    }
+    rows
+}
+
+/// The limits the rows of one queue say (rows of a scope this build does not know are
+/// ignored).
+pub(crate) fn limits_of(rows: impl IntoIterator<Item = (String, i64, i64)>) -> Limits {
+    let mut limits = Limits::default();
+    for (scope, window_ms, count) in rows {
+        let count = u32::try_from(count).unwrap_or(u32::MAX);
+        let rate = Rate::new(count, std::time::Duration::from_millis(u64::try_from(window_ms).unwrap_or(0)));
+        match scope.as_str() {
+            "rate" => limits.rate = Some(rate),
+            "group_rate" => limits.group_rates.push(rate),
+            "running" => limits.max_running = Some(count),
+            _ => {}
+        }
+    }
+    limits
+}
+
+/// Every queue's limits from rows ordered by queue.
+pub(crate) fn limits_by_queue(rows: Vec<(String, String, i64, i64)>) -> Vec<(String, Limits)> {
+    type LimitRows = Vec<(String, i64, i64)>;
+    let mut out: Vec<(String, LimitRows)> = Vec::new();
+    for (queue, scope, window_ms, count) in rows {
+        match out.last_mut() {
+            Some((q, rows)) if *q == queue => rows.push((scope, window_ms, count)),
+            _ => out.push((queue, vec![(scope, window_ms, count)])),
+        }
+    }
+    out.into_iter().map(|(queue, rows)| (queue, limits_of(rows))).collect()
+}
