@@ -68,7 +68,11 @@ impl Rate {
     fn check(self, what: &'static str) -> Result<()> {
         check_count(what, self.count)?;
         if self.per.is_zero() || self.per > MAX_RATE_WINDOW || !self.per.subsec_nanos().is_multiple_of(1_000_000) {
-            return Err(Error::invalid(what, format!("a window of {:?} is not whole ms from 1 ms to a day", self.per)));
+            let ms = self.per.as_secs_f64() * 1000.0;
+            return Err(Error::invalid(
+                what,
+                format!("a window of {ms} ms is not a whole number of ms from 1 ms to a day"),
+            ));
         }
         Ok(())
     }

@@ -13,6 +13,7 @@ pub mod decision;
 pub mod demo;
 pub mod groups;
 pub mod inspect;
+pub mod limits;
 pub mod maintenance;
 pub mod output;
 pub mod pause;
@@ -132,6 +133,11 @@ pub enum Command {
     /// `stop` (the default: an unknown or unacknowledged exhausted head stops its group until
     /// a person decides) or `continue` (it no longer blocks; setting it releases such groups).
     GroupPolicy(groups::GroupPolicyArgs),
+    /// A queue's rate and concurrency limits, stored in the database so that every process
+    /// obeys them: `limit set QUEUE --rate 30/1s --group-rate 1/1s --group-rate 20/60s
+    /// --max-running 8`, `limit show [QUEUE]`, `limit clear QUEUE`. A claim never hands out a
+    /// job that would break one; held-back jobs wait as pending, spending no attempt.
+    Limit(limits::LimitArgs),
     /// Adds a job (creating the database if it is missing) and prints its id and whether it
     /// was new or a duplicate of an existing job with the same queue and key.
     Enqueue(admin::EnqueueArgs),
@@ -265,6 +271,7 @@ impl Command {
             Command::Unknown(args) => args.run::<S>(ctx),
             Command::Groups(args) => args.run::<S>(ctx),
             Command::GroupPolicy(args) => args.run::<S>(ctx),
+            Command::Limit(args) => args.run::<S>(ctx),
             Command::Enqueue(args) => args.run::<S>(ctx),
             Command::Ack(args) => args.run::<S>(ctx),
             Command::Replay(args) => args.run::<S>(ctx),

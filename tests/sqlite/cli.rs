@@ -1050,3 +1050,37 @@ fn groups_lists_blocked_groups_and_group_policy_releases_them() {
     assert!(bad.error().contains("QUEUE/GROUP"), "{}", bad.error());
     run(&db, &["group-policy", "q", "sometimes"]).usage();
 }
+
+// ------------------------------------------------------------------------------- limits
+
+#[test]
+fn limit_set_show_and_clear_store_the_limits_and_refuse_bad_input() {
+    let (_dir, db, queue) = new_db();
+    let set =
+        run(&db, &["limit", "set", "telegram", "--rate", "30/1s", "--group-rate", "1/1s", "--group-rate", "20/60s"]);
+    assert!(set.ok().contains("rate 30/1s, group rate 1/1s, group rate 20/1m"), "{}", set.ok());
+    let limits = queue.limits("telegram").unwrap();
+    assert_eq!(limits.rate, Some(fenceq::Rate::parse("30/1s").unwrap()));
+    assert_eq!(limits.group_rates.len(), 2);
+    let shown = run(&db, &["--json", "limit", "show", "telegram"]).json();
+    assert_eq!(shown["rate"]["window_ms"].as_u64(), Some(1000));
+    assert_eq!(shown["group_rates"][1]["count"].as_u64(), Some(20));
+    let all = run(&db, &["--json", "limit", "show"]).json_lines();
+    assert_eq!(all.len(), 1);
+    let replaced = run(&db, &["limit", "set", "telegram", "--max-running", "4"]);
+    assert!(replaced.ok().contains("at most 4 running"), "{}", replaced.ok());
+    assert_eq!(queue.limits("telegram").unwrap().rate, None, "set replaces every limit");
+
+    for bad in
+        [["--rate", "30/0s"], ["--rate", "abc"], ["--rate", "0/1s"], ["--group-rate", "1/2d"], ["--max-running", "0"]]
+    {
+        let mut args = vec!["limit", "set", "telegram"];
+        args.extend(bad);
+        run(&db, &args).usage();
+    }
+    assert!(run(&db, &["limit", "set", "telegram"]).error().contains("at least one"));
+    assert_eq!(queue.limits("telegram").unwrap().max_running, Some(4), "nothing changed by the refusals");
+    assert!(run(&db, &["limit", "clear", "telegram"]).ok().contains("no limits"));
+    assert!(queue.limits("telegram").unwrap().is_empty());
+    assert!(run(&db, &["limit", "show"]).ok().contains("no queue has limits"));
+}
