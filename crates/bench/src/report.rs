@@ -41,7 +41,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=100))]
     pub rounds: u64,
     /// Run only these steps (comma-separated): intake, pool, end_to_end, webhook, claim,
-    /// batch_1000, full, guards, latency.
+    /// batch_1000, full, guards, latency, flow (the pool under limits it never reaches; with
+    /// latency, the claim on a queue of groups).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Measure only these schema variants in the guards step (comma-separated; all when

@@ -38,7 +38,7 @@ pub struct BenchOptions {
 /// The steps of one round, by name (what `--only` matches).
 /// `latency` is the one-off large step after the rounds.
 pub const STEPS: &[&str] =
-    &["intake", "pool", "end_to_end", "webhook", "claim", "batch_1000", "full", "guards", "latency"];
+    &["intake", "pool", "end_to_end", "webhook", "claim", "batch_1000", "full", "guards", "latency", "flow"];
 
 /// A ratio the report computes within each round.
 struct RatioSpec {
@@ -222,6 +222,18 @@ fn one_round(o: &BenchOptions, out: &mut Sink<'_>) -> CliResult<()> {
     if o.selected("full") {
         full(o, out)?;
     }
+    if o.selected("flow") {
+        // The pool on a queue whose limits it never reaches, right after the same pool on a
+        // queue without limits: what the limited claim's counting costs.
+        let plain = s::open(&o.fresh("flow_plain"), o.sync, w as u32 + 2)?;
+        s::enqueue_in_batches(&plain, n, 100)?;
+        out(Figure::rate(format!("fenceq/flow/process_unlimited_{w}_workers"), s::process(&plain, n, w)?))?;
+        drop(plain);
+        let limited = s::open(&o.fresh("flow_limited"), o.sync, w as u32 + 2)?;
+        limited.set_limits("bench", &s::limits_never_reached())?;
+        s::enqueue_in_batches(&limited, n, 100)?;
+        out(Figure::rate(format!("fenceq/flow/process_limited_{w}_workers"), s::process(&limited, n, w)?))?;
+    }
     if o.selected("guards") {
         let chosen =
             guards::variants().into_iter().filter(|v| o.guards.is_empty() || o.guards.iter().any(|g| g == v.name));
@@ -282,6 +294,15 @@ fn large(o: &BenchOptions, out: &mut Sink<'_>) -> CliResult<()> {
     out(latency_figure(&format!("fenceq/latency/claim_{rows}_pending"), big)
         .with("p50_ratio_to_1000", big.p50 / small.p50)
         .with("p99_ratio_to_1000", big.p99 / small.p99))?;
+    if o.selected("flow") {
+        // The same claim on a queue whose jobs are in groups of 10 (a tenth as many groups as
+        // jobs), each group's later jobs held back by its head.
+        let groups = (rows / 10).max(1);
+        let grouped = s::claim_latency_grouped(&o.fresh("lat_grouped"), rows, groups, 2000)?;
+        out(latency_figure(&format!("fenceq/latency/claim_{rows}_pending_{groups}_groups"), grouped)
+            .with("p50_ratio_to_ungrouped", grouped.p50 / big.p50)
+            .with("p99_ratio_to_ungrouped", grouped.p99 / big.p99))?;
+    }
     let started = Instant::now();
     s::claim_batch_settle(&o.fresh("through"), rows)?;
     out(Figure::rate(format!("fenceq/work_through_{rows}_jobs"), rows as f64 / started.elapsed().as_secs_f64()))?;
@@ -334,6 +355,12 @@ fn ratio_specs(o: &BenchOptions) -> Vec<RatioSpec> {
             None,
         ),
     ];
+    specs.push(RatioSpec {
+        name: "flow: pool under limits it never reaches ÷ the same pool without".into(),
+        numerator: format!("fenceq/flow/process_limited_{w}_workers"),
+        denominator: format!("fenceq/flow/process_unlimited_{w}_workers"),
+        target: Some(0.9),
+    });
     specs.push(RatioSpec {
         name: "webhook ÷ raw end to end 100/tx".into(),
         numerator: format!("fenceq/webhook/64_intakes_{w}_workers"),

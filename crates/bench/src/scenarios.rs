@@ -409,6 +409,39 @@ pub fn claim_latency(path: &Path, pending: u64, samples: usize) -> CliResult<Lat
     Ok(Latency::of(micros))
 }
 
+/// [`claim_latency`] on a queue whose `pending` jobs are spread over `groups` groups (job `i`
+/// in group `i % groups`): only each group's head is claimable, the rest are held back.
+pub fn claim_latency_grouped(path: &Path, pending: u64, groups: u64, samples: usize) -> CliResult<Latency> {
+    let queue = open(path, Synchronous::Normal, 2)?;
+    let grouped = |i: u64| NewJob::new("bench", payload(i)).group(format!("g{}", i % groups));
+    let mut j = 0;
+    while j < pending {
+        let end = (j + 5000).min(pending);
+        queue.enqueue_batch((j..end).map(grouped))?;
+        j = end;
+    }
+    let mut micros = Vec::with_capacity(samples);
+    for n in 0..samples as u64 {
+        let started = Instant::now();
+        let job =
+            queue.claim("bench", "w", Duration::from_secs(30))?.ok_or_else(|| fail("the bench's queue is empty"))?;
+        micros.push(started.elapsed().as_secs_f64() * 1e6);
+        queue.complete(&job.token())?;
+        queue.enqueue(grouped(pending + n))?; // keep the queue at `pending` rows
+    }
+    Ok(Latency::of(micros))
+}
+
+/// Limits a bench's pool never reaches: a rate and a running limit far above what it does,
+/// so that every claim takes the limited path and counts.
+pub fn limits_never_reached() -> fenceq::Limits {
+    fenceq::Limits {
+        rate: Some(fenceq::Rate::new(fenceq::MAX_LIMIT_COUNT, Duration::from_secs(1))),
+        group_rates: Vec::new(),
+        max_running: Some(fenceq::MAX_LIMIT_COUNT),
+    }
+}
+
 /// Median time of one durable small write on the disk under `dir`: a 4 KiB write into a
 /// file, then `fdatasync` (what a `FULL` commit of one small transaction costs at least).
 /// Returns microseconds.
