@@ -39,8 +39,8 @@ pub use deprecated::*;
 pub use diesel;
 pub use error::{BusyCause, Error, LostReason, PoolError, Result};
 pub use job::{
-    Backoff, ClaimId, ClaimToken, Claimed, Cursor, Decision, Enqueued, Exhaustion, Job, JobId, JobState, NewJob, Page,
-    Resolution, Retried, RetryPolicy, UnknownOutcome,
+    Backoff, BackoffScope, ClaimId, ClaimToken, Claimed, Cursor, Decision, Enqueued, Exhaustion, Job, JobId, JobState,
+    NewJob, Page, Resolution, Retried, RetryPolicy, Snooze, UnknownOutcome, DEFAULT_MAX_SNOOZES, MAX_SNOOZE,
 };
 #[cfg(feature = "schedule")]
 pub use maintenance::Scheduler;
@@ -48,8 +48,8 @@ pub use maintenance::{BackupOptions, Checkpointer, Maintenance, MaintenanceConfi
 pub use queue::operator::Operator;
 pub use queue::{ListFilter, Queue};
 pub use report::{
-    BackupReport, CheckpointReport, CommitStats, PausedQueue, PruneReport, QueueStats, ReapReport, ScheduleReport,
-    Stats,
+    BackupReport, CheckpointReport, CommitStats, PausedQueue, PruneReport, QueueBackoff, QueueStats, ReapReport,
+    ScheduleReport, Stats,
 };
 /// The rusqlite version fenceq is built with, for closures that receive its `Transaction`.
 pub use rusqlite;

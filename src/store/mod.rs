@@ -48,7 +48,7 @@ macro_rules! job_columns {
     () => {
         "id, queue, key, payload, state, priority, run_at, attempt, max_attempts, claim_id,
            worker, lease_until, heartbeat_at, wait_until, last_error, created_at, settled_at,
-           exhausted_at, acknowledged_at, decision, decided_at, decided_by, decision_note"
+           exhausted_at, acknowledged_at, decision, decided_at, decided_by, decision_note, snoozes"
     };
 }
 
@@ -65,7 +65,7 @@ pub use settings::Settings;
 use crate::clock::Clock;
 use crate::error::Result;
 use crate::job::{ClaimId, ClaimToken, Claimed, Exhaustion, Job, JobId, JobState, Resolution};
-use crate::report::{CheckpointReport, CommitStats, PausedQueue, ReapReport};
+use crate::report::{CheckpointReport, CommitStats, PausedQueue, QueueBackoff, ReapReport};
 use std::time::Duration;
 
 /// A store's own settings, which know how to open that store: what a
@@ -456,6 +456,56 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
 
     /// The latest tick recorded for the schedule `name`.
     fn schedule_last_tick(tx: &Self::Tx, name: &str) -> Result<Option<i64>>;
+
+    // ------------------------------------------------------------ snoozes and queue back-off
+
+    /// `running` → `pending` at `snooze.run_at` without spending an attempt, while the job
+    /// was snoozed fewer than `snooze.max_snoozes` times: its lease cleared, `last_error` set
+    /// to `snooze.reason`, its snooze count raised by one, and its attempt given back as
+    /// [`Store::release_if_owned`] does (`max_attempts + 1`, the counter never lowered, so the
+    /// next claim is a new attempt and the snoozed token stays dead). A server store wakes the
+    /// queue's listeners when the job is due at once. False (nothing changed) when the token
+    /// does not own the job or the cap is reached; the caller tells them apart.
+    fn snooze_if_owned(tx: &Self::Tx, claim: TokenAt<'_>, snooze: SnoozeAt<'_>) -> Result<bool>;
+
+    /// Backs off the queue of job `backoff.id` until `backoff.until` (recording `reason` and
+    /// `now`), unless a back-off of it that ends as late or later is stored already. From
+    /// the commit on, [`Store::claim`] of the queue claims nothing while its back-off ends
+    /// after the claim's `now`. True when it stored this back-off.
+    fn back_off_queue_of(tx: &Self::Tx, backoff: QueueBackoffAt<'_>) -> Result<bool>;
+
+    /// The back-off of `queue`, while it lasts at `now`.
+    fn queue_backoff(tx: &Self::Tx, queue: &str, now: i64) -> Result<Option<QueueBackoff>>;
+
+    /// Every back-off that lasts at `now`, in queue order.
+    fn queue_backoffs(tx: &Self::Tx, now: i64) -> Result<Vec<QueueBackoff>>;
+
+    /// Ends the back-off of `queue` that lasts at `now`: true when there was one.
+    fn clear_queue_backoff(tx: &Self::Tx, queue: &str, now: i64) -> Result<bool>;
+}
+
+/// A snooze of the exact live claim ([`Store::snooze_if_owned`]).
+#[derive(Debug, Clone, Copy)]
+pub struct SnoozeAt<'a> {
+    /// When the job is due again (computed above the seam, saturating).
+    pub run_at: i64,
+    /// Stored as the job's last error.
+    pub reason: &'a str,
+    /// The cap: a job snoozed this many times already is not snoozed again.
+    pub max_snoozes: u32,
+}
+
+/// A queue's back-off, set through one of its jobs ([`Store::back_off_queue_of`]).
+#[derive(Debug, Clone, Copy)]
+pub struct QueueBackoffAt<'a> {
+    /// The job whose queue backs off.
+    pub id: JobId,
+    /// When the back-off ends.
+    pub until: i64,
+    /// Why.
+    pub reason: &'a str,
+    /// Now, recorded with it.
+    pub now: i64,
 }
 
 /// One statement of a store's dialect and its name: what errors and logs say it was

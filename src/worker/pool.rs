@@ -29,7 +29,7 @@ use crate::store::{PageRequest, Store};
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -87,6 +87,8 @@ impl<S: Store> WorkerPool<S> {
             rounds: Mutex::new(0),
             round_done: parking_lot::Condvar::new(),
             poll_interval: settings.poll_interval,
+            max_snoozes: settings.max_snoozes,
+            backoff_until: AtomicI64::new(0),
         });
         let workers = settings.workers;
         let prefetch = Prefetch::new(settings.prefetch, workers);

@@ -7,10 +7,10 @@ use super::{PgTx, PostgresStore};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::job::{ClaimId, ClaimToken, Claimed, Decision, Exhaustion, Job, JobId, JobState, Resolution};
-use crate::report::{CheckpointReport, CommitStats, PausedQueue, ReapReport};
+use crate::report::{CheckpointReport, CommitStats, PausedQueue, QueueBackoff, ReapReport};
 use crate::store::{
-    Batch, ClaimRequest, Decided, Identity, JobDecision, NewRow, OwnedLease, PageRequest, QueueDecision, ScheduleTick,
-    StatsRow, Stmt, Store, TokenAt,
+    Batch, ClaimRequest, Decided, Identity, JobDecision, NewRow, OwnedLease, PageRequest, QueueBackoffAt, QueueDecision,
+    ScheduleTick, SnoozeAt, StatsRow, Stmt, Store, TokenAt,
 };
 use diesel::pg::Pg;
 use diesel::query_builder::{BoxedSqlQuery, SqlQuery};
@@ -456,6 +456,59 @@ impl Store for PostgresStore {
         let row = tx.with(|conn| query.optional::<N>(conn))?;
         Ok(row.map(|r| r.n))
     }
+
+    fn snooze_if_owned(tx: &PgTx, claim: TokenAt<'_>, snooze: SnoozeAt<'_>) -> Result<bool> {
+        let SnoozeAt { run_at, reason, max_snoozes } = snooze;
+        let query = token_query(SNOOZE_IF_OWNED, claim)
+            .bind::<BigInt, _>(run_at)
+            .bind::<Text, _>(reason)
+            .bind::<BigInt, _>(i64::from(max_snoozes));
+        changed(tx, query)
+    }
+
+    fn back_off_queue_of(tx: &PgTx, backoff: QueueBackoffAt<'_>) -> Result<bool> {
+        let QueueBackoffAt { id, until, reason, now } = backoff;
+        let query = bound(BACK_OFF_QUEUE_OF)
+            .bind::<BigInt, _>(id.0)
+            .bind::<BigInt, _>(until)
+            .bind::<Text, _>(reason)
+            .bind::<BigInt, _>(now);
+        changed(tx, query)
+    }
+
+    fn queue_backoff(tx: &PgTx, queue: &str, now: i64) -> Result<Option<QueueBackoff>> {
+        let query = bound(QUEUE_BACKOFF).bind::<Text, _>(queue).bind::<BigInt, _>(now);
+        let row = tx.with(|conn| query.optional::<BackoffRow>(conn))?;
+        Ok(row.map(BackoffRow::into_backoff))
+    }
+
+    fn queue_backoffs(tx: &PgTx, now: i64) -> Result<Vec<QueueBackoff>> {
+        let query = bound(QUEUE_BACKOFFS).bind::<BigInt, _>(now);
+        let rows = tx.with(|conn| query.load::<BackoffRow>(conn))?;
+        Ok(rows.into_iter().map(BackoffRow::into_backoff).collect())
+    }
+
+    fn clear_queue_backoff(tx: &PgTx, queue: &str, now: i64) -> Result<bool> {
+        changed(tx, bound(CLEAR_QUEUE_BACKOFF).bind::<Text, _>(queue).bind::<BigInt, _>(now))
+    }
+}
+
+#[derive(QueryableByName)]
+struct BackoffRow {
+    #[diesel(sql_type = Text)]
+    queue: String,
+    #[diesel(sql_type = BigInt)]
+    backoff_until: i64,
+    #[diesel(sql_type = Text)]
+    backoff_reason: String,
+    #[diesel(sql_type = BigInt)]
+    updated_at: i64,
+}
+
+impl BackoffRow {
+    fn into_backoff(self) -> QueueBackoff {
+        QueueBackoff { queue: self.queue, until: self.backoff_until, reason: self.backoff_reason, since: self.updated_at }
+    }
 }
 
 /// A statement with the token guard's parameters bound: `$1` id, `$2` attempt, `$3` claim
@@ -697,6 +750,8 @@ struct JobRow {
     decided_by: Option<String>,
     #[diesel(sql_type = Nullable<Text>)]
     decision_note: Option<String>,
+    #[diesel(sql_type = Integer)]
+    snoozes: i32,
 }
 
 #[derive(QueryableByName)]
@@ -843,6 +898,7 @@ fn job_from_row(r: JobRow) -> Result<Job> {
             (Some(action), Some(at)) => Some(Decision { action, at, by: r.decided_by, note: r.decision_note }),
             _ => None,
         },
+        snoozes: unsigned(r.snoozes),
     })
 }
 

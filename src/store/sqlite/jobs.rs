@@ -7,10 +7,10 @@ use super::writer::exec;
 use super::SqliteStore;
 use crate::error::Result;
 use crate::job::{ClaimId, ClaimToken, Claimed, Decision, Exhaustion, Job, JobId, JobState, Resolution};
-use crate::report::{CheckpointReport, CommitStats, PausedQueue, ReapReport};
+use crate::report::{CheckpointReport, CommitStats, PausedQueue, QueueBackoff, ReapReport};
 use crate::store::{
-    Batch, ClaimRequest, Decided, Identity, JobDecision, NewRow, OwnedLease, PageRequest, QueueDecision, ScheduleTick,
-    StatsRow, Stmt, Store, TokenAt,
+    Batch, ClaimRequest, Decided, Identity, JobDecision, NewRow, OwnedLease, PageRequest, QueueBackoffAt, QueueDecision,
+    ScheduleTick, SnoozeAt, StatsRow, Stmt, Store, TokenAt,
 };
 use rusqlite::{named_params, CachedStatement, Connection, OptionalExtension, Row, ToSql};
 use std::time::Duration;
@@ -406,6 +406,38 @@ impl Store for SqliteStore {
     fn schedule_last_tick(tx: &Connection, name: &str) -> Result<Option<i64>> {
         on(tx, SCHEDULE_LAST_TICK, |s| s.query_row(named_params! { ":name": name }, |row| row.get(0)).optional())
     }
+
+    fn snooze_if_owned(tx: &Connection, claim: TokenAt<'_>, snooze: SnoozeAt<'_>) -> Result<bool> {
+        let SnoozeAt { run_at, reason, max_snoozes } = snooze;
+        let params: [(&str, &dyn ToSql); 3] = [(":run_at", &run_at), (":error", &reason), (":max_snoozes", &max_snoozes)];
+        owned(tx, SNOOZE_IF_OWNED, claim, &params)
+    }
+
+    fn back_off_queue_of(tx: &Connection, backoff: QueueBackoffAt<'_>) -> Result<bool> {
+        let QueueBackoffAt { id, until, reason, now } = backoff;
+        let params = named_params! { ":id": id.0, ":until": until, ":reason": reason, ":now": now };
+        Ok(count(tx, BACK_OFF_QUEUE_OF, params)? == 1)
+    }
+
+    fn queue_backoff(tx: &Connection, queue: &str, now: i64) -> Result<Option<QueueBackoff>> {
+        on(tx, QUEUE_BACKOFF, |s| {
+            s.query_row(named_params! { ":queue": queue, ":now": now }, backoff_from_row).optional()
+        })
+    }
+
+    fn queue_backoffs(tx: &Connection, now: i64) -> Result<Vec<QueueBackoff>> {
+        on(tx, QUEUE_BACKOFFS, |s| {
+            s.query_map(named_params! { ":now": now }, backoff_from_row)?.collect::<rusqlite::Result<_>>()
+        })
+    }
+
+    fn clear_queue_backoff(tx: &Connection, queue: &str, now: i64) -> Result<bool> {
+        Ok(count(tx, CLEAR_QUEUE_BACKOFF, named_params! { ":queue": queue, ":now": now })? == 1)
+    }
+}
+
+fn backoff_from_row(row: &Row<'_>) -> rusqlite::Result<QueueBackoff> {
+    Ok(QueueBackoff { queue: row.get(0)?, until: row.get(1)?, reason: row.get(2)?, since: row.get(3)? })
 }
 
 /// Runs `f` on `statement`, prepared from the connection's cache: every error, preparing or
@@ -533,6 +565,7 @@ fn job_from_row(row: &Row<'_>) -> rusqlite::Result<Job> {
             (Some(action), Some(at)) => Some(Decision { action, at, by: row.get(21)?, note: row.get(22)? }),
             _ => None,
         },
+        snoozes: row.get(23)?,
     })
 }
 

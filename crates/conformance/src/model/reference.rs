@@ -196,6 +196,7 @@ impl Model {
                 exhausted_at: None,
                 acknowledged_at: None,
                 decision: None,
+                snoozes: 0,
             },
         );
         Ok(())

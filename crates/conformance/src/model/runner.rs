@@ -966,6 +966,7 @@ impl<B: Backend> Runner<'_, B> {
                     let j = self.model.job_mut(id);
                     j.state = JobState::Pending;
                     j.attempt = 0;
+                    j.snoozes = 0;
                     j.run_at = now;
                     j.settled_at = None;
                     j.exhausted_at = None;
