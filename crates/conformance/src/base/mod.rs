@@ -9,6 +9,8 @@
 //! - `maintenance`: the maintenance services' passes and their thread;
 //! - `pool`: the worker pool, from exactly-once settles to shutdown and `wait_idle`;
 //! - `paused`: paused queues (claims skip them, everything else goes on);
+//! - `backoff`: snoozes (no attempt spent, a cap) and a queue's back-off (closed until its
+//!   instant for every handle, lifted early by an operator);
 //! - `metrics`: the Prometheus text of the counts, and completions per minute;
 //! - `texts`: NUL bytes in stored texts, keys and names, the same on every store;
 //! - `schedule` (feature `schedule`): periodic jobs, one run per tick;
@@ -16,6 +18,7 @@
 //!
 //! Each rule is named after the behaviour it checks (`base::claim_orders_by_priority_then_run_at_then_id`).
 
+mod backoff;
 mod intake;
 mod lifecycle;
 mod maintenance;
@@ -41,6 +44,7 @@ pub fn rules<H: Harness>() -> Vec<Rule<H>> {
     rules.extend(maintenance::rules::<H>());
     rules.extend(pool::rules::<H>());
     rules.extend(paused::rules::<H>());
+    rules.extend(backoff::rules::<H>());
     rules.extend(metrics::rules::<H>());
     rules.extend(texts::rules::<H>());
     #[cfg(feature = "schedule")]
