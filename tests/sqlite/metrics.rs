@@ -27,6 +27,7 @@ fn to_prometheus_of_hand_built_stats_is_exact() {
                 cancelled: 9,
                 oldest_pending_run_at: Some(NOW - 1),
                 paused: None,
+                backoff: None,
             },
             // Only scheduled jobs pending: the earliest run_at is ahead of now, the age is 0.
             QueueStats {
