@@ -73,7 +73,8 @@ impl BackoffArgs {
                 let queue = ctx.open_for_change::<S>(&change)?;
                 let before = queue.queue_backoff(&name)?;
                 let would_change = u64::from(before.is_some());
-                let skip = change.dry_run || change.expect.is_some_and(|n| n != would_change) || change.expect == Some(0);
+                let skip =
+                    change.dry_run || change.expect.is_some_and(|n| n != would_change) || change.expect == Some(0);
                 let cleared = if skip {
                     change.check_counted(would_change, ("queue", "queues"))?;
                     false
@@ -95,8 +96,12 @@ impl BackoffArgs {
                 }
                 let shown = sanitize(&name);
                 let text = match (change.dry_run, cleared, &before) {
-                    (false, true, _) => format!("lifted the back-off of queue {shown}: its due jobs are claimable again"),
-                    (true, _, Some(b)) => format!("dry run: would lift the back-off ({}); nothing was changed", line(b, now)),
+                    (false, true, _) => {
+                        format!("lifted the back-off of queue {shown}: its due jobs are claimable again")
+                    }
+                    (true, _, Some(b)) => {
+                        format!("dry run: would lift the back-off ({}); nothing was changed", line(b, now))
+                    }
                     (dry, _, _) => {
                         let prefix = if dry { "dry run: " } else { "" };
                         format!("{prefix}queue {shown} is not backing off; nothing changed")

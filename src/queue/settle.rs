@@ -18,13 +18,24 @@ use std::time::Duration;
 #[derive(Debug, Clone)]
 pub(crate) enum Settle {
     Complete,
-    Retry { delay: Duration, error: String },
+    Retry {
+        delay: Duration,
+        error: String,
+    },
     Exhaust(String),
     Unknown(String),
-    Park { timeout: Duration, reason: String },
+    Park {
+        timeout: Duration,
+        reason: String,
+    },
     /// Back to pending without spending an attempt, and for [`BackoffScope::Queue`] the
     /// queue's back-off until the same instant; past `max_snoozes` an exhaustion.
-    Snooze { delay: Duration, scope: BackoffScope, reason: String, max_snoozes: u32 },
+    Snooze {
+        delay: Duration,
+        scope: BackoffScope,
+        reason: String,
+        max_snoozes: u32,
+    },
 }
 
 /// What a settle did.

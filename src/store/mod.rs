@@ -290,7 +290,9 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// due at `now`, and running jobs whose lease ended at or before `now` with attempts
     /// left. Each gets `attempt + 1`, a fresh claim id, `worker`, and a lease to
     /// `lease_until`. A live lease is never handed out. A paused queue
-    /// ([`Store::pause_queue`]) claims nothing; the check is part of the claim's own read.
+    /// ([`Store::pause_queue`]) claims nothing, nor does a queue whose back-off
+    /// ([`Store::back_off_queue_of`]) ends after `now`; both checks are part of the claim's
+    /// own read.
     fn claim(tx: &Self::Tx, request: ClaimRequest<'_>) -> Result<Vec<Claimed>>;
 
     /// Moves the lease of the exact live claim `claim.token` to `lease_until`.
@@ -441,7 +443,7 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     fn completions_per_minute(tx: &Self::Tx, from: i64, until: i64) -> Result<Vec<(i64, u64)>>;
 
     /// Due pending jobs plus running jobs of `queue` (a paused queue's pending jobs are not
-    /// due).
+    /// due, nor are those of a queue whose back-off lasts at `now`).
     fn due_or_running(tx: &Self::Tx, queue: &str, now: i64) -> Result<u64>;
 
     // ------------------------------------------------------------ periodic jobs

@@ -287,12 +287,9 @@ fn settle_of<S: Store>(shared: &Shared<S>, token: &ClaimToken, outcome: &Outcome
             Err(refused) => Settle::Exhaust(format!("the handler parked the job ({reason}), but {refused}")),
         },
         Outcome::Snooze(delay) => snooze_of(shared, *delay, BackoffScope::Job, format!("snoozed for {delay:?}")),
-        Outcome::RetryAfter { delay, scope } => snooze_of(
-            shared,
-            *delay,
-            *scope,
-            format!("the provider asked to retry after {delay:?} ({scope} back-off)"),
-        ),
+        Outcome::RetryAfter { delay, scope } => {
+            snooze_of(shared, *delay, *scope, format!("the provider asked to retry after {delay:?} ({scope} back-off)"))
+        }
     }
 }
 

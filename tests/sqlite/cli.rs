@@ -1016,7 +1016,8 @@ fn backoff_show_and_clear_a_queues_backoff_and_stats_shows_it() {
     enqueue(&queue, NewJob::new("q", b"first".to_vec()));
     enqueue(&queue, NewJob::new("q", b"second".to_vec()));
     let token = queue.claim("q", "w", LEASE).unwrap().unwrap().token();
-    let snooze = fenceq::Snooze::new(Duration::from_secs(3600)).scope(fenceq::BackoffScope::Queue).reason("429 too many");
+    let snooze =
+        fenceq::Snooze::new(Duration::from_secs(3600)).scope(fenceq::BackoffScope::Queue).reason("429 too many");
     queue.snooze(&token, snooze).unwrap();
     assert!(queue.claim("q", "w", LEASE).unwrap().is_none());
 

@@ -9,8 +9,8 @@ use crate::error::{Error, Result};
 use crate::job::{ClaimId, ClaimToken, Claimed, Decision, Exhaustion, Job, JobId, JobState, Resolution};
 use crate::report::{CheckpointReport, CommitStats, PausedQueue, QueueBackoff, ReapReport};
 use crate::store::{
-    Batch, ClaimRequest, Decided, Identity, JobDecision, NewRow, OwnedLease, PageRequest, QueueBackoffAt, QueueDecision,
-    ScheduleTick, SnoozeAt, StatsRow, Stmt, Store, TokenAt,
+    Batch, ClaimRequest, Decided, Identity, JobDecision, NewRow, OwnedLease, PageRequest, QueueBackoffAt,
+    QueueDecision, ScheduleTick, SnoozeAt, StatsRow, Stmt, Store, TokenAt,
 };
 use diesel::pg::Pg;
 use diesel::query_builder::{BoxedSqlQuery, SqlQuery};
@@ -507,7 +507,12 @@ struct BackoffRow {
 
 impl BackoffRow {
     fn into_backoff(self) -> QueueBackoff {
-        QueueBackoff { queue: self.queue, until: self.backoff_until, reason: self.backoff_reason, since: self.updated_at }
+        QueueBackoff {
+            queue: self.queue,
+            until: self.backoff_until,
+            reason: self.backoff_reason,
+            since: self.updated_at,
+        }
     }
 }
 

@@ -9,8 +9,8 @@ use crate::error::Result;
 use crate::job::{ClaimId, ClaimToken, Claimed, Decision, Exhaustion, Job, JobId, JobState, Resolution};
 use crate::report::{CheckpointReport, CommitStats, PausedQueue, QueueBackoff, ReapReport};
 use crate::store::{
-    Batch, ClaimRequest, Decided, Identity, JobDecision, NewRow, OwnedLease, PageRequest, QueueBackoffAt, QueueDecision,
-    ScheduleTick, SnoozeAt, StatsRow, Stmt, Store, TokenAt,
+    Batch, ClaimRequest, Decided, Identity, JobDecision, NewRow, OwnedLease, PageRequest, QueueBackoffAt,
+    QueueDecision, ScheduleTick, SnoozeAt, StatsRow, Stmt, Store, TokenAt,
 };
 use rusqlite::{named_params, CachedStatement, Connection, OptionalExtension, Row, ToSql};
 use std::time::Duration;
@@ -409,7 +409,8 @@ impl Store for SqliteStore {
 
     fn snooze_if_owned(tx: &Connection, claim: TokenAt<'_>, snooze: SnoozeAt<'_>) -> Result<bool> {
         let SnoozeAt { run_at, reason, max_snoozes } = snooze;
-        let params: [(&str, &dyn ToSql); 3] = [(":run_at", &run_at), (":error", &reason), (":max_snoozes", &max_snoozes)];
+        let params: [(&str, &dyn ToSql); 3] =
+            [(":run_at", &run_at), (":error", &reason), (":max_snoozes", &max_snoozes)];
         owned(tx, SNOOZE_IF_OWNED, claim, &params)
     }
 

@@ -281,7 +281,10 @@ fn a_pool_handler_backing_off_the_queue_is_not_called_again_before_the_instant<H
     let report = pool.shutdown(HANG_GUARD).unwrap();
     assert_eq!((report.counters.snoozed, report.counters.completed, report.counters.claimed), (1, 2, 3));
     let j = job(&db, first);
-    assert_eq!((j.state, j.snoozes, j.max_attempts - j.attempt), (JobState::Completed, 1, job(&db, second).max_attempts - 1));
+    assert_eq!(
+        (j.state, j.snoozes, j.max_attempts - j.attempt),
+        (JobState::Completed, 1, job(&db, second).max_attempts - 1)
+    );
 }
 
 fn a_pool_exhausts_a_job_past_its_snooze_cap_and_a_snooze_beyond_a_year<H: Harness>(h: &H) {

@@ -400,7 +400,9 @@ fn generated_histories_reach_every_operation<H: Harness>(h: &H) {
         let (ok, _) = total.calls.get(name).copied().unwrap_or_default();
         assert!(ok > 0, "no generated `{name}` call succeeded in 64 cases: {:?}", total.calls);
     }
-    for name in ["renew", "complete", "retry", "exhaust", "park", "resume", "acknowledge", "resolve", "cancel", "snooze"] {
+    for name in
+        ["renew", "complete", "retry", "exhaust", "park", "resume", "acknowledge", "resolve", "cancel", "snooze"]
+    {
         let (_, err) = total.calls.get(name).copied().unwrap_or_default();
         assert!(err > 0, "no generated `{name}` call was refused in 64 cases: {:?}", total.calls);
     }

@@ -969,7 +969,9 @@ impl<B: Backend> Runner<'_, B> {
                         }
                         Ok(())
                     }
-                    other => Err(format!("clear_backoff({name}) returned {other:?}, the model expected Ok({expected})")),
+                    other => {
+                        Err(format!("clear_backoff({name}) returned {other:?}, the model expected Ok({expected})"))
+                    }
                 }
             }
             QueueOp::Resume(token) => {
