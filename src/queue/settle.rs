@@ -389,7 +389,8 @@ fn settle_once<S: Store>(
             let reason = &*clip(reason);
             let run_at = now.saturating_add(duration_ms(*delay));
             let snoozed = S::snooze_if_owned(tx, claim, SnoozeAt { run_at, reason, max_snoozes: *max_snoozes })?;
-            // Either the cap is reached or the token is stale; the exhaustion tells them apart.
+            // Either the cap is reached or the token is stale (or, on a server store, another
+            // transaction held the row); the exhaustion, guarded by the count, tells them apart.
             let settled = snoozed || exhaust_past_snooze_cap::<S>(tx, claim, *max_snoozes, reason)?;
             if settled && *scope == BackoffScope::Queue {
                 // The provider's answer holds for the queue whatever became of this job.
@@ -405,7 +406,7 @@ fn settle_once<S: Store>(
 
 /// Exhausts the exact live claim `claim` instead of snoozing it once more, because it was
 /// snoozed `max_snoozes` times already: the one place a snooze past its cap exhausts a job.
-/// True when it did (false: the token does not own the job).
+/// True when it did (false: the token does not own the job, or the job is under its cap).
 pub(crate) fn exhaust_past_snooze_cap<S: Store>(
     tx: &S::Tx,
     claim: TokenAt<'_>,
@@ -416,7 +417,7 @@ pub(crate) fn exhaust_past_snooze_cap<S: Store>(
         "snoozed {max_snoozes} times, the cap (max_snoozes): exhausted instead of snoozing again ({reason})"
     ))
     .into_owned();
-    S::exhaust_if_owned(tx, claim, &error)
+    S::exhaust_past_snooze_cap_if_owned(tx, claim, max_snoozes, &error)
 }
 
 /// Settles each item in `tx`: a guarded miss or bad input is that item's result (it changed

@@ -467,8 +467,20 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// [`Store::release_if_owned`] does (`max_attempts + 1`, the counter never lowered, so the
     /// next claim is a new attempt and the snoozed token stays dead). A server store wakes the
     /// queue's listeners when the job is due at once. False (nothing changed) when the token
-    /// does not own the job or the cap is reached; the caller tells them apart.
+    /// does not own the job or the cap is reached; the caller tells them apart
+    /// ([`Store::exhaust_past_snooze_cap_if_owned`]).
     fn snooze_if_owned(tx: &Self::Tx, claim: TokenAt<'_>, snooze: SnoozeAt<'_>) -> Result<bool>;
+
+    /// `running` → unacknowledged `exhausted` with `error`, keeping the token, only when the
+    /// job was snoozed `max_snoozes` times or more: the exhaustion of a snooze past its cap.
+    /// Guarded by the count as well as the token, so that a snooze that missed for another
+    /// reason (another transaction held the row) never exhausts a job under its cap.
+    fn exhaust_past_snooze_cap_if_owned(
+        tx: &Self::Tx,
+        claim: TokenAt<'_>,
+        max_snoozes: u32,
+        error: &str,
+    ) -> Result<bool>;
 
     /// Backs off the queue of job `backoff.id` until `backoff.until` (recording `reason` and
     /// `now`), unless a back-off of it that ends as late or later is stored already. From

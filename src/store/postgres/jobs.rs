@@ -466,6 +466,13 @@ impl Store for PostgresStore {
         changed(tx, query)
     }
 
+    fn exhaust_past_snooze_cap_if_owned(tx: &PgTx, claim: TokenAt<'_>, max_snoozes: u32, error: &str) -> Result<bool> {
+        let query = token_query(EXHAUST_PAST_SNOOZE_CAP_IF_OWNED, claim)
+            .bind::<BigInt, _>(i64::from(max_snoozes))
+            .bind::<Text, _>(error);
+        changed(tx, query)
+    }
+
     fn back_off_queue_of(tx: &PgTx, backoff: QueueBackoffAt<'_>) -> Result<bool> {
         let QueueBackoffAt { id, until, reason, now } = backoff;
         let query = bound(BACK_OFF_QUEUE_OF)

@@ -581,6 +581,17 @@ stmt! {
         " END AS woke"
     );
 
+    /// A snooze past its cap (`$5` the cap, `$6` the error): a durable, unacknowledged
+    /// exhaustion that keeps the token, only when the job was snoozed `$5` times or more.
+    EXHAUST_PAST_SNOOZE_CAP_IF_OWNED = concat!(
+        "UPDATE fenceq_jobs
+    SET    state = 'exhausted', lease_until = NULL, last_error = $6,
+           settled_at = $4, exhausted_at = $4, acknowledged_at = NULL
+    WHERE  snoozes >= $5 AND ",
+        owned_by_token!(),
+        unless_held_elsewhere!()
+    );
+
     /// The back-off of job `$1`'s queue until `$2` (reason `$3`, now `$4`): a stored back-off that
     /// ends as late or later is kept (no row affected), so the back-off is the latest any
     /// handler asked for. A racing upsert waits for the first one's row lock and re-evaluates

@@ -414,6 +414,16 @@ impl Store for SqliteStore {
         owned(tx, SNOOZE_IF_OWNED, claim, &params)
     }
 
+    fn exhaust_past_snooze_cap_if_owned(
+        tx: &Connection,
+        claim: TokenAt<'_>,
+        max_snoozes: u32,
+        error: &str,
+    ) -> Result<bool> {
+        let params: [(&str, &dyn ToSql); 2] = [(":max_snoozes", &max_snoozes), (":error", &error)];
+        owned(tx, EXHAUST_PAST_SNOOZE_CAP_IF_OWNED, claim, &params)
+    }
+
     fn back_off_queue_of(tx: &Connection, backoff: QueueBackoffAt<'_>) -> Result<bool> {
         let QueueBackoffAt { id, until, reason, now } = backoff;
         let params = named_params! { ":id": id.0, ":until": until, ":reason": reason, ":now": now };

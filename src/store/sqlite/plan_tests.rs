@@ -185,6 +185,7 @@ fn point_operations_use_the_primary_key_or_an_index() {
         QUEUE_PAUSE,
         COMPLETIONS_PER_MINUTE,
         SNOOZE_IF_OWNED,
+        EXHAUST_PAST_SNOOZE_CAP_IF_OWNED,
         BACK_OFF_QUEUE_OF,
         QUEUE_BACKOFF,
         CLEAR_QUEUE_BACKOFF,

@@ -507,6 +507,16 @@ stmt! {
         owned_by_token!()
     );
 
+    /// A snooze past its cap: a durable, unacknowledged exhaustion that keeps the token, only
+    /// when the job was snoozed `:max_snoozes` times or more.
+    EXHAUST_PAST_SNOOZE_CAP_IF_OWNED = concat!(
+        "UPDATE fenceq_jobs
+    SET    state = 'exhausted', lease_until = NULL, last_error = :error,
+           settled_at = :now, exhausted_at = :now, acknowledged_at = NULL
+    WHERE  snoozes >= :max_snoozes AND ",
+        owned_by_token!()
+    );
+
     /// The back-off of job `:id`'s queue until `:until`: a queue without a flow row gets one; a
     /// stored back-off that ends as late or later is kept (`changes()` is then 0), so the
     /// back-off is the latest any handler asked for. (The `WHERE` of the `SELECT` also keeps
