@@ -112,8 +112,8 @@ pub enum Command {
     /// `--format prometheus` prints them as Prometheus metrics (text format 0.0.4; see
     /// docs/operations.md for node-exporter's textfile collector): `fenceq_jobs{queue,state}`,
     /// `fenceq_oldest_pending_age_seconds`, `fenceq_exhaustions_unacknowledged`,
-    /// `fenceq_unknown_outcomes_unresolved`, `fenceq_expired_leases` and `fenceq_queue_paused`,
-    /// each per queue.
+    /// `fenceq_unknown_outcomes_unresolved`, `fenceq_expired_leases`, `fenceq_queue_paused` and
+    /// `fenceq_queue_backoff_seconds`, each per queue.
     Stats(inspect::StatsArgs),
     /// Jobs in id order, optionally of one queue and one state.
     List(inspect::ListArgs),

@@ -130,11 +130,15 @@ fn a_queue_backoff_closes_the_queue_for_every_handle_until_its_instant<H: Harnes
     let stats = db.stats().unwrap().queue("q");
     assert_eq!(stats.backoff.map(|b| b.until), Some(T0 + 60_000));
     assert_eq!(other.queue_backoffs().unwrap().len(), 1);
+    let gauge = |seconds: &str| format!("fenceq_queue_backoff_seconds{{queue=\"q\"}} {seconds}\n");
+    assert!(db.metrics_text().unwrap().contains(&gauge("60")));
     db.advance(Duration::from_millis(59_999));
     assert!(other.claim("q", "w2", LEASE).unwrap().is_none(), "not even 1 ms before the instant");
+    assert!(db.metrics_text().unwrap().contains(&gauge("0.001")));
     db.advance(Duration::from_millis(1));
     assert!(db.queue_backoff("q").unwrap().is_none(), "over at its instant");
     assert!(db.stats().unwrap().queue("q").backoff.is_none());
+    assert!(db.metrics_text().unwrap().contains(&gauge("0")));
     let claims = other.claim_batch("q", "w2", LEASE, 10).unwrap();
     assert_eq!(claims.iter().map(|c| c.id()).collect::<Vec<_>>(), vec![second, first], "run_at, then id");
     assert_eq!(claims[0].token().attempt, 1, "the waiting job spent nothing");
