@@ -287,12 +287,13 @@ impl Claimed {
     }
 }
 
-/// The result of `retry`.
+/// The result of `retry` and of `snooze`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Retried {
     /// Back to pending, claimable from this time (ms since the epoch).
     Scheduled(i64),
-    /// No attempts were left: the job is now an unacknowledged exhaustion.
+    /// No attempts were left (a retry), or the job had been snoozed as often as the cap
+    /// allows (a snooze): the job is now an unacknowledged exhaustion.
     Exhausted,
 }
 
@@ -393,6 +394,97 @@ impl From<RetryPolicy> for Backoff {
     }
 }
 
+/// How far a provider's "retry after" reaches ([`Outcome::RetryAfter`](crate::Outcome::RetryAfter),
+/// [`Snooze::scope`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum BackoffScope {
+    /// This job only: exactly a snooze of it.
+    #[default]
+    Job,
+    /// The job's group. A grouped job's snooze already closes its group: the job stays the
+    /// group's head while it is pending, and no other job of the group is claimable before
+    /// it settles, so the group is closed until the snooze's instant by the snooze itself.
+    /// A job without a group behaves as [`BackoffScope::Job`].
+    Group,
+    /// The whole queue: the job's snooze, and in the same transaction the queue's back-off
+    /// until the same instant (a later back-off already stored is kept): no claim of the
+    /// queue, in any process or handle, hands out anything before it (see
+    /// [`Queue::queue_backoff`](crate::Queue::queue_backoff)).
+    Queue,
+}
+
+impl BackoffScope {
+    /// `"job"`, `"group"` or `"queue"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackoffScope::Job => "job",
+            BackoffScope::Group => "group",
+            BackoffScope::Queue => "queue",
+        }
+    }
+}
+
+impl std::fmt::Display for BackoffScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Snoozes a job may take before the next one exhausts it, by default
+/// ([`WorkerPoolBuilder::max_snoozes`](crate::WorkerPoolBuilder::max_snoozes), [`Snooze::max_snoozes`]).
+pub const DEFAULT_MAX_SNOOZES: u32 = 100;
+
+/// The longest snooze or back-off: a year, as for a park.
+pub const MAX_SNOOZE: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// A claim put back for later without spending an attempt ([`Queue::snooze`](crate::Queue::snooze)):
+/// the job is pending again at `now + delay`, its attempt given back (the next claim is a new
+/// attempt with a fresh claim id, so the snoozed token is dead), and its snooze count raised.
+/// Past [`Snooze::max_snoozes`] the job is exhausted instead.
+///
+/// ```
+/// # use fenceq::{BackoffScope, Snooze};
+/// # use std::time::Duration;
+/// let snooze = Snooze::new(Duration::from_secs(30)).scope(BackoffScope::Queue).reason("429 from the provider");
+/// # let _ = snooze;
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snooze {
+    pub(crate) delay: Duration,
+    pub(crate) scope: BackoffScope,
+    pub(crate) reason: String,
+    pub(crate) max_snoozes: u32,
+}
+
+impl Snooze {
+    /// A snooze of the job alone for `delay` (0 ..= [`MAX_SNOOZE`], a year), with the reason
+    /// `"snoozed"` and the cap [`DEFAULT_MAX_SNOOZES`].
+    pub fn new(delay: Duration) -> Snooze {
+        Snooze { delay, scope: BackoffScope::Job, reason: "snoozed".to_string(), max_snoozes: DEFAULT_MAX_SNOOZES }
+    }
+
+    /// How far it reaches ([`BackoffScope`]). Defaults to the job alone.
+    pub fn scope(mut self, scope: BackoffScope) -> Snooze {
+        self.scope = scope;
+        self
+    }
+
+    /// Why: stored as the job's last error (and, for [`BackoffScope::Queue`], as the queue's
+    /// back-off reason). Cut at [`MAX_ERROR_LEN`](crate::MAX_ERROR_LEN) bytes like every stored text.
+    pub fn reason(mut self, reason: impl Into<String>) -> Snooze {
+        self.reason = reason.into();
+        self
+    }
+
+    /// How many snoozes the job may have taken before this one: a job snoozed that many times
+    /// already is exhausted instead, with an error that says so. Defaults to
+    /// [`DEFAULT_MAX_SNOOZES`]; 0 exhausts at the first snooze.
+    pub fn max_snoozes(mut self, max_snoozes: u32) -> Snooze {
+        self.max_snoozes = max_snoozes;
+        self
+    }
+}
+
 /// Exponential backoff: `base * 2^(attempt-1)`, capped at `max`, then spread by up to
 /// `jitter` (a fraction, 0.0–1.0) in either direction so that retries of many jobs that failed
 /// together do not arrive together.
@@ -481,6 +573,11 @@ pub struct Job {
     pub group: Option<String>,
     /// Pending, but held back by its group: an earlier job of the group holds it.
     pub held_by_group: bool,
+    /// How often the job was put back without spending an attempt (a snooze, or a
+    /// provider's back-off: [`Outcome::Snooze`](crate::Outcome::Snooze),
+    /// [`Outcome::RetryAfter`](crate::Outcome::RetryAfter), [`Queue::snooze`](crate::Queue::snooze)).
+    /// A replay starts it again from 0.
+    pub snoozes: u32,
 }
 
 impl Job {

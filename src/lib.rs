@@ -40,8 +40,9 @@ pub use deprecated::*;
 pub use diesel;
 pub use error::{BusyCause, Error, LostReason, PoolError, Result};
 pub use job::{
-    Backoff, ClaimId, ClaimToken, Claimed, Cursor, Decision, Enqueued, Exhaustion, GroupPolicy, Job, JobId, JobState,
-    NewJob, Page, Resolution, Retried, RetryPolicy, UnknownOutcome,
+    Backoff, BackoffScope, ClaimId, ClaimToken, Claimed, Cursor, Decision, Enqueued, Exhaustion, GroupPolicy, Job,
+    JobId, JobState, NewJob, Page, Resolution, Retried, RetryPolicy, Snooze, UnknownOutcome, DEFAULT_MAX_SNOOZES,
+    MAX_SNOOZE,
 };
 pub use limits::{Limits, Rate, MAX_LIMIT_COUNT, MAX_RATE_WINDOW};
 #[cfg(feature = "schedule")]
@@ -51,7 +52,7 @@ pub use queue::operator::Operator;
 pub use queue::{ListFilter, Queue};
 pub use report::{
     BackupReport, CheckpointReport, CommitStats, GroupBlock, GroupHead, GroupSummary, PausedQueue, PruneReport,
-    QueueStats, ReapReport, ScheduleReport, Stats,
+    QueueBackoff, QueueStats, ReapReport, ScheduleReport, Stats,
 };
 /// The rusqlite version fenceq is built with, for closures that receive its `Transaction`.
 pub use rusqlite;

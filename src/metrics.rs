@@ -37,6 +37,9 @@ impl Stats {
     ///   (reclaimable; the reaper returns them to pending).
     /// - `fenceq_queue_paused{queue}`: 1 while the queue is paused (a paused queue with no
     ///   rows is listed too), else 0.
+    /// - `fenceq_queue_backoff_seconds{queue}`: how long the queue's back-off still lasts
+    ///   ([`QueueStats::backoff`]), in seconds with millisecond precision; 0 when it is not
+    ///   backing off (a queue backing off with no rows is listed too).
     ///
     /// No sample has a timestamp (the textfile collector refuses them; the scrape's time is
     /// the reading's). The text ends with a line feed.
@@ -102,6 +105,16 @@ impl Stats {
             "1 while the queue is paused (its claims find nothing; fenceq unpause), else 0.",
             queues,
             |q| u8::from(q.paused.is_some()).to_string(),
+        );
+        gauge(
+            &mut out,
+            "fenceq_queue_backoff_seconds",
+            "Seconds until the queue's back-off ends (its claims find nothing until then; fenceq backoff), else 0.",
+            queues,
+            |q| {
+                let left_ms = q.backoff.as_ref().map_or(0, |b| b.until.saturating_sub(now_ms).max(0));
+                (left_ms as f64 / 1000.0).to_string()
+            },
         );
         out
     }
@@ -180,7 +193,7 @@ mod tests {
     #[test]
     fn no_queues_is_only_the_headers() {
         let text = Stats::default().to_prometheus(0);
-        assert_eq!(text.lines().count(), 12);
+        assert_eq!(text.lines().count(), 14);
         assert!(text.lines().all(|line| line.starts_with("# HELP fenceq_") || line.starts_with("# TYPE fenceq_")));
         assert!(text.ends_with(" gauge\n"));
     }

@@ -84,6 +84,9 @@ pub struct QueueStats {
     /// The queue's pause, while it is paused: claims of it find nothing (see
     /// [`Queue::pause`](crate::Queue::pause)).
     pub paused: Option<PausedQueue>,
+    /// The queue's back-off, while it lasts: claims of it find nothing before its end (see
+    /// [`Queue::queue_backoff`](crate::Queue::queue_backoff)).
+    pub backoff: Option<QueueBackoff>,
 }
 
 impl QueueStats {
@@ -118,7 +121,7 @@ impl QueueStats {
 /// Counts per queue, as `Queue::stats` returns them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stats {
-    /// One entry per queue that has rows or is paused, by name.
+    /// One entry per queue that has rows, is paused or backs off, by name.
     pub queues: Vec<QueueStats>,
 }
 
@@ -214,6 +217,22 @@ impl GroupSummary {
     pub fn is_blocked(&self, now: i64) -> bool {
         !matches!(self.blocked(now), None | Some(GroupBlock::Running))
     }
+}
+
+/// A queue's back-off, as [`Queue::queue_backoff`](crate::Queue::queue_backoff) and
+/// [`QueueStats::backoff`] report it: a provider's "retry after" for the whole queue
+/// ([`BackoffScope::Queue`](crate::BackoffScope::Queue)). No claim of the queue, in any
+/// process or handle, hands out anything before `until`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueBackoff {
+    /// The queue's name.
+    pub queue: String,
+    /// When it ends, ms since the epoch (the store's clock: PostgreSQL's server clock).
+    pub until: i64,
+    /// Why (the snooze's reason that set it).
+    pub reason: String,
+    /// When it was last set, ms since the epoch.
+    pub since: i64,
 }
 
 /// What one WAL checkpoint did (`PRAGMA wal_checkpoint(TRUNCATE)`).

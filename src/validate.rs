@@ -133,6 +133,14 @@ pub(crate) fn check_park_timeout(timeout: Duration) -> Result<()> {
     Ok(())
 }
 
+/// A snooze's or back-off's delay: at most [`MAX_SNOOZE`](crate::MAX_SNOOZE) (a year, as a park).
+pub(crate) fn check_snooze_delay(delay: Duration) -> Result<()> {
+    if delay > crate::job::MAX_SNOOZE {
+        return Err(Error::invalid("snooze delay", format!("{delay:?} is longer than a year")));
+    }
+    Ok(())
+}
+
 /// An operator's note, as stored (see [`show_nul`]): at most [`MAX_ERROR_LEN`] bytes. A
 /// note is typed by a person, so an over-long one is refused rather than cut.
 pub(crate) fn check_note(note: &str) -> Result<()> {

@@ -71,14 +71,18 @@ impl StatsArgs {
             if let Some(object) = totals.as_object_mut() {
                 object.remove("queue");
                 object.remove("paused");
+                object.remove("backoff");
             }
             let paused: Vec<&str> =
                 stats.queues.iter().filter(|q| q.paused.is_some()).map(|q| q.queue.as_str()).collect();
+            let backing_off: Vec<&str> =
+                stats.queues.iter().filter(|q| q.backoff.is_some()).map(|q| q.queue.as_str()).collect();
             return Ok(ctx.out.document(&json!({
                 "now": now,
                 "queues": queues,
                 "totals": totals,
                 "paused_queues": paused,
+                "backoff_queues": backing_off,
             }))?);
         }
         if stats.queues.is_empty() {
@@ -102,10 +106,10 @@ impl StatsArgs {
         let rows = stats.queues.iter().chain((stats.queues.len() > 1).then_some(&totals));
         for q in rows {
             t.add_row(vec![
-                if q.paused.is_some() {
-                    format!("{} (paused)", output::sanitize(&q.queue))
-                } else {
-                    output::sanitize(&q.queue)
+                match (q.paused.is_some(), q.backoff.is_some()) {
+                    (true, _) => format!("{} (paused)", output::sanitize(&q.queue)),
+                    (false, true) => format!("{} (backing off)", output::sanitize(&q.queue)),
+                    (false, false) => output::sanitize(&q.queue),
                 },
                 q.pending.to_string(),
                 q.oldest_due_age_ms(now).map_or_else(|| "-".to_string(), output::human_duration),
@@ -151,6 +155,16 @@ impl StatsArgs {
                 ));
             }
         }
+        for q in &stats.queues {
+            if let Some(backoff) = &q.backoff {
+                attention.push(format!(
+                    "queue {name} backs off until {} ({}): its claims find nothing until then (fenceq backoff clear {name})",
+                    when(Some(backoff.until), now),
+                    output::sanitize(&backoff.reason),
+                    name = output::sanitize(&q.queue),
+                ));
+            }
+        }
         if !attention.is_empty() {
             ctx.out.line(format!("attention: {}", attention.join("; ")))?;
         }
@@ -175,6 +189,7 @@ fn stats_json(q: &QueueStats, now: i64) -> Value {
         "oldest_pending_age_ms": q.oldest_due_age_ms(now),
         "next_due_at": q.next_due_at(now),
         "paused": super::pause::pause_json(q.paused.as_ref(), now),
+        "backoff": q.backoff.as_ref().map(|b| super::backoff::backoff_json(b, now)),
     })
 }
 

@@ -7,6 +7,7 @@
 //! `run(self, &mut Context)` method.
 
 pub mod admin;
+pub mod backoff;
 pub mod backup;
 pub mod bench;
 pub mod decision;
@@ -106,14 +107,15 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// Counts per queue and state: pending (and the oldest pending age), running (and how
     /// many have expired leases), waiting, completed, exhaustions awaiting acknowledgement,
-    /// acknowledged exhaustions, unknown outcomes, cancelled; and which queues are paused
-    /// (since when, by whom, why), a paused queue with no jobs too.
+    /// acknowledged exhaustions, unknown outcomes, cancelled; which queues are paused
+    /// (since when, by whom, why), a paused queue with no jobs too; and which queues back off
+    /// (until when, why: see `fenceq backoff`).
     ///
     /// `--format prometheus` prints them as Prometheus metrics (text format 0.0.4; see
     /// docs/operations.md for node-exporter's textfile collector): `fenceq_jobs{queue,state}`,
     /// `fenceq_oldest_pending_age_seconds`, `fenceq_exhaustions_unacknowledged`,
-    /// `fenceq_unknown_outcomes_unresolved`, `fenceq_expired_leases` and `fenceq_queue_paused`,
-    /// each per queue.
+    /// `fenceq_unknown_outcomes_unresolved`, `fenceq_expired_leases`, `fenceq_queue_paused` and
+    /// `fenceq_queue_backoff_seconds`, each per queue.
     Stats(inspect::StatsArgs),
     /// Jobs in id order, optionally of one queue and one state.
     List(inspect::ListArgs),
@@ -166,6 +168,11 @@ pub enum Command {
     /// --expect counts queues here: 1 when the command unpauses the queue, 0 when it is not
     /// paused.
     Unpause(pause::UnpauseArgs),
+    /// A queue's back-off, set by a handler's provider back-off for the whole queue
+    /// (`Outcome::RetryAfter` with the queue scope): no claim of the queue, in any process,
+    /// hands out anything before it ends. `backoff show [QUEUE]` prints it (every queue
+    /// backing off without QUEUE); `backoff clear QUEUE` lifts it early.
+    Backoff(backoff::BackoffArgs),
     /// Returns running jobs with expired leases to pending (exhausted when no attempts are
     /// left) and exhausts waiting jobs past their deadline.
     Reap(maintenance::ReapArgs),
@@ -279,6 +286,7 @@ impl Command {
             Command::Cancel(args) => args.run::<S>(ctx),
             Command::Pause(args) => args.run::<S>(ctx),
             Command::Unpause(args) => args.run::<S>(ctx),
+            Command::Backoff(args) => args.run::<S>(ctx),
             Command::Reap(args) => args.run::<S>(ctx),
             Command::Prune(args) => args.run::<S>(ctx),
             Command::Migrate(args) => args.run::<S>(ctx),

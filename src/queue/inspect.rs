@@ -13,8 +13,9 @@ const MINUTE_MS: i64 = 60_000;
 const MAX_MINUTES: u32 = 1_440;
 
 impl<S: Store> Queue<S> {
-    /// Counts per queue and state, and each queue's pause ([`QueueStats::paused`]): one
-    /// entry per queue that has rows or is paused, by name.
+    /// Counts per queue and state, each queue's pause ([`QueueStats::paused`]) and back-off
+    /// ([`QueueStats::backoff`]): one entry per queue that has rows, is paused or backs off,
+    /// by name.
     ///
     /// # Errors
     ///
@@ -29,9 +30,9 @@ impl<S: Store> Queue<S> {
     /// reading of the clock for callers that also need it, as [`Queue::metrics_text`] does
     /// for the pending age), and which queues are paused.
     pub(crate) fn stats_now(&self) -> Result<(Stats, i64)> {
-        let (rows, paused, now) = self.store().read(|tx| {
+        let (rows, paused, backoffs, now) = self.store().read(|tx| {
             let now = self.shared.now_in(tx)?;
-            Ok((S::stats(tx, now)?, S::paused_queues(tx)?, now))
+            Ok((S::stats(tx, now)?, S::paused_queues(tx)?, S::queue_backoffs(tx, now)?, now))
         })?;
         let mut queues = fold_stats(rows);
         for pause in paused {
@@ -41,6 +42,15 @@ impl<S: Store> Queue<S> {
                 Err(at) => {
                     let queue = pause.queue.clone();
                     queues.insert(at, QueueStats { queue, paused: Some(pause), ..QueueStats::default() });
+                }
+            }
+        }
+        for backoff in backoffs {
+            match queues.binary_search_by(|q| q.queue.as_str().cmp(backoff.queue.as_str())) {
+                Ok(at) => queues[at].backoff = Some(backoff),
+                Err(at) => {
+                    let queue = backoff.queue.clone();
+                    queues.insert(at, QueueStats { queue, backoff: Some(backoff), ..QueueStats::default() });
                 }
             }
         }

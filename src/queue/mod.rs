@@ -10,6 +10,7 @@
 //! caller's closure runs), and turns what the transitions report into the public result
 //! (`fence.rs` says what a guarded miss means).
 
+mod backoff;
 mod claims;
 mod exhaustions;
 pub(crate) mod fence;

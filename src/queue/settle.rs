@@ -8,9 +8,9 @@ use super::retry::retry_conflicts;
 use super::Queue;
 use crate::clock::duration_ms;
 use crate::error::{Error, Result};
-use crate::job::{Backoff, ClaimToken, Claimed, JobState, Retried};
-use crate::store::{ClaimRequest, Store, TokenAt};
-use crate::validate::{check_claim, check_park_timeout, clip};
+use crate::job::{Backoff, BackoffScope, ClaimToken, Claimed, JobState, Retried, Snooze};
+use crate::store::{ClaimRequest, QueueBackoffAt, SnoozeAt, Store, TokenAt};
+use crate::validate::{check_claim, check_park_timeout, check_snooze_delay, clip};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,10 +18,24 @@ use std::time::Duration;
 #[derive(Debug, Clone)]
 pub(crate) enum Settle {
     Complete,
-    Retry { delay: Duration, error: String },
+    Retry {
+        delay: Duration,
+        error: String,
+    },
     Exhaust(String),
     Unknown(String),
-    Park { timeout: Duration, reason: String },
+    Park {
+        timeout: Duration,
+        reason: String,
+    },
+    /// Back to pending without spending an attempt, and for [`BackoffScope::Queue`] the
+    /// queue's back-off until the same instant; past `max_snoozes` an exhaustion.
+    Snooze {
+        delay: Duration,
+        scope: BackoffScope,
+        reason: String,
+        max_snoozes: u32,
+    },
 }
 
 /// What a settle did.
@@ -32,14 +46,24 @@ pub(crate) enum Settled {
     Exhausted,
     Unknown,
     Parked,
+    /// Pending again at this instant, no attempt spent (and, for [`BackoffScope::Queue`],
+    /// the queue's back-off stored until it).
+    Snoozed(i64),
 }
 
 impl Settle {
     fn check(&self) -> Result<()> {
         match self {
             Settle::Park { timeout, .. } => check_park_timeout(*timeout),
+            Settle::Snooze { delay, .. } => check_snooze_delay(*delay),
             _ => Ok(()),
         }
+    }
+
+    /// Whether its settle may write more than one statement (so it cannot run as autocommit
+    /// statements): a queue-scoped back-off writes the job and the queue's flow row.
+    fn writes_twice(&self) -> bool {
+        matches!(self, Settle::Snooze { scope: BackoffScope::Queue, .. })
     }
 }
 
@@ -170,18 +194,69 @@ impl<S: Store> Queue<S> {
         self.settle(token, Settle::Park { timeout, reason: reason.to_string() }).map(drop)
     }
 
+    /// Puts the job back for later without spending an attempt (River's `JobSnooze`): the
+    /// exact live claim becomes `pending` again at now + the snooze's delay, its lease
+    /// cleared, its reason stored as the last error, its snooze count ([`Job::snoozes`](crate::Job::snoozes))
+    /// raised, and its attempt given back: the next claim is a new attempt with a fresh
+    /// claim id (so `token` is dead from the commit on), and the job has as many attempts
+    /// left as before this claim. With [`BackoffScope::Queue`] the queue's back-off is
+    /// stored in the same transaction (see [`Queue::queue_backoff`]); with
+    /// [`BackoffScope::Group`] the snooze itself closes the job's group (see
+    /// [`BackoffScope`]). A job snoozed [`Snooze::max_snoozes`] times already is exhausted
+    /// instead (`Retried::Exhausted`), with an error that says it was snoozed that many
+    /// times, the cap; a queue-scoped back-off is stored then too.
+    ///
+    /// ```
+    /// # use fenceq::{BackoffScope, NewJob, Queue, Retried, Snooze};
+    /// # use std::time::Duration;
+    /// let queue = Queue::open_in_memory()?;
+    /// queue.enqueue(NewJob::new("telegram", b"hi".to_vec()))?;
+    /// let job = queue.claim("telegram", "w", Duration::from_secs(30))?.unwrap();
+    /// let snooze = Snooze::new(Duration::from_secs(3)).scope(BackoffScope::Queue).reason("429");
+    /// assert!(matches!(queue.snooze(&job.token(), snooze)?, Retried::Scheduled(_)));
+    /// assert!(queue.queue_backoff("telegram")?.is_some());
+    /// assert!(queue.claim("telegram", "w", Duration::from_secs(30))?.is_none());
+    /// # Ok::<(), fenceq::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for a delay over a year ([`MAX_SNOOZE`](crate::MAX_SNOOZE)); nothing
+    /// changes. `OwnershipLost` (with its `LostReason`) unless `token` is the exact claim of
+    /// a running job with a live lease. A reason longer than [`MAX_ERROR_LEN`](crate::MAX_ERROR_LEN)
+    /// (4,096 bytes) is cut, not refused; a NUL byte in it is stored as
+    /// [`NUL_SHOWN_AS`](crate::NUL_SHOWN_AS). Storage errors: `Busy`, `StorageFull`,
+    /// `ReadOnly`; `NestedWrite` from inside a closure holding the queue's transaction (or
+    /// an in-memory queue's `with_connection`).
+    pub fn snooze(&self, token: &ClaimToken, snooze: Snooze) -> Result<Retried> {
+        let Snooze { delay, scope, reason, max_snoozes } = snooze;
+        match self.settle(token, Settle::Snooze { delay, scope, reason, max_snoozes })? {
+            Settled::Snoozed(at) => Ok(Retried::Scheduled(at)),
+            _ => Ok(Retried::Exhausted),
+        }
+    }
+
     /// One settle in a transaction of its own.
     pub(crate) fn settle(&self, token: &ClaimToken, settle: Settle) -> Result<Settled> {
         settle.check()?;
+        let writes_twice = settle.writes_twice();
         let (token, settle) = (*token, Arc::new(settle));
-        // One settle writes once at most: a retry out of attempts exhausts only after the
-        // retry's guard changed nothing.
-        retry_conflicts(|| {
-            let (settle, shared) = (settle.clone(), self.shared.clone());
-            self.store().submit_single(move |tx| {
+        let work = move |settle: Arc<Settle>, shared: Arc<super::Shared<S>>| {
+            move |tx: &S::Tx| {
                 let now = |tx: &S::Tx| shared.now_in(tx);
                 settle_in::<S>(tx, &token, &settle, now(tx)?, &now)
-            })
+            }
+        };
+        retry_conflicts(|| {
+            let (settle, shared) = (settle.clone(), self.shared.clone());
+            if writes_twice {
+                // The job's snooze and the queue's back-off commit together.
+                self.store().submit(work(settle, shared))
+            } else {
+                // One settle writes once at most: a retry out of attempts exhausts only after
+                // the retry's guard changed nothing.
+                self.store().submit_single(work(settle, shared))
+            }
         })
     }
 
@@ -311,7 +386,39 @@ fn settle_once<S: Store>(
             let wait_until = now.saturating_add(duration_ms(*timeout));
             (S::park_if_owned(tx, claim, wait_until, &clip(reason))?, Settled::Parked)
         }
+        Settle::Snooze { delay, scope, reason, max_snoozes } => {
+            let reason = &*clip(reason);
+            let run_at = now.saturating_add(duration_ms(*delay));
+            let snoozed = S::snooze_if_owned(tx, claim, SnoozeAt { run_at, reason, max_snoozes: *max_snoozes })?;
+            // Either the cap is reached or the token is stale (or, on a server store, another
+            // transaction held the row); the exhaustion, guarded by the count, tells them apart.
+            let settled = snoozed || exhaust_past_snooze_cap::<S>(tx, claim, *max_snoozes, reason)?;
+            if settled && *scope == BackoffScope::Queue {
+                // The provider's answer holds for the queue whatever became of this job.
+                S::back_off_queue_of(tx, QueueBackoffAt { id: token.id, until: run_at, reason, now })?;
+            }
+            if snoozed {
+                return Ok(Ok(Settled::Snoozed(run_at)));
+            }
+            (settled, Settled::Exhausted)
+        }
     }))
+}
+
+/// Exhausts the exact live claim `claim` instead of snoozing it once more, because it was
+/// snoozed `max_snoozes` times already: the one place a snooze past its cap exhausts a job.
+/// True when it did (false: the token does not own the job, or the job is under its cap).
+pub(crate) fn exhaust_past_snooze_cap<S: Store>(
+    tx: &S::Tx,
+    claim: TokenAt<'_>,
+    max_snoozes: u32,
+    reason: &str,
+) -> Result<bool> {
+    let error = clip(&format!(
+        "snoozed {max_snoozes} times, the cap (max_snoozes): exhausted instead of snoozing again ({reason})"
+    ))
+    .into_owned();
+    S::exhaust_past_snooze_cap_if_owned(tx, claim, max_snoozes, &error)
 }
 
 /// Settles each item in `tx`: a guarded miss or bad input is that item's result (it changed

@@ -49,7 +49,7 @@ macro_rules! job_columns {
         "id, queue, key, payload, state, priority, run_at, attempt, max_attempts, claim_id,
            worker, lease_until, heartbeat_at, wait_until, last_error, created_at, settled_at,
            exhausted_at, acknowledged_at, decision, decided_at, decided_by, decision_note,
-           group_name, group_held"
+           group_name, group_held, snoozes"
     };
 }
 
@@ -68,7 +68,7 @@ use crate::clock::Clock;
 use crate::error::Result;
 use crate::job::{ClaimId, ClaimToken, Claimed, Exhaustion, GroupPolicy, Job, JobId, JobState, Resolution};
 use crate::limits::Limits;
-use crate::report::{CheckpointReport, CommitStats, GroupSummary, PausedQueue, ReapReport};
+use crate::report::{CheckpointReport, CommitStats, GroupSummary, PausedQueue, QueueBackoff, ReapReport};
 use std::time::Duration;
 
 /// A store's own settings, which know how to open that store: what a
@@ -293,9 +293,10 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// due at `now`, and running jobs whose lease ended at or before `now` with attempts
     /// left. Each gets `attempt + 1`, a fresh claim id, `worker`, and a lease to
     /// `lease_until`. A live lease is never handed out. A paused queue
-    /// ([`Store::pause_queue`]) claims nothing; the check is part of the claim's own read.
-    /// A queue with limits ([`Store::set_limits`]) is claimed by [`limits::claim_limited`],
-    /// which hands out nothing that would break one.
+    /// ([`Store::pause_queue`]) claims nothing, nor does a queue whose back-off
+    /// ([`Store::back_off_queue_of`]) ends after `now`; both checks are part of the claim's
+    /// own read. A queue with limits ([`Store::set_limits`]) is claimed by
+    /// [`limits::claim_limited`], which hands out nothing that would break one.
     fn claim(tx: &Self::Tx, request: ClaimRequest<'_>) -> Result<Claims>;
 
     /// Moves the lease of the exact live claim `claim.token` to `lease_until`.
@@ -446,7 +447,7 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     fn completions_per_minute(tx: &Self::Tx, from: i64, until: i64) -> Result<Vec<(i64, u64)>>;
 
     /// Due pending jobs plus running jobs of `queue` (a paused queue's pending jobs are not
-    /// due).
+    /// due, nor are those of a queue whose back-off lasts at `now`).
     fn due_or_running(tx: &Self::Tx, queue: &str, now: i64) -> Result<u64>;
 
     // ------------------------------------------------------------ periodic jobs
@@ -515,6 +516,67 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// Moves a pending job's `run_at` on to `at` (never back): a head whose group's rate is
     /// spent waits out of the claim's way until the rate opens.
     fn defer_pending(tx: &Self::Tx, id: JobId, at: i64) -> Result<()>;
+    // ------------------------------------------------------------ snoozes and queue back-off
+
+    /// `running` → `pending` at `snooze.run_at` without spending an attempt, while the job
+    /// was snoozed fewer than `snooze.max_snoozes` times: its lease cleared, `last_error` set
+    /// to `snooze.reason`, its snooze count raised by one, and its attempt given back as
+    /// [`Store::release_if_owned`] does (`max_attempts + 1`, the counter never lowered, so the
+    /// next claim is a new attempt and the snoozed token stays dead). A server store wakes the
+    /// queue's listeners when the job is due at once. False (nothing changed) when the token
+    /// does not own the job or the cap is reached; the caller tells them apart
+    /// ([`Store::exhaust_past_snooze_cap_if_owned`]).
+    fn snooze_if_owned(tx: &Self::Tx, claim: TokenAt<'_>, snooze: SnoozeAt<'_>) -> Result<bool>;
+
+    /// `running` → unacknowledged `exhausted` with `error`, keeping the token, only when the
+    /// job was snoozed `max_snoozes` times or more: the exhaustion of a snooze past its cap.
+    /// Guarded by the count as well as the token, so that a snooze that missed for another
+    /// reason (another transaction held the row) never exhausts a job under its cap.
+    fn exhaust_past_snooze_cap_if_owned(
+        tx: &Self::Tx,
+        claim: TokenAt<'_>,
+        max_snoozes: u32,
+        error: &str,
+    ) -> Result<bool>;
+
+    /// Backs off the queue of job `backoff.id` until `backoff.until` (recording `reason` and
+    /// `now`), unless a back-off of it that ends as late or later is stored already. From
+    /// the commit on, [`Store::claim`] of the queue claims nothing while its back-off ends
+    /// after the claim's `now`. True when it stored this back-off.
+    fn back_off_queue_of(tx: &Self::Tx, backoff: QueueBackoffAt<'_>) -> Result<bool>;
+
+    /// The back-off of `queue`, while it lasts at `now`.
+    fn queue_backoff(tx: &Self::Tx, queue: &str, now: i64) -> Result<Option<QueueBackoff>>;
+
+    /// Every back-off that lasts at `now`, in queue order.
+    fn queue_backoffs(tx: &Self::Tx, now: i64) -> Result<Vec<QueueBackoff>>;
+
+    /// Ends the back-off of `queue` that lasts at `now`: true when there was one.
+    fn clear_queue_backoff(tx: &Self::Tx, queue: &str, now: i64) -> Result<bool>;
+}
+
+/// A snooze of the exact live claim ([`Store::snooze_if_owned`]).
+#[derive(Debug, Clone, Copy)]
+pub struct SnoozeAt<'a> {
+    /// When the job is due again (computed above the seam, saturating).
+    pub run_at: i64,
+    /// Stored as the job's last error.
+    pub reason: &'a str,
+    /// The cap: a job snoozed this many times already is not snoozed again.
+    pub max_snoozes: u32,
+}
+
+/// A queue's back-off, set through one of its jobs ([`Store::back_off_queue_of`]).
+#[derive(Debug, Clone, Copy)]
+pub struct QueueBackoffAt<'a> {
+    /// The job whose queue backs off.
+    pub id: JobId,
+    /// When the back-off ends.
+    pub until: i64,
+    /// Why.
+    pub reason: &'a str,
+    /// Now, recorded with it.
+    pub now: i64,
 }
 
 /// One statement of a store's dialect and its name: what errors and logs say it was

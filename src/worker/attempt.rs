@@ -1,7 +1,7 @@
 //! What a handler sees (`Attempt`) and what it returns (`Outcome`).
 
 use crate::error::Result;
-use crate::job::{ClaimToken, Claimed};
+use crate::job::{BackoffScope, ClaimToken, Claimed};
 use crate::queue::Queue;
 use crate::store::DefaultStore;
 use crate::store::Store;
@@ -36,6 +36,25 @@ pub enum Outcome {
         /// Why it waits.
         reason: String,
     },
+    /// Put the job back for later without spending an attempt (River's `JobSnooze`): it is
+    /// pending again after the delay, the next claim is a new attempt with a fresh claim id
+    /// (this attempt's token is dead), and its budget of attempts is what it was before this
+    /// claim. Each snooze counts against the pool's
+    /// [`max_snoozes`](crate::WorkerPoolBuilder::max_snoozes): a job snoozed that many times
+    /// is exhausted instead, with an error that says so. A delay over a year
+    /// ([`MAX_SNOOZE`](crate::MAX_SNOOZE)) exhausts the job at once, with an error that says why.
+    Snooze(Duration),
+    /// The provider said "too many requests, retry after `delay`" (an HTTP 429 with
+    /// `Retry-After`): a snooze of the job (no attempt spent; it counts against the same
+    /// cap), and for [`BackoffScope::Queue`] also the queue's back-off until the same
+    /// instant, in the same transaction, so that no claim of the queue in any process hands
+    /// out anything before it. See [`BackoffScope`] for what each scope closes.
+    RetryAfter {
+        /// How long the provider asked to wait.
+        delay: Duration,
+        /// What must wait: the job, its group or the whole queue.
+        scope: BackoffScope,
+    },
 }
 
 impl Outcome {
@@ -44,9 +63,34 @@ impl Outcome {
         Outcome::Retry { after: None, error: error.into() }
     }
 
-    /// A retry after exactly `after`.
+    /// A retry after exactly `after`. It spends an attempt; for a provider's "retry after"
+    /// that should not, see [`Outcome::provider_backoff`].
     pub fn retry_after(after: Duration, error: impl Into<String>) -> Self {
         Outcome::Retry { after: Some(after), error: error.into() }
+    }
+
+    /// [`Outcome::Snooze`]: the job again after `delay`, no attempt spent.
+    pub fn snooze(delay: Duration) -> Self {
+        Outcome::Snooze(delay)
+    }
+
+    /// [`Outcome::RetryAfter`]: a provider's back-off of `delay` for `scope`, no attempt spent.
+    ///
+    /// ```
+    /// # use fenceq::{BackoffScope, NewJob, Outcome, Queue, WorkerPool};
+    /// # use std::time::Duration;
+    /// # let queue = Queue::open_in_memory()?;
+    /// let pool = WorkerPool::builder(queue.clone(), "telegram")
+    ///     .handler(|attempt| {
+    ///         // send(attempt.payload()) answered 429 with retry_after = 3:
+    ///         Outcome::provider_backoff(Duration::from_secs(3), BackoffScope::Queue)
+    ///     })
+    ///     .start()?;
+    /// # pool.shutdown(Duration::from_secs(5))?;
+    /// # Ok::<(), fenceq::Error>(())
+    /// ```
+    pub fn provider_backoff(delay: Duration, scope: BackoffScope) -> Self {
+        Outcome::RetryAfter { delay, scope }
     }
 }
 

@@ -8,7 +8,7 @@ use super::attempt::{Attempt, Outcome};
 use super::pool::WorkerPool;
 use super::shared::{Handler, PoolSettings};
 use crate::error::{Error, Result};
-use crate::job::RetryPolicy;
+use crate::job::{RetryPolicy, DEFAULT_MAX_SNOOZES};
 use crate::queue::Queue;
 use crate::store::DefaultStore;
 use crate::store::Store;
@@ -35,6 +35,7 @@ pub const MAX_PREFETCH: usize = 4096;
 /// - prefetch: twice the workers, adaptive (see [`WorkerPoolBuilder::prefetch`])
 /// - worker id `"{queue}-{pid}"`
 /// - [`RetryPolicy::default`]
+/// - at most 100 snoozes per job ([`DEFAULT_MAX_SNOOZES`]; see [`WorkerPoolBuilder::max_snoozes`])
 /// - dropping the pool waits up to 10 seconds for in-flight attempts
 pub struct WorkerPoolBuilder<S: Store = DefaultStore> {
     pub(super) queue: Queue<S>,
@@ -46,6 +47,7 @@ pub struct WorkerPoolBuilder<S: Store = DefaultStore> {
     pub(super) prefetch: Option<usize>,
     pub(super) worker_id: String,
     pub(super) retry_policy: RetryPolicy,
+    pub(super) max_snoozes: u32,
     handler: Option<Handler<S>>,
 }
 
@@ -134,6 +136,18 @@ impl<S: Store> WorkerPoolBuilder<S> {
         self
     }
 
+    /// How many times a job may be put back without spending an attempt
+    /// ([`Outcome::Snooze`], [`Outcome::RetryAfter`]): a handler's snooze of a job snoozed
+    /// that many times already exhausts it instead (a durable exhaustion, to be
+    /// acknowledged), with an error that says it was snoozed that many times, the cap, so
+    /// that a handler cannot snooze a job forever unnoticed. 0 exhausts at the first snooze.
+    /// Counted per job ([`Job::snoozes`](crate::Job::snoozes)), across pools and processes;
+    /// a replay starts it again. Defaults to 100 ([`DEFAULT_MAX_SNOOZES`]).
+    pub fn max_snoozes(mut self, max_snoozes: u32) -> Self {
+        self.max_snoozes = max_snoozes;
+        self
+    }
+
     /// The function that works one attempt. It runs on a worker thread; a panic is caught
     /// and the attempt retried with the panic message as its error.
     pub fn handler(mut self, handler: impl Fn(&mut Attempt<S>) -> Outcome + Send + Sync + 'static) -> Self {
@@ -178,6 +192,7 @@ impl<S: Store> WorkerPoolBuilder<S> {
             prefetch: self.prefetch,
             worker_id: self.worker_id,
             retry_policy: self.retry_policy,
+            max_snoozes: self.max_snoozes,
             handler,
         })
     }
@@ -216,6 +231,7 @@ impl<S: Store> WorkerPool<S> {
             poll_interval: DEFAULT_POLL_INTERVAL,
             prefetch: None,
             retry_policy: RetryPolicy::default(),
+            max_snoozes: DEFAULT_MAX_SNOOZES,
             handler: None,
         }
     }

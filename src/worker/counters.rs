@@ -23,6 +23,9 @@ pub struct PoolCounters {
     pub unknown: u64,
     /// Attempts parked.
     pub parked: u64,
+    /// Attempts put back without spending an attempt (`Outcome::Snooze`,
+    /// `Outcome::RetryAfter`); a snooze past the cap counts as exhausted instead.
+    pub snoozed: u64,
     /// Handler panics (each retried).
     pub panicked: u64,
     /// Settles rejected because the attempt no longer owned its job (the fence at work).
@@ -58,6 +61,7 @@ pub(super) struct Counters {
     pub(super) exhausted: AtomicU64,
     pub(super) unknown: AtomicU64,
     pub(super) parked: AtomicU64,
+    pub(super) snoozed: AtomicU64,
     pub(super) panicked: AtomicU64,
     pub(super) stale_settles_rejected: AtomicU64,
     pub(super) renewals_failed: AtomicU64,
@@ -77,6 +81,7 @@ impl Counters {
             exhausted: get(&self.exhausted),
             unknown: get(&self.unknown),
             parked: get(&self.parked),
+            snoozed: get(&self.snoozed),
             panicked: get(&self.panicked),
             stale_settles_rejected: get(&self.stale_settles_rejected),
             renewals_failed: get(&self.renewals_failed),

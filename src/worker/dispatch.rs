@@ -114,7 +114,7 @@ pub(super) fn dispatch<S: Store>(
             }
             continue;
         }
-        let wait = until_limit_opens(shared, poll);
+        let wait = until_limit_opens(shared, idle_wait(shared, poll));
         select! {
             recv(stop) -> _ => {} // `stopping` is set: the next round hands the held jobs back
             recv(finished) -> attempt => match attempt {
@@ -139,6 +139,24 @@ fn until_limit_opens<S: Store>(shared: &Shared<S>, poll: Duration) -> Duration {
         }
         None => poll,
     }
+}
+
+/// How long an idle dispatcher waits: the poll interval, or less when a queue back-off this
+/// pool stored ends sooner (its claims find nothing until then, and something once it ends).
+/// A back-off stored by another pool or process is found at the next poll.
+fn idle_wait<S: Store>(shared: &Shared<S>, poll: Duration) -> Duration {
+    let until = shared.backoff_until.load(Ordering::SeqCst);
+    if until == 0 {
+        return poll;
+    }
+    let left = until.saturating_sub(shared.queue.now_ms());
+    if left <= 0 {
+        // Over: forget it (a later one replaces it with `fetch_max`).
+        let _ = shared.backoff_until.compare_exchange(until, 0, Ordering::SeqCst, Ordering::SeqCst);
+        return poll;
+    }
+    // One ms past the end: the claim finds the queue open only once `until` has passed.
+    poll.min(Duration::from_millis(left as u64 + 1))
 }
 
 /// Hands back every held job no worker has started (a worker that takes one afterwards

@@ -29,7 +29,7 @@ use crate::store::{PageRequest, Store};
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -87,6 +87,8 @@ impl<S: Store> WorkerPool<S> {
             rounds: Mutex::new(0),
             round_done: parking_lot::Condvar::new(),
             poll_interval: settings.poll_interval,
+            max_snoozes: settings.max_snoozes,
+            backoff_until: AtomicI64::new(0),
         });
         let workers = settings.workers;
         let prefetch = Prefetch::new(settings.prefetch, workers);
@@ -163,7 +165,9 @@ impl<S: Store> WorkerPool<S> {
     /// time has come, no running job of any worker or process, nothing in this pool's hands),
     /// or until `timeout` passes. Returns true when the queue went idle, false on the
     /// timeout. Jobs delayed into the future do not count, retries scheduled by this pool's
-    /// own handlers included; jobs another process adds do, once they are due. Checks after
+    /// own handlers included, and neither do the pending jobs of a paused queue or of one
+    /// backing off ([`Queue::queue_backoff`](crate::Queue::queue_backoff)); jobs another
+    /// process adds do, once they are due. Checks after
     /// every round that settled something, and at least every poll interval.
     ///
     /// Use it to wait for the work that is due now (a test step, a health check that the

@@ -11,7 +11,7 @@ use super::counters::bump;
 use super::execute::Finished;
 use super::shared::Shared;
 use crate::error::{Error, LostReason, Result};
-use crate::job::{ClaimToken, Claimed, JobId, JobState};
+use crate::job::{BackoffScope, ClaimToken, Claimed, JobId, JobState};
 use crate::queue::settle::{Settle, Settled};
 use crate::store::Store;
 use std::sync::atomic::Ordering;
@@ -142,6 +142,13 @@ fn tally_one<S: Store>(shared: &Shared<S>, token: &ClaimToken, outcome: &Outcome
         Ok(Settled::Exhausted) => bump(&c.exhausted),
         Ok(Settled::Unknown) => bump(&c.unknown),
         Ok(Settled::Parked) => bump(&c.parked),
+        Ok(Settled::Snoozed(at)) => {
+            bump(&c.snoozed);
+            if matches!(outcome, Outcome::RetryAfter { scope: BackoffScope::Queue, .. }) {
+                // The dispatcher sleeps no longer than until the back-off ends.
+                shared.backoff_until.fetch_max(at, Ordering::SeqCst);
+            }
+        }
         // The row still carries this exact claim and is completed: the handler completed it
         // with the attempt's own token (`Queue::complete_with`), and the settle came second.
         Err(Error::OwnershipLost { reason: LostReason::NotRunning(JobState::Completed), .. }) => {
@@ -220,7 +227,8 @@ fn settle_replacing_text<S: Store>(
     let text = match outcome {
         Outcome::Retry { error: text, .. } | Outcome::Exhaust(text) | Outcome::Unknown(text) => text,
         Outcome::Park { reason, .. } => reason,
-        Outcome::Complete => return Err(refused),
+        // Their texts are the engine's own.
+        Outcome::Complete | Outcome::Snooze(_) | Outcome::RetryAfter { .. } => return Err(refused),
     };
     let replacements = [
         format!("{REPLACED_TEXT}; escaped: {}", text.escape_default()),
@@ -252,6 +260,8 @@ fn with_text(outcome: &Outcome, text: String) -> Outcome {
         Outcome::Exhaust(_) => Outcome::Exhaust(text),
         Outcome::Unknown(_) => Outcome::Unknown(text),
         Outcome::Park { until, .. } => Outcome::Park { until: *until, reason: text },
+        Outcome::Snooze(delay) => Outcome::Snooze(*delay),
+        Outcome::RetryAfter { delay, scope } => Outcome::RetryAfter { delay: *delay, scope: *scope },
     }
 }
 
@@ -276,6 +286,20 @@ fn settle_of<S: Store>(shared: &Shared<S>, token: &ClaimToken, outcome: &Outcome
             // out, then run it again: a person sees an exhaustion that says why instead.
             Err(refused) => Settle::Exhaust(format!("the handler parked the job ({reason}), but {refused}")),
         },
+        Outcome::Snooze(delay) => snooze_of(shared, *delay, BackoffScope::Job, format!("snoozed for {delay:?}")),
+        Outcome::RetryAfter { delay, scope } => {
+            snooze_of(shared, *delay, *scope, format!("the provider asked to retry after {delay:?} ({scope} back-off)"))
+        }
+    }
+}
+
+/// The settle of a handler's snooze or provider back-off: a snooze under the pool's cap, or,
+/// for a delay the store would refuse (over a year), an exhaustion that says why (left
+/// running, the job would be claimed again once its lease ran out, and snoozed again).
+fn snooze_of<S: Store>(shared: &Shared<S>, delay: std::time::Duration, scope: BackoffScope, reason: String) -> Settle {
+    match crate::validate::check_snooze_delay(delay) {
+        Ok(()) => Settle::Snooze { delay, scope, reason, max_snoozes: shared.max_snoozes },
+        Err(refused) => Settle::Exhaust(format!("the handler put the job back ({reason}), but {refused}")),
     }
 }
 

@@ -12,7 +12,7 @@ use crate::queue::Queue;
 use crate::store::Store;
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicI64};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +30,7 @@ pub(super) struct PoolSettings<S: Store> {
     pub(super) prefetch: Option<usize>,
     pub(super) worker_id: String,
     pub(super) retry_policy: RetryPolicy,
+    pub(super) max_snoozes: u32,
     pub(super) handler: Handler<S>,
 }
 
@@ -51,4 +52,9 @@ pub(super) struct Shared<S: Store> {
     pub(super) rounds: Mutex<u64>,
     pub(super) round_done: parking_lot::Condvar,
     pub(super) poll_interval: Duration,
+    /// The cap of snoozes per job its outcomes settle with.
+    pub(super) max_snoozes: u32,
+    /// The latest end (ms, the queue's clock) of a queue back-off this pool's outcomes
+    /// stored: an idle dispatcher sleeps no longer than until then. 0 for none.
+    pub(super) backoff_until: AtomicI64,
 }

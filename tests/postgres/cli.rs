@@ -360,6 +360,27 @@ fn pause_and_unpause_with_their_guards() {
 }
 
 #[test]
+fn backoff_show_and_clear_with_their_guards() {
+    let Some(s) = Scratch::new() else { return };
+    let queue = s.queue();
+    enqueue(&queue, NewJob::new("q", b"first".to_vec()));
+    enqueue(&queue, NewJob::new("q", b"second".to_vec()));
+    let token = queue.claim("q", "w", LEASE).unwrap().expect("due").token();
+    let snooze = fenceq::Snooze::new(Duration::from_secs(3600)).scope(fenceq::BackoffScope::Queue).reason("429");
+    queue.snooze(&token, snooze).unwrap();
+    let shown = s.run(&["backoff", "show", "q"]).ok().to_string();
+    assert!(shown.starts_with("queue q backs off until ") && shown.ends_with(": 429\n"), "{shown}");
+    assert_eq!(s.run(&["stats", "--json"]).json()["backoff_queues"], serde_json::json!(["q"]));
+    let dry = s.run(&["backoff", "clear", "q", "--dry-run", "--json"]).json();
+    assert_eq!((dry["would_change"].clone(), dry["changed"].clone()), (1.into(), 0.into()));
+    assert!(queue.claim("q", "w", LEASE).unwrap().is_none(), "still backing off");
+    s.run(&["backoff", "clear", "q", "--expect", "1"]).ok();
+    assert!(queue.queue_backoff("q").unwrap().is_none());
+    assert!(queue.claim("q", "w", LEASE).unwrap().is_some(), "claimable again at once");
+    assert_eq!(s.run(&["backoff", "show"]).ok().trim(), "no queue is backing off");
+}
+
+#[test]
 fn reap_and_prune_with_their_guards() {
     let Some(s) = Scratch::new() else { return };
     let queue = s.queue();

@@ -14,7 +14,10 @@
 
 use fenceq::diesel::sql_types::BigInt;
 use fenceq::diesel::{sql_query, PgConnection, QueryableByName, RunQueryDsl};
-use fenceq::{Clock, Error, LostReason, ManualClock, NewJob, Outcome, PostgresStore, Queue, SystemClock, WorkerPool};
+use fenceq::{
+    BackoffScope, Clock, Error, LostReason, ManualClock, NewJob, Outcome, PostgresStore, Queue, Retried, Snooze,
+    SystemClock, WorkerPool,
+};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -263,4 +266,27 @@ fn an_injected_clock_is_used_as_it_is() {
     clock.advance(LEASE);
     assert!(q.claim("q", "w2", LEASE).unwrap().is_some(), "the injected clock ended the lease");
     assert_eq!(q.job(id).unwrap().unwrap().created_at, 1_000_000);
+}
+
+/// A queue's back-off ends at an instant of the server's clock, whoever set it and whoever
+/// claims: set through a host ten minutes slow, it still closes the queue to a host ten
+/// minutes fast until the server's clock passes it, and opens it to the slow one once it has.
+#[test]
+fn a_queue_backoff_ends_by_the_servers_clock_whatever_the_hosts_say() {
+    let Some(s) = Scratch::new() else { return };
+    let mut raw = s.raw();
+    let (fast, slow) = (host(&s, MINUTES_10), host(&s, -MINUTES_10));
+    fast.enqueue(NewJob::new("q", b"first".to_vec())).unwrap();
+    let second = fast.enqueue(NewJob::new("q", b"second".to_vec())).unwrap().id();
+    let token = slow.claim("q", "w", LEASE).unwrap().expect("due").token();
+    let snooze = Snooze::new(Duration::from_secs(5)).scope(BackoffScope::Queue).reason("429");
+    let (before, snoozed, after) = between(&mut raw, || slow.snooze(&token, snooze).unwrap());
+    let Retried::Scheduled(until) = snoozed else { panic!("snoozed: {snoozed:?}") };
+    assert!((before + 5_000 - READ_LAG_MS..=after + 5_000).contains(&until), "{before} {until} {after}");
+    assert_eq!(fast.queue_backoff("q").unwrap().map(|b| (b.until, b.reason)), Some((until, "429".to_string())));
+    assert!(fast.claim("q", "w", LEASE).unwrap().is_none(), "ten minutes ahead, and still closed");
+    assert!(server_ms(&mut raw) < until, "the claim above ran before the back-off's end");
+    until_the_server_passes(&mut raw, until);
+    let claimed = slow.claim("q", "w", LEASE).unwrap().expect("open once the server's clock passed it");
+    assert_eq!(claimed.id(), second);
 }

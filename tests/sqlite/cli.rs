@@ -1084,3 +1084,50 @@ fn limit_set_show_and_clear_store_the_limits_and_refuse_bad_input() {
     assert!(queue.limits("telegram").unwrap().is_empty());
     assert!(run(&db, &["limit", "show"]).ok().contains("no queue has limits"));
 }
+
+/// A queue backing off (a handler's provider back-off for the whole queue): `stats` marks it
+/// and says until when, `backoff show` prints it, `backoff clear` lifts it (with the usual
+/// --dry-run and --expect), and the queue claims again at once.
+#[test]
+fn backoff_show_and_clear_a_queues_backoff_and_stats_shows_it() {
+    let (_dir, db, queue) = new_db();
+    enqueue(&queue, NewJob::new("q", b"first".to_vec()));
+    enqueue(&queue, NewJob::new("q", b"second".to_vec()));
+    let token = queue.claim("q", "w", LEASE).unwrap().unwrap().token();
+    let snooze =
+        fenceq::Snooze::new(Duration::from_secs(3600)).scope(fenceq::BackoffScope::Queue).reason("429 too many");
+    queue.snooze(&token, snooze).unwrap();
+    assert!(queue.claim("q", "w", LEASE).unwrap().is_none());
+
+    let text = run(&db, &["stats"]).ok().to_string();
+    assert!(text.contains("q (backing off)"), "{text}");
+    assert!(text.contains("queue q backs off until ") && text.contains("(in 59m"), "{text}");
+    assert!(text.contains("429 too many") && text.contains("(fenceq backoff clear q)"), "{text}");
+    let stats = run(&db, &["stats", "--json"]).json();
+    assert_eq!(stats["backoff_queues"], serde_json::json!(["q"]));
+    assert_eq!(stats["queues"][0]["backoff"]["reason"], "429 too many");
+    assert!(stats["totals"].get("backoff").is_none());
+
+    let shown = run(&db, &["backoff", "show", "q"]).ok().to_string();
+    assert!(shown.starts_with("queue q backs off until ") && shown.contains(": 429 too many"), "{shown}");
+    let all = run(&db, &["backoff", "show"]).ok().to_string();
+    assert!(all.starts_with("queue q backs off until ") && all.lines().count() == 1, "every queue backing off: {all}");
+    assert_eq!(run(&db, &["backoff", "show", "other"]).ok().trim(), "queue other is not backing off");
+    let json = run(&db, &["backoff", "show", "--json"]).json();
+    assert!(json["backoffs"][0]["remaining_ms"].as_i64().unwrap() > 3_500_000, "{json}");
+
+    let dry = run(&db, &["backoff", "clear", "q", "--dry-run"]).ok().to_string();
+    assert!(dry.starts_with("dry run: would lift the back-off (queue q backs off until "), "{dry}");
+    assert_eq!(
+        run(&db, &["backoff", "clear", "q", "--expect", "0"]).error(),
+        "error: --expect 0 but 1 queue would change; nothing was changed"
+    );
+    assert!(queue.queue_backoff("q").unwrap().is_some(), "nothing changed yet");
+    let text = run(&db, &["backoff", "clear", "q"]).ok().to_string();
+    assert!(text.starts_with("lifted the back-off of queue q"), "{text}");
+    assert!(queue.claim("q", "w", LEASE).unwrap().is_some(), "claimable again at once");
+    assert_eq!(run(&db, &["backoff", "clear", "q"]).ok().trim(), "queue q is not backing off; nothing changed");
+    assert_eq!(run(&db, &["backoff", "clear", "q", "--json"]).json()["changed"], 0);
+    assert!(!run(&db, &["stats"]).ok().contains("backs off"));
+    assert!(run(&db, &["backoff", "show", ""]).error().contains("queue name"));
+}

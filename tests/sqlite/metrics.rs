@@ -27,6 +27,7 @@ fn to_prometheus_of_hand_built_stats_is_exact() {
                 cancelled: 9,
                 oldest_pending_run_at: Some(NOW - 1),
                 paused: None,
+                backoff: None,
             },
             // Only scheduled jobs pending: the earliest run_at is ahead of now, the age is 0.
             QueueStats {
@@ -87,6 +88,11 @@ fenceq_expired_leases{queue="quiet"} 0
 fenceq_queue_paused{queue="alerts"} 0
 fenceq_queue_paused{queue="later"} 0
 fenceq_queue_paused{queue="quiet"} 0
+# HELP fenceq_queue_backoff_seconds Seconds until the queue's back-off ends (its claims find nothing until then; fenceq backoff), else 0.
+# TYPE fenceq_queue_backoff_seconds gauge
+fenceq_queue_backoff_seconds{queue="alerts"} 0
+fenceq_queue_backoff_seconds{queue="later"} 0
+fenceq_queue_backoff_seconds{queue="quiet"} 0
 "#;
     assert_eq!(stats.to_prometheus(NOW), expected);
     // Ages in whole and fractional seconds, and far from the epoch.
@@ -117,7 +123,7 @@ fn label_values_are_escaped_in_every_metric() {
     };
     let text = Stats { queues: vec![q] }.to_prometheus(NOW);
     let samples: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
-    assert_eq!(samples.len(), 7 + 5, "{text}");
+    assert_eq!(samples.len(), 7 + 6, "{text}");
     for sample in samples {
         assert!(sample.contains(r#"{queue="a\"b\\c\nd""#), "{sample}");
     }

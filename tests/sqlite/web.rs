@@ -659,3 +659,21 @@ fn the_overview_charts_completions_per_minute_on_postgres() {
     let args = vec!["--db".to_string(), scratch.url.clone(), "--schema".to_string(), scratch.schema.clone()];
     completions_chart(&queue, &clock, &args);
 }
+
+#[test]
+fn a_queue_backing_off_shows_on_the_overview_and_on_its_page() {
+    let (_dir, queue, args) = sqlite();
+    queue.enqueue(NewJob::new("telegram", b"update".to_vec())).unwrap();
+    let token = queue.claim("telegram", "w", Duration::from_secs(30)).unwrap().expect("due").token();
+    let snooze = fenceq::Snooze::new(Duration::from_secs(3600))
+        .scope(fenceq::BackoffScope::Queue)
+        .reason("429 from the provider");
+    queue.snooze(&token, snooze).unwrap();
+    let mut server = Server::start(&args, &["--read-only"]);
+    let page = server.get("/");
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("backs off 59m") && page.body.contains("429 from the provider"), "{}", page.body);
+    let page = server.get("/queue?name=telegram");
+    assert!(page.body.contains("backing off") && page.body.contains("429 from the provider"), "{}", page.body);
+    server.assert_healthy();
+}

@@ -132,7 +132,7 @@ impl Harness for SqliteHarness {
     fn recycle(&self, _place: &SqlitePlace, queue: &Queue) -> bool {
         queue
             .transaction(|tx| {
-                Ok(tx.execute_batch("DELETE FROM fenceq_jobs; DELETE FROM replies; DELETE FROM sqlite_sequence;")?)
+                Ok(tx.execute_batch("DELETE FROM fenceq_jobs; DELETE FROM fenceq_queue_flow; DELETE FROM replies; DELETE FROM sqlite_sequence;")?)
             })
             .expect("emptying a scratch database");
         true

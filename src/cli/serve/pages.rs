@@ -7,7 +7,7 @@ use super::form::encode;
 use super::problem::{cut, Problem};
 use crate::cli::inspect::Record;
 use crate::cli::output::{human_duration, relative, timestamp, PayloadView};
-use fenceq::{ClaimToken, Job, JobId, JobState, PausedQueue, QueueStats, Stats};
+use fenceq::{ClaimToken, Job, JobId, JobState, PausedQueue, QueueBackoff, QueueStats, Stats};
 use maud::{html, Markup, DOCTYPE};
 
 /// Rows per page of a listing.
@@ -171,6 +171,15 @@ pub fn state_words(key: &str) -> String {
 /// The state with its acknowledgement, for people.
 pub fn state_label(job: &Job) -> String {
     state_words(state_key(job))
+}
+
+/// `backs off 30s more: 429 from the provider`.
+pub fn backoff_words(backoff: &QueueBackoff, now: i64) -> String {
+    format!(
+        "backs off {} more: {}",
+        human_duration(backoff.until.saturating_sub(now).max(0).unsigned_abs()),
+        backoff.reason
+    )
 }
 
 /// `paused 5m ago by alice: deploy`.
@@ -370,7 +379,10 @@ pub fn overview(page: &Page<'_>, stats: &Stats, per_minute: &[(i64, u64)], now: 
                             (count(q.unknown, Some(format!("/unknown?queue={}", encode(&q.queue)))))
                             (count(q.cancelled, qs(q, "cancelled")))
                             td.num { (q.total()) }
-                            td.pause { @if let Some(p) = &q.paused { span.badge.paused { (pause_words(p, now)) } } }
+                            td.pause {
+                                @if let Some(p) = &q.paused { span.badge.paused { (pause_words(p, now)) } }
+                                @if let Some(b) = &q.backoff { " " span.badge.paused { (backoff_words(b, now)) } }
+                            }
                         }
                     }
                 }
@@ -455,6 +467,10 @@ pub fn queue(page: &Page<'_>, view: &QueueView<'_>) -> Markup {
     let body = html! {
         h1 { "Queue " span.mono { (q.queue) } }
         div.box {
+            @if let Some(b) = &q.backoff {
+                p { span.badge.paused { "backing off" } " " (backoff_words(b, view.now))
+                    ". Claims of it find nothing until then (fenceq backoff clear lifts it)." }
+            }
             @if let Some(p) = &q.paused {
                 p { span.badge.paused { "paused" } " " (pause_words(p, view.now)) ". Claims of it find nothing; enqueues still land." }
                 @if !page.read_only {

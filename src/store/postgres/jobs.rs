@@ -8,11 +8,11 @@ use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::job::{ClaimId, ClaimToken, Claimed, Decision, Exhaustion, GroupPolicy, Job, JobId, JobState, Resolution};
 use crate::limits::Limits;
-use crate::report::{CheckpointReport, CommitStats, GroupHead, GroupSummary, PausedQueue, ReapReport};
+use crate::report::{CheckpointReport, CommitStats, GroupHead, GroupSummary, PausedQueue, QueueBackoff, ReapReport};
 use crate::store::limits::{claim_limited, limit_rows, limits_by_queue, limits_of};
 use crate::store::{
     Batch, ClaimRequest, Claims, Decided, GroupsRequest, Identity, JobDecision, NewRow, OwnedLease, PageRequest,
-    QueueDecision, ScheduleTick, StatsRow, Stmt, Store, TokenAt,
+    QueueBackoffAt, QueueDecision, ScheduleTick, SnoozeAt, StatsRow, Stmt, Store, TokenAt,
 };
 use diesel::pg::Pg;
 use diesel::query_builder::{BoxedSqlQuery, SqlQuery};
@@ -610,6 +610,71 @@ impl Store for PostgresStore {
             })
             .collect()
     }
+
+    fn snooze_if_owned(tx: &PgTx, claim: TokenAt<'_>, snooze: SnoozeAt<'_>) -> Result<bool> {
+        let SnoozeAt { run_at, reason, max_snoozes } = snooze;
+        let query = token_query(SNOOZE_IF_OWNED, claim)
+            .bind::<BigInt, _>(run_at)
+            .bind::<Text, _>(reason)
+            .bind::<BigInt, _>(i64::from(max_snoozes));
+        changed(tx, query)
+    }
+
+    fn exhaust_past_snooze_cap_if_owned(tx: &PgTx, claim: TokenAt<'_>, max_snoozes: u32, error: &str) -> Result<bool> {
+        let query = token_query(EXHAUST_PAST_SNOOZE_CAP_IF_OWNED, claim)
+            .bind::<BigInt, _>(i64::from(max_snoozes))
+            .bind::<Text, _>(error);
+        releasing(tx, query, claim.now)
+    }
+
+    fn back_off_queue_of(tx: &PgTx, backoff: QueueBackoffAt<'_>) -> Result<bool> {
+        let QueueBackoffAt { id, until, reason, now } = backoff;
+        let query = bound(BACK_OFF_QUEUE_OF)
+            .bind::<BigInt, _>(id.0)
+            .bind::<BigInt, _>(until)
+            .bind::<Text, _>(reason)
+            .bind::<BigInt, _>(now);
+        changed(tx, query)
+    }
+
+    fn queue_backoff(tx: &PgTx, queue: &str, now: i64) -> Result<Option<QueueBackoff>> {
+        let query = bound(QUEUE_BACKOFF).bind::<Text, _>(queue).bind::<BigInt, _>(now);
+        let row = tx.with(|conn| query.optional::<BackoffRow>(conn))?;
+        Ok(row.map(BackoffRow::into_backoff))
+    }
+
+    fn queue_backoffs(tx: &PgTx, now: i64) -> Result<Vec<QueueBackoff>> {
+        let query = bound(QUEUE_BACKOFFS).bind::<BigInt, _>(now);
+        let rows = tx.with(|conn| query.load::<BackoffRow>(conn))?;
+        Ok(rows.into_iter().map(BackoffRow::into_backoff).collect())
+    }
+
+    fn clear_queue_backoff(tx: &PgTx, queue: &str, now: i64) -> Result<bool> {
+        changed(tx, bound(CLEAR_QUEUE_BACKOFF).bind::<Text, _>(queue).bind::<BigInt, _>(now))
+    }
+}
+
+#[derive(QueryableByName)]
+struct BackoffRow {
+    #[diesel(sql_type = Text)]
+    queue: String,
+    #[diesel(sql_type = BigInt)]
+    backoff_until: i64,
+    #[diesel(sql_type = Text)]
+    backoff_reason: String,
+    #[diesel(sql_type = BigInt)]
+    updated_at: i64,
+}
+
+impl BackoffRow {
+    fn into_backoff(self) -> QueueBackoff {
+        QueueBackoff {
+            queue: self.queue,
+            until: self.backoff_until,
+            reason: self.backoff_reason,
+            since: self.updated_at,
+        }
+    }
 }
 
 /// A statement with the token guard's parameters bound: `$1` id, `$2` attempt, `$3` claim
@@ -841,6 +906,8 @@ struct JobRow {
     group_name: Option<String>,
     #[diesel(sql_type = diesel::sql_types::Bool)]
     group_held: bool,
+    #[diesel(sql_type = Integer)]
+    snoozes: i32,
 }
 
 #[derive(QueryableByName)]
@@ -989,6 +1056,7 @@ fn job_from_row(r: JobRow) -> Result<Job> {
         },
         group: r.group_name,
         held_by_group: r.group_held,
+        snoozes: unsigned(r.snoozes),
     })
 }
 

@@ -93,6 +93,10 @@ fn the_claim_reads_a_few_rows_not_every_due_row() {
     });
     let shown = plan.join("\n");
     assert!(shown.contains("fenceq_jobs_claim"), "the pending arm reads the claim index:\n{shown}");
+    // The pause and the back-off: probes of their tables, once per claim (init plans).
+    assert!(shown.contains("fenceq_queues"), "the claim probes the pause:\n{shown}");
+    assert!(shown.contains("fenceq_queue_flow"), "the claim probes the queue's back-off:\n{shown}");
+    assert!(!shown.contains("Seq Scan on fenceq_queue_flow"), "the back-off is probed by its key:\n{shown}");
     let most = most_rows_of_any_node(&plan);
     assert!(most <= 100, "a node of the claim's plan saw {most} rows of 20,050 claimable:\n{shown}");
     // The claim itself still takes the best job: the expired leases (priority 2, run_at

@@ -158,8 +158,8 @@ stmt! {
     /// against its arm's `WHERE` as it is locked, so a lease another claim just renewed or took
     /// is never handed out. `RETURNING` order is unspecified; the store sorts.
     ///
-    /// A paused queue (`fenceq_queues`) claims nothing: the `NOT EXISTS` names no column of the
-    /// jobs, so the planner makes it an init plan, one probe of `fenceq_queues`' primary key,
+    /// A paused queue (`fenceq_queues`), or one backing off (`fenceq_queue_flow`, a back-off that
+    /// ends after `$2`), claims nothing: each `NOT EXISTS` names no column of the jobs, so the planner makes it an init plan, one probe of `fenceq_queues`' primary key,
     /// and a one-time filter over the whole join, evaluated before either side: a paused claim
     /// reads no job (the CTEs run only when the join first reads them). In the arms instead, it
     /// left the join free to read a row of the table first (a hash join's first outer row).
@@ -189,6 +189,7 @@ stmt! {
     FROM   due
     WHERE  j.id = due.id
       AND  NOT EXISTS (SELECT 1 FROM fenceq_queues WHERE queue = $1 AND paused_at IS NOT NULL)
+      AND  NOT EXISTS (SELECT 1 FROM fenceq_queue_flow WHERE queue = $1 AND backoff_until > $2)
       AND  NOT EXISTS (SELECT 1 FROM fenceq_limits WHERE queue = $1)
     RETURNING j.id, j.queue, j.key, j.payload, j.priority, j.run_at, j.attempt, j.max_attempts,
               j.lease_until, j.last_error, j.claim_id, j.group_name";
@@ -430,12 +431,12 @@ stmt! {
         group_returned!()
     );
 
-    /// Dead-letter redrive: a fresh attempt budget, due now (waking the queue's listeners); the
-    /// claim id keeps old tokens dead.
+    /// Dead-letter redrive: a fresh attempt budget (and snooze count), due now (waking the
+    /// queue's listeners); the claim id keeps old tokens dead.
     REPLAY_IF_EXHAUSTED = concat!(
         "
     UPDATE fenceq_jobs
-    SET    state = 'pending', attempt = 0, run_at = $2, settled_at = NULL,
+    SET    state = 'pending', attempt = 0, snoozes = 0, run_at = $2, settled_at = NULL,
            exhausted_at = NULL, acknowledged_at = NULL, ",
         reentry_held!(),
         ",
@@ -562,9 +563,10 @@ stmt! {
 
     /// Due pending jobs and running jobs of queue `$1` at `$2` (a pool's `wait_idle`). A paused
     /// queue's pending jobs are not due: no claim takes them until it is unpaused (the `CASE`
-    /// skips counting them).
+    /// skips counting them); nor are those of a queue backing off, until its back-off ends.
     DUE_OR_RUNNING = "
     SELECT CASE WHEN EXISTS (SELECT 1 FROM fenceq_queues WHERE queue = $1 AND paused_at IS NOT NULL)
+                  OR EXISTS (SELECT 1 FROM fenceq_queue_flow WHERE queue = $1 AND backoff_until > $2)
                 THEN 0
                 ELSE (SELECT count(*) FROM fenceq_jobs WHERE queue = $1 AND state = 'pending' AND NOT group_held AND run_at <= $2)
            END
@@ -806,6 +808,7 @@ stmt! {
          LIMIT  $3)
     ) AS candidates
     WHERE NOT EXISTS (SELECT 1 FROM fenceq_queues WHERE queue = $1 AND paused_at IS NOT NULL)
+      AND NOT EXISTS (SELECT 1 FROM fenceq_queue_flow WHERE queue = $1 AND backoff_until > $2)
     ORDER BY priority DESC, run_at, id
     LIMIT $3";
 
@@ -831,4 +834,78 @@ stmt! {
     /// `$1` id, `$2` instant.
     DEFER_PENDING = "
     UPDATE fenceq_jobs SET run_at = GREATEST(run_at, $2) WHERE id = $1 AND state = 'pending'";
+}
+
+// Snoozes and queue back-off.
+
+stmt! {
+    /// A snooze (`$5` run_at, `$6` reason, `$7` the cap): back to pending without spending an
+    /// attempt, while the job was snoozed fewer than `$7` times, the attempt given back as
+    /// `RELEASE_IF_OWNED` gives it back (the budget raised, the counter never lowered). A job
+    /// due at once wakes the queue's listeners.
+    SNOOZE_IF_OWNED = concat!(
+        "UPDATE fenceq_jobs
+    SET    state = 'pending', lease_until = NULL, run_at = $5, last_error = $6,
+           max_attempts = max_attempts + 1, snoozes = snoozes + 1
+    WHERE  snoozes < $7 AND ",
+        owned_by_token!(),
+        unless_held_elsewhere!(),
+        "
+    RETURNING CASE WHEN $5 <= $4 THEN ",
+        wake_listeners!("queue"),
+        " END AS woke"
+    );
+
+    /// A snooze past its cap (`$5` the cap, `$6` the error): a durable, unacknowledged
+    /// exhaustion that keeps the token, only when the job was snoozed `$5` times or more.
+    EXHAUST_PAST_SNOOZE_CAP_IF_OWNED = concat!(
+        "UPDATE fenceq_jobs
+    SET    state = 'exhausted', lease_until = NULL, last_error = $6,
+           settled_at = $4, exhausted_at = $4, acknowledged_at = NULL, ",
+        release_due!(),
+        "
+    WHERE  snoozes >= $5 AND ",
+        owned_by_token!(),
+        unless_held_elsewhere!(),
+        "
+    RETURNING ",
+        group_returned!()
+    );
+
+    /// The back-off of job `$1`'s queue until `$2` (reason `$3`, now `$4`): a stored back-off that
+    /// ends as late or later is kept (no row affected), so the back-off is the latest any
+    /// handler asked for. A racing upsert waits for the first one's row lock and re-evaluates
+    /// its `WHERE` on the committed row.
+    BACK_OFF_QUEUE_OF = "
+    INSERT INTO fenceq_queue_flow AS f (queue, backoff_until, backoff_reason, updated_at)
+    SELECT queue, $2, $3, $4 FROM fenceq_jobs WHERE id = $1
+    ON CONFLICT (queue) DO UPDATE
+    SET    backoff_until = excluded.backoff_until, backoff_reason = excluded.backoff_reason,
+           updated_at = excluded.updated_at
+    WHERE  f.backoff_until IS NULL OR f.backoff_until < excluded.backoff_until";
+
+    /// One queue's back-off (`$1`), while it lasts at `$2`.
+    QUEUE_BACKOFF = "
+    SELECT queue, backoff_until, backoff_reason, updated_at
+    FROM   fenceq_queue_flow
+    WHERE  queue = $1 AND backoff_until > $2";
+
+    /// Every back-off that lasts at `$1`, by queue in byte order (as `PAUSED_QUEUES`).
+    QUEUE_BACKOFFS = "
+    SELECT queue, backoff_until, backoff_reason, updated_at
+    FROM   fenceq_queue_flow
+    WHERE  backoff_until > $1
+    ORDER  BY queue COLLATE \"C\"";
+
+    /// Lifts queue `$1`'s back-off that lasts at `$2` (one row affected when there was one),
+    /// waking the queue's listeners. The row stays: it also holds the queue's group policy.
+    CLEAR_QUEUE_BACKOFF = concat!(
+        "
+    UPDATE fenceq_queue_flow
+    SET    backoff_until = NULL, backoff_reason = NULL, updated_at = $2
+    WHERE  queue = $1 AND backoff_until > $2
+    RETURNING ",
+        wake_listeners!("queue"),
+        " AS woke"
+    );
 }

@@ -8,11 +8,11 @@ use super::SqliteStore;
 use crate::error::Result;
 use crate::job::{ClaimId, ClaimToken, Claimed, Decision, Exhaustion, GroupPolicy, Job, JobId, JobState, Resolution};
 use crate::limits::Limits;
-use crate::report::{CheckpointReport, CommitStats, GroupHead, GroupSummary, PausedQueue, ReapReport};
+use crate::report::{CheckpointReport, CommitStats, GroupHead, GroupSummary, PausedQueue, QueueBackoff, ReapReport};
 use crate::store::limits::{claim_limited, limit_rows, limits_by_queue, limits_of};
 use crate::store::{
     Batch, ClaimRequest, Claims, Decided, GroupsRequest, Identity, JobDecision, NewRow, OwnedLease, PageRequest,
-    QueueDecision, ScheduleTick, StatsRow, Stmt, Store, TokenAt,
+    QueueBackoffAt, QueueDecision, ScheduleTick, SnoozeAt, StatsRow, Stmt, Store, TokenAt,
 };
 use rusqlite::{named_params, CachedStatement, Connection, OptionalExtension, Row, ToSql};
 use std::time::Duration;
@@ -562,6 +562,48 @@ impl Store for SqliteStore {
             .collect::<rusqlite::Result<_>>()
         })
     }
+    fn snooze_if_owned(tx: &Connection, claim: TokenAt<'_>, snooze: SnoozeAt<'_>) -> Result<bool> {
+        let SnoozeAt { run_at, reason, max_snoozes } = snooze;
+        let params: [(&str, &dyn ToSql); 3] =
+            [(":run_at", &run_at), (":error", &reason), (":max_snoozes", &max_snoozes)];
+        owned(tx, SNOOZE_IF_OWNED, claim, &params)
+    }
+
+    fn exhaust_past_snooze_cap_if_owned(
+        tx: &Connection,
+        claim: TokenAt<'_>,
+        max_snoozes: u32,
+        error: &str,
+    ) -> Result<bool> {
+        let params: [(&str, &dyn ToSql); 2] = [(":max_snoozes", &max_snoozes), (":error", &error)];
+        releasing(tx, claim.token.id, owned(tx, EXHAUST_PAST_SNOOZE_CAP_IF_OWNED, claim, &params)?)
+    }
+
+    fn back_off_queue_of(tx: &Connection, backoff: QueueBackoffAt<'_>) -> Result<bool> {
+        let QueueBackoffAt { id, until, reason, now } = backoff;
+        let params = named_params! { ":id": id.0, ":until": until, ":reason": reason, ":now": now };
+        Ok(count(tx, BACK_OFF_QUEUE_OF, params)? == 1)
+    }
+
+    fn queue_backoff(tx: &Connection, queue: &str, now: i64) -> Result<Option<QueueBackoff>> {
+        on(tx, QUEUE_BACKOFF, |s| {
+            s.query_row(named_params! { ":queue": queue, ":now": now }, backoff_from_row).optional()
+        })
+    }
+
+    fn queue_backoffs(tx: &Connection, now: i64) -> Result<Vec<QueueBackoff>> {
+        on(tx, QUEUE_BACKOFFS, |s| {
+            s.query_map(named_params! { ":now": now }, backoff_from_row)?.collect::<rusqlite::Result<_>>()
+        })
+    }
+
+    fn clear_queue_backoff(tx: &Connection, queue: &str, now: i64) -> Result<bool> {
+        Ok(count(tx, CLEAR_QUEUE_BACKOFF, named_params! { ":queue": queue, ":now": now })? == 1)
+    }
+}
+
+fn backoff_from_row(row: &Row<'_>) -> rusqlite::Result<QueueBackoff> {
+    Ok(QueueBackoff { queue: row.get(0)?, until: row.get(1)?, reason: row.get(2)?, since: row.get(3)? })
 }
 
 /// Runs `f` on `statement`, prepared from the connection's cache: every error, preparing or
@@ -691,6 +733,7 @@ fn job_from_row(row: &Row<'_>) -> rusqlite::Result<Job> {
         },
         group: row.get(23)?,
         held_by_group: row.get::<_, i64>(24)? != 0,
+        snoozes: row.get(25)?,
     })
 }
 

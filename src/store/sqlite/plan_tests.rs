@@ -107,6 +107,9 @@ fn the_claim_walks_partial_indexes_without_scanning_or_sorting() {
     // The pause: one primary-key probe, evaluated before either branch (see the next test).
     assert!(text.contains("SEARCH fenceq_queues USING PRIMARY KEY (queue=?)"), "{text}");
     assert!(!text.contains("SCAN fenceq_queues"), "{text}");
+    // The queue's back-off: one primary-key probe too, beside the pause's.
+    assert!(text.contains("SEARCH fenceq_queue_flow USING PRIMARY KEY (queue=?)"), "{text}");
+    assert!(!text.contains("SCAN fenceq_queue_flow"), "{text}");
     assert!(!steps.iter().any(|s| s.starts_with("SCAN fenceq_jobs") && !s.contains("INDEX")), "{text}");
     // The pending branch needs no sort: the index is in claim order. (The final merge of
     // at most 2 x limit rows may sort; that is bounded by the batch, not the queue.)
@@ -156,6 +159,16 @@ fn a_paused_claim_reads_no_job_and_an_unpaused_one_pays_one_probe() {
     assert!(paused * 10 < never_paused, "paused {paused} vs unpaused {never_paused} steps");
     // An unpaused claim with a row in fenceq_queues costs what one without it does.
     assert!(unpaused.abs_diff(never_paused) <= 8, "{unpaused} vs {never_paused} steps");
+    // A queue backing off is probed the same way: its claim reads no job until the end.
+    conn.execute_batch(
+        "INSERT INTO fenceq_queue_flow (queue, backoff_until, backoff_reason, updated_at) VALUES ('q', 10001, '429', 1)",
+    )
+    .unwrap();
+    let backing_off = steps(0);
+    assert!(backing_off < 64, "a backed-off claim ran {backing_off} VM steps: it reads jobs");
+    conn.execute_batch("UPDATE fenceq_queue_flow SET backoff_until = 10000").unwrap();
+    let ended = steps(64);
+    assert!(ended.abs_diff(never_paused) <= 8, "{ended} vs {never_paused} steps");
 }
 
 #[test]
@@ -182,12 +195,17 @@ fn point_operations_use_the_primary_key_or_an_index() {
         UNPAUSE_QUEUE,
         QUEUE_PAUSE,
         COMPLETIONS_PER_MINUTE,
+        SNOOZE_IF_OWNED,
+        EXHAUST_PAST_SNOOZE_CAP_IF_OWNED,
+        BACK_OFF_QUEUE_OF,
+        QUEUE_BACKOFF,
+        CLEAR_QUEUE_BACKOFF,
     ] {
         let (name, steps) = (statement.name, plan(&conn, statement.sql));
         let scans: Vec<&String> = steps
             .iter()
             .filter(|s| {
-                (s.starts_with("SCAN fenceq_jobs") || s.starts_with("SCAN fenceq_queues")) && !s.contains("INDEX")
+                (s.starts_with("SCAN fenceq_jobs") || s.starts_with("SCAN fenceq_queue")) && !s.contains("INDEX")
             })
             .collect();
         assert!(scans.is_empty(), "{name} scans the table: {steps:?}");

@@ -120,22 +120,25 @@ stmt! {
     /// leases (few, unlike pending rows) in claim order, so that priority also decides among them. The chosen rows' data is read by id
     /// afterwards (`CLAIM_READ`), keeping payloads out of the sort.
     ///
-    /// A paused queue (`fenceq_queues`) claims nothing: the pause is looked up once per claim,
-    /// by primary key, in the final `LIMIT`, which SQLite evaluates before it runs either
+    /// A paused queue (`fenceq_queues`), or one backing off (`fenceq_queue_flow`, a back-off
+    /// that ends after `:now`), claims nothing: each is looked up once per claim, by primary
+    /// key, in the final `LIMIT`, which SQLite evaluates before it runs either
     /// branch, so a paused claim costs one probe and walks no index. (As a `NOT EXISTS` in the
     /// branches' `WHERE` it would be tested against every pending row of the queue, and a paused
     /// queue's claim would walk them all to find none.)
     CLAIM_SELECT = claim_select!(
         "id, priority, run_at",
         "EXISTS (SELECT 1 FROM fenceq_queues WHERE queue = :queue AND paused_at IS NOT NULL)
+            OR EXISTS (SELECT 1 FROM fenceq_queue_flow WHERE queue = :queue AND backoff_until > :now)
             OR EXISTS (SELECT 1 FROM fenceq_limits WHERE queue = :queue)"
     );
 
     /// `CLAIM_SELECT`'s jobs with their groups, for a claim of a queue with limits (which
-    /// `CLAIM_SELECT` leaves to `store::limits`): the pause still closes it.
+    /// `CLAIM_SELECT` leaves to `store::limits`): the pause and the back-off still close it.
     CLAIM_CANDIDATES = claim_select!(
         "id, priority, run_at, group_name",
-        "EXISTS (SELECT 1 FROM fenceq_queues WHERE queue = :queue AND paused_at IS NOT NULL)"
+        "EXISTS (SELECT 1 FROM fenceq_queues WHERE queue = :queue AND paused_at IS NOT NULL)
+            OR EXISTS (SELECT 1 FROM fenceq_queue_flow WHERE queue = :queue AND backoff_until > :now)"
     );
 
     /// Claims one selected job with a fresh claim id. Runs in the same IMMEDIATE transaction as
@@ -321,11 +324,11 @@ stmt! {
     WHERE  id = :id AND state IN ('pending', 'waiting', 'running')"
     );
 
-    /// Dead-letter redrive: a fresh attempt budget, due now. The attempt counter restarts, and
-    /// the claim id is what keeps the old tokens dead.
+    /// Dead-letter redrive: a fresh attempt budget (and snooze count), due now. The attempt
+    /// counter restarts, and the claim id is what keeps the old tokens dead.
     REPLAY_IF_EXHAUSTED = concat!(
         "UPDATE fenceq_jobs
-    SET    state = 'pending', attempt = 0, run_at = :now, settled_at = NULL,
+    SET    state = 'pending', attempt = 0, snoozes = 0, run_at = :now, settled_at = NULL,
            exhausted_at = NULL, acknowledged_at = NULL, group_held = (group_name IS NOT NULL), ",
         records_decision!(),
         "
@@ -424,9 +427,11 @@ stmt! {
 
     /// Due pending jobs and running jobs of one queue (a pool's `wait_idle`), each branch on its
     /// partial index. A paused queue's pending jobs are not due: no claim takes them until it is
-    /// unpaused (the `CASE` skips counting them).
+    /// unpaused (the `CASE` skips counting them); nor are those of a queue backing off, until
+    /// its back-off ends.
     DUE_OR_RUNNING = "
     SELECT CASE WHEN EXISTS (SELECT 1 FROM fenceq_queues WHERE queue = :queue AND paused_at IS NOT NULL)
+                  OR EXISTS (SELECT 1 FROM fenceq_queue_flow WHERE queue = :queue AND backoff_until > :now)
                 THEN 0
                 ELSE (SELECT count(*) FROM fenceq_jobs WHERE queue = :queue AND state = 'pending' AND group_held = 0 AND run_at <= :now)
            END
@@ -644,4 +649,62 @@ stmt! {
 
     DEFER_PENDING = "
     UPDATE fenceq_jobs SET run_at = max(run_at, :at) WHERE id = :id AND state = 'pending'";
+}
+
+stmt! {
+    /// A snooze: back to pending at `:run_at` without spending an attempt, while the job was
+    /// snoozed fewer than `:max_snoozes` times. The attempt is given back as `RELEASE_IF_OWNED`
+    /// gives it back, by raising the budget, never by lowering the counter (the next claim is a
+    /// new attempt, so no (id, attempt) is handed out twice and the snoozed token stays dead).
+    /// `:run_at` is computed in Rust, saturating.
+    SNOOZE_IF_OWNED = concat!(
+        "UPDATE fenceq_jobs
+    SET    state = 'pending', lease_until = NULL, run_at = :run_at, last_error = :error,
+           max_attempts = max_attempts + 1, snoozes = snoozes + 1
+    WHERE  snoozes < :max_snoozes AND ",
+        owned_by_token!()
+    );
+
+    /// A snooze past its cap: a durable, unacknowledged exhaustion that keeps the token, only
+    /// when the job was snoozed `:max_snoozes` times or more.
+    EXHAUST_PAST_SNOOZE_CAP_IF_OWNED = concat!(
+        "UPDATE fenceq_jobs
+    SET    state = 'exhausted', lease_until = NULL, last_error = :error,
+           settled_at = :now, exhausted_at = :now, acknowledged_at = NULL
+    WHERE  snoozes >= :max_snoozes AND ",
+        owned_by_token!()
+    );
+
+    /// The back-off of job `:id`'s queue until `:until`: a queue without a flow row gets one; a
+    /// stored back-off that ends as late or later is kept (`changes()` is then 0), so the
+    /// back-off is the latest any handler asked for. (The `WHERE` of the `SELECT` also keeps
+    /// SQLite's parser from reading `ON CONFLICT` as a join constraint.)
+    BACK_OFF_QUEUE_OF = "
+    INSERT INTO fenceq_queue_flow (queue, backoff_until, backoff_reason, updated_at)
+    SELECT queue, :until, :reason, :now FROM fenceq_jobs WHERE id = :id
+    ON CONFLICT (queue) DO UPDATE
+    SET    backoff_until = excluded.backoff_until, backoff_reason = excluded.backoff_reason,
+           updated_at = excluded.updated_at
+    WHERE  fenceq_queue_flow.backoff_until IS NULL
+       OR  fenceq_queue_flow.backoff_until < excluded.backoff_until";
+
+    /// One queue's back-off, while it lasts at `:now`.
+    QUEUE_BACKOFF = "
+    SELECT queue, backoff_until, backoff_reason, updated_at
+    FROM   fenceq_queue_flow
+    WHERE  queue = :queue AND backoff_until > :now";
+
+    /// Every back-off that lasts at `:now`, by queue.
+    QUEUE_BACKOFFS = "
+    SELECT queue, backoff_until, backoff_reason, updated_at
+    FROM   fenceq_queue_flow
+    WHERE  backoff_until > :now
+    ORDER  BY queue";
+
+    /// Lifts a queue's back-off that lasts at `:now` (`changes()` is 1 when there was one). The
+    /// row stays: it also holds the queue's group policy.
+    CLEAR_QUEUE_BACKOFF = "
+    UPDATE fenceq_queue_flow
+    SET    backoff_until = NULL, backoff_reason = NULL, updated_at = :now
+    WHERE  queue = :queue AND backoff_until > :now";
 }

@@ -87,6 +87,10 @@ fenceq_expired_leases{queue=\"telegram\"} 1
 # TYPE fenceq_queue_paused gauge
 fenceq_queue_paused{queue=\"emails\"} 0
 fenceq_queue_paused{queue=\"telegram\"} 0
+# HELP fenceq_queue_backoff_seconds Seconds until the queue's back-off ends (its claims find nothing until then; fenceq backoff), else 0.
+# TYPE fenceq_queue_backoff_seconds gauge
+fenceq_queue_backoff_seconds{queue=\"emails\"} 0
+fenceq_queue_backoff_seconds{queue=\"telegram\"} 0
 ";
     assert_eq!(db.metrics_text().unwrap(), expected);
     assert_eq!(db.stats().unwrap().to_prometheus(db.now_ms()), expected, "the same text from stats");
@@ -113,7 +117,7 @@ fn prometheus_text_escapes_quote_and_backslash_in_queue_names<H: Harness>(h: &H)
     assert!(text.contains(&format!("fenceq_oldest_pending_age_seconds{{{label}}} 0\n")), "{text}");
     assert!(text.contains(&format!("fenceq_expired_leases{{{label}}} 0\n")), "{text}");
     // Every line is a comment or a sample of ours: no raw line feed split one.
-    assert_eq!(text.lines().count(), 12 + 7 + 5, "{text}");
+    assert_eq!(text.lines().count(), 14 + 7 + 6, "{text}");
     for line in text.lines() {
         assert!(
             line.starts_with("# HELP fenceq_") || line.starts_with("# TYPE fenceq_") || line.starts_with("fenceq_")
@@ -134,9 +138,10 @@ fn prometheus_text_of_an_empty_database_is_only_the_headers<H: Harness>(h: &H) {
             "fenceq_unknown_outcomes_unresolved gauge",
             "fenceq_expired_leases gauge",
             "fenceq_queue_paused gauge",
+            "fenceq_queue_backoff_seconds gauge",
         ]
     );
-    assert_eq!(text.lines().count(), 12, "{text}");
+    assert_eq!(text.lines().count(), 14, "{text}");
 }
 
 /// `Queue::completions_per_minute` counts completed jobs (not cancelled, exhausted or

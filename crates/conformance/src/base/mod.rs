@@ -11,6 +11,8 @@
 //! - `paused`: paused queues (claims skip them, everything else goes on);
 //! - `groups`: one job of a group at a time, in enqueue order, and what blocks a group;
 //! - `limits`: rates per queue and per group and a running limit, never broken by a claim;
+//! - `backoff`: snoozes (no attempt spent, a cap) and a queue's back-off (closed until its
+//!   instant for every handle, lifted early by an operator);
 //! - `metrics`: the Prometheus text of the counts, and completions per minute;
 //! - `texts`: NUL bytes in stored texts, keys and names, the same on every store;
 //! - `schedule` (feature `schedule`): periodic jobs, one run per tick;
@@ -18,6 +20,7 @@
 //!
 //! Each rule is named after the behaviour it checks (`base::claim_orders_by_priority_then_run_at_then_id`).
 
+mod backoff;
 mod groups;
 mod intake;
 mod lifecycle;
@@ -47,6 +50,7 @@ pub fn rules<H: Harness>() -> Vec<Rule<H>> {
     rules.extend(paused::rules::<H>());
     rules.extend(groups::rules::<H>());
     rules.extend(limits::rules::<H>());
+    rules.extend(backoff::rules::<H>());
     rules.extend(metrics::rules::<H>());
     rules.extend(texts::rules::<H>());
     #[cfg(feature = "schedule")]

@@ -293,6 +293,18 @@ pub fn op() -> impl Strategy<Value = QueueOp> {
         3 => (token(StateSel::Running), text()).prop_map(|(token, error)| QueueOp::Exhaust { token, error }),
         3 => (token(StateSel::Running), text()).prop_map(|(token, evidence)| QueueOp::MarkUnknown { token, evidence }),
         3 => (token(StateSel::Running), park(), text()).prop_map(|(token, timeout, reason)| QueueOp::Park { token, timeout, reason }),
+        3 => (
+            token(StateSel::Running),
+            prop_oneof![
+                4 => select(vec![SnoozeSel::Zero, SnoozeSel::OneMs, SnoozeSel::Lease]),
+                1 => select(vec![SnoozeSel::Hour, SnoozeSel::Year, SnoozeSel::TooLong]),
+            ],
+            prop_oneof![4 => Just(ScopeSel::Job), 1 => Just(ScopeSel::Group), 2 => Just(ScopeSel::Queue)],
+            select(vec![CapSel::Zero, CapSel::One, CapSel::Two, CapSel::Default]),
+            text(),
+        )
+            .prop_map(|(token, delay, scope, cap, reason)| QueueOp::Snooze { token, delay, scope, cap, reason }),
+        1 => select(vec![QueueSel::A, QueueSel::B]).prop_map(QueueOp::ClearBackoff),
         3 => token(StateSel::Waiting).prop_map(QueueOp::Resume),
         2 => prop_oneof![job_in(StateSel::Pending), job_in(StateSel::Running), job_in(StateSel::Waiting)].prop_map(QueueOp::Cancel),
         3 => token(StateSel::Exhausted).prop_map(QueueOp::Acknowledge),
@@ -381,12 +393,16 @@ fn generated_histories_reach_every_operation<H: Harness>(h: &H) {
         "exhaustions",
         "unknowns",
         "reopen",
+        "snooze",
+        "clear_backoff",
     ];
     for name in succeeded {
         let (ok, _) = total.calls.get(name).copied().unwrap_or_default();
         assert!(ok > 0, "no generated `{name}` call succeeded in 64 cases: {:?}", total.calls);
     }
-    for name in ["renew", "complete", "retry", "exhaust", "park", "resume", "acknowledge", "resolve", "cancel"] {
+    for name in
+        ["renew", "complete", "retry", "exhaust", "park", "resume", "acknowledge", "resolve", "cancel", "snooze"]
+    {
         let (_, err) = total.calls.get(name).copied().unwrap_or_default();
         assert!(err > 0, "no generated `{name}` call was refused in 64 cases: {:?}", total.calls);
     }

@@ -8,8 +8,8 @@ use super::runner::{check_row, TempDb, T0};
 use arbitrary::{Arbitrary, Unstructured};
 use fenceq::rusqlite;
 use fenceq::{
-    Backoff, ClaimId, ClaimToken, Claimed, Cursor, Error, Job, JobId, JobState, ListFilter, ManualClock, NewJob, Queue,
-    Resolution, Retention, RetryPolicy,
+    Backoff, BackoffScope, ClaimId, ClaimToken, Claimed, Cursor, Error, Job, JobId, JobState, ListFilter, ManualClock,
+    NewJob, Queue, Resolution, Retention, RetryPolicy, Snooze,
 };
 use std::path::Path;
 use std::time::Duration;
@@ -196,6 +196,23 @@ pub enum HostileCall {
     SetClock(i64),
     /// Advances the clock (by at most 2^40 ms).
     Advance(u64),
+    /// `snooze` (`scope % 3` picks the scope)
+    Snooze {
+        /// Token.
+        token: HToken,
+        /// Delay (seconds, nanoseconds).
+        delay: (u64, u32),
+        /// Which scope.
+        scope: u8,
+        /// The cap.
+        cap: u32,
+        /// Reason text.
+        reason: String,
+    },
+    /// `queue_backoff`
+    QueueBackoff(String),
+    /// `clear_backoff`
+    ClearBackoff(String),
 }
 
 fn duration_of((secs, nanos): (u64, u32)) -> Duration {
@@ -321,6 +338,20 @@ fn hostile_calls(data: &[u8]) {
                 use fenceq::Clock;
                 clock.set(clock.now_ms().saturating_add(ms.min(1 << 40) as i64).min(CLOCK_MAX));
                 Ok(())
+            }
+            HostileCall::Snooze { token: t, delay, scope, cap, reason } => {
+                let delay = duration_of(delay);
+                invalid = delay > fenceq::MAX_SNOOZE;
+                let scope = [BackoffScope::Job, BackoffScope::Group, BackoffScope::Queue][scope as usize % 3];
+                q.snooze(&token(t), Snooze::new(delay).scope(scope).reason(reason).max_snoozes(cap)).map(drop)
+            }
+            HostileCall::QueueBackoff(queue) => {
+                invalid = bad_name(&queue);
+                q.queue_backoff(&queue).map(drop)
+            }
+            HostileCall::ClearBackoff(queue) => {
+                invalid = bad_name(&queue);
+                q.clear_backoff(&queue).map(drop)
             }
         };
         let after = rows_of(&q);

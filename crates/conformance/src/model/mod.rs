@@ -48,9 +48,9 @@ mod runner;
 
 pub use hostile_input::{hostile, template, HBackoff, HToken, HostileCall, TAMPERS};
 pub use ops::{
-    decode, AttemptsSel, BackSel, BackoffSel, BatchLimit, ClaimQueue, ClosureAct, DelaySel, Forgery, InvalidJob,
-    JobRef, JobSpec, KeySel, LeaseSel, PageLimit, ParkSel, PrioritySel, QueueOp, QueueSel, ResolutionSel, RetentionSel,
-    StateSel, Step, TextSel, TokenRef, WorkerSel, LEASE, MAX_OPS,
+    decode, AttemptsSel, BackSel, BackoffSel, BatchLimit, CapSel, ClaimQueue, ClosureAct, DelaySel, Forgery,
+    InvalidJob, JobRef, JobSpec, KeySel, LeaseSel, PageLimit, ParkSel, PrioritySel, QueueOp, QueueSel, ResolutionSel,
+    RetentionSel, ScopeSel, SnoozeSel, StateSel, Step, TextSel, TokenRef, WorkerSel, LEASE, MAX_OPS,
 };
 pub use reference::{Model, ModelJob, DEFAULT_ATTEMPTS};
 pub use runner::{

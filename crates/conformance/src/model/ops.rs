@@ -5,7 +5,7 @@
 //! a few values repeat; each selector's method gives the value the runner passes to the queue.
 
 use arbitrary::{Arbitrary, Unstructured};
-use fenceq::{Backoff, JobState, NewJob, Retention, RetryPolicy};
+use fenceq::{Backoff, BackoffScope, JobState, NewJob, Retention, RetryPolicy};
 use std::time::Duration;
 
 /// The standard lease of the model's claims.
@@ -476,6 +476,81 @@ impl ParkSel {
     }
 }
 
+/// A snooze's delay.
+#[derive(Arbitrary, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnoozeSel {
+    /// Due again at once.
+    Zero,
+    /// 1 ms.
+    OneMs,
+    /// One lease.
+    Lease,
+    /// One hour.
+    Hour,
+    /// A year, the longest allowed ([`fenceq::MAX_SNOOZE`]).
+    Year,
+    /// One ms over a year (invalid).
+    TooLong,
+}
+
+impl SnoozeSel {
+    pub(super) fn duration(self) -> Duration {
+        match self {
+            SnoozeSel::Zero => Duration::ZERO,
+            SnoozeSel::OneMs => Duration::from_millis(1),
+            SnoozeSel::Lease => LEASE,
+            SnoozeSel::Hour => Duration::from_secs(3600),
+            SnoozeSel::Year => fenceq::MAX_SNOOZE,
+            SnoozeSel::TooLong => fenceq::MAX_SNOOZE + Duration::from_millis(1),
+        }
+    }
+}
+
+/// How far a snooze reaches.
+#[derive(Arbitrary, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScopeSel {
+    /// `BackoffScope::Job`
+    Job,
+    /// `BackoffScope::Group` (the model's jobs have no group: a snooze of the job)
+    Group,
+    /// `BackoffScope::Queue`: the queue backs off too.
+    Queue,
+}
+
+impl ScopeSel {
+    pub(super) fn scope(self) -> BackoffScope {
+        match self {
+            ScopeSel::Job => BackoffScope::Job,
+            ScopeSel::Group => BackoffScope::Group,
+            ScopeSel::Queue => BackoffScope::Queue,
+        }
+    }
+}
+
+/// A snooze's cap.
+#[derive(Arbitrary, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CapSel {
+    /// 0: the first snooze exhausts.
+    Zero,
+    /// 1
+    One,
+    /// 2
+    Two,
+    /// [`fenceq::DEFAULT_MAX_SNOOZES`]
+    Default,
+}
+
+impl CapSel {
+    pub(super) fn value(self) -> u32 {
+        match self {
+            CapSel::Zero => 0,
+            CapSel::One => 1,
+            CapSel::Two => 2,
+            CapSel::Default => fenceq::DEFAULT_MAX_SNOOZES,
+        }
+    }
+}
+
 /// A resolution of an unknown outcome.
 #[derive(Arbitrary, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ResolutionSel {
@@ -741,6 +816,22 @@ pub enum QueueOp {
     Reopen,
     /// `owns` for every token ever issued, `stats`, and `reap_preview` / `prune_preview`.
     Check,
+    /// `snooze`: back to pending without spending an attempt, or exhausted past the cap; a
+    /// queue-scoped one backs the job's queue off too.
+    Snooze {
+        /// The token presented.
+        token: TokenRef,
+        /// The delay.
+        delay: SnoozeSel,
+        /// The scope.
+        scope: ScopeSel,
+        /// The cap.
+        cap: CapSel,
+        /// The reason text.
+        reason: TextSel,
+    },
+    /// `clear_backoff` of a queue.
+    ClearBackoff(QueueSel),
 }
 
 impl QueueOp {
@@ -777,6 +868,8 @@ impl QueueOp {
             QueueOp::ClockBack(_) => "clock_back",
             QueueOp::Reopen => "reopen",
             QueueOp::Check => "check",
+            QueueOp::Snooze { .. } => "snooze",
+            QueueOp::ClearBackoff(_) => "clear_backoff",
         }
     }
 }

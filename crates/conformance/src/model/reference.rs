@@ -63,6 +63,8 @@ pub struct Model {
     pub(super) pass: Option<Pass>,
     /// Payload counter.
     pub(super) seq: u64,
+    /// Each queue's stored back-off: (until, reason, since); ended ones stay until replaced.
+    pub backoffs: BTreeMap<String, (i64, String, i64)>,
 }
 
 /// An exhaustion paging pass (invariant 10).
@@ -198,6 +200,7 @@ impl Model {
                 decision: None,
                 group: None,
                 held_by_group: false,
+                snoozes: 0,
             },
         );
         Ok(())
@@ -207,6 +210,9 @@ impl Model {
     /// and running jobs whose lease expired with attempts left, by priority (highest first),
     /// then run_at, then id.
     pub(super) fn claimable(&self, queue: &str, limit: u32, now: i64) -> Vec<JobId> {
+        if self.backoff(queue, now).is_some() {
+            return Vec::new();
+        }
         let mut all: Vec<&ModelJob> = self
             .jobs
             .values()
@@ -219,6 +225,19 @@ impl Model {
             .collect();
         all.sort_by_key(|j| (-i64::from(j.priority), j.run_at, j.id));
         all.into_iter().take(limit as usize).map(|j| j.id).collect()
+    }
+
+    /// The back-off of `queue` that lasts at `now`.
+    pub(super) fn backoff(&self, queue: &str, now: i64) -> Option<fenceq::QueueBackoff> {
+        let (until, reason, since) = self.backoffs.get(queue).filter(|(until, _, _)| *until > now)?;
+        Some(fenceq::QueueBackoff { queue: queue.to_string(), until: *until, reason: reason.clone(), since: *since })
+    }
+
+    /// Backs `queue` off until `until`, unless a back-off stored ends as late or later.
+    pub(super) fn back_off(&mut self, queue: &str, until: i64, reason: String, now: i64) {
+        if self.backoffs.get(queue).is_none_or(|(stored, _, _)| *stored < until) {
+            self.backoffs.insert(queue.to_string(), (until, reason, now));
+        }
     }
 
     pub(super) fn settle(&mut self, id: JobId, state: JobState, now: i64) {
@@ -335,6 +354,14 @@ impl Model {
                 JobState::Exhausted => q.exhausted_unacknowledged += 1,
                 JobState::Unknown => q.unknown += 1,
                 JobState::Cancelled => q.cancelled += 1,
+            }
+        }
+        for queue in self.backoffs.keys() {
+            if let Some(backoff) = self.backoff(queue, now) {
+                by_queue
+                    .entry(queue.as_str())
+                    .or_insert_with(|| QueueStats { queue: queue.clone(), ..QueueStats::default() })
+                    .backoff = Some(backoff);
             }
         }
         Stats { queues: by_queue.into_values().collect() }

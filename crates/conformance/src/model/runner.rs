@@ -8,7 +8,7 @@
 
 use super::ops::{
     decode, BatchLimit, ClaimQueue, ClosureAct, Forgery, InvalidJob, JobRef, JobSpec, LeaseSel, PageLimit, ParkSel,
-    QueueOp, ResolutionSel, RetentionSel, TokenRef, WorkerSel, MAX_OPS,
+    QueueOp, ResolutionSel, RetentionSel, ScopeSel, SnoozeSel, TokenRef, WorkerSel, MAX_OPS,
 };
 use super::reference::{dur_ms, Got, Model, Pass, Planned, DEFAULT_ATTEMPTS};
 use crate::harness::Harness;
@@ -16,7 +16,7 @@ use fenceq::rusqlite;
 use fenceq::store::{Store, TokenAt};
 use fenceq::{
     Backoff, ClaimId, ClaimToken, Claimed, Cursor, Enqueued, Error, Exhaustion, Job, JobId, JobState, ListFilter,
-    ManualClock, NewJob, Page, Queue, Resolution, Retention, Retried, SqliteStore, UnknownOutcome,
+    ManualClock, NewJob, Page, Queue, Resolution, Retention, Retried, Snooze, SqliteStore, UnknownOutcome,
 };
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -467,7 +467,7 @@ thread_local! {
 fn spare_memory_queue() -> fenceq::Result<(Queue, ManualClock)> {
     if let Some((queue, clock)) = SPARE.with(|spare| spare.borrow_mut().take()) {
         queue.transaction(|tx| {
-            Ok(tx.execute_batch("DELETE FROM fenceq_jobs; DELETE FROM model_domain; DELETE FROM sqlite_sequence;")?)
+            Ok(tx.execute_batch("DELETE FROM fenceq_jobs; DELETE FROM fenceq_queue_flow; DELETE FROM model_domain; DELETE FROM sqlite_sequence;")?)
         })?;
         clock.set(T0);
         return Ok((queue, clock));
@@ -913,6 +913,67 @@ impl<B: Backend> Runner<'_, B> {
                 }
                 Ok(())
             }
+            QueueOp::Snooze { token, delay, scope, cap, reason } => {
+                let t = self.token(token);
+                let text = reason.text("snooze");
+                let snooze =
+                    Snooze::new(delay.duration()).scope(scope.scope()).reason(text.clone()).max_snoozes(cap.value());
+                let got = self.q().snooze(&t, snooze);
+                self.count("snooze", got.is_ok());
+                if delay == SnoozeSel::TooLong {
+                    return self.expect("snooze beyond a year", &Got::InvalidInput, &got_of(&got));
+                }
+                self.expect("snooze", &self.model.owned(&t, now), &got_of(&got))?;
+                let Ok(snoozed) = got else { return Ok(()) };
+                let run_at = now.saturating_add(dur_ms(delay.duration()));
+                let (queue, snoozes) = {
+                    let j = &self.model.jobs[&t.id];
+                    (j.queue.clone(), j.snoozes)
+                };
+                let reason = clip(&text);
+                if snoozes >= cap.value() {
+                    if snoozed != Retried::Exhausted {
+                        return Err(format!("a snooze past the cap returned {snoozed:?}, expected Exhausted"));
+                    }
+                    let error = clip(&format!(
+                        "snoozed {} times, the cap (max_snoozes): exhausted instead of snoozing again ({reason})",
+                        cap.value()
+                    ));
+                    self.model.exhaust(t.id, Some(error), now);
+                } else {
+                    if snoozed != Retried::Scheduled(run_at) {
+                        return Err(format!("snooze returned {snoozed:?}, expected Scheduled(T0{:+})", run_at - T0));
+                    }
+                    let j = self.model.job_mut(t.id);
+                    j.state = JobState::Pending;
+                    j.lease_until = None;
+                    j.run_at = run_at;
+                    j.last_error = Some(reason.clone());
+                    j.max_attempts += 1;
+                    j.snoozes += 1;
+                }
+                if scope == ScopeSel::Queue {
+                    self.model.back_off(&queue, run_at, reason, now);
+                }
+                Ok(())
+            }
+            QueueOp::ClearBackoff(queue) => {
+                let name = queue.name();
+                let got = self.q().clear_backoff(name);
+                self.count("clear_backoff", got.is_ok());
+                let expected = self.model.backoff(name, now).is_some();
+                match got {
+                    Ok(cleared) if cleared == expected => {
+                        if cleared {
+                            self.model.backoffs.remove(name);
+                        }
+                        Ok(())
+                    }
+                    other => {
+                        Err(format!("clear_backoff({name}) returned {other:?}, the model expected Ok({expected})"))
+                    }
+                }
+            }
             QueueOp::Resume(token) => {
                 let t = self.token(token);
                 let got = got_of(&self.q().resume(&t));
@@ -966,6 +1027,7 @@ impl<B: Backend> Runner<'_, B> {
                     let j = self.model.job_mut(id);
                     j.state = JobState::Pending;
                     j.attempt = 0;
+                    j.snoozes = 0;
                     j.run_at = now;
                     j.settled_at = None;
                     j.exhausted_at = None;
