@@ -10,7 +10,8 @@ use crate::fixture::{Db, HANG_GUARD, LEASE, T0};
 use crate::harness::Harness;
 use crate::Rule;
 use fenceq::{
-    Claimed, Error, GroupBlock, GroupPolicy, JobId, JobState, NewJob, Outcome, Resolution, Retried, WorkerPool,
+    BackoffScope, Claimed, Error, GroupBlock, GroupPolicy, JobId, JobState, NewJob, Outcome, Resolution, Retried,
+    Snooze, WorkerPool,
 };
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -35,6 +36,8 @@ pub fn rules<H: Harness>() -> Vec<Rule<H>> {
         groups_lists_each_group_with_its_head_and_why_it_is_blocked,
         bad_group_names_are_refused_and_change_nothing,
         a_pool_runs_each_groups_jobs_in_order_and_never_two_at_once,
+        a_group_scoped_backoff_closes_the_group_and_no_other_spending_no_attempt,
+        a_snooze_cap_exhaustion_stops_the_group_like_any_exhaustion,
     ]
 }
 
@@ -380,4 +383,69 @@ fn a_pool_runs_each_groups_jobs_in_order_and_never_two_at_once<H: Harness>(h: &H
     for (g, (order, _)) in seen.iter().enumerate() {
         assert_eq!(order, &(0..PER_GROUP).collect::<Vec<_>>(), "group {g} in enqueue order, each once");
     }
+}
+
+/// A provider's "retry after" for one conversation: the head snoozes with the group's scope,
+/// nothing of its group starts before the instant (in another handle either), other groups
+/// go on, and no attempt is spent.
+fn a_group_scoped_backoff_closes_the_group_and_no_other_spending_no_attempt<H: Harness>(h: &H) {
+    let db = Db::new(h);
+    let head = add(&db, "chat:1", "first");
+    add(&db, "chat:1", "second");
+    add(&db, "chat:2", "other");
+    let claimed = claim_all(&db);
+    let first = claimed.iter().find(|c| payload(c) == "first").unwrap();
+    let other = claimed.iter().find(|c| payload(c) == "other").unwrap();
+    let before = db.job(head).unwrap().unwrap();
+    let snooze = Snooze::new(Duration::from_secs(3)).scope(BackoffScope::Group).reason("429: retry after 3");
+    assert!(matches!(db.snooze(&first.token(), snooze).unwrap(), Retried::Scheduled(_)));
+    db.complete(&other.token()).unwrap();
+    add(&db, "chat:2", "other again");
+    let elsewhere = db.reopen();
+    assert_eq!(
+        elsewhere.claim_batch("q", "w", LEASE, 10).unwrap().iter().map(payload).collect::<Vec<_>>(),
+        ["other again"],
+        "only the other group goes on"
+    );
+    db.advance(Duration::from_millis(2_999));
+    assert!(claim_all(&db).is_empty(), "the group is closed until the instant");
+    db.advance(Duration::from_millis(1));
+    let again = claim_all(&db);
+    assert_eq!(again.iter().map(payload).collect::<Vec<_>>(), ["first"], "the same head, first");
+    let job = db.job(head).unwrap().unwrap();
+    assert_eq!(
+        job.max_attempts - job.attempt,
+        before.max_attempts - before.attempt,
+        "the snoozed attempt was given back: as many left as with the first claim running"
+    );
+    assert_eq!(job.snoozes, 1);
+    db.complete(&again[0].token()).unwrap();
+    assert_eq!(claim_all(&db).iter().map(payload).collect::<Vec<_>>(), ["second"]);
+}
+
+/// A head snoozed past its cap is exhausted, and stops its group until acknowledged.
+fn a_snooze_cap_exhaustion_stops_the_group_like_any_exhaustion<H: Harness>(h: &H) {
+    let db = Db::new(h);
+    add(&db, "g", "snoozer");
+    let next = add(&db, "g", "next");
+    let first = db.take("w");
+    assert!(matches!(
+        db.snooze(&first.token(), Snooze::new(Duration::ZERO).max_snoozes(1)).unwrap(),
+        Retried::Scheduled(_)
+    ));
+    let second = db.take("w");
+    let capped = db.snooze(&second.token(), Snooze::new(Duration::ZERO).max_snoozes(1)).unwrap();
+    assert_eq!(capped, Retried::Exhausted);
+    assert!(held(&db, next), "the exhausted head stops its group");
+    db.acknowledge(&second.token()).unwrap();
+    assert!(!held(&db, next));
+    db.set_group_policy("q", GroupPolicy::ContinueAfterFailure).unwrap();
+    add(&db, "g2", "snoozer 2");
+    let after = add(&db, "g2", "after");
+    let third = claim_all(&db).into_iter().find(|c| payload(c) == "snoozer 2").unwrap();
+    assert!(matches!(
+        db.snooze(&third.token(), Snooze::new(Duration::ZERO).max_snoozes(0)).unwrap(),
+        Retried::Exhausted
+    ));
+    assert!(!held(&db, after), "under continue, the cap's exhaustion lets the group go");
 }
