@@ -69,6 +69,20 @@ fn to_json(s: &DemoSummary, kept: bool) -> serde_json::Value {
         "processing_ms": s.processing.as_millis() as u64,
         "intake_per_sec": s.intake_per_sec.round(),
         "jobs_per_sec": s.jobs_per_sec.round(),
+        "flow": {
+            "queue": scenario::REPLIES,
+            "chats": s.flow.chats,
+            "replies": s.flow.replies,
+            "most_in_a_second": s.flow.most_in_a_second,
+            "most_in_a_second_per_chat": s.flow.most_in_a_second_per_chat,
+            "in_order": s.flow.in_order,
+            "retry_after_ms": s.flow.retry_after_ms,
+            "waited_ms": s.flow.waited_ms,
+            "attempts_left_before": s.flow.attempts_left_before_and_after.0,
+            "attempts_left_after": s.flow.attempts_left_before_and_after.1,
+            "took_ms": s.flow.took.as_millis() as u64,
+            "holds": s.flow.holds(),
+        },
         "adds_up": s.adds_up(),
     })
 }
@@ -92,6 +106,26 @@ fn explain(s: &DemoSummary, kept: Option<String>) -> Vec<String> {
         "          worker reclaimed and finished it, and the stalled worker's late reply and settle".to_string(),
         "          were refused by the fence {id, attempt, claim_id}".to_string(),
         format!("  {:>7} attempts in all; {:.0} jobs/s settled ({} ms)", s.attempts, s.jobs_per_sec, s.processing.as_millis()),
+        String::new(),
+        "Flow control (Telegram's limits and each chat's order, held by the store)".to_string(),
+        format!(
+            "  {:>7} replies into {} chats, a group per chat, under 30/1s overall and 1/1s, 20/60s per chat ({} ms)",
+            s.flow.replies,
+            s.flow.chats,
+            s.flow.took.as_millis()
+        ),
+        format!(
+            "  {:>7} most replies started in any second overall; {} in any second into one chat",
+            s.flow.most_in_a_second, s.flow.most_in_a_second_per_chat
+        ),
+        format!(
+            "  {:>7} every chat answered in order, one reply at a time",
+            if s.flow.in_order { "yes" } else { "NO" }
+        ),
+        format!(
+            "  {:>7} ms retry_after of a 429 honoured (the reply waited {} ms); attempts left {} before and {} after",
+            s.flow.retry_after_ms, s.flow.waited_ms, s.flow.attempts_left_before_and_after.0, s.flow.attempts_left_before_and_after.1
+        ),
         String::new(),
         format!(
             "Every delivery is accounted for: {} = {} jobs + {} duplicates; {} jobs = {} completed + {} exhausted + {} unknown. {}",

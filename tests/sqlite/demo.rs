@@ -46,10 +46,23 @@ fn the_demo_accounts_for_every_recorded_update() {
     assert_eq!(n("stale_writes_rejected"), 2, "the stalled worker's reply and settle");
     assert!(n("retries") >= 100 + 2 * 2, "100 transient failures and the doomed updates' retries");
     assert_eq!(s["db"], db.display().to_string());
+    // Flow control: the limits held (by the store's clock), every chat in order, the 429
+    // honoured without spending an attempt.
+    let flow = &s["flow"];
+    let f = |name| count(flow, name);
+    assert_eq!((f("chats"), f("replies")), (6, 18), "{flow:#}");
+    assert!(f("most_in_a_second") <= 30 && f("most_in_a_second_per_chat") == 1, "{flow:#}");
+    assert_eq!(flow["in_order"], true, "{flow:#}");
+    assert!(f("waited_ms") >= f("retry_after_ms"), "{flow:#}");
+    assert_eq!(f("attempts_left_before"), f("attempts_left_after"), "{flow:#}");
+    assert_eq!(flow["holds"], true, "{flow:#}");
     // The kept database tells the same story.
     let q = fenceq::Queue::open(&db).unwrap();
     let stats = q.stats().unwrap().queue(s["queue"].as_str().unwrap());
     assert_eq!((stats.completed, stats.exhausted_acknowledged, stats.unknown), (997, 2, 1));
+    let replies = flow["queue"].as_str().unwrap();
+    assert_eq!(q.stats().unwrap().queue(replies).completed, 18);
+    assert_eq!(q.limits(replies).unwrap().group_rates.len(), 2, "the limits are stored with the queue");
     drop(q);
     // A second run on the same file refuses (exit 1, one error line) instead of mixing figures.
     let again = demo(&db);

@@ -5,7 +5,8 @@
 use crate::cli::store::CliStore;
 use crate::cli::{fail, CliResult};
 use fenceq::{
-    Attempt, Enqueued, Error, JobState, MaintenanceConfig, NewJob, Outcome, Queue, Retention, SqliteStore, WorkerPool,
+    Attempt, BackoffScope, Enqueued, Error, JobState, Limits, MaintenanceConfig, NewJob, Outcome, Queue, Rate,
+    Retention, SqliteStore, WorkerPool,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -23,6 +24,16 @@ const AMBIGUOUS_UPDATE: u64 = 42;
 const STALLED_UPDATE: u64 = 99;
 /// The stalled worker's lease.
 const STALLED_LEASE: Duration = Duration::from_millis(300);
+
+/// The queue of the replies the flow-control part sends, under Telegram's limits.
+pub const REPLIES: &str = "telegram-replies";
+/// Chats in the flow-control part's burst, and replies into each.
+const CHATS: u64 = 6;
+const REPLIES_PER_CHAT: u64 = 3;
+/// The chat whose second reply first meets a 429 with `retry_after`.
+const RATE_LIMITED_CHAT: u64 = 2;
+/// The lease of the flow-control part's pool: a reply's start is its lease's end less this.
+const REPLY_LEASE: Duration = Duration::from_secs(10);
 
 /// Demo settings.
 #[derive(Debug, Clone)]
@@ -69,6 +80,47 @@ pub struct DemoSummary {
     pub intake_per_sec: f64,
     /// Jobs settled per second by the pool.
     pub jobs_per_sec: f64,
+    /// The flow-control part: replies sent into a burst of chats under the limits.
+    pub flow: FlowSummary,
+}
+
+/// What the flow-control part did: replies into a few chats under Telegram's limits (30 a
+/// second overall, 1 a second and 20 a minute into one chat), one 429 honoured.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FlowSummary {
+    /// Chats in the burst.
+    pub chats: u64,
+    /// Replies sent (completed).
+    pub replies: u64,
+    /// The most replies started in any one second, overall (by the store's clock).
+    pub most_in_a_second: u64,
+    /// The most replies started in any one second into one chat.
+    pub most_in_a_second_per_chat: u64,
+    /// Whether every chat's replies started in the order they were enqueued, one at a time.
+    pub in_order: bool,
+    /// The 429's `retry_after`.
+    pub retry_after_ms: u64,
+    /// How long the rate-limited reply waited between its 429 and its send (at least
+    /// `retry_after_ms`: honoured).
+    pub waited_ms: u64,
+    /// The rate-limited reply's attempts left before and after the 429 (equal: none spent).
+    pub attempts_left_before_and_after: (u32, u32),
+    /// Time the burst took.
+    pub took: Duration,
+}
+
+impl FlowSummary {
+    /// True when the limits held, every chat was answered in order, and the 429 cost no
+    /// attempt.
+    pub fn holds(&self) -> bool {
+        self.replies == self.chats * REPLIES_PER_CHAT
+            && self.most_in_a_second <= 30
+            && self.most_in_a_second_per_chat <= 1
+            && self.in_order
+            && self.retry_after_ms > 0
+            && self.waited_ms >= self.retry_after_ms
+            && self.attempts_left_before_and_after.0 == self.attempts_left_before_and_after.1
+    }
 }
 
 impl DemoSummary {
@@ -80,6 +132,7 @@ impl DemoSummary {
             && self.updates == self.completed + self.exhausted + self.unknown
             && self.replies == self.completed
             && self.acknowledged == self.exhausted
+            && self.flow.holds()
     }
 }
 
@@ -271,7 +324,122 @@ pub fn run<S: CliStore>(queue: &Queue<S>, db: String, options: &DemoOptions) -> 
     summary.stale_writes_rejected = stale_rejections.load(Ordering::SeqCst) + counters.stale_settles_rejected;
     summary.replies = S::demo_count_replies(queue)?;
     summary.jobs_per_sec = summary.updates as f64 / summary.processing.as_secs_f64();
+    summary.flow = flow_control(queue, options)?;
     Ok(summary)
+}
+
+/// One reply the flow-control part sent: its chat, its place in the chat, when it started
+/// (its claim, by the store's clock) and the attempt.
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    chat: u64,
+    seq: u64,
+    started_ms: i64,
+}
+
+/// 5. Flow control: a burst of replies into a few chats, under Telegram's limits held by the
+/// store (30/1s overall, 1/1s and 20/60s per chat), each chat's replies in order (a group per
+/// chat), and one 429 with `retry_after` honoured as a group back-off that spends no attempt.
+fn flow_control<S: CliStore>(queue: &Queue<S>, options: &DemoOptions) -> CliResult<FlowSummary> {
+    let second = Duration::from_secs(1);
+    queue.set_limits(
+        REPLIES,
+        &Limits {
+            rate: Some(Rate::new(30, second)),
+            group_rates: vec![Rate::new(1, second), Rate::new(20, 60 * second)],
+            max_running: None,
+        },
+    )?;
+    let mut limited_job = None;
+    for seq in 0..REPLIES_PER_CHAT {
+        for chat in 0..CHATS {
+            let body = format!("{chat}:{seq}");
+            let job = NewJob::new(REPLIES, body.into_bytes()).group(format!("chat:{chat}")).max_attempts(3);
+            let id = queue.enqueue(job)?.id();
+            if chat == RATE_LIMITED_CHAT && seq == 1 {
+                limited_job = Some(id);
+            }
+        }
+    }
+    let limited_job = limited_job.ok_or_else(|| fail("the demo enqueued no rate-limited reply"))?;
+    // Its attempts left while it waits, before any claim.
+    let before = queue.job(limited_job)?.map(|j| j.max_attempts - j.attempt).unwrap_or_default();
+    let sent: Arc<parking_lot::Mutex<Vec<Sent>>> = Arc::default();
+    // When the rate-limited reply met its 429 (0 until then), by the store's clock.
+    let limited_at = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let retry_after = Duration::from_millis(1500);
+    let started = Instant::now();
+    let pool = {
+        let (sent, limited_at) = (sent.clone(), limited_at.clone());
+        WorkerPool::builder(queue.clone(), REPLIES)
+            .workers(options.workers)
+            .lease(REPLY_LEASE)
+            .poll_interval(Duration::from_millis(20))
+            .handler(move |attempt| {
+                let text = String::from_utf8_lossy(&attempt.job().payload).to_string();
+                let (chat, seq) = text.split_once(':').unwrap_or(("0", "0"));
+                let (chat, seq): (u64, u64) = (chat.parse().unwrap_or(0), seq.parse().unwrap_or(0));
+                let started_ms = attempt.job().lease_until - REPLY_LEASE.as_millis() as i64;
+                if chat == RATE_LIMITED_CHAT && seq == 1 && limited_at.load(Ordering::SeqCst) == 0 {
+                    // Telegram: 429 Too Many Requests, retry_after. The chat waits; no attempt is spent.
+                    limited_at.store(started_ms, Ordering::SeqCst);
+                    return Outcome::provider_backoff(retry_after, BackoffScope::Group);
+                }
+                sent.lock().push(Sent { chat, seq, started_ms });
+                Outcome::Complete
+            })
+            .start()?
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while queue.stats()?.queue(REPLIES).completed < CHATS * REPLIES_PER_CHAT {
+        if Instant::now() > deadline {
+            return Err(fail("the demo's replies were not all sent within a minute"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let took = started.elapsed();
+    pool.shutdown(Duration::from_secs(10))?;
+    let job = queue.job(limited_job)?.ok_or_else(|| fail("the rate-limited reply is gone"))?;
+    // The reply's own claim spent one attempt; the 429's attempt was given back.
+    let after = job.max_attempts - job.attempt + 1;
+    let sent = sent.lock().clone();
+    Ok(FlowSummary {
+        chats: CHATS,
+        replies: sent.len() as u64,
+        most_in_a_second: most_in_window(sent.iter().map(|s| s.started_ms), 1000),
+        most_in_a_second_per_chat: (0..CHATS)
+            .map(|chat| most_in_window(sent.iter().filter(|s| s.chat == chat).map(|s| s.started_ms), 1000))
+            .max()
+            .unwrap_or(0),
+        in_order: (0..CHATS).all(|chat| {
+            let mut mine: Vec<Sent> = sent.iter().filter(|s| s.chat == chat).copied().collect();
+            mine.sort_by_key(|s| s.started_ms);
+            mine.iter().map(|s| s.seq).eq(0..REPLIES_PER_CHAT)
+        }),
+        retry_after_ms: retry_after.as_millis() as u64,
+        waited_ms: sent
+            .iter()
+            .find(|s| s.chat == RATE_LIMITED_CHAT && s.seq == 1)
+            .map_or(0, |s| s.started_ms - limited_at.load(Ordering::SeqCst))
+            .max(0) as u64,
+        attempts_left_before_and_after: (before, after),
+        took,
+    })
+}
+
+/// The most of `times` (ms) in any window `[t, t + window)`.
+fn most_in_window(times: impl Iterator<Item = i64>, window: i64) -> u64 {
+    let mut times: Vec<i64> = times.collect();
+    times.sort_unstable();
+    let mut most = 0;
+    let mut first = 0;
+    for last in 0..times.len() {
+        while times[last] - times[first] >= window {
+            first += 1;
+        }
+        most = most.max(last - first + 1);
+    }
+    most as u64
 }
 
 /// What the bot does with one update: reply, with the reply row and the completion committed
