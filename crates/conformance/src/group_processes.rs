@@ -101,6 +101,11 @@ pub trait RunStore: Sized {
     /// The store's error, as `fenceq::Error`.
     fn insert_run(tx: &<Self::Store as Store>::Tx, run: &Run) -> fenceq::Result<()>;
 
+    /// Returns once nothing the killed child `pid` sent can still change the database (bounded;
+    /// panics past the bound). On a server, a statement the child sent before it died (its
+    /// last `COMMIT`) may still be running in its session, and land after the kill.
+    fn wait_until_gone(&self, pid: u32);
+
     /// How many rows `group_runs` has.
     fn count_runs(&self) -> i64;
 
@@ -316,8 +321,10 @@ pub fn run<T: RunStore>(target: &T, entry: &str, kill: bool) -> String {
     let per_group = jobs / groups;
     let total = groups * per_group;
     let seed = std::env::var(SEED_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| wall_us() as u64);
-    target.create_runs();
+    let begun = Instant::now();
+    // The queue first: on a server, opening creates the schema the domain table goes in.
     let queue = target.open();
+    target.create_runs();
     // Enqueue order within a group is id order: all groups' first jobs, then their seconds…
     let order: Vec<(String, i64)> =
         (0..per_group as i64).flat_map(|seq| (0..groups).map(move |g| (format!("chat:{g}"), seq))).collect();
@@ -330,6 +337,7 @@ pub fn run<T: RunStore>(target: &T, entry: &str, kill: bool) -> String {
             ids.insert(key.clone(), e.id().0);
         }
     }
+    let enqueued = begun.elapsed();
     let started = Instant::now();
     let spec = target.spec();
     let mut workers: Vec<Worker> = (0..PROCESSES).map(|i| Worker::spawn(entry, i, seed, &spec)).collect();
@@ -347,7 +355,8 @@ pub fn run<T: RunStore>(target: &T, entry: &str, kill: bool) -> String {
             !orphans.is_empty()
         });
         let pid = workers.remove(victim).kill();
-        // What it held when it died: nothing can change these claims but a reclaim.
+        target.wait_until_gone(pid);
+        // What it held when it died: now nothing can change these claims but a reclaim.
         let orphans = held_by(&queue, &worker);
         assert!(!orphans.is_empty(), "{worker} held jobs a moment ago and cannot have settled them");
         let done_at_kill = target.count_runs();
@@ -393,8 +402,8 @@ pub fn run<T: RunStore>(target: &T, entry: &str, kill: bool) -> String {
     let reclaimed = runs.iter().filter(|r| r.attempt > 1).count();
     let mut line = format!(
         "{total} jobs in {groups} groups, {PROCESSES} processes x {WORKERS} workers, seed {seed}: \
-         {:.1?} from spawn to the last exit; rows per process {:?}; {reclaimed} won by a later attempt",
-        elapsed,
+         enqueued in {enqueued:.1?}, {elapsed:.1?} from spawn to the last exit; rows per process {:?}; \
+         {reclaimed} won by a later attempt",
         processes.values().collect::<Vec<_>>(),
     );
     if let Some((pid, orphans, done_at_kill)) = killed {
