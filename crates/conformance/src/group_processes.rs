@@ -48,7 +48,7 @@ const GROUPS: usize = 200;
 const LEASE: Duration = Duration::from_secs(2);
 /// The bound of a whole run: the children's pools, and the parent's wait for them.
 const RUN_BOUND: Duration = Duration::from_secs(240);
-/// The bound of one wait for something the children must do (start, make progress).
+/// The bound of a child pool's shutdown once its queue is idle.
 const WAIT_BOUND: Duration = Duration::from_secs(60);
 /// A job may be reclaimed many times on a slow machine; it must never run out of attempts.
 const ATTEMPTS: u32 = 10_000;
@@ -291,10 +291,10 @@ impl Drop for Worker {
     }
 }
 
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT_BOUND;
+fn wait_for(what: &str, bound: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + bound;
     while !done() {
-        assert!(Instant::now() < deadline, "timed out after {WAIT_BOUND:?} waiting for {what}");
+        assert!(Instant::now() < deadline, "timed out after {bound:?} waiting for {what}");
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -347,7 +347,8 @@ pub fn run<T: RunStore>(target: &T, entry: &str, kill: bool) -> String {
         let victim = 1;
         let worker = format!("proc-{victim}");
         let mut orphans = Vec::new();
-        wait_for(&format!("a quarter of the jobs done and {worker} holding jobs"), || {
+        // A quarter of the run: bounded like the run, not like one step of it.
+        wait_for(&format!("a quarter of the jobs done and {worker} holding jobs"), RUN_BOUND, || {
             if target.count_runs() < (total / 4) as i64 {
                 return false;
             }
