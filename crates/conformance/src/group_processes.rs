@@ -32,7 +32,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// The environment variable that carries a child's spec (`index|lease_ms|seed|store spec`).
+/// The environment variable that carries a child's spec
+/// (`index|lease_ms|seed|hang_after|store spec`).
 pub const CHILD_ENV: &str = "FENCEQ_GROUP_PROCS_CHILD";
 /// The environment variable that sizes a run (jobs in all; 200 groups while there are that many).
 pub const JOBS_ENV: &str = "FENCEQ_GROUP_PROCS_JOBS";
@@ -119,22 +120,29 @@ fn wall_us() -> i64 {
 
 // ------------------------------------------------------------------------ the child
 
+static DONE: AtomicU64 = AtomicU64::new(0);
 static REFUSED: AtomicU64 = AtomicU64::new(0);
 static OTHER_ERRORS: AtomicU64 = AtomicU64::new(0);
 
 /// A child's side, called by the test binary's ignored child entry: a pool of eight on the
 /// queue until the queue has nothing due or running (bounded), then its counters on stdout.
 ///
+/// A child with a `hang_after` above 0 is the one to be killed: once it has completed that
+/// many jobs, each of its workers stops in its next handler, holding the job (the heartbeat
+/// keeps the lease), and says so on stdout, until the parent kills the process. So the kill
+/// always finds jobs held, and lands in the middle of their handlers.
+///
 /// # Panics
 ///
 /// Without [`CHILD_ENV`] (a bare `--ignored` run), or when the queue does not go idle in time.
 pub fn child<T: RunStore>() {
     let spec = std::env::var(CHILD_ENV).expect("run by a group_processes test, which sets FENCEQ_GROUP_PROCS_CHILD");
-    let mut parts = spec.splitn(4, '|');
-    let mut next = || parts.next().expect("index|lease_ms|seed|store spec");
+    let mut parts = spec.splitn(5, '|');
+    let mut next = || parts.next().expect("index|lease_ms|seed|hang_after|store spec");
     let index: usize = next().parse().unwrap();
     let lease = Duration::from_millis(next().parse().unwrap());
     let seed: u64 = next().parse().unwrap();
+    let hang_after: u64 = next().parse().unwrap();
     let target = T::from_spec(next());
     let queue = target.open();
     let pid = std::process::id() as i64;
@@ -148,6 +156,13 @@ pub fn child<T: RunStore>() {
         .handler(move |a| {
             let start_us = wall_us();
             let token = a.token();
+            if hang_after > 0 && DONE.load(Ordering::SeqCst) >= hang_after {
+                println!("\n{MARK}HOLD {index} {} {}", token.id.0, token.attempt);
+                let bound = Instant::now() + RUN_BOUND;
+                while Instant::now() < bound {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
             let text = String::from_utf8(a.payload().to_vec()).unwrap();
             let (group, seq) = text.rsplit_once('#').expect("payload group#seq");
             // The workload: 0 to 2 ms, the same for this process's seed and this attempt.
@@ -166,7 +181,10 @@ pub fn child<T: RunStore>() {
                 T::insert_run(tx, &run)
             });
             match written {
-                Ok(()) => Outcome::Complete,
+                Ok(()) => {
+                    DONE.fetch_add(1, Ordering::SeqCst);
+                    Outcome::Complete
+                }
                 Err(Error::OwnershipLost { .. }) => {
                     // Another attempt won the job (a lease lost on a slow machine); the
                     // pool's own settle of this outcome is refused as well.
@@ -219,9 +237,9 @@ struct Worker {
 }
 
 impl Worker {
-    fn spawn(entry: &str, index: usize, seed: u64, spec: &str) -> Worker {
+    fn spawn(entry: &str, index: usize, seed: u64, hang_after: usize, spec: &str) -> Worker {
         let mut child = child_process(entry)
-            .env(CHILD_ENV, format!("{index}|{}|{seed}|{spec}", LEASE.as_millis()))
+            .env(CHILD_ENV, format!("{index}|{}|{seed}|{hang_after}|{spec}", LEASE.as_millis()))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -308,9 +326,9 @@ fn held_by<S: Store>(queue: &Queue<S>, worker: &str) -> Vec<(JobId, u32)> {
 
 /// Runs the ordering scenario on `target` (a fresh database): enqueues the groups' jobs,
 /// runs four child processes (`entry`: the test binary's ignored child, whose test calls
-/// [`child`]), with `kill` one of them SIGKILLed once it holds jobs and a quarter of the
-/// work is done (a replacement takes its place), then checks the domain table. Returns a
-/// line saying what ran and how long it took.
+/// [`child`]), with `kill` one of them SIGKILLed in the middle of its handlers once it has
+/// done its share of a quarter of the jobs (a replacement takes its place), then checks the
+/// domain table. Returns a line saying what ran and how long it took.
 ///
 /// # Panics
 ///
@@ -340,28 +358,26 @@ pub fn run<T: RunStore>(target: &T, entry: &str, kill: bool) -> String {
     let enqueued = begun.elapsed();
     let started = Instant::now();
     let spec = target.spec();
-    let mut workers: Vec<Worker> = (0..PROCESSES).map(|i| Worker::spawn(entry, i, seed, &spec)).collect();
+    let victim = 1;
+    let hang_after = if kill { (total / 4 / PROCESSES).max(1) } else { 0 };
+    let mut workers: Vec<Worker> = (0..PROCESSES)
+        .map(|i| Worker::spawn(entry, i, seed, if i == victim { hang_after } else { 0 }, &spec))
+        .collect();
 
     let mut killed = None;
     if kill {
-        let victim = 1;
         let worker = format!("proc-{victim}");
-        let mut orphans = Vec::new();
-        // A quarter of the run: bounded like the run, not like one step of it.
-        wait_for(&format!("a quarter of the jobs done and {worker} holding jobs"), RUN_BOUND, || {
-            if target.count_runs() < (total / 4) as i64 {
-                return false;
-            }
-            orphans = held_by(&queue, &worker);
-            !orphans.is_empty()
+        // Its share of a quarter of the run: bounded like the run, not like one step of it.
+        wait_for(&format!("{worker} to hold a job in a stopped handler"), RUN_BOUND, || {
+            workers[victim].lines().iter().any(|l| l.starts_with("HOLD"))
         });
         let pid = workers.remove(victim).kill();
         target.wait_until_gone(pid);
         // What it held when it died: now nothing can change these claims but a reclaim.
         let orphans = held_by(&queue, &worker);
-        assert!(!orphans.is_empty(), "{worker} held jobs a moment ago and cannot have settled them");
+        assert!(!orphans.is_empty(), "{worker} was killed in a handler, yet holds no job");
         let done_at_kill = target.count_runs();
-        workers.push(Worker::spawn(entry, PROCESSES, seed, &spec));
+        workers.push(Worker::spawn(entry, PROCESSES, seed, 0, &spec));
         killed = Some((pid as i64, orphans, done_at_kill));
     }
 
