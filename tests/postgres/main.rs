@@ -20,6 +20,7 @@ mod clock;
 mod crash;
 mod errors;
 mod failover;
+mod groups_processes;
 mod intake;
 mod notify;
 mod perf;

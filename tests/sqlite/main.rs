@@ -40,6 +40,7 @@ mod disk_full;
 mod error_classification;
 mod fuzz_replay;
 mod group_commit;
+mod groups_processes;
 mod hardening;
 mod intake_contention;
 mod limits;

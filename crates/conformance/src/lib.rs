@@ -35,6 +35,9 @@
 //! same kit the same way: `cargo test --test conformance` then lists and runs every rule,
 //! and `cargo test --test conformance -- fenced::` runs one level.
 //!
+//! Also here, for fenceq's own test binaries rather than as rules: [`group_processes`], the
+//! ordering of groups across OS processes (each binary supplies its store's domain table).
+//!
 //! Not for applications. The fuzz targets (`fuzz/fuzz_targets/`) and the stable tests that
 //! replay their corpus on SQLite's fast paths (`tests/sqlite/fuzz_replay.rs`) use it too; the
 //! corpus replay through any store and the model-based property test are rules of the kit
@@ -56,6 +59,7 @@ pub mod controls;
 pub mod durable;
 pub mod fenced;
 mod fixture;
+pub mod group_processes;
 mod harness;
 pub mod model;
 #[cfg(feature = "postgres")]
