@@ -14,7 +14,7 @@ use crate::support::*;
 use fenceq::diesel::sql_types::{BigInt, Text};
 use fenceq::diesel::{sql_query, QueryableByName, RunQueryDsl};
 use fenceq::{PostgresStore, Queue};
-use fenceq_conformance::group_processes::{child, run, Run, RunStore};
+use fenceq_conformance::group_processes::{child, run, Run, RunStore, Scenario};
 use std::time::Duration;
 
 const CHILD: &str = concat!(module_path!(), "::groups_child");
@@ -53,6 +53,8 @@ struct Row {
     #[diesel(sql_type = BigInt)]
     end_us: i64,
     #[diesel(sql_type = BigInt)]
+    claimed_ms: i64,
+    #[diesel(sql_type = BigInt)]
     pid: i64,
 }
 
@@ -79,7 +81,8 @@ impl RunStore for PgRuns {
         sql_query(
             "CREATE TABLE group_runs (job BIGINT NOT NULL, grp TEXT NOT NULL, seq BIGINT NOT NULL,
                                       attempt BIGINT NOT NULL, start_us BIGINT NOT NULL,
-                                      end_us BIGINT NOT NULL, pid BIGINT NOT NULL)",
+                                      end_us BIGINT NOT NULL, claimed_ms BIGINT NOT NULL,
+                                      pid BIGINT NOT NULL)",
         )
         .execute(&mut raw)
         .unwrap();
@@ -87,7 +90,8 @@ impl RunStore for PgRuns {
 
     fn insert_run(tx: &fenceq::PgTx, r: &Run) -> fenceq::Result<()> {
         sql_query(
-            "INSERT INTO group_runs (job, grp, seq, attempt, start_us, end_us, pid) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            "INSERT INTO group_runs (job, grp, seq, attempt, start_us, end_us, claimed_ms, pid)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         )
         .bind::<BigInt, _>(r.job)
         .bind::<Text, _>(&r.group)
@@ -95,6 +99,7 @@ impl RunStore for PgRuns {
         .bind::<BigInt, _>(r.attempt)
         .bind::<BigInt, _>(r.start_us)
         .bind::<BigInt, _>(r.end_us)
+        .bind::<BigInt, _>(r.claimed_ms)
         .bind::<BigInt, _>(r.pid)
         .execute(&mut *tx.conn())?;
         Ok(())
@@ -114,9 +119,10 @@ impl RunStore for PgRuns {
     }
 
     fn runs(&self) -> Vec<Run> {
-        let rows: Vec<Row> = sql_query("SELECT job, grp, seq, attempt, start_us, end_us, pid FROM group_runs")
-            .load(&mut raw_in(&self.url, &self.schema))
-            .unwrap();
+        let rows: Vec<Row> =
+            sql_query("SELECT job, grp, seq, attempt, start_us, end_us, claimed_ms, pid FROM group_runs")
+                .load(&mut raw_in(&self.url, &self.schema))
+                .unwrap();
         rows.into_iter()
             .map(|r| Run {
                 job: r.job,
@@ -125,6 +131,7 @@ impl RunStore for PgRuns {
                 attempt: r.attempt,
                 start_us: r.start_us,
                 end_us: r.end_us,
+                claimed_ms: r.claimed_ms,
                 pid: r.pid,
             })
             .collect()
@@ -141,11 +148,23 @@ fn groups_child() {
 #[test]
 fn four_processes_run_each_groups_jobs_in_enqueue_order_never_two_at_once_and_lose_none() {
     let Some(target) = PgRuns::new() else { return };
-    println!("postgres groups: {}", run(&target, CHILD, false));
+    println!("postgres groups: {}", run(&target, CHILD, Scenario::Ordering { kill: false }));
 }
 
 #[test]
 fn a_sigkilled_worker_process_keeps_its_groups_in_order_its_heads_reclaimed_first() {
     let Some(target) = PgRuns::new() else { return };
-    println!("postgres groups, one process killed: {}", run(&target, CHILD, true));
+    println!("postgres groups, one process killed: {}", run(&target, CHILD, Scenario::Ordering { kill: true }));
+}
+
+#[test]
+fn four_processes_never_start_more_than_a_rate_allows_in_any_window_and_reach_it() {
+    let Some(target) = PgRuns::new() else { return };
+    println!("postgres rates: {}", run(&target, CHILD, Scenario::Rates));
+}
+
+#[test]
+fn four_processes_never_run_more_attempts_than_the_running_limit_and_reach_it() {
+    let Some(target) = PgRuns::new() else { return };
+    println!("postgres running limit: {}", run(&target, CHILD, Scenario::Running));
 }

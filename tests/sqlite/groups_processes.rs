@@ -11,7 +11,7 @@
 
 use fenceq::rusqlite::Connection;
 use fenceq::Queue;
-use fenceq_conformance::group_processes::{child, run, Run, RunStore};
+use fenceq_conformance::group_processes::{child, run, Run, RunStore, Scenario};
 use std::path::PathBuf;
 
 const CHILD: &str = concat!(module_path!(), "::groups_child");
@@ -54,15 +54,17 @@ impl RunStore for SqliteRuns {
             .execute_batch(
                 "CREATE TABLE group_runs (job INTEGER NOT NULL, grp TEXT NOT NULL, seq INTEGER NOT NULL,
                                           attempt INTEGER NOT NULL, start_us INTEGER NOT NULL,
-                                          end_us INTEGER NOT NULL, pid INTEGER NOT NULL)",
+                                          end_us INTEGER NOT NULL, claimed_ms INTEGER NOT NULL,
+                                          pid INTEGER NOT NULL)",
             )
             .unwrap();
     }
 
     fn insert_run(tx: &Connection, r: &Run) -> fenceq::Result<()> {
         tx.execute(
-            "INSERT INTO group_runs (job, grp, seq, attempt, start_us, end_us, pid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            fenceq::rusqlite::params![r.job, r.group, r.seq, r.attempt, r.start_us, r.end_us, r.pid],
+            "INSERT INTO group_runs (job, grp, seq, attempt, start_us, end_us, claimed_ms, pid)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            fenceq::rusqlite::params![r.job, r.group, r.seq, r.attempt, r.start_us, r.end_us, r.claimed_ms, r.pid],
         )?;
         Ok(())
     }
@@ -78,7 +80,8 @@ impl RunStore for SqliteRuns {
 
     fn runs(&self) -> Vec<Run> {
         let conn = self.raw();
-        let mut stmt = conn.prepare("SELECT job, grp, seq, attempt, start_us, end_us, pid FROM group_runs").unwrap();
+        let mut stmt =
+            conn.prepare("SELECT job, grp, seq, attempt, start_us, end_us, claimed_ms, pid FROM group_runs").unwrap();
         let rows = stmt.query_map([], |r| {
             Ok(Run {
                 job: r.get(0)?,
@@ -87,7 +90,8 @@ impl RunStore for SqliteRuns {
                 attempt: r.get(3)?,
                 start_us: r.get(4)?,
                 end_us: r.get(5)?,
-                pid: r.get(6)?,
+                claimed_ms: r.get(6)?,
+                pid: r.get(7)?,
             })
         });
         rows.unwrap().collect::<Result<_, _>>().unwrap()
@@ -103,10 +107,23 @@ fn groups_child() {
 
 #[test]
 fn four_processes_run_each_groups_jobs_in_enqueue_order_never_two_at_once_and_lose_none() {
-    println!("sqlite groups: {}", run(&SqliteRuns::new(), CHILD, false));
+    println!("sqlite groups: {}", run(&SqliteRuns::new(), CHILD, Scenario::Ordering { kill: false }));
 }
 
 #[test]
 fn a_sigkilled_worker_process_keeps_its_groups_in_order_its_heads_reclaimed_first() {
-    println!("sqlite groups, one process killed: {}", run(&SqliteRuns::new(), CHILD, true));
+    println!(
+        "sqlite groups, one process killed: {}",
+        run(&SqliteRuns::new(), CHILD, Scenario::Ordering { kill: true })
+    );
+}
+
+#[test]
+fn four_processes_never_start_more_than_a_rate_allows_in_any_window_and_reach_it() {
+    println!("sqlite rates: {}", run(&SqliteRuns::new(), CHILD, Scenario::Rates));
+}
+
+#[test]
+fn four_processes_never_run_more_attempts_than_the_running_limit_and_reach_it() {
+    println!("sqlite running limit: {}", run(&SqliteRuns::new(), CHILD, Scenario::Running));
 }

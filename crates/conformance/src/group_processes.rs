@@ -33,7 +33,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The environment variable that carries a child's spec
-/// (`index|lease_ms|seed|hang_after|store spec`).
+/// (`index|lease_ms|seed|hang_after|sleep_min_us|sleep_max_us|store spec`).
 pub const CHILD_ENV: &str = "FENCEQ_GROUP_PROCS_CHILD";
 /// The environment variable that sizes a run (jobs in all; 200 groups while there are that many).
 pub const JOBS_ENV: &str = "FENCEQ_GROUP_PROCS_JOBS";
@@ -73,6 +73,9 @@ pub struct Run {
     pub start_us: i64,
     /// When the handler wrote the row, inside the completion's transaction.
     pub end_us: i64,
+    /// When the attempt was claimed, in ms by the store's clock (its lease's end less the
+    /// lease): what limits count.
+    pub claimed_ms: i64,
     /// The process that ran it.
     pub pid: i64,
 }
@@ -137,12 +140,14 @@ static OTHER_ERRORS: AtomicU64 = AtomicU64::new(0);
 /// Without [`CHILD_ENV`] (a bare `--ignored` run), or when the queue does not go idle in time.
 pub fn child<T: RunStore>() {
     let spec = std::env::var(CHILD_ENV).expect("run by a group_processes test, which sets FENCEQ_GROUP_PROCS_CHILD");
-    let mut parts = spec.splitn(5, '|');
-    let mut next = || parts.next().expect("index|lease_ms|seed|hang_after|store spec");
+    let mut parts = spec.splitn(7, '|');
+    let mut next = || parts.next().expect("index|lease_ms|seed|hang_after|sleep_min_us|sleep_max_us|store spec");
     let index: usize = next().parse().unwrap();
     let lease = Duration::from_millis(next().parse().unwrap());
     let seed: u64 = next().parse().unwrap();
     let hang_after: u64 = next().parse().unwrap();
+    let sleep_min_us: u64 = next().parse().unwrap();
+    let sleep_max_us: u64 = next().parse().unwrap();
     let target = T::from_spec(next());
     let queue = target.open();
     let pid = std::process::id() as i64;
@@ -156,6 +161,7 @@ pub fn child<T: RunStore>() {
         .handler(move |a| {
             let start_us = wall_us();
             let token = a.token();
+            let claimed_ms = a.job().lease_until - lease.as_millis() as i64;
             if hang_after > 0 && DONE.load(Ordering::SeqCst) >= hang_after {
                 println!("\n{MARK}HOLD {index} {} {}", token.id.0, token.attempt);
                 let bound = Instant::now() + RUN_BOUND;
@@ -165,9 +171,9 @@ pub fn child<T: RunStore>() {
             }
             let text = String::from_utf8(a.payload().to_vec()).unwrap();
             let (group, seq) = text.rsplit_once('#').expect("payload group#seq");
-            // The workload: 0 to 2 ms, the same for this process's seed and this attempt.
+            // The workload's duration, the same for this process's seed and this attempt.
             let mut rng = Rng::new(seed ^ (token.id.0 as u64) << 16 ^ u64::from(token.attempt));
-            std::thread::sleep(Duration::from_micros(rng.below(2_001)));
+            std::thread::sleep(Duration::from_micros(sleep_min_us + rng.below(sleep_max_us - sleep_min_us + 1)));
             let written = a.complete_with(|tx| {
                 let run = Run {
                     job: token.id.0,
@@ -176,6 +182,7 @@ pub fn child<T: RunStore>() {
                     attempt: token.attempt.into(),
                     start_us,
                     end_us: wall_us(),
+                    claimed_ms,
                     pid,
                 };
                 T::insert_run(tx, &run)
@@ -237,9 +244,10 @@ struct Worker {
 }
 
 impl Worker {
-    fn spawn(entry: &str, index: usize, seed: u64, hang_after: usize, spec: &str) -> Worker {
+    fn spawn(entry: &str, index: usize, seed: u64, hang_after: usize, sleep_us: (u64, u64), spec: &str) -> Worker {
+        let (min, max) = sleep_us;
         let mut child = child_process(entry)
-            .env(CHILD_ENV, format!("{index}|{}|{seed}|{hang_after}|{spec}", LEASE.as_millis()))
+            .env(CHILD_ENV, format!("{index}|{}|{seed}|{hang_after}|{min}|{max}|{spec}", LEASE.as_millis()))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -324,18 +332,77 @@ fn held_by<S: Store>(queue: &Queue<S>, worker: &str) -> Vec<(JobId, u32)> {
     running.into_iter().filter(|j| j.worker.as_deref() == Some(worker)).map(|j| (j.id, j.attempt)).collect()
 }
 
-/// Runs the ordering scenario on `target` (a fresh database): enqueues the groups' jobs,
-/// runs four child processes (`entry`: the test binary's ignored child, whose test calls
-/// [`child`]), with `kill` one of them SIGKILLed in the middle of its handlers once it has
-/// done its share of a quarter of the jobs (a replacement takes its place), then checks the
-/// domain table. Returns a line saying what ran and how long it took.
+/// What a run exercises, besides the order of every group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scenario {
+    /// 200 groups of 50 jobs ([`JOBS_ENV`] sizes it), handlers of 0 to 2 ms; with `kill`, one
+    /// process is SIGKILLed in the middle of its handlers.
+    Ordering {
+        /// Kill one process mid-run (a replacement takes its place).
+        kill: bool,
+    },
+    /// 40 groups of 15 jobs under the queue's limits [`RATE`] and [`GROUP_RATES`]: no window of
+    /// the store's clock holds more starts than a limit allows, and the queue's rate is
+    /// reached (at least 90 % of it while work is pending).
+    Rates,
+    /// 160 groups of one job under a running limit of [`MAX_RUNNING`], handlers of 40 to 60
+    /// ms: never more handlers at once than the limit, and the limit reached.
+    Running,
+}
+
+/// The queue-wide rate of [`Scenario::Rates`]: Telegram's 30 messages a second.
+pub const RATE: (u32, u64) = (30, 1_000);
+/// The group rates of [`Scenario::Rates`]: 1 a second and 20 a minute into one chat.
+pub const GROUP_RATES: [(u32, u64); 2] = [(1, 1_000), (20, 60_000)];
+/// The running limit of [`Scenario::Running`], across the four processes' 32 workers.
+pub const MAX_RUNNING: u32 = 5;
+
+/// The most of `times` in any half-open window `[t, t + window)`.
+fn most_in_window(times: &mut [i64], window: i64) -> usize {
+    times.sort_unstable();
+    let (mut most, mut first) = (0, 0);
+    for last in 0..times.len() {
+        while times[last] - times[first] >= window {
+            first += 1;
+        }
+        most = most.max(last - first + 1);
+    }
+    most
+}
+
+/// The most intervals `[start, end]` that overlap at any instant.
+fn most_at_once(intervals: &[(i64, i64)]) -> usize {
+    let mut edges: Vec<(i64, i32)> = intervals.iter().flat_map(|&(s, e)| [(s, 1), (e, -1)]).collect();
+    // An end at the same instant as a start comes first: touching is not overlapping.
+    edges.sort_unstable();
+    let (mut now, mut most) = (0i32, 0i32);
+    for (_, step) in edges {
+        now += step;
+        most = most.max(now);
+    }
+    most as usize
+}
+
+/// Runs `scenario` on `target` (a fresh database): enqueues the groups' jobs (and sets the
+/// queue's limits), runs four child processes (`entry`: the test binary's ignored child,
+/// whose test calls [`child`]), then checks the domain table. With
+/// `Scenario::Ordering { kill: true }` one of them is SIGKILLed in the middle of its handlers
+/// once it has done its share of a quarter of the jobs (a replacement takes its place).
+/// Returns a line saying what ran and how long it took.
 ///
 /// # Panics
 ///
 /// On any check that fails, and when a wait passes its bound.
-pub fn run<T: RunStore>(target: &T, entry: &str, kill: bool) -> String {
-    let jobs = env_or(JOBS_ENV, 10_000).max(1);
-    let groups = GROUPS.min(jobs);
+pub fn run<T: RunStore>(target: &T, entry: &str, scenario: Scenario) -> String {
+    let kill = scenario == Scenario::Ordering { kill: true };
+    let (jobs, groups, sleep_us) = match scenario {
+        Scenario::Ordering { .. } => {
+            let jobs = env_or(JOBS_ENV, 10_000).max(1);
+            (jobs, GROUPS.min(jobs), (0, 2_000))
+        }
+        Scenario::Rates => (600, 40, (0, 2_000)),
+        Scenario::Running => (160, 160, (40_000, 60_000)),
+    };
     let per_group = jobs / groups;
     let total = groups * per_group;
     let seed = std::env::var(SEED_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| wall_us() as u64);
@@ -343,6 +410,16 @@ pub fn run<T: RunStore>(target: &T, entry: &str, kill: bool) -> String {
     // The queue first: on a server, opening creates the schema the domain table goes in.
     let queue = target.open();
     target.create_runs();
+    let limits = match scenario {
+        Scenario::Ordering { .. } => fenceq::Limits::default(),
+        Scenario::Rates => fenceq::Limits {
+            rate: Some(fenceq::Rate::new(RATE.0, Duration::from_millis(RATE.1))),
+            group_rates: GROUP_RATES.iter().map(|&(n, ms)| fenceq::Rate::new(n, Duration::from_millis(ms))).collect(),
+            max_running: None,
+        },
+        Scenario::Running => fenceq::Limits { max_running: Some(MAX_RUNNING), ..fenceq::Limits::default() },
+    };
+    queue.set_limits(QUEUE, &limits).unwrap();
     // Enqueue order within a group is id order: all groups' first jobs, then their seconds…
     let order: Vec<(String, i64)> =
         (0..per_group as i64).flat_map(|seq| (0..groups).map(move |g| (format!("chat:{g}"), seq))).collect();
@@ -361,7 +438,7 @@ pub fn run<T: RunStore>(target: &T, entry: &str, kill: bool) -> String {
     let victim = 1;
     let hang_after = if kill { (total / 4 / PROCESSES).max(1) } else { 0 };
     let mut workers: Vec<Worker> = (0..PROCESSES)
-        .map(|i| Worker::spawn(entry, i, seed, if i == victim { hang_after } else { 0 }, &spec))
+        .map(|i| Worker::spawn(entry, i, seed, if i == victim { hang_after } else { 0 }, sleep_us, &spec))
         .collect();
 
     let mut killed = None;
@@ -377,7 +454,7 @@ pub fn run<T: RunStore>(target: &T, entry: &str, kill: bool) -> String {
         let orphans = held_by(&queue, &worker);
         assert!(!orphans.is_empty(), "{worker} was killed in a handler, yet holds no job");
         let done_at_kill = target.count_runs();
-        workers.push(Worker::spawn(entry, PROCESSES, seed, 0, &spec));
+        workers.push(Worker::spawn(entry, PROCESSES, seed, 0, sleep_us, &spec));
         killed = Some((pid as i64, orphans, done_at_kill));
     }
 
@@ -438,6 +515,11 @@ pub fn run<T: RunStore>(target: &T, entry: &str, kill: bool) -> String {
             orphans.len()
         ));
     }
+    match scenario {
+        Scenario::Ordering { .. } => {}
+        Scenario::Rates => line.push_str(&check_rates(&runs)),
+        Scenario::Running => line.push_str(&check_running(&runs)),
+    }
     for summary in &summaries {
         line.push_str(&format!("\n  {summary}"));
         for counter in ["other_errors", "errors", "still_running"] {
@@ -445,4 +527,49 @@ pub fn run<T: RunStore>(target: &T, entry: &str, kill: bool) -> String {
         }
     }
     line
+}
+
+/// [`Scenario::Rates`]: from the claims' instants by the store's clock, no window of a limit
+/// holds more starts than it allows, and the queue's rate was reached.
+fn check_rates(runs: &[Run]) -> String {
+    let mut all: Vec<i64> = runs.iter().map(|r| r.claimed_ms).collect();
+    let most = most_in_window(&mut all, RATE.1 as i64);
+    assert!(most <= RATE.0 as usize, "{most} starts in one window of {} ms, over the rate's {}", RATE.1, RATE.0);
+    let mut by_group: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
+    for run in runs {
+        by_group.entry(run.group.as_str()).or_default().push(run.claimed_ms);
+    }
+    let mut group_most = [0usize; GROUP_RATES.len()];
+    for (group, times) in &mut by_group {
+        for (i, &(count, window)) in GROUP_RATES.iter().enumerate() {
+            let most = most_in_window(times, window as i64);
+            assert!(most <= count as usize, "{group}: {most} starts in one window of {window} ms, over {count}");
+            group_most[i] = group_most[i].max(most);
+        }
+    }
+    // While work was pending (from the first claim to the last), at least 90 % of the rate.
+    let (first, last) = (all[0], all[all.len() - 1]);
+    let achieved = all.len() as f64 * RATE.1 as f64 / (last - first + RATE.1 as i64) as f64;
+    assert!(
+        achieved >= 0.9 * f64::from(RATE.0),
+        "{achieved:.1} starts per window while work was pending, under 90 % of {}",
+        RATE.0
+    );
+    format!(
+        "; limits held: at most {most} starts in any {} ms (limit {}), per group at most {group_most:?}          (limits {GROUP_RATES:?}); {achieved:.1} per window achieved over {} ms",
+        RATE.1,
+        RATE.0,
+        last - first
+    )
+}
+
+/// [`Scenario::Running`]: never more handlers at once than the running limit, and the limit
+/// reached. A handler runs inside its attempt's claim, so handlers at once never exceed the
+/// attempts running at once.
+fn check_running(runs: &[Run]) -> String {
+    let intervals: Vec<(i64, i64)> = runs.iter().map(|r| (r.start_us, r.end_us)).collect();
+    let most = most_at_once(&intervals);
+    assert!(most <= MAX_RUNNING as usize, "{most} handlers ran at once, over the running limit {MAX_RUNNING}");
+    assert_eq!(most, MAX_RUNNING as usize, "the running limit was never reached by 32 workers");
+    format!("; at most {most} handlers at once (running limit {MAX_RUNNING}, 32 workers)")
 }
