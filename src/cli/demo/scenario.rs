@@ -337,7 +337,7 @@ struct Sent {
     started_ms: i64,
 }
 
-/// 5. Flow control: a burst of replies into a few chats, under Telegram's limits held by the
+/// Step 5, flow control: a burst of replies into a few chats, under Telegram's limits held by the
 /// store (30/1s overall, 1/1s and 20/60s per chat), each chat's replies in order (a group per
 /// chat), and one 429 with `retry_after` honoured as a group back-off that spends no attempt.
 fn flow_control<S: CliStore>(queue: &Queue<S>, options: &DemoOptions) -> CliResult<FlowSummary> {
