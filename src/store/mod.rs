@@ -296,7 +296,7 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// ([`Store::pause_queue`]) claims nothing, nor does a queue whose back-off
     /// ([`Store::back_off_queue_of`]) ends after `now`; both checks are part of the claim's
     /// own read. A queue with limits ([`Store::set_limits`]) is claimed by
-    /// [`limits::claim_limited`], which hands out nothing that would break one.
+    /// the store-independent limited claim (`store::limits`), which hands out nothing that would break one.
     fn claim(tx: &Self::Tx, request: ClaimRequest<'_>) -> Result<Claims>;
 
     /// Moves the lease of the exact live claim `claim.token` to `lease_until`.
@@ -487,7 +487,7 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// Every queue with limits, by name.
     fn all_limits(tx: &Self::Tx) -> Result<Vec<(String, Limits)>>;
 
-    // What a limited claim ([`limits::claim_limited`]) reads and writes, each in the claim's
+    // What a limited claim (`store::limits`) reads and writes, each in the claim's
     // transaction.
 
     /// Serialises the limited claims of `queue` until the transaction ends (PostgreSQL: the
