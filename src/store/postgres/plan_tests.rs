@@ -2,7 +2,7 @@
 //! failing under `CI=true`): it honours its `LIMIT` instead of reading every due row; the
 //! overview's completions per minute read the hour asked for, not every settled row.
 
-use super::statements::{CLAIM, COMPLETIONS_PER_MINUTE};
+use super::statements::{CLAIM, COMPLETIONS_PER_MINUTE, GROUP_NEEDS_RELEASE, RELEASE_GROUP};
 use diesel::connection::SimpleConnection;
 use diesel::sql_types::{BigInt, Text};
 use diesel::{sql_query, Connection, PgConnection, QueryableByName, RunQueryDsl};
@@ -138,6 +138,42 @@ fn completions_per_minute_read_the_hour_not_the_table() {
     assert!(shown.contains("fenceq_jobs_settled"), "reads the settled index:\n{shown}");
     let most = most_rows_of_any_node(&plan);
     assert!(most <= 100, "a node saw {most} rows for an hour of 60 completions:\n{shown}");
+    drop(queue);
+    raw.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE")).unwrap();
+}
+
+/// A group with a backlog of 20,000 held jobs and a long history: its release reads a
+/// handful of rows through the group index (the held job with the smallest id, and whether a
+/// job holds the group), never the backlog or the history; and the claim still reads few.
+#[test]
+fn a_groups_release_reads_a_few_rows_not_its_backlog() {
+    let Some(url) = server() else { return };
+    let (schema, queue, mut raw) = scratch(&url);
+    raw.batch_execute(
+        "INSERT INTO fenceq_jobs (queue, payload, state, attempt, run_at, max_attempts, created_at, settled_at, group_name)
+         SELECT 'q', '\\x00', 'completed', 1, 0, 5, 0, i, 'chat' FROM generate_series(1, 20000) AS i;
+         INSERT INTO fenceq_jobs (queue, payload, run_at, max_attempts, created_at, group_name, group_held)
+         SELECT 'q', '\\x00', 1000 + i, 5, 1000, 'chat', true FROM generate_series(1, 20000) AS i;
+         ANALYZE fenceq_jobs;",
+    )
+    .unwrap();
+    for statement in [GROUP_NEEDS_RELEASE, RELEASE_GROUP] {
+        let mut plan = Vec::new();
+        let _ = raw.transaction::<(), diesel::result::Error, _>(|conn| {
+            plan = sql_query(format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {}", statement.sql))
+                .bind::<Text, _>("q")
+                .bind::<Text, _>("chat")
+                .load::<Plan>(conn)?
+                .into_iter()
+                .map(|p| p.line)
+                .collect();
+            Err(diesel::result::Error::RollbackTransaction)
+        });
+        let shown = plan.join("\n");
+        assert!(shown.contains("fenceq_jobs_group"), "{}: reads the group index:\n{shown}", statement.name);
+        let most = most_rows_of_any_node(&plan);
+        assert!(most <= 10, "{}: a node saw {most} rows of a 20,000-job backlog:\n{shown}", statement.name);
+    }
     drop(queue);
     raw.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE")).unwrap();
 }

@@ -211,3 +211,43 @@ fn point_operations_use_the_primary_key_or_an_index() {
         assert!(scans.is_empty(), "{name} scans the table: {steps:?}");
     }
 }
+
+/// A group's decisions read its live jobs through `fenceq_jobs_group`, never the table: the
+/// holder probe of a grouped enqueue and of a release, and the release's choice of the
+/// group's next job, whatever the group's history or backlog.
+#[test]
+fn group_statements_search_the_group_index() {
+    let conn = migrated();
+    for statement in [ENQUEUE_IN_GROUP, RELEASE_GROUP, HELD_GROUPS] {
+        let steps = plan(&conn, statement.sql);
+        let text = steps.join("\n");
+        let probe = if statement.name == "HELD_GROUPS" {
+            "USING INDEX fenceq_jobs_group (queue=?"
+        } else {
+            "USING INDEX fenceq_jobs_group (queue=? AND group_name=? AND group_held=?)"
+        };
+        assert!(text.contains(probe), "{}: {text}", statement.name);
+        assert!(!steps.iter().any(|s| s.starts_with("SCAN") && !s.contains("INDEX")), "{}: {text}", statement.name);
+    }
+    let steps = plan(&conn, GROUP_OF.sql);
+    assert!(steps[0].contains("USING INTEGER PRIMARY KEY"), "{steps:?}");
+}
+
+/// A limited claim counts a window's starts through the starts' indexes, and its candidates
+/// come from the claim's partial indexes, as the claim's do.
+#[test]
+fn limit_statements_search_their_indexes() {
+    let conn = migrated();
+    let queue_starts = plan(&conn, QUEUE_STARTS.sql).join("\n");
+    assert!(queue_starts.contains("USING COVERING INDEX fenceq_starts_queue (queue=? AND at>?)"), "{queue_starts}");
+    let group_starts = plan(&conn, GROUP_STARTS.sql).join("\n");
+    assert!(group_starts.contains("INDEX fenceq_starts_group (queue=? AND group_name=? AND at>?)"), "{group_starts}");
+    let candidates = plan(&conn, CLAIM_CANDIDATES.sql);
+    let text = candidates.join("\n");
+    assert!(text.contains("INDEX fenceq_jobs_claim (queue=?)"), "{text}");
+    assert!(!candidates.iter().any(|s| s.starts_with("SCAN fenceq_jobs") && !s.contains("INDEX")), "{text}");
+    let running = plan(&conn, RUNNING_COUNT.sql).join("\n");
+    assert!(running.contains("INDEX fenceq_jobs_lease (queue=?)"), "{running}");
+    let forget = plan(&conn, FORGET_STARTS.sql).join("\n");
+    assert!(forget.contains("fenceq_starts_queue (queue=? AND at<?)"), "{forget}");
+}
