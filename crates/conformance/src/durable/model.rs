@@ -173,8 +173,16 @@ fn job_spec() -> impl Strategy<Value = JobSpec> {
         select(vec![PrioritySel::Normal, PrioritySel::Low, PrioritySel::High]),
         prop_oneof![4 => Just(DelaySel::Now), 1 => select(vec![DelaySel::OneMs, DelaySel::Lease, DelaySel::Hour])],
         select(vec![AttemptsSel::Default, AttemptsSel::One, AttemptsSel::Two, AttemptsSel::Four]),
+        prop_oneof![8 => Just(None), 1 => Just(Some(GroupSel::G0)), 1 => Just(Some(GroupSel::G1))],
     )
-        .prop_map(|(queue, key, priority, delay, attempts)| JobSpec { queue, key, priority, delay, attempts })
+        .prop_map(|(queue, key, priority, delay, attempts, group)| JobSpec {
+            queue,
+            key,
+            priority,
+            delay,
+            attempts,
+            group,
+        })
 }
 
 fn invalid_job() -> impl Strategy<Value = InvalidJob> {
@@ -305,7 +313,7 @@ pub fn op() -> impl Strategy<Value = QueueOp> {
         )
             .prop_map(|(token, delay, scope, cap, reason)| QueueOp::Snooze { token, delay, scope, cap, reason }),
         1 => select(vec![QueueSel::A, QueueSel::B]).prop_map(QueueOp::ClearBackoff),
-        3 => token(StateSel::Waiting).prop_map(QueueOp::Resume),
+        6 => token(StateSel::Waiting).prop_map(QueueOp::Resume),
         2 => prop_oneof![job_in(StateSel::Pending), job_in(StateSel::Running), job_in(StateSel::Waiting)].prop_map(QueueOp::Cancel),
         3 => token(StateSel::Exhausted).prop_map(QueueOp::Acknowledge),
         2 => job_in(StateSel::Exhausted).prop_map(QueueOp::Replay),
@@ -355,15 +363,17 @@ fn model_agrees_with_the_store_on_generated_histories<H: Harness>(h: &H) {
 /// The generator is worth something only if it drives jobs through every transition: a
 /// fixed-seed batch must see each kind of call succeed (and fail) at least once.
 fn generated_histories_reach_every_operation<H: Harness>(h: &H) {
-    let mut runner = TestRunner::new_with_rng(Config::with_cases(64), TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+    const CASES: u32 = 128;
+    let mut runner =
+        TestRunner::new_with_rng(Config::with_cases(CASES), TestRng::deterministic_rng(RngAlgorithm::ChaCha));
     let mut total = RunStats::default();
     let mut runs = HarnessRuns::new(h);
-    for _ in 0..64 {
+    for _ in 0..CASES {
         let ops = ops().new_tree(&mut runner).expect("a value").current();
         total.merge(&runs.run(&ops));
     }
     eprintln!(
-        "64 fixed-seed cases: {} steps, {} claims, calls (ok, refused): {:?}",
+        "{CASES} fixed-seed cases: {} steps, {} claims, calls (ok, refused): {:?}",
         total.steps, total.claims, total.calls
     );
     let succeeded = [
@@ -398,13 +408,13 @@ fn generated_histories_reach_every_operation<H: Harness>(h: &H) {
     ];
     for name in succeeded {
         let (ok, _) = total.calls.get(name).copied().unwrap_or_default();
-        assert!(ok > 0, "no generated `{name}` call succeeded in 64 cases: {:?}", total.calls);
+        assert!(ok > 0, "no generated `{name}` call succeeded in {CASES} cases: {:?}", total.calls);
     }
     for name in
         ["renew", "complete", "retry", "exhaust", "park", "resume", "acknowledge", "resolve", "cancel", "snooze"]
     {
         let (_, err) = total.calls.get(name).copied().unwrap_or_default();
-        assert!(err > 0, "no generated `{name}` call was refused in 64 cases: {:?}", total.calls);
+        assert!(err > 0, "no generated `{name}` call was refused in {CASES} cases: {:?}", total.calls);
     }
     assert!(total.file, "some cases reopen the database");
 }
@@ -412,7 +422,14 @@ fn generated_histories_reach_every_operation<H: Harness>(h: &H) {
 // ==================================================================== pinned behaviour
 
 fn plain_job(priority: PrioritySel) -> JobSpec {
-    JobSpec { queue: QueueSel::A, key: None, priority, delay: DelaySel::Now, attempts: AttemptsSel::Default }
+    JobSpec {
+        queue: QueueSel::A,
+        key: None,
+        priority,
+        delay: DelaySel::Now,
+        attempts: AttemptsSel::Default,
+        group: None,
+    }
 }
 
 /// DESIGN invariant 5 says a token stays dead "after expiry"; the engine (and invariant 3)

@@ -48,7 +48,7 @@ mod runner;
 
 pub use hostile_input::{hostile, template, HBackoff, HToken, HostileCall, TAMPERS};
 pub use ops::{
-    decode, AttemptsSel, BackSel, BackoffSel, BatchLimit, CapSel, ClaimQueue, ClosureAct, DelaySel, Forgery,
+    decode, AttemptsSel, BackSel, BackoffSel, BatchLimit, CapSel, ClaimQueue, ClosureAct, DelaySel, Forgery, GroupSel,
     InvalidJob, JobRef, JobSpec, KeySel, LeaseSel, PageLimit, ParkSel, PrioritySel, QueueOp, QueueSel, ResolutionSel,
     RetentionSel, ScopeSel, SnoozeSel, StateSel, Step, TextSel, TokenRef, WorkerSel, LEASE, MAX_OPS,
 };

@@ -186,6 +186,26 @@ pub struct JobSpec {
     pub delay: DelaySel,
     /// The attempt budget.
     pub attempts: AttemptsSel,
+    /// The group, if any.
+    pub group: Option<GroupSel>,
+}
+
+/// One of two group names, so that histories hold groups with backlogs.
+#[derive(Arbitrary, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupSel {
+    /// "g0"
+    G0,
+    /// "g1"
+    G1,
+}
+
+impl GroupSel {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            GroupSel::G0 => "g0",
+            GroupSel::G1 => "g1",
+        }
+    }
 }
 
 /// A job that intake must refuse with `InvalidInput`, changing nothing.

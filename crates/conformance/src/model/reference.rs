@@ -23,6 +23,7 @@ pub(super) struct Planned {
     pub(super) priority: i32,
     pub(super) delay: Duration,
     pub(super) max_attempts: Option<u32>,
+    pub(super) group: Option<String>,
 }
 
 impl Planned {
@@ -34,6 +35,9 @@ impl Planned {
         }
         if let Some(attempts) = self.max_attempts {
             job = job.max_attempts(attempts);
+        }
+        if let Some(group) = &self.group {
+            job = job.group(group.clone());
         }
         job
     }
@@ -175,6 +179,7 @@ impl Model {
         }
         let Enqueued::New(id) = got else { unreachable!("matched above") };
         self.ever.push(id);
+        let held = spec.group.as_ref().is_some_and(|g| self.group_holder(&spec.queue, g).is_some());
         self.jobs.insert(
             id,
             Job {
@@ -198,8 +203,8 @@ impl Model {
                 exhausted_at: None,
                 acknowledged_at: None,
                 decision: None,
-                group: None,
-                held_by_group: false,
+                group: spec.group.clone(),
+                held_by_group: held,
                 snoozes: 0,
             },
         );
@@ -216,7 +221,7 @@ impl Model {
         let mut all: Vec<&ModelJob> = self
             .jobs
             .values()
-            .filter(|j| j.queue == queue)
+            .filter(|j| j.queue == queue && !j.held_by_group)
             .filter(|j| match j.state {
                 JobState::Pending => j.run_at <= now,
                 JobState::Running => j.lease_until.is_some_and(|l| l <= now) && j.attempt < j.max_attempts,
@@ -225,6 +230,41 @@ impl Model {
             .collect();
         all.sort_by_key(|j| (-i64::from(j.priority), j.run_at, j.id));
         all.into_iter().take(limit as usize).map(|j| j.id).collect()
+    }
+
+    /// The job that holds `group` of `queue`, if one does: not held back, and pending,
+    /// running, waiting, `unknown` or exhausted and unacknowledged (the default policy, which
+    /// the model's histories keep).
+    pub(super) fn group_holder(&self, queue: &str, group: &str) -> Option<JobId> {
+        self.jobs
+            .values()
+            .filter(|j| j.queue == queue && j.group.as_deref() == Some(group) && !j.held_by_group)
+            .find(|j| match j.state {
+                JobState::Pending | JobState::Running | JobState::Waiting | JobState::Unknown => true,
+                JobState::Exhausted => j.acknowledged_at.is_none(),
+                JobState::Completed | JobState::Cancelled => false,
+            })
+            .map(|j| j.id)
+    }
+
+    /// Hands every group that nothing holds to its held job with the smallest id: what the
+    /// store does after each transition that can end a hold (the model does it after each step).
+    pub(super) fn release_groups(&mut self) {
+        let groups: BTreeSet<(String, String)> =
+            self.jobs.values().filter_map(|j| Some((j.queue.clone(), j.group.clone()?))).collect();
+        for (queue, group) in groups {
+            if self.group_holder(&queue, &group).is_some() {
+                continue;
+            }
+            let next = self
+                .jobs
+                .values()
+                .find(|j| j.queue == queue && j.group.as_deref() == Some(group.as_str()) && j.held_by_group)
+                .map(|j| j.id);
+            if let Some(id) = next {
+                self.job_mut(id).held_by_group = false;
+            }
+        }
     }
 
     /// The back-off of `queue` that lasts at `now`.

@@ -435,6 +435,7 @@ fn drive<B: Backend>(
     for (i, op) in ops.iter().enumerate() {
         runner.step = i;
         runner.apply(op).map_err(|e| runner.report(&e))?;
+        runner.model.release_groups();
         runner.after_step().map_err(|e| runner.report(&e))?;
         runner.stats.steps += 1;
         if trace {
@@ -653,6 +654,7 @@ impl<B: Backend> Runner<'_, B> {
             priority: spec.priority.value(),
             delay: Duration::from_millis(spec.delay.ms() as u64),
             max_attempts: spec.attempts.value(),
+            group: spec.group.map(|g| g.name().to_string()),
         }
     }
 
@@ -1002,6 +1004,7 @@ impl<B: Backend> Runner<'_, B> {
                 if got == Got::Ok {
                     self.model.settle(id, JobState::Cancelled, now);
                     self.model.job_mut(id).wait_until = None;
+                    self.model.job_mut(id).held_by_group = false;
                     self.model.decide(id, "cancel", now);
                 }
                 Ok(())
@@ -1032,6 +1035,8 @@ impl<B: Backend> Runner<'_, B> {
                     j.settled_at = None;
                     j.exhausted_at = None;
                     j.acknowledged_at = None;
+                    // Back held; the step's release hands the group to it unless a job holds it.
+                    j.held_by_group = j.group.is_some();
                     self.model.decide(id, "replay", now);
                 }
                 Ok(())
@@ -1059,6 +1064,7 @@ impl<B: Backend> Runner<'_, B> {
                             j.run_at = now;
                             j.settled_at = None;
                             j.max_attempts = j.max_attempts.max(j.attempt + 1);
+                            j.held_by_group = j.group.is_some();
                         }
                         Resolution::Exhaust => self.model.exhaust(t.id, None, now),
                     }
