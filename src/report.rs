@@ -87,6 +87,22 @@ pub struct QueueStats {
     /// The queue's back-off, while it lasts: claims of it find nothing before its end (see
     /// [`Queue::queue_backoff`](crate::Queue::queue_backoff)).
     pub backoff: Option<QueueBackoff>,
+    /// While a queue-wide limit (its rate, or its running limit) holds its due jobs back:
+    /// how many and until when (see [`Queue::set_limits`](crate::Queue::set_limits)).
+    pub throttled: Option<Throttled>,
+}
+
+/// Due jobs of a queue held back by a queue-wide limit ([`QueueStats::throttled`]): pending,
+/// spending no attempt, claimable once the limit opens. (A group's head waiting out its
+/// group's rate is deferred to the instant the rate opens, and counts as a pending job not
+/// yet due.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Throttled {
+    /// Due pending jobs the limit holds back.
+    pub due: u64,
+    /// When the queue's rate opens again (the store's clock), or `None` when the running
+    /// limit holds them: they go as running attempts settle.
+    pub opens_at: Option<i64>,
 }
 
 impl QueueStats {

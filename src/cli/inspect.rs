@@ -72,6 +72,7 @@ impl StatsArgs {
                 object.remove("queue");
                 object.remove("paused");
                 object.remove("backoff");
+                object.remove("throttled");
             }
             let paused: Vec<&str> =
                 stats.queues.iter().filter(|q| q.paused.is_some()).map(|q| q.queue.as_str()).collect();
@@ -106,10 +107,11 @@ impl StatsArgs {
         let rows = stats.queues.iter().chain((stats.queues.len() > 1).then_some(&totals));
         for q in rows {
             t.add_row(vec![
-                match (q.paused.is_some(), q.backoff.is_some()) {
-                    (true, _) => format!("{} (paused)", output::sanitize(&q.queue)),
-                    (false, true) => format!("{} (backing off)", output::sanitize(&q.queue)),
-                    (false, false) => output::sanitize(&q.queue),
+                match (q.paused.is_some(), q.backoff.is_some(), q.throttled.is_some()) {
+                    (true, _, _) => format!("{} (paused)", output::sanitize(&q.queue)),
+                    (false, true, _) => format!("{} (backing off)", output::sanitize(&q.queue)),
+                    (false, false, true) => format!("{} (throttled)", output::sanitize(&q.queue)),
+                    (false, false, false) => output::sanitize(&q.queue),
                 },
                 q.pending.to_string(),
                 q.oldest_due_age_ms(now).map_or_else(|| "-".to_string(), output::human_duration),
@@ -165,6 +167,21 @@ impl StatsArgs {
                 ));
             }
         }
+        for q in &stats.queues {
+            if let Some(throttled) = &q.throttled {
+                let until = throttled.opens_at.map_or_else(
+                    || "until a running attempt settles (its running limit)".to_string(),
+                    |at| format!("until {} (its rate)", when(Some(at), now)),
+                );
+                attention.push(format!(
+                    "queue {} is throttled: {} due {} held back {until} (fenceq limit show {})",
+                    output::sanitize(&q.queue),
+                    throttled.due,
+                    plural(throttled.due, "job", "jobs"),
+                    output::sanitize(&q.queue),
+                ));
+            }
+        }
         if !attention.is_empty() {
             ctx.out.line(format!("attention: {}", attention.join("; ")))?;
         }
@@ -190,6 +207,7 @@ fn stats_json(q: &QueueStats, now: i64) -> Value {
         "next_due_at": q.next_due_at(now),
         "paused": super::pause::pause_json(q.paused.as_ref(), now),
         "backoff": q.backoff.as_ref().map(|b| super::backoff::backoff_json(b, now)),
+        "throttled": q.throttled.map(|t| json!({ "due": t.due, "opens_at": t.opens_at })),
     })
 }
 

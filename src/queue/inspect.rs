@@ -30,9 +30,15 @@ impl<S: Store> Queue<S> {
     /// reading of the clock for callers that also need it, as [`Queue::metrics_text`] does
     /// for the pending age), and which queues are paused.
     pub(crate) fn stats_now(&self) -> Result<(Stats, i64)> {
-        let (rows, paused, backoffs, now) = self.store().read(|tx| {
+        let (rows, paused, backoffs, throttles, now) = self.store().read(|tx| {
             let now = self.shared.now_in(tx)?;
-            Ok((S::stats(tx, now)?, S::paused_queues(tx)?, S::queue_backoffs(tx, now)?, now))
+            let mut throttles = Vec::new();
+            for (queue, limits) in S::all_limits(tx)? {
+                if let Some(throttled) = crate::store::limits::throttled::<S>(tx, &queue, &limits, now)? {
+                    throttles.push((queue, throttled));
+                }
+            }
+            Ok((S::stats(tx, now)?, S::paused_queues(tx)?, S::queue_backoffs(tx, now)?, throttles, now))
         })?;
         let mut queues = fold_stats(rows);
         for pause in paused {
@@ -52,6 +58,11 @@ impl<S: Store> Queue<S> {
                     let queue = backoff.queue.clone();
                     queues.insert(at, QueueStats { queue, backoff: Some(backoff), ..QueueStats::default() });
                 }
+            }
+        }
+        for (queue, throttled) in throttles {
+            if let Ok(at) = queues.binary_search_by(|q| q.queue.as_str().cmp(queue.as_str())) {
+                queues[at].throttled = Some(throttled);
             }
         }
         Ok((Stats { queues }, now))

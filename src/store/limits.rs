@@ -14,6 +14,7 @@ use super::{ClaimRequest, Claims, Store};
 use crate::error::Result;
 use crate::job::JobId;
 use crate::limits::{opens_at, Limits, Rate};
+use crate::report::Throttled;
 
 /// How many more candidates than it may claim a limited claim reads, to find jobs of groups
 /// whose rates are not spent behind those of groups whose rates are.
@@ -65,6 +66,25 @@ pub(crate) fn claim_limited<S: Store>(tx: &S::Tx, request: ClaimRequest<'_>, lim
     }
     let limit_opens_at = if jobs.is_empty() { opens.or(group_opens) } else { None };
     Ok(Claims { jobs, limit_opens_at })
+}
+
+/// Whether a queue-wide limit of `limits` holds `queue`'s due jobs back at `now`, and if so
+/// how many and until when (for `stats`; advisory: the claim decides under its own lock).
+pub(crate) fn throttled<S: Store>(tx: &S::Tx, queue: &str, limits: &Limits, now: i64) -> Result<Option<Throttled>> {
+    let running = S::running_count(tx, queue)?;
+    let by_running = limits.max_running.is_some_and(|max| running >= u64::from(max));
+    let by_rate = match limits.rate {
+        Some(rate) => {
+            let starts = S::starts_since(tx, queue, None, now.saturating_sub(rate.window_ms()))?;
+            opens_at(&starts, rate)
+        }
+        None => None,
+    };
+    if !by_running && by_rate.is_none() {
+        return Ok(None);
+    }
+    let due = S::due_or_running(tx, queue, now)?.saturating_sub(running);
+    Ok(Some(Throttled { due, opens_at: if by_running { None } else { by_rate } }))
 }
 
 /// When the group's spent rate opens again, or `None` when every group rate has room.

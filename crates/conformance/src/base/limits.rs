@@ -5,10 +5,10 @@
 //! returned, under a seeded random workload. A job held back stays pending with its attempts;
 //! bad limits change nothing.
 
-use crate::fixture::{Db, Rng, LEASE};
+use crate::fixture::{Db, Rng, LEASE, T0};
 use crate::harness::Harness;
 use crate::Rule;
-use fenceq::{Claimed, Error, JobState, Limits, NewJob, Rate};
+use fenceq::{Claimed, Error, JobState, Limits, NewJob, Rate, Throttled};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -22,6 +22,7 @@ pub fn rules<H: Harness>() -> Vec<Rule<H>> {
         limits_are_stored_seen_by_another_handle_and_cleared,
         bad_limits_are_refused_and_nothing_is_stored,
         under_random_load_no_window_ever_holds_more_starts_than_its_limit,
+        stats_shows_due_jobs_a_limit_holds_back_and_when_it_opens,
     ]
 }
 
@@ -225,4 +226,28 @@ fn under_random_load_no_window_ever_holds_more_starts_than_its_limit<H: Harness>
         assert!(most_in_window(times, 50) <= 1, "group {group}: 1/50ms broken: {times:?}");
         assert!(most_in_window(times, 400) <= 3, "group {group}: 3/400ms broken: {times:?}");
     }
+}
+
+/// `stats` says when a queue-wide limit holds due jobs back: how many, and when its rate
+/// opens (none while the running limit holds them); nothing once the limit has room.
+fn stats_shows_due_jobs_a_limit_holds_back_and_when_it_opens<H: Harness>(h: &H) {
+    let db = Db::new(h);
+    db.set_limits("q", &Limits { rate: Some(Rate::new(2, ms(1000))), ..Limits::default() }).unwrap();
+    for n in 0..5 {
+        db.add(&format!("job {n}"));
+    }
+    assert_eq!(db.stats().unwrap().queue("q").throttled, None, "the rate has room");
+    let first = claim_all(&db);
+    assert_eq!(first.len(), 2);
+    let stats = db.stats().unwrap().queue("q");
+    assert_eq!(stats.throttled, Some(Throttled { due: 3, opens_at: Some(T0 + 1000) }));
+    assert_eq!(stats.pending, 3, "held back, still pending");
+    db.advance(ms(1000));
+    assert_eq!(db.stats().unwrap().queue("q").throttled, None, "the window opened");
+    db.set_limits("q", &Limits { max_running: Some(2), ..Limits::default() }).unwrap();
+    assert_eq!(db.stats().unwrap().queue("q").throttled, Some(Throttled { due: 3, opens_at: None }));
+    for c in &first {
+        db.complete(&c.token()).unwrap();
+    }
+    assert_eq!(db.stats().unwrap().queue("q").throttled, None);
 }
