@@ -28,6 +28,7 @@ fn to_prometheus_of_hand_built_stats_is_exact() {
                 oldest_pending_run_at: Some(NOW - 1),
                 paused: None,
                 backoff: None,
+                throttled: None,
             },
             // Only scheduled jobs pending: the earliest run_at is ahead of now, the age is 0.
             QueueStats {
