@@ -511,7 +511,11 @@ impl Store for PostgresStore {
     fn all_limits(tx: &PgTx) -> Result<Vec<(String, Limits)>> {
         let query = bound(ALL_LIMITS);
         let rows = tx.with(|conn| query.load::<QueueLimitRow>(conn))?;
-        Ok(limits_by_queue(rows.into_iter().map(|r| (r.queue, r.scope, r.window_ms, i64::from(r.max_count))).collect()))
+        Ok(limits_by_queue(
+            rows.into_iter()
+                .map(|r| (r.queue, r.limit.scope, r.limit.window_ms, i64::from(r.limit.max_count)))
+                .collect(),
+        ))
     }
 
     /// The queue's flow-control row, locked until the claim's transaction ends.
@@ -1252,12 +1256,8 @@ struct LimitRow {
 struct QueueLimitRow {
     #[diesel(sql_type = Text)]
     queue: String,
-    #[diesel(sql_type = Text)]
-    scope: String,
-    #[diesel(sql_type = BigInt)]
-    window_ms: i64,
-    #[diesel(sql_type = Integer)]
-    max_count: i32,
+    #[diesel(embed)]
+    limit: LimitRow,
 }
 
 #[derive(QueryableByName)]
