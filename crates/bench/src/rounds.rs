@@ -233,6 +233,13 @@ fn one_round(o: &BenchOptions, out: &mut Sink<'_>) -> CliResult<()> {
         limited.set_limits("bench", &s::limits_never_reached())?;
         s::enqueue_in_batches(&limited, n, 100)?;
         out(Figure::rate(format!("fenceq/flow/process_limited_{w}_workers"), s::process(&limited, n, w)?))?;
+        drop(limited);
+        // A running limit alone: the limited claim without the starts it records for a rate.
+        let running = s::open(&o.fresh("flow_running"), o.sync, w as u32 + 2)?;
+        let only_running = fenceq::Limits { max_running: Some(fenceq::MAX_LIMIT_COUNT), ..fenceq::Limits::default() };
+        running.set_limits("bench", &only_running)?;
+        s::enqueue_in_batches(&running, n, 100)?;
+        out(Figure::rate(format!("fenceq/flow/process_running_limit_{w}_workers"), s::process(&running, n, w)?))?;
     }
     if o.selected("guards") {
         let chosen =
@@ -360,6 +367,12 @@ fn ratio_specs(o: &BenchOptions) -> Vec<RatioSpec> {
         numerator: format!("fenceq/flow/process_limited_{w}_workers"),
         denominator: format!("fenceq/flow/process_unlimited_{w}_workers"),
         target: Some(0.9),
+    });
+    specs.push(RatioSpec {
+        name: "flow: pool under a running limit alone ÷ the same pool without".into(),
+        numerator: format!("fenceq/flow/process_running_limit_{w}_workers"),
+        denominator: format!("fenceq/flow/process_unlimited_{w}_workers"),
+        target: None,
     });
     specs.push(RatioSpec {
         name: "webhook ÷ raw end to end 100/tx".into(),
