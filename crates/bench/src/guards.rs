@@ -60,17 +60,34 @@ const SCHEMA_6_TRIGGERS: &str = "
      AND (NEW.state = 'running' OR NEW.state = 'waiting' OR NEW.state = 'exhausted' OR NEW.state = 'unknown')
     BEGIN SELECT RAISE(ABORT, 'a claimed row must carry its claim_id'); END;";
 
-/// The table's definition without its comments and its `CONSTRAINT … CHECK` clauses (they
-/// come last).
+/// The table's definition without its comments and its `CONSTRAINT … CHECK` clauses: the
+/// table's own (they come after the columns of `CREATE TABLE`) and those of columns added
+/// later by `ALTER TABLE … ADD COLUMN` (which SQLite appends to the definition, each column
+/// with its constraint after its type and default).
 fn without_checks(sql: &str) -> String {
     let sql: String = sql.lines().map(|line| line.split("--").next().unwrap_or("")).collect::<Vec<_>>().join("\n");
-    match sql.find("CONSTRAINT ") {
-        Some(at) => {
-            let cut = sql[..at].rfind(',').unwrap_or(at);
-            format!("{}\n)", &sql[..cut])
+    let (Some(open), Some(close)) = (sql.find('('), sql.rfind(')')) else { return sql };
+    // The items between the outer parentheses, split at commas outside any parentheses.
+    let mut items = Vec::new();
+    let (mut depth, mut start) = (0, open + 1);
+    for (i, c) in sql[..close].char_indices().skip(open + 1) {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&sql[start..i]);
+                start = i + 1;
+            }
+            _ => {}
         }
-        None => sql,
     }
+    items.push(&sql[start..close]);
+    let kept: Vec<&str> = items
+        .into_iter()
+        .filter(|item| !item.trim_start().starts_with("CONSTRAINT "))
+        .map(|item| item.split(" CONSTRAINT ").next().unwrap_or(item).trim_end())
+        .collect();
+    format!("{}({}\n)", &sql[..open], kept.join(","))
 }
 
 /// Microseconds per job of each phase, on one fresh queue of `variant`.
@@ -148,5 +165,8 @@ mod tests {
     fn without_checks_cuts_the_constraint_clauses() {
         let sql = "CREATE TABLE t (\n    a INTEGER,\n    b TEXT,\n    -- rules, in order\n    CONSTRAINT c CHECK (a > 0),\n    CONSTRAINT d CHECK (b <> '')\n)";
         assert_eq!(without_checks(sql), "CREATE TABLE t (\n    a INTEGER,\n    b TEXT\n)");
+        // Columns added later keep their definitions, without their own constraints.
+        let altered = "CREATE TABLE t (\n    a INTEGER,\n    CONSTRAINT c CHECK (a > 0), g TEXT CONSTRAINT n CHECK (g IS NULL OR length(g) > 0), h INTEGER NOT NULL DEFAULT 0 CONSTRAINT m CHECK (h = 0 OR (a = 1 AND g IS NOT NULL)))";
+        assert_eq!(without_checks(altered), "CREATE TABLE t (\n    a INTEGER, g TEXT, h INTEGER NOT NULL DEFAULT 0\n)");
     }
 }

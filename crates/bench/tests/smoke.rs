@@ -37,6 +37,9 @@ const PER_ROUND: &[&str] = &[
     "ceiling/full/64_callers",
     "fenceq/full/enqueue_64_callers",
     "fenceq/normal/enqueue_64_callers",
+    "fenceq/flow/process_unlimited_2_workers",
+    "fenceq/flow/process_limited_2_workers",
+    "fenceq/flow/process_running_limit_2_workers",
 ];
 
 const GUARD_VARIANTS: &[&str] = &[
@@ -54,6 +57,7 @@ const GUARD_VARIANTS: &[&str] = &[
 const ONCE: &[&str] = &[
     "fenceq/latency/claim_reference_1000_pending",
     "fenceq/latency/claim_2000_pending",
+    "fenceq/latency/claim_2000_pending_200_groups",
     "fenceq/work_through_2000_jobs",
     "process/peak_rss",
 ];
@@ -144,6 +148,7 @@ fn every_bench_scenario_runs_in_every_round_and_is_summarised_once() {
     assert_eq!(target("webhook ÷ raw end to end 100/tx"), 0.6);
     assert_eq!(target("full 16 callers ÷ sync ceiling"), 0.6);
     assert_eq!(target("full 64 callers ÷ sync ceiling"), 0.75);
+    assert_eq!(target("flow: pool under limits it never reaches ÷ the same pool without"), 0.9);
     assert_eq!(ratios.iter().filter(|r| r["ratio"].as_str().unwrap().starts_with("guards: ")).count(), 21);
     for r in &ratios {
         let (median, min, max) =
