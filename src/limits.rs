@@ -163,12 +163,17 @@ impl fmt::Display for Limits {
     }
 }
 
-/// The instant a full window opens again: the start that must leave the window before one
-/// more may begin is the `count`-th most recent (`starts` holds the window's starts, oldest
-/// first), and it leaves `per` after it began. `None` while the window has room.
-pub(crate) fn opens_at(starts: &[i64], rate: Rate) -> Option<i64> {
-    let count = rate.count as usize;
-    (starts.len() >= count).then(|| starts[starts.len() - count].saturating_add(rate.window_ms()))
+/// The instant a full window opens again, from what [`Store::window_starts`] read of it (how
+/// many starts it holds, counted up to the rate's count, and the count-th latest): that start
+/// must leave the window before one more may begin, and it leaves `per` after it began.
+/// `None` while the window has room.
+///
+/// [`Store::window_starts`]: crate::store::Store::window_starts
+pub(crate) fn opens_at(starts: u64, countth_latest: Option<i64>, rate: Rate) -> Option<i64> {
+    if starts < u64::from(rate.count) {
+        return None;
+    }
+    countth_latest.map(|at| at.saturating_add(rate.window_ms()))
 }
 
 #[cfg(test)]
@@ -192,10 +197,10 @@ mod tests {
     #[test]
     fn a_window_opens_when_its_countth_latest_start_leaves_it() {
         let rate = Rate::new(2, Duration::from_millis(100));
-        assert_eq!(opens_at(&[], rate), None);
-        assert_eq!(opens_at(&[10], rate), None);
-        assert_eq!(opens_at(&[10, 50], rate), Some(110));
-        assert_eq!(opens_at(&[10, 50, 60], rate), Some(150));
+        assert_eq!(opens_at(0, None, rate), None);
+        assert_eq!(opens_at(1, None, rate), None);
+        assert_eq!(opens_at(2, Some(10), rate), Some(110));
+        assert_eq!(opens_at(2, Some(50), rate), Some(150));
     }
 
     #[test]

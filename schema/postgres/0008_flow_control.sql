@@ -50,6 +50,8 @@ CREATE TABLE fenceq_queue_flow (
     backoff_until  BIGINT,
     backoff_reason TEXT,
     updated_at     BIGINT NOT NULL,
+    -- How many rows of `fenceq_starts` the queue has (see SQLite's 0008).
+    starts_kept    BIGINT NOT NULL DEFAULT 0,
     CONSTRAINT queue_named CHECK (length(queue) > 0),
     CONSTRAINT group_policy_valid CHECK (group_policy = 'stop' OR group_policy = 'continue'),
     CONSTRAINT backoff_has_reason CHECK ((backoff_until IS NULL) = (backoff_reason IS NULL))

@@ -41,6 +41,10 @@ CREATE TABLE fenceq_queue_flow (
     backoff_until  INTEGER,
     backoff_reason TEXT,
     updated_at     INTEGER NOT NULL,
+    -- How many rows of `fenceq_starts` the queue has (kept by the claims that write and
+    -- delete them): while it leaves room under a rate's count, no window of the rate can be
+    -- full, and the claim need not count one.
+    starts_kept    INTEGER NOT NULL DEFAULT 0,
     CONSTRAINT queue_named CHECK (length(queue) > 0),
     CONSTRAINT group_policy_valid CHECK (group_policy = 'stop' OR group_policy = 'continue'),
     CONSTRAINT backoff_has_reason CHECK ((backoff_until IS NULL) = (backoff_reason IS NULL))
@@ -66,12 +70,15 @@ CREATE TABLE fenceq_limits (
 
 -- When each attempt of a rate-limited queue started (its claim), by the store's clock: what
 -- the limits count. Written by the claim only for a queue with a rate limit; a claim deletes
--- the rows older than the queue's longest window.
+-- the rows older than the queue's longest window. WITHOUT ROWID, keyed by (queue, at, job,
+-- attempt): a start is one B-tree entry, read in window order by its key, instead of a row
+-- and an index entry.
 CREATE TABLE fenceq_starts (
     queue      TEXT    NOT NULL,
-    group_name TEXT,
     at         INTEGER NOT NULL,
-    job_id     INTEGER NOT NULL
-);
-CREATE INDEX fenceq_starts_queue ON fenceq_starts (queue, at);
+    job_id     INTEGER NOT NULL,
+    attempt    INTEGER NOT NULL,
+    group_name TEXT,
+    PRIMARY KEY (queue, at, job_id, attempt)
+) WITHOUT ROWID;
 CREATE INDEX fenceq_starts_group ON fenceq_starts (queue, group_name, at) WHERE group_name IS NOT NULL;

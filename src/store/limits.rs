@@ -30,12 +30,15 @@ pub(crate) fn claim_limited<S: Store>(tx: &S::Tx, request: ClaimRequest<'_>, lim
         let running = S::running_count(tx, queue)?;
         allowed = allowed.min(u32::try_from(u64::from(max).saturating_sub(running)).unwrap_or(u32::MAX));
     }
-    if let Some(rate) = limits.rate {
-        let starts = S::starts_since(tx, queue, None, now.saturating_sub(rate.window_ms()))?;
-        let room = (rate.count as usize).saturating_sub(starts.len());
+    // While the queue keeps fewer starts than a rate's count leaves room for this claim, no
+    // window of the rate can stop it: no window need be counted.
+    let kept = if limits.rate.is_some() { S::starts_kept(tx, queue)? } else { 0 };
+    if let Some(rate) = limits.rate.filter(|rate| kept + u64::from(allowed) > u64::from(rate.count)) {
+        let (starts, countth) = S::window_starts(tx, queue, None, now.saturating_sub(rate.window_ms()), rate.count)?;
+        let room = u64::from(rate.count).saturating_sub(starts);
         allowed = allowed.min(u32::try_from(room).unwrap_or(u32::MAX));
         if room == 0 {
-            opens = opens_at(&starts, rate);
+            opens = opens_at(starts, countth, rate);
         }
     }
     if allowed == 0 {
@@ -75,8 +78,9 @@ pub(crate) fn throttled<S: Store>(tx: &S::Tx, queue: &str, limits: &Limits, now:
     let by_running = limits.max_running.is_some_and(|max| running >= u64::from(max));
     let by_rate = match limits.rate {
         Some(rate) => {
-            let starts = S::starts_since(tx, queue, None, now.saturating_sub(rate.window_ms()))?;
-            opens_at(&starts, rate)
+            let (starts, countth) =
+                S::window_starts(tx, queue, None, now.saturating_sub(rate.window_ms()), rate.count)?;
+            opens_at(starts, countth, rate)
         }
         None => None,
     };
@@ -91,8 +95,9 @@ pub(crate) fn throttled<S: Store>(tx: &S::Tx, queue: &str, limits: &Limits, now:
 fn group_opens_at<S: Store>(tx: &S::Tx, queue: &str, group: &str, now: i64, limits: &Limits) -> Result<Option<i64>> {
     let mut latest: Option<i64> = None;
     for rate in &limits.group_rates {
-        let starts = S::starts_since(tx, queue, Some(group), now.saturating_sub(rate.window_ms()))?;
-        if let Some(at) = opens_at(&starts, *rate) {
+        let since = now.saturating_sub(rate.window_ms());
+        let (starts, countth) = S::window_starts(tx, queue, Some(group), since, rate.count)?;
+        if let Some(at) = opens_at(starts, countth, *rate) {
             latest = Some(latest.map_or(at, |l| l.max(at)));
         }
     }

@@ -498,9 +498,20 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// still be at work until a reclaim replaces it).
     fn running_count(tx: &Self::Tx, queue: &str) -> Result<u64>;
 
-    /// The recorded starts of `queue` (of one group of it, with `group`) after `since`,
-    /// oldest first.
-    fn starts_since(tx: &Self::Tx, queue: &str, group: Option<&str>, since: i64) -> Result<Vec<i64>>;
+    /// How many starts of `queue` are recorded and not yet forgotten (every window's starts
+    /// are among them).
+    fn starts_kept(tx: &Self::Tx, queue: &str) -> Result<u64>;
+
+    /// How many starts of `queue` (of one group of it, with `group`) were recorded after
+    /// `since`, counting no further than `most`, and when there are `most` or more, the
+    /// `most`-th latest of them: what a window of a rate of `most` needs to know.
+    fn window_starts(
+        tx: &Self::Tx,
+        queue: &str,
+        group: Option<&str>,
+        since: i64,
+        most: u32,
+    ) -> Result<(u64, Option<i64>)>;
 
     /// Up to `limit` claimable jobs of the queue, in claim order, with their groups (as
     /// [`Store::claim`] would choose them, limits aside; nothing is claimed).

@@ -529,12 +529,21 @@ impl Store for PostgresStore {
         Ok(count_u64(tx.with(|conn| query.one::<N>(conn))?.n))
     }
 
-    fn starts_since(tx: &PgTx, queue: &str, group: Option<&str>, since: i64) -> Result<Vec<i64>> {
+    /// One round trip: the count (up to `most`) and the `most`-th latest start.
+    fn window_starts(tx: &PgTx, queue: &str, group: Option<&str>, since: i64, most: u32) -> Result<(u64, Option<i64>)> {
         let query = match group {
-            None => bound(QUEUE_STARTS).bind::<Text, _>(queue).bind::<BigInt, _>(since),
-            Some(group) => bound(GROUP_STARTS).bind::<Text, _>(queue).bind::<Text, _>(group).bind::<BigInt, _>(since),
+            None => bound(QUEUE_STARTS),
+            Some(_) => bound(GROUP_STARTS),
+        }
+        .bind::<Text, _>(queue)
+        .bind::<BigInt, _>(since)
+        .bind::<BigInt, _>(i64::from(most));
+        let query = match group {
+            None => query,
+            Some(group) => query.bind::<Text, _>(group),
         };
-        Ok(tx.with(|conn| query.load::<N>(conn))?.into_iter().map(|r| r.n).collect())
+        let row = tx.with(|conn| query.one::<WindowRow>(conn))?;
+        Ok((count_u64(row.n), row.countth))
     }
 
     fn claim_candidates(tx: &PgTx, request: ClaimRequest<'_>) -> Result<Vec<(JobId, Option<String>)>> {
@@ -568,6 +577,11 @@ impl Store for PostgresStore {
             .bind::<BigInt, _>(now)
             .bind::<BigInt, _>(forget_before);
         tx.writing(|conn| query.execute(conn)).map(drop)
+    }
+
+    fn starts_kept(tx: &PgTx, queue: &str) -> Result<u64> {
+        let query = bound(STARTS_KEPT).bind::<Text, _>(queue);
+        Ok(count_u64(tx.with(|conn| query.one::<N>(conn))?.n))
     }
 
     fn defer_pending(tx: &PgTx, id: JobId, at: i64) -> Result<()> {
@@ -1273,4 +1287,12 @@ struct CandidateRow {
     id: i64,
     #[diesel(sql_type = Nullable<Text>)]
     group_name: Option<String>,
+}
+
+#[derive(QueryableByName)]
+struct WindowRow {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    countth: Option<i64>,
 }

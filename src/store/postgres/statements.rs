@@ -783,14 +783,21 @@ stmt! {
     RUNNING_COUNT = "
     SELECT count(*) AS n FROM fenceq_jobs WHERE queue = $1 AND state = 'running'";
 
-    /// `$2` since.
+    /// The queue's starts after `$2`, counted up to `$3` (the count stops there), and the
+    /// `$3`-th latest of them when there are that many.
     QUEUE_STARTS = "
-    SELECT at AS n FROM fenceq_starts WHERE queue = $1 AND at > $2 ORDER BY at";
+    SELECT (SELECT count(*) FROM (SELECT 1 FROM fenceq_starts WHERE queue = $1 AND at > $2 LIMIT $3) AS w) AS n,
+           (SELECT at FROM fenceq_starts WHERE queue = $1 AND at > $2 ORDER BY at DESC OFFSET $3 - 1 LIMIT 1)
+               AS countth";
 
-    /// `$2` group, `$3` since.
+    /// The same for group `$4` of the queue.
     GROUP_STARTS = "
-    SELECT at AS n FROM fenceq_starts
-    WHERE  queue = $1 AND group_name = $2 AND group_name IS NOT NULL AND at > $3 ORDER BY at";
+    SELECT (SELECT count(*) FROM (SELECT 1 FROM fenceq_starts
+                                  WHERE queue = $1 AND group_name = $4 AND group_name IS NOT NULL AND at > $2
+                                  LIMIT $3) AS w) AS n,
+           (SELECT at FROM fenceq_starts
+            WHERE  queue = $1 AND group_name = $4 AND group_name IS NOT NULL AND at > $2
+            ORDER  BY at DESC OFFSET $3 - 1 LIMIT 1) AS countth";
 
     /// `CLAIM`'s choice without the claim (`$2` now, `$3` limit), with each job's group.
     CLAIM_CANDIDATES = "
@@ -824,12 +831,20 @@ stmt! {
     RETURNING j.id, j.queue, j.key, j.payload, j.priority, j.run_at, j.attempt, j.max_attempts,
               j.lease_until, j.last_error, j.claim_id, j.group_name";
 
-    /// The starts of the arrays `$2` ids, `$3` groups at `$4`; then forgets the queue's starts
-    /// at or before `$5`.
+    /// The starts of the arrays `$2` ids, `$3` groups at `$4`; forgets the queue's starts at or
+    /// before `$5`; and keeps the queue's count of its starts (`starts_kept`) in step.
     RECORD_STARTS = "
-    WITH forgotten AS (DELETE FROM fenceq_starts WHERE queue = $1 AND at <= $5)
-    INSERT INTO fenceq_starts (queue, group_name, at, job_id)
-    SELECT $1, g, $4, id FROM unnest($2::bigint[], $3::text[]) AS s(id, g)";
+    WITH forgotten AS (DELETE FROM fenceq_starts WHERE queue = $1 AND at <= $5 RETURNING 1),
+         recorded AS (INSERT INTO fenceq_starts (queue, group_name, at, job_id)
+                      SELECT $1, g, $4, id FROM unnest($2::bigint[], $3::text[]) AS s(id, g)
+                      RETURNING 1)
+    UPDATE fenceq_queue_flow
+    SET    starts_kept = starts_kept + (SELECT count(*) FROM recorded) - (SELECT count(*) FROM forgotten)
+    WHERE  queue = $1";
+
+    /// How many starts the queue has recorded and not yet forgotten.
+    STARTS_KEPT = "
+    SELECT coalesce((SELECT starts_kept FROM fenceq_queue_flow WHERE queue = $1), 0) AS n";
 
     /// `$1` id, `$2` instant.
     DEFER_PENDING = "

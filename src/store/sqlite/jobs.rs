@@ -455,17 +455,27 @@ impl Store for SqliteStore {
             .map(|n| n as u64)
     }
 
-    fn starts_since(tx: &Connection, queue: &str, group: Option<&str>, since: i64) -> Result<Vec<i64>> {
-        match group {
-            None => on(tx, QUEUE_STARTS, |s| {
-                s.query_map(named_params! { ":queue": queue, ":since": since }, |row| row.get(0))?
-                    .collect::<rusqlite::Result<_>>()
-            }),
-            Some(group) => on(tx, GROUP_STARTS, |s| {
-                s.query_map(named_params! { ":queue": queue, ":group": group, ":since": since }, |row| row.get(0))?
-                    .collect::<rusqlite::Result<_>>()
-            }),
+    fn window_starts(
+        tx: &Connection,
+        queue: &str,
+        group: Option<&str>,
+        since: i64,
+        most: u32,
+    ) -> Result<(u64, Option<i64>)> {
+        let (count, countth) = match group {
+            None => (QUEUE_STARTS, QUEUE_COUNTTH_START),
+            Some(_) => (GROUP_STARTS, GROUP_COUNTTH_START),
+        };
+        let mut params: Params<'_> = vec![(":queue", &queue), (":since", &since), (":most", &most)];
+        if let Some(group) = &group {
+            params.push((":group", group));
         }
+        let starts: i64 = on(tx, count, |s| s.query_row(params.as_slice(), |row| row.get(0)))?;
+        if starts < i64::from(most) {
+            return Ok((starts as u64, None));
+        }
+        let at = on(tx, countth, |s| s.query_row(params.as_slice(), |row| row.get(0)).optional())?;
+        Ok((starts as u64, at))
     }
 
     fn claim_candidates(tx: &Connection, request: ClaimRequest<'_>) -> Result<Vec<(JobId, Option<String>)>> {
@@ -513,11 +523,24 @@ impl Store for SqliteStore {
         let mut record = prepare(tx, RECORD_START)?;
         for job in claimed {
             record
-                .execute(named_params! { ":queue": job.queue, ":group": job.group, ":at": now, ":id": job.token.id.0 })
+                .execute(named_params! {
+                    ":queue": job.queue, ":group": job.group, ":at": now, ":id": job.token.id.0, ":attempt": job.token.attempt
+                })
                 .sql(RECORD_START)?;
         }
         let queue = claimed.first().map(|job| job.queue.as_str()).unwrap_or_default();
-        on(tx, FORGET_STARTS, |s| s.execute(named_params! { ":queue": queue, ":before": forget_before })).map(drop)
+        let forgotten =
+            on(tx, FORGET_STARTS, |s| s.execute(named_params! { ":queue": queue, ":before": forget_before }))?;
+        let (recorded, forgotten) = (claimed.len() as i64, forgotten as i64);
+        on(tx, COUNT_STARTS_KEPT, |s| {
+            s.execute(named_params! { ":queue": queue, ":recorded": recorded, ":forgotten": forgotten })
+        })
+        .map(drop)
+    }
+
+    fn starts_kept(tx: &Connection, queue: &str) -> Result<u64> {
+        on(tx, STARTS_KEPT, |s| s.query_row(named_params! { ":queue": queue }, |row| row.get::<_, i64>(0)))
+            .map(|n| n.max(0) as u64)
     }
 
     fn defer_pending(tx: &Connection, id: JobId, at: i64) -> Result<()> {

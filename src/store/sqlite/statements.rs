@@ -634,18 +634,39 @@ stmt! {
     RUNNING_COUNT = "
     SELECT count(*) FROM fenceq_jobs WHERE queue = :queue AND state = 'running'";
 
+    /// The queue's starts after `:since`, counted up to `:most` (the count stops there).
     QUEUE_STARTS = "
-    SELECT at FROM fenceq_starts WHERE queue = :queue AND at > :since ORDER BY at";
+    SELECT count(*) FROM (SELECT 1 FROM fenceq_starts WHERE queue = :queue AND at > :since LIMIT :most)";
 
+    /// The `:most`-th latest start of the queue after `:since`.
+    QUEUE_COUNTTH_START = "
+    SELECT at FROM fenceq_starts WHERE queue = :queue AND at > :since ORDER BY at DESC LIMIT 1 OFFSET :most - 1";
+
+    /// A group's starts after `:since`, counted up to `:most`.
     GROUP_STARTS = "
+    SELECT count(*) FROM (SELECT 1 FROM fenceq_starts
+                          WHERE  queue = :queue AND group_name = :group AND group_name IS NOT NULL AND at > :since
+                          LIMIT  :most)";
+
+    /// The `:most`-th latest start of a group after `:since`.
+    GROUP_COUNTTH_START = "
     SELECT at FROM fenceq_starts
-    WHERE  queue = :queue AND group_name = :group AND group_name IS NOT NULL AND at > :since ORDER BY at";
+    WHERE  queue = :queue AND group_name = :group AND group_name IS NOT NULL AND at > :since
+    ORDER  BY at DESC LIMIT 1 OFFSET :most - 1";
 
     RECORD_START = "
-    INSERT INTO fenceq_starts (queue, group_name, at, job_id) VALUES (:queue, :group, :at, :id)";
+    INSERT INTO fenceq_starts (queue, at, job_id, attempt, group_name) VALUES (:queue, :at, :id, :attempt, :group)";
 
     FORGET_STARTS = "
     DELETE FROM fenceq_starts WHERE queue = :queue AND at <= :before";
+
+    /// Keeps the queue's count of its starts in step with what a claim recorded and forgot.
+    COUNT_STARTS_KEPT = "
+    UPDATE fenceq_queue_flow SET starts_kept = starts_kept + :recorded - :forgotten WHERE queue = :queue";
+
+    /// How many starts the queue has recorded and not yet forgotten.
+    STARTS_KEPT = "
+    SELECT coalesce((SELECT starts_kept FROM fenceq_queue_flow WHERE queue = :queue), 0)";
 
     DEFER_PENDING = "
     UPDATE fenceq_jobs SET run_at = max(run_at, :at) WHERE id = :id AND state = 'pending'";
