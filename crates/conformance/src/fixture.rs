@@ -89,6 +89,20 @@ impl<'h, H: Harness> Db<'h, H> {
 
 // ------------------------------------------------------------------ for fenceq's own test binaries
 
+/// The most of `times` (sorted here) in any half-open window of length `window`: what a
+/// rate of that window must never let exceed its count.
+pub fn most_in_window(times: &mut [i64], window: i64) -> usize {
+    times.sort_unstable();
+    let (mut most, mut first) = (0, 0);
+    for last in 0..times.len() {
+        while times[last] - times[first] >= window {
+            first += 1;
+        }
+        most = most.max(last - first + 1);
+    }
+    most
+}
+
 /// Milliseconds since the Unix epoch: the instant that processes (and a test's clocks) agree on.
 pub fn wall_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64

@@ -21,7 +21,7 @@
 //! Sizes: [`JOBS_ENV`] (default 10,000) shrinks or grows a run; [`SEED_ENV`] replays the
 //! handlers' durations of a run (the seed is printed).
 
-use crate::fixture::{child_process, env_or, Rng};
+use crate::fixture::{child_process, env_or, most_in_window, Rng};
 use fenceq::store::Store;
 use fenceq::{Error, JobId, JobState, ListFilter, NewJob, Outcome, Queue, RetryPolicy, WorkerPool};
 use std::collections::{BTreeMap, HashMap};
@@ -356,19 +356,6 @@ pub const RATE: (u32, u64) = (30, 1_000);
 pub const GROUP_RATES: [(u32, u64); 2] = [(1, 1_000), (20, 60_000)];
 /// The running limit of [`Scenario::Running`], across the four processes' 32 workers.
 pub const MAX_RUNNING: u32 = 5;
-
-/// The most of `times` in any half-open window `[t, t + window)`.
-fn most_in_window(times: &mut [i64], window: i64) -> usize {
-    times.sort_unstable();
-    let (mut most, mut first) = (0, 0);
-    for last in 0..times.len() {
-        while times[last] - times[first] >= window {
-            first += 1;
-        }
-        most = most.max(last - first + 1);
-    }
-    most
-}
 
 /// The most intervals `[start, end]` that overlap at any instant.
 fn most_at_once(intervals: &[(i64, i64)]) -> usize {
