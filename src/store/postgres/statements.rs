@@ -784,20 +784,26 @@ stmt! {
     SELECT count(*) AS n FROM fenceq_jobs WHERE queue = $1 AND state = 'running'";
 
     /// The queue's starts after `$2`, counted up to `$3` (the count stops there), and the
-    /// `$3`-th latest of them when there are that many.
+    /// `$3`-th latest of them when there are that many: the `CASE` runs that second read (an
+    /// init plan) only for a full window, as SQLite's store reads it only then.
     QUEUE_STARTS = "
-    SELECT (SELECT count(*) FROM (SELECT 1 FROM fenceq_starts WHERE queue = $1 AND at > $2 LIMIT $3) AS w) AS n,
-           (SELECT at FROM fenceq_starts WHERE queue = $1 AND at > $2 ORDER BY at DESC OFFSET $3 - 1 LIMIT 1)
-               AS countth";
+    SELECT w.n,
+           CASE WHEN w.n >= $3 THEN
+               (SELECT at FROM fenceq_starts WHERE queue = $1 AND at > $2 ORDER BY at DESC OFFSET $3 - 1 LIMIT 1)
+           END AS countth
+    FROM  (SELECT count(*) AS n FROM (SELECT 1 FROM fenceq_starts WHERE queue = $1 AND at > $2 LIMIT $3) AS s) AS w";
 
     /// The same for group `$4` of the queue.
     GROUP_STARTS = "
-    SELECT (SELECT count(*) FROM (SELECT 1 FROM fenceq_starts
-                                  WHERE queue = $1 AND group_name = $4 AND group_name IS NOT NULL AND at > $2
-                                  LIMIT $3) AS w) AS n,
-           (SELECT at FROM fenceq_starts
-            WHERE  queue = $1 AND group_name = $4 AND group_name IS NOT NULL AND at > $2
-            ORDER  BY at DESC OFFSET $3 - 1 LIMIT 1) AS countth";
+    SELECT w.n,
+           CASE WHEN w.n >= $3 THEN
+               (SELECT at FROM fenceq_starts
+                WHERE  queue = $1 AND group_name = $4 AND group_name IS NOT NULL AND at > $2
+                ORDER  BY at DESC OFFSET $3 - 1 LIMIT 1)
+           END AS countth
+    FROM  (SELECT count(*) AS n FROM (SELECT 1 FROM fenceq_starts
+                                      WHERE queue = $1 AND group_name = $4 AND group_name IS NOT NULL AND at > $2
+                                      LIMIT $3) AS s) AS w";
 
     /// `CLAIM`'s choice without the claim (`$2` now, `$3` limit), with each job's group.
     CLAIM_CANDIDATES = "
