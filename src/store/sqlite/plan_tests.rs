@@ -24,6 +24,11 @@ fn plan(conn: &Connection, sql: &str) -> Vec<String> {
 const PAUSE: Decided<'static> = Decided { action: "pause", by: None, note: None };
 const UNPAUSE: Decided<'static> = Decided { action: "unpause", by: None, note: None };
 
+/// A job of queue "q" due and created at `at`, with `key`.
+fn row(key: Option<&str>, at: i64) -> NewRow<'_> {
+    NewRow { queue: "q", key, payload: b"x", priority: 0, run_at: at, max_attempts: 5, created_at: at, group: None }
+}
+
 fn migrated() -> Connection {
     let mut conn = Connection::open_in_memory().unwrap();
     crate::store::sqlite::connection_init(&Default::default(), &Default::default())(&mut conn).unwrap();
@@ -52,17 +57,7 @@ fn hot_statements_are_compiled_once() {
     let conn = migrated();
     for i in 0..6i64 {
         let key = format!("k{i}");
-        let row = NewRow {
-            queue: "q",
-            key: Some(&key),
-            payload: b"x",
-            priority: 0,
-            run_at: i,
-            max_attempts: 5,
-            created_at: i,
-            group: None,
-        };
-        SqliteStore::enqueue(&conn, &row).unwrap();
+        SqliteStore::enqueue(&conn, &row(Some(&key), i)).unwrap();
     }
     let (pause, unpause) = (PAUSE, UNPAUSE);
     for (limit, now) in [(1, 10), (2, 11), (1, 12)] {
@@ -130,17 +125,7 @@ fn a_paused_claim_reads_no_job_and_an_unpaused_one_pays_one_probe() {
     let conn = migrated();
     conn.execute_batch("BEGIN").unwrap();
     for i in 0..5_000i64 {
-        let row = NewRow {
-            queue: "q",
-            key: None,
-            payload: b"x",
-            priority: 0,
-            run_at: i,
-            max_attempts: 5,
-            created_at: i,
-            group: None,
-        };
-        SqliteStore::enqueue(&conn, &row).unwrap();
+        SqliteStore::enqueue(&conn, &row(None, i)).unwrap();
     }
     conn.execute_batch("COMMIT").unwrap();
     let steps = |expected_rows: usize| {
