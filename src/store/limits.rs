@@ -34,12 +34,10 @@ pub(crate) fn claim_limited<S: Store>(tx: &S::Tx, request: ClaimRequest<'_>, lim
     // window of the rate can stop it: no window need be counted.
     let kept = if limits.rate.is_some() { S::starts_kept(tx, queue)? } else { 0 };
     if let Some(rate) = limits.rate.filter(|rate| kept + u64::from(allowed) > u64::from(rate.count)) {
-        let (starts, countth) = S::window_starts(tx, queue, None, now.saturating_sub(rate.window_ms()), rate.count)?;
+        let (starts, opens_then) = window::<S>(tx, queue, None, rate, now)?;
         let room = u64::from(rate.count).saturating_sub(starts);
         allowed = allowed.min(u32::try_from(room).unwrap_or(u32::MAX));
-        if room == 0 {
-            opens = opens_at(starts, countth, rate);
-        }
+        opens = opens_then;
     }
     if allowed == 0 {
         return Ok(Claims { jobs: Vec::new(), limit_opens_at: opens });
@@ -77,11 +75,7 @@ pub(crate) fn throttled<S: Store>(tx: &S::Tx, queue: &str, limits: &Limits, now:
     let running = S::running_count(tx, queue)?;
     let by_running = limits.max_running.is_some_and(|max| running >= u64::from(max));
     let by_rate = match limits.rate {
-        Some(rate) => {
-            let (starts, countth) =
-                S::window_starts(tx, queue, None, now.saturating_sub(rate.window_ms()), rate.count)?;
-            opens_at(starts, countth, rate)
-        }
+        Some(rate) => window::<S>(tx, queue, None, rate, now)?.1,
         None => None,
     };
     if !by_running && by_rate.is_none() {
@@ -95,13 +89,18 @@ pub(crate) fn throttled<S: Store>(tx: &S::Tx, queue: &str, limits: &Limits, now:
 fn group_opens_at<S: Store>(tx: &S::Tx, queue: &str, group: &str, now: i64, limits: &Limits) -> Result<Option<i64>> {
     let mut latest: Option<i64> = None;
     for rate in &limits.group_rates {
-        let since = now.saturating_sub(rate.window_ms());
-        let (starts, countth) = S::window_starts(tx, queue, Some(group), since, rate.count)?;
-        if let Some(at) = opens_at(starts, countth, *rate) {
+        if let (_, Some(at)) = window::<S>(tx, queue, Some(group), *rate, now)? {
             latest = Some(latest.map_or(at, |l| l.max(at)));
         }
     }
     Ok(latest)
+}
+
+/// The window of `rate` ending at `now`, for the queue (or one group of it): how many starts
+/// it holds (counted up to the rate's count), and when it opens again if it is full.
+fn window<S: Store>(tx: &S::Tx, queue: &str, group: Option<&str>, rate: Rate, now: i64) -> Result<(u64, Option<i64>)> {
+    let (starts, countth) = S::window_starts(tx, queue, group, now.saturating_sub(rate.window_ms()), rate.count)?;
+    Ok((starts, opens_at(starts, countth, rate)))
 }
 
 /// The rows of `fenceq_limits` that say `limits`: (scope, window ms, count).
