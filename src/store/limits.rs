@@ -22,8 +22,12 @@ const EXTRA_CANDIDATES: u32 = 32;
 
 /// Claims up to `request.limit` jobs of a queue with `limits`, breaking none.
 pub(crate) fn claim_limited<S: Store>(tx: &S::Tx, request: ClaimRequest<'_>, limits: &Limits) -> Result<Claims> {
+    S::lock_limits(tx, request.queue)?;
+    let request = match limits.counts_starts() {
+        true => not_before(request, S::latest_start(tx, request.queue)?),
+        false => request,
+    };
     let ClaimRequest { queue, now, .. } = request;
-    S::lock_limits(tx, queue)?;
     let mut allowed = request.limit;
     let mut opens: Option<i64> = None;
     if let Some(max) = limits.max_running {
@@ -69,6 +73,27 @@ pub(crate) fn claim_limited<S: Store>(tx: &S::Tx, request: ClaimRequest<'_>, lim
     Ok(Claims { jobs, limit_opens_at })
 }
 
+/// `request` at the latest recorded start if its own instant is earlier, its lease moved on
+/// as much.
+///
+/// A claim reads its instant before it waits for the queue's limit lock (on PostgreSQL, the
+/// server's clock, read by the claim's first statement), so a claim that waited may hold an
+/// instant earlier than a start recorded meanwhile by a claim that took the lock first. Both
+/// its count and its forgetting must not go back behind that start: a claim at an earlier
+/// instant counts the starts after its instant less the window, and the claim before it may
+/// already have forgotten some of those (it forgot up to its own, later instant less the
+/// window). Starting no earlier than the latest recorded start keeps the recorded starts in
+/// lock order, so every window a claim counts is whole.
+fn not_before(request: ClaimRequest<'_>, latest: Option<i64>) -> ClaimRequest<'_> {
+    match latest {
+        Some(latest) if latest > request.now => {
+            let moved = latest - request.now;
+            ClaimRequest { now: latest, lease_until: request.lease_until.saturating_add(moved), ..request }
+        }
+        _ => request,
+    }
+}
+
 /// Whether a queue-wide limit of `limits` holds `queue`'s due jobs back at `now`, and if so
 /// how many and until when (for `stats`; advisory: the claim decides under its own lock).
 pub(crate) fn throttled<S: Store>(tx: &S::Tx, queue: &str, limits: &Limits, now: i64) -> Result<Option<Throttled>> {
@@ -83,6 +108,12 @@ pub(crate) fn throttled<S: Store>(tx: &S::Tx, queue: &str, limits: &Limits, now:
     }
     let due = S::due_or_running(tx, queue, now)?.saturating_sub(running);
     Ok(Some(Throttled { due, opens_at: if by_running { None } else { by_rate } }))
+}
+
+/// When the queue's full `rate` window opens again, or `None` while it has room (read outside
+/// the limit lock: advisory, for a claim that has already decided).
+pub(crate) fn rate_opens_at<S: Store>(tx: &S::Tx, queue: &str, rate: Rate, now: i64) -> Result<Option<i64>> {
+    Ok(window::<S>(tx, queue, None, rate, now)?.1)
 }
 
 /// When the group's spent rate opens again, or `None` when every group rate has room.

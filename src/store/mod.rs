@@ -502,6 +502,9 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// are among them).
     fn starts_kept(tx: &Self::Tx, queue: &str) -> Result<u64>;
 
+    /// The latest start of `queue` recorded and not yet forgotten.
+    fn latest_start(tx: &Self::Tx, queue: &str) -> Result<Option<i64>>;
+
     /// How many starts of `queue` (of one group of it, with `group`) were recorded after
     /// `since`, counting no further than `most`, and when there are `most` or more, the
     /// `most`-th latest of them: what a window of a rate of `most` needs to know.
@@ -616,7 +619,7 @@ pub type Wake = std::sync::Arc<dyn Fn(Option<&str>) + Send + Sync>;
 /// one list for every store, so that a version number means the same change everywhere.
 /// Each store pairs it with its own dialect's files, `schema/<store>/NNNN_<name>.sql`
 /// ([`migrations`]).
-pub(crate) const MIGRATION_NAMES: [&str; 8] = [
+pub(crate) const MIGRATION_NAMES: [&str; 9] = [
     "create_jobs",
     "add_claim_id",
     "durable_exhaustion",
@@ -625,6 +628,7 @@ pub(crate) const MIGRATION_NAMES: [&str; 8] = [
     "paused_queues",
     "checks_in_table",
     "flow_control",
+    "limited_claim",
 ];
 
 /// The schema version this build writes and understands, in every store.

@@ -543,6 +543,10 @@ impl Store for SqliteStore {
             .map(|n| n.max(0) as u64)
     }
 
+    fn latest_start(tx: &Connection, queue: &str) -> Result<Option<i64>> {
+        on(tx, LATEST_START, |s| s.query_row(named_params! { ":queue": queue }, |row| row.get::<_, Option<i64>>(0)))
+    }
+
     fn defer_pending(tx: &Connection, id: JobId, at: i64) -> Result<()> {
         on(tx, DEFER_PENDING, |s| s.execute(named_params! { ":id": id.0, ":at": at })).map(drop)
     }

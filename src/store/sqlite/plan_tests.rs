@@ -241,4 +241,6 @@ fn limit_statements_search_their_indexes() {
     assert!(running.contains("INDEX fenceq_jobs_lease (queue=?)"), "{running}");
     let forget = plan(&conn, FORGET_STARTS.sql).join("\n");
     assert!(forget.contains("USING PRIMARY KEY (queue=? AND at<?)"), "{forget}");
+    let latest = plan(&conn, LATEST_START.sql).join("\n");
+    assert!(latest.contains("SEARCH fenceq_starts USING PRIMARY KEY (queue=?)"), "{latest}");
 }

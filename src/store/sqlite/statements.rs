@@ -668,6 +668,10 @@ stmt! {
     STARTS_KEPT = "
     SELECT coalesce((SELECT starts_kept FROM fenceq_queue_flow WHERE queue = :queue), 0)";
 
+    /// The queue's latest recorded start (the end of the primary key's range of the queue).
+    LATEST_START = "
+    SELECT max(at) FROM fenceq_starts WHERE queue = :queue";
+
     DEFER_PENDING = "
     UPDATE fenceq_jobs SET run_at = max(run_at, :at) WHERE id = :id AND state = 'pending'";
 }

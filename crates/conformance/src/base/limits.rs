@@ -19,6 +19,7 @@ pub fn rules<H: Harness>() -> Vec<Rule<H>> {
         a_running_limit_caps_running_attempts_and_reopens_as_they_settle,
         group_rates_hold_per_group_and_other_groups_go_meanwhile,
         a_reclaim_after_an_expired_lease_counts_as_a_start,
+        a_claim_whose_instant_is_older_than_a_recorded_start_starts_after_it,
         limits_are_stored_seen_by_another_handle_and_cleared,
         bad_limits_are_refused_and_nothing_is_stored,
         under_random_load_no_window_ever_holds_more_starts_than_its_limit,
@@ -122,6 +123,42 @@ fn a_reclaim_after_an_expired_lease_counts_as_a_start<H: Harness>(h: &H) {
     assert!(claim_all(&db).is_empty(), "the reclaim counted: the window holds one start");
     db.advance(LEASE);
     assert_eq!(claim_all(&db).len(), 1, "reclaimed again once the window passed");
+}
+
+/// A claim reads its instant before it waits for the queue's limit lock (on PostgreSQL the
+/// server's clock, read by its first statement), so a claim that waited can carry an instant
+/// older than a start recorded meanwhile, and older than the instant up to which that claim
+/// forgot the starts its window no longer needs. Here the clock goes back to play that claim:
+/// it must not count a window whose earlier starts are forgotten, so it starts at the latest
+/// recorded start instead (its lease moved on as much), and no window of the rate ever holds
+/// more than its count.
+fn a_claim_whose_instant_is_older_than_a_recorded_start_starts_after_it<H: Harness>(h: &H) {
+    let db = Db::new(h);
+    let rate = Rate::new(2, ms(1000));
+    db.set_limits("q", &Limits { rate: Some(rate), ..Limits::default() }).unwrap();
+    for n in 0..6 {
+        db.add(&format!("job {n}"));
+    }
+    let mut starts: Vec<i64> = Vec::new();
+    let lease_ms = LEASE.as_millis() as i64;
+    let mut claim = |most: u32, expect: usize, what: &str| {
+        let claimed = db.claim_batch("q", "w", LEASE, most).unwrap();
+        assert_eq!(claimed.len(), expect, "{what}");
+        starts.extend(claimed.iter().map(|c| c.lease_until - lease_ms));
+        claimed
+    };
+    claim(100, 2, "two starts at T0");
+    // A claim of one, 1,001 ms on, forgets both: they are out of its window.
+    db.advance(ms(1001));
+    claim(1, 1, "one start at T0 + 1001");
+    // A claim whose instant was read half a second before that one.
+    db.clock.set(T0 + 500);
+    let late = claim(100, 1, "room for one more beside the start at T0 + 1001");
+    assert_eq!(late[0].lease_until, T0 + 1001 + lease_ms, "it starts at the latest recorded start, not before it");
+    let mut all = starts.clone();
+    let most = most_in_window(&mut all, 1000);
+    assert!(most <= 2, "{most} starts in one window of the rate 2/1s: {starts:?}");
+    assert!(claim_all(&db).is_empty(), "the window from T0 + 1001 holds two starts");
 }
 
 fn limits_are_stored_seen_by_another_handle_and_cleared<H: Harness>(h: &H) {
