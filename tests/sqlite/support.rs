@@ -81,7 +81,7 @@ pub fn snapshot(path: &std::path::Path) -> Vec<RowSnapshot> {
 }
 
 /// The schema files, in order, as a build of each version wrote them.
-pub const SCHEMA: [&str; 7] = [
+pub const SCHEMA: [&str; 8] = [
     include_str!("../../schema/sqlite/0001_create_jobs.sql"),
     include_str!("../../schema/sqlite/0002_add_claim_id.sql"),
     include_str!("../../schema/sqlite/0003_durable_exhaustion.sql"),
@@ -89,6 +89,7 @@ pub const SCHEMA: [&str; 7] = [
     include_str!("../../schema/sqlite/0005_schedules.sql"),
     include_str!("../../schema/sqlite/0006_paused_queues.sql"),
     include_str!("../../schema/sqlite/0007_checks_in_table.sql"),
+    include_str!("../../schema/sqlite/0008_flow_control.sql"),
 ];
 
 /// Writes a database as a build of schema `version` left it, with three rows of `queue`

@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::job::{ClaimId, ClaimToken, Claimed, Decision, Exhaustion, GroupPolicy, Job, JobId, JobState, Resolution};
 use crate::limits::Limits;
 use crate::report::{CheckpointReport, CommitStats, GroupHead, GroupSummary, PausedQueue, QueueBackoff, ReapReport};
-use crate::store::limits::{claim_limited, limit_rows, limits_by_queue, limits_of};
+use crate::store::limits::{claim_limited, limit_rows, limits_by_queue, limits_of, rate_opens_at};
 use crate::store::{
     Batch, ClaimRequest, Claims, Decided, GroupsRequest, Identity, JobDecision, NewRow, OwnedLease, PageRequest,
     QueueBackoffAt, QueueDecision, ScheduleTick, SnoozeAt, StatsRow, Stmt, Store, TokenAt,
@@ -194,7 +194,8 @@ impl Store for PostgresStore {
     }
 
     /// One statement (`CLAIM`); the claimed rows are sorted into claim order here. A queue
-    /// with limits, which `CLAIM` leaves alone, goes to `store::limits` in a transaction.
+    /// with limits, which `CLAIM` leaves alone, is claimed by `CLAIM_LIMITED` in one call when
+    /// its limits are queue-wide only, else by `store::limits` in a transaction.
     fn claim(tx: &PgTx, request: ClaimRequest<'_>) -> Result<Claims> {
         let ClaimRequest { queue, worker, now, lease_until, limit: limit_ } = request;
         let query = bound(CLAIM)
@@ -206,6 +207,9 @@ impl Store for PostgresStore {
         let rows = tx.writing(|conn| query.load::<ClaimRow>(conn))?;
         if rows.is_empty() {
             let limits = Self::limits(tx, queue)?;
+            if !limits.is_empty() && limits.group_rates.is_empty() {
+                return claim_queue_limited(tx, request, &limits);
+            }
             if !limits.is_empty() {
                 return tx.in_own_transaction(|tx| claim_limited::<Self>(tx, request, &limits));
             }
@@ -584,6 +588,11 @@ impl Store for PostgresStore {
         Ok(count_u64(tx.with(|conn| query.one::<N>(conn))?.n))
     }
 
+    fn latest_start(tx: &PgTx, queue: &str) -> Result<Option<i64>> {
+        let query = bound(LATEST_START).bind::<Text, _>(queue);
+        Ok(tx.with(|conn| query.one::<LatestRow>(conn))?.at)
+    }
+
     fn defer_pending(tx: &PgTx, id: JobId, at: i64) -> Result<()> {
         let query = bound(DEFER_PENDING).bind::<BigInt, _>(id.0).bind::<BigInt, _>(at);
         tx.writing(|conn| query.execute(conn)).map(drop)
@@ -836,6 +845,12 @@ struct ClaimRow {
     claim_id: uuid::Uuid,
     #[diesel(sql_type = Nullable<Text>)]
     group_name: Option<String>,
+}
+
+#[derive(QueryableByName)]
+struct LatestRow {
+    #[diesel(sql_type = Nullable<BigInt>)]
+    at: Option<i64>,
 }
 
 #[derive(QueryableByName)]
@@ -1236,6 +1251,34 @@ struct GroupsPageRow {
     head_wait_until: Option<i64>,
     #[diesel(sql_type = Nullable<BigInt>)]
     head_acknowledged_at: Option<i64>,
+}
+
+/// The claim of a queue whose limits are queue-wide only (a rate, a running limit): the
+/// schema's `fenceq_claim_limited`, which runs `store::limits::claim_limited`'s steps for such
+/// a queue on the server, under the same lock, in one round trip, so that the lock that
+/// serialises the queue's claims across processes is held for the function's run only. When
+/// it claims nothing and the queue has a rate, the rate's window says when it opens (read
+/// after the claim: advisory, as the pool only sleeps until then and claims again).
+fn claim_queue_limited(tx: &PgTx, request: ClaimRequest<'_>, limits: &Limits) -> Result<Claims> {
+    let ClaimRequest { queue, worker, now, lease_until, limit: limit_ } = request;
+    let query = bound(CLAIM_LIMITED)
+        .bind::<Text, _>(queue)
+        .bind::<BigInt, _>(now)
+        .bind::<BigInt, _>(limit(limit_))
+        .bind::<Text, _>(worker)
+        .bind::<BigInt, _>(lease_until)
+        .bind::<Nullable<BigInt>, _>(limits.rate.map(|r| i64::from(r.count)))
+        .bind::<Nullable<BigInt>, _>(limits.rate.map(|r| r.window_ms()))
+        .bind::<Nullable<BigInt>, _>(limits.max_running.map(i64::from));
+    let rows = tx.writing(|conn| query.load::<ClaimRow>(conn))?;
+    if !rows.is_empty() {
+        return Ok(Claims::of(claimed_in_order(rows)));
+    }
+    let limit_opens_at = match limits.rate {
+        Some(rate) => rate_opens_at::<PostgresStore>(tx, queue, rate, now)?,
+        None => None,
+    };
+    Ok(Claims { jobs: Vec::new(), limit_opens_at })
 }
 
 /// Claimed rows in claim order (priority, then run_at, then id), as the store hands them out.

@@ -1,8 +1,11 @@
 //! The claim's plan against a real server (`FENCEQ_POSTGRES_URL`; skipped without one,
 //! failing under `CI=true`): it honours its `LIMIT` instead of reading every due row; the
-//! overview's completions per minute read the hour asked for, not every settled row.
+//! overview's completions per minute read the hour asked for, not every settled row; a
+//! limited claim's reads of the starts log read a few rows (or the rate's count), not the log.
 
-use super::statements::{CLAIM, COMPLETIONS_PER_MINUTE, GROUP_NEEDS_RELEASE, RELEASE_GROUP};
+use super::statements::{
+    CLAIM, COMPLETIONS_PER_MINUTE, GROUP_NEEDS_RELEASE, LATEST_START, QUEUE_STARTS, RELEASE_GROUP,
+};
 use diesel::connection::SimpleConnection;
 use diesel::sql_types::{BigInt, Text};
 use diesel::{sql_query, Connection, PgConnection, QueryableByName, RunQueryDsl};
@@ -174,6 +177,44 @@ fn a_groups_release_reads_a_few_rows_not_its_backlog() {
         let most = most_rows_of_any_node(&plan);
         assert!(most <= 10, "{}: a node saw {most} rows of a 20,000-job backlog:\n{shown}", statement.name);
     }
+    drop(queue);
+    raw.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE")).unwrap();
+}
+
+/// With 20,000 starts kept for a queue (and as many of another), a limited claim's read of
+/// the latest start reads one row, and its count of a window stops at the rate's count.
+#[test]
+fn a_limited_claims_reads_of_the_starts_log_stop_early() {
+    let Some(url) = server() else { return };
+    let (schema, queue, mut raw) = scratch(&url);
+    raw.batch_execute(
+        "INSERT INTO fenceq_starts (queue, group_name, at, job_id)
+         SELECT q, NULL, i, i FROM generate_series(1, 20000) AS i, (VALUES ('q'), ('other')) AS v(q);
+         ANALYZE fenceq_starts;",
+    )
+    .unwrap();
+    let explain = |sql: &str| format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {sql}");
+    let latest: Vec<String> = sql_query(explain(LATEST_START.sql))
+        .bind::<Text, _>("q")
+        .load::<Plan>(&mut raw)
+        .unwrap()
+        .into_iter()
+        .map(|p| p.line)
+        .collect();
+    let shown = latest.join("\n");
+    assert!(shown.contains("fenceq_starts_queue"), "reads the starts' index:\n{shown}");
+    assert!(most_rows_of_any_node(&latest) <= 1, "the latest start is one row:\n{shown}");
+    let window: Vec<String> = sql_query(explain(QUEUE_STARTS.sql))
+        .bind::<Text, _>("q")
+        .bind::<BigInt, _>(0)
+        .bind::<BigInt, _>(30)
+        .load::<Plan>(&mut raw)
+        .unwrap()
+        .into_iter()
+        .map(|p| p.line)
+        .collect();
+    let shown = window.join("\n");
+    assert!(most_rows_of_any_node(&window) <= 30, "a window of 20,000 starts counted up to 30:\n{shown}");
     drop(queue);
     raw.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE")).unwrap();
 }

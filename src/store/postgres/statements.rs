@@ -848,9 +848,22 @@ stmt! {
     SET    starts_kept = starts_kept + (SELECT count(*) FROM recorded) - (SELECT count(*) FROM forgotten)
     WHERE  queue = $1";
 
+    /// The claim of a queue whose limits are queue-wide only, in one call of the schema's
+    /// function (`schema/postgres/0009_limited_claim.sql`): `$1` queue, `$2` now, `$3` limit,
+    /// `$4` worker, `$5` lease end, `$6` and `$7` the rate's count and window (NULL without a
+    /// rate), `$8` the running limit (NULL without one).
+    CLAIM_LIMITED = "
+    SELECT id, queue, key, payload, priority, run_at, attempt, max_attempts, lease_until, last_error,
+           claim_id, group_name
+    FROM   fenceq_claim_limited($1, $2, $3, $4, $5, $6, $7, $8)";
+
     /// How many starts the queue has recorded and not yet forgotten.
     STARTS_KEPT = "
     SELECT coalesce((SELECT starts_kept FROM fenceq_queue_flow WHERE queue = $1), 0) AS n";
+
+    /// The queue's latest recorded start (the end of `fenceq_starts_queue`'s range of it).
+    LATEST_START = "
+    SELECT max(at) AS at FROM fenceq_starts WHERE queue = $1";
 
     /// `$1` id, `$2` instant.
     DEFER_PENDING = "

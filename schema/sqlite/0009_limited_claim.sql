@@ -1,0 +1,5 @@
+-- Nothing on SQLite: PostgreSQL's 0009 moves the claim of a queue with queue-wide limits into
+-- one server-side call, to shorten the time its lock is held between processes. SQLite's claims
+-- run on the queue's one writer, in process, where the same claim
+-- (`store::limits::claim_limited`) costs no round trips. The version exists so that a number
+-- means the same schema on both stores.
