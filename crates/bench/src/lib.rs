@@ -37,6 +37,7 @@
 //! and a published package cannot depend on one that is not.
 
 mod guards;
+mod held_rate;
 mod output;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -45,6 +46,7 @@ mod rounds;
 mod scenarios;
 
 use clap::Parser;
+pub use held_rate::{child as held_rate_child, CHILD_ENV as HELD_RATE_CHILD_ENV};
 use output::Output;
 use report::BenchArgs;
 use std::error::Error as StdError;

@@ -81,14 +81,24 @@ enum Column {
     /// [`CALLERS`] threads enqueueing one per call at once (fenceq's intake groups; the raw
     /// loop: a connection per thread).
     Concurrent,
+    /// Pending jobs worked through by `--workers` workers on a queue with limits they never
+    /// reach (fenceq only: held against fenceq's [`Column::ProcessW`] of the same round).
+    ProcessLimited,
 }
 
 /// The threads of the concurrent intake column.
 const CALLERS: u64 = 16;
 
 impl Column {
-    const ALL: [Column; 6] =
-        [Column::Enqueue, Column::Batch, Column::Process1, Column::ProcessW, Column::EndToEnd, Column::Concurrent];
+    const ALL: [Column; 7] = [
+        Column::Enqueue,
+        Column::Batch,
+        Column::Process1,
+        Column::ProcessW,
+        Column::EndToEnd,
+        Column::Concurrent,
+        Column::ProcessLimited,
+    ];
 
     fn name(self) -> &'static str {
         match self {
@@ -98,6 +108,7 @@ impl Column {
             Column::ProcessW => "process_wn",
             Column::EndToEnd => "end_to_end_wn",
             Column::Concurrent => "enqueue_1_per_call_16_threads",
+            Column::ProcessLimited => "process_wn_limits_never_reached",
         }
     }
 
@@ -109,13 +120,30 @@ impl Column {
             Column::ProcessW => format!("process W={workers}"),
             Column::EndToEnd => format!("end to end W={workers}"),
             Column::Concurrent => format!("enqueue 1/call, {CALLERS} threads"),
+            Column::ProcessLimited => format!("process W={workers} under limits"),
         }
     }
 
     /// That table leaves the raw 100-per-transaction loop out of these: one job per
     /// call is one job per transaction, and a producer racing its workers is not a batch.
+    /// The limited pool is fenceq's alone (compared with fenceq's unlimited pool).
     fn applies(self, row: Row) -> bool {
-        !(row == Row::Raw100 && matches!(self, Column::Enqueue | Column::EndToEnd | Column::Concurrent))
+        match self {
+            Column::ProcessLimited => row == Row::Fenceq,
+            Column::Enqueue | Column::EndToEnd | Column::Concurrent => row != Row::Raw100,
+            Column::Batch | Column::Process1 | Column::ProcessW => true,
+        }
+    }
+
+    /// The `--only` steps that select this column (as the SQLite bench names its steps).
+    fn steps(self) -> &'static [&'static str] {
+        match self {
+            Column::Enqueue | Column::Batch | Column::Concurrent => &["intake"],
+            Column::Process1 => &["pool"],
+            Column::ProcessW => &["pool", "flow"],
+            Column::EndToEnd => &["end_to_end"],
+            Column::ProcessLimited => &["flow"],
+        }
     }
 }
 
@@ -169,9 +197,19 @@ pub fn run(args: &BenchArgs, ctx: &mut Context) -> CliResult<()> {
         rounds: args.rounds as usize,
         created: Vec::new(),
     };
+    let selected = |step: &str| args.only.is_empty() || args.only.iter().any(|o| o == step);
+    if let Some(other) =
+        args.only.iter().find(|o| !Column::ALL.iter().any(|c| c.steps().contains(&o.as_str())) && *o != "rate")
+    {
+        return Err(fail(format!(
+            "--only {other}: not measured on PostgreSQL (steps there: intake, pool, end_to_end, flow, rate)"
+        )));
+    }
     let server = bench.server_settings()?;
     // Column by column, so that fenceq runs right after the raw loops it is compared with.
-    let cells: Vec<(Row, Column)> = Column::ALL
+    let columns: Vec<Column> =
+        Column::ALL.iter().copied().filter(|c| c.steps().iter().any(|step| selected(step))).collect();
+    let cells: Vec<(Row, Column)> = columns
         .iter()
         .flat_map(|&column| Row::ALL.iter().filter(move |&&row| column.applies(row)).map(move |&row| (row, column)))
         .collect();
@@ -200,6 +238,10 @@ pub fn run(args: &BenchArgs, ctx: &mut Context) -> CliResult<()> {
         }
     }
     progress.finish_and_clear();
+    let mut held = None;
+    if result.is_ok() && selected("rate") {
+        result = bench.held_rate(args).map(|figure| held = Some(figure));
+    }
     let dropped = bench.drop_schemas();
     result?;
     dropped?;
@@ -207,21 +249,24 @@ pub fn run(args: &BenchArgs, ctx: &mut Context) -> CliResult<()> {
         for &(row, column) in &cells {
             ctx.out.record(&summary_json(&measured, row, column, &bench, &server))?;
         }
+        if let Some(figure) = &held {
+            ctx.out.record(&held_rate_json(figure, &bench, &server))?;
+        }
         return Ok(());
     }
     let mut header = vec!["".to_string()];
-    header.extend(Column::ALL.iter().map(|c| c.label(bench.workers)));
+    header.extend(columns.iter().map(|c| c.label(bench.workers)));
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
     let mut table = crate::output::table(&header);
     for row in Row::ALL {
         let mut line = vec![row.label().to_string()];
-        for column in Column::ALL {
+        for &column in &columns {
             line.push(figures(&measured, row, column).map_or_else(String::new, |f| format!("{:.0}", f.median)));
         }
         table.add_row(line);
     }
     let mut ratios = vec!["fenceq / raw 1 op per tx (min–max)".to_string()];
-    for column in Column::ALL {
+    for &column in &columns {
         ratios.push(ratios_to(&measured, column, Row::Raw1).map_or_else(String::new, |r| {
             if bench.rounds == 1 {
                 format!("{:.2}x", r.median)
@@ -232,6 +277,26 @@ pub fn run(args: &BenchArgs, ctx: &mut Context) -> CliResult<()> {
     }
     table.add_row(ratios);
     ctx.out.table(&table)?;
+    if let Some(r) = ratio_between(&measured, (Row::Fenceq, Column::ProcessLimited), (Row::Fenceq, Column::ProcessW)) {
+        ctx.out.line(format!(
+            "{}: {:.2}x ({:.2}–{:.2}) the same pool on a queue without limits",
+            Column::ProcessLimited.label(bench.workers),
+            r.median,
+            r.min,
+            r.max
+        ))?;
+    }
+    if let Some(figure) = &held {
+        let detail = |key: &str| figure.details.iter().find(|(k, _)| k == key).map_or(0.0, |(_, v)| *v);
+        ctx.out.line(format!(
+            "{}: {:.2} % of the limit ({} starts; at most {} in any second, limit {})",
+            figure.scenario,
+            figure.value,
+            detail("starts_in_run"),
+            detail("most_in_any_1s"),
+            detail("limit")
+        ))?;
+    }
     ctx.out.line(format!(
         "jobs/s, medians of {} interleaved rounds; jobs={} workers={} on {} (PostgreSQL {}, fsync={}, \
          synchronous_commit={}); each ratio is computed within a round",
@@ -255,13 +320,18 @@ fn figures(measured: &[Cell], row: Row, column: Column) -> Option<Spread> {
 
 /// fenceq's figure over the raw loop's in `column`, within each round that measured both.
 fn ratios_to(measured: &[Cell], column: Column, raw: Row) -> Option<Spread> {
-    let find = |round, row| {
+    ratio_between(measured, (Row::Fenceq, column), (raw, column))
+}
+
+/// One cell's figure over another's, within each round that measured both.
+fn ratio_between(measured: &[Cell], of: (Row, Column), to: (Row, Column)) -> Option<Spread> {
+    let find = |round, (row, column): (Row, Column)| {
         measured.iter().find(|c| c.round == round && c.row == row && c.column == column).map(|c| c.jobs_per_sec)
     };
     let ratios: Vec<f64> = measured
         .iter()
-        .filter(|c| c.row == Row::Fenceq && c.column == column)
-        .filter_map(|c| Some(c.jobs_per_sec / find(c.round, raw)?))
+        .filter(|c| (c.row, c.column) == of)
+        .filter_map(|c| Some(c.jobs_per_sec / find(c.round, to)?))
         .collect();
     (!ratios.is_empty()).then(|| Spread::of(&ratios))
 }
@@ -295,6 +365,28 @@ fn cell_json(cell: &Cell, before: &[Cell], bench: &Bench, server: &Server) -> se
                 value[ratio_key(raw)] = json!((cell.jobs_per_sec / baseline.jobs_per_sec * 1000.0).round() / 1000.0);
             }
         }
+        if cell.column == Column::ProcessLimited {
+            let unlimited = |c: &&Cell| c.round == cell.round && c.row == Row::Fenceq && c.column == Column::ProcessW;
+            if let Some(baseline) = before.iter().find(unlimited) {
+                value[UNLIMITED_KEY] = json!((cell.jobs_per_sec / baseline.jobs_per_sec * 1000.0).round() / 1000.0);
+            }
+        }
+    }
+    value
+}
+
+/// The JSON key of the limited pool's ratio to the same pool without limits.
+const UNLIMITED_KEY: &str = "ratio_to_unlimited";
+
+/// The held-rate step's line: its figure and details, the run's settings.
+fn held_rate_json(figure: &crate::scenarios::Figure, bench: &Bench, server: &Server) -> serde_json::Value {
+    let mut value = settings_json(bench, server);
+    value["summary"] = json!("figure");
+    value["scenario"] = json!(format!("postgres/{}", figure.scenario));
+    value["value"] = json!((figure.value * 100.0).round() / 100.0);
+    value["unit"] = json!(figure.unit);
+    for (k, v) in &figure.details {
+        value[k.as_str()] = json!(v);
     }
     value
 }
@@ -319,9 +411,16 @@ fn summary_json(measured: &[Cell], row: Row, column: Column, bench: &Bench, serv
         spread_json(&mut value, &f, 100.0);
     }
     if row == Row::Fenceq {
-        for raw in [Row::Raw1, Row::Raw100] {
-            if let Some(r) = ratios_to(measured, column, raw) {
-                let key = ratio_key(raw);
+        let mut ratios: Vec<(&str, Option<Spread>)> = [Row::Raw1, Row::Raw100]
+            .into_iter()
+            .map(|raw| (ratio_key(raw), ratios_to(measured, column, raw)))
+            .collect();
+        if column == Column::ProcessLimited {
+            let r = ratio_between(measured, (Row::Fenceq, column), (Row::Fenceq, Column::ProcessW));
+            ratios.push((UNLIMITED_KEY, r));
+        }
+        for (key, r) in ratios {
+            if let Some(r) = r {
                 let round3 = |v: f64| (v * 1000.0).round() / 1000.0;
                 value[key] = json!(round3(r.median));
                 value[format!("{key}_min")] = json!(round3(r.min));
@@ -469,6 +568,13 @@ impl Bench {
 
     // --------------------------------------------------------------------------- fenceq
 
+    /// The held-rate step on a scratch schema of its own.
+    fn held_rate(&mut self, args: &BenchArgs) -> CliResult<crate::scenarios::Figure> {
+        let schema = self.scratch("fq_held_rate")?;
+        let target = crate::held_rate::Target::Postgres { url: self.url.clone(), schema };
+        crate::held_rate::run(&target, args.rate_limit, args.rate_secs)
+    }
+
     fn open(&self, schema: &str, pool: usize) -> CliResult<Queue<PostgresStore>> {
         let builder = postgres_builder_for(&self.url, schema);
         Ok(builder.pool_size(pool as u32 + 2).open_postgres()?)
@@ -486,9 +592,12 @@ impl Bench {
                 Ok(jobs as f64 / started.elapsed().as_secs_f64())
             }
             Column::Batch => enqueue_in_batches(&self.open(schema, 1)?, jobs, 100),
-            Column::Process1 | Column::ProcessW => {
+            Column::Process1 | Column::ProcessW | Column::ProcessLimited => {
                 let workers = if column == Column::Process1 { 1 } else { self.workers };
                 let queue = self.open(schema, workers)?;
+                if column == Column::ProcessLimited {
+                    queue.set_limits("bench", &crate::scenarios::limits_never_reached())?;
+                }
                 enqueue_in_batches(&queue, jobs, 5000)?;
                 crate::scenarios::pool_completes(&queue, jobs, workers, || Ok(()))
             }
@@ -550,6 +659,7 @@ impl Bench {
                 drop(conn);
                 self.raw_workers(schema, per_tx, workers, None)
             }
+            Column::ProcessLimited => Err(fail("the pool under limits has no raw loop (Column::applies)")),
             Column::Concurrent => {
                 let connections = (0..CALLERS).map(|_| self.connect(Some(schema))).collect::<CliResult<Vec<_>>>()?;
                 let per_thread = jobs.div_ceil(CALLERS);

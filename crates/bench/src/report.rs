@@ -36,13 +36,21 @@ pub struct BenchArgs {
     /// worked through for the peak-RSS figure (measured once, after the rounds; SQLite only).
     #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1000..=10_000_000))]
     pub latency_rows: u64,
+    /// The queue-wide rate of the held-rate step (starts per second, four processes of
+    /// eight workers; measured once, after the rounds).
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u32).range(10..=100_000))]
+    pub rate_limit: u32,
+    /// Seconds of the held-rate step over which the achieved rate is measured (the backlog
+    /// lasts one second longer).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub rate_secs: u64,
     /// Interleaved rounds: every ratio is computed within a round, and the report gives the
     /// median and spread (min, max) over the rounds.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=100))]
     pub rounds: u64,
     /// Run only these steps (comma-separated): intake, pool, end_to_end, webhook, claim,
     /// batch_1000, full, guards, latency, flow (the pool under limits it never reaches; with
-    /// latency, the claim on a queue of groups).
+    /// latency, the claim on a queue of groups), rate (a rate held by four processes).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Measure only these schema variants in the guards step (comma-separated; all when
@@ -76,6 +84,8 @@ impl BenchArgs {
                 SyncArg::Full => Synchronous::Full,
             },
             latency_rows: self.latency_rows,
+            rate_limit: self.rate_limit,
+            rate_secs: self.rate_secs,
             rounds: self.rounds as usize,
             only: self.only,
             guards: self.guard,
@@ -179,14 +189,24 @@ fn summary_json(report: &Report, o: &BenchOptions) -> Vec<Value> {
     lines
 }
 
+/// A figure in a table: whole numbers from 100 up, two decimals below (a percentage just
+/// under 100, a latency of a few microseconds).
+fn figure_text(value: f64) -> String {
+    if value.abs() >= 100.0 {
+        format!("{value:.0}")
+    } else {
+        format!("{value:.2}")
+    }
+}
+
 fn print_tables(ctx: &mut Context, report: &Report, o: &BenchOptions) -> CliResult<()> {
     let mut table = crate::output::table(&["scenario", "median", "min – max", "unit", "details (medians)"]);
     for f in &report.figures {
         let details: Vec<String> = f.details.iter().map(|(k, v)| format!("{k}={v:.2}")).collect();
         table.add_row(vec![
             f.scenario.clone(),
-            format!("{:.0}", f.spread.median),
-            format!("{:.0} – {:.0}", f.spread.min, f.spread.max),
+            figure_text(f.spread.median),
+            format!("{} – {}", figure_text(f.spread.min), figure_text(f.spread.max)),
             f.unit.to_string(),
             details.join(" "),
         ]);

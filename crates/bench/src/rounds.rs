@@ -25,6 +25,10 @@ pub struct BenchOptions {
     pub sync: Synchronous,
     /// Pending rows for the large claim-latency measurement and the peak-RSS pass.
     pub latency_rows: u64,
+    /// The held-rate step's limit (starts per second).
+    pub rate_limit: u32,
+    /// The held-rate step's measured seconds.
+    pub rate_secs: u64,
     /// Interleaved rounds.
     pub rounds: usize,
     /// Run only the steps whose names contain one of these (all when empty).
@@ -36,9 +40,9 @@ pub struct BenchOptions {
 }
 
 /// The steps of one round, by name (what `--only` matches).
-/// `latency` is the one-off large step after the rounds.
+/// `latency` and `rate` are one-off steps after the rounds.
 pub const STEPS: &[&str] =
-    &["intake", "pool", "end_to_end", "webhook", "claim", "batch_1000", "full", "guards", "latency", "flow"];
+    &["intake", "pool", "end_to_end", "webhook", "claim", "batch_1000", "full", "guards", "latency", "flow", "rate"];
 
 /// A ratio the report computes within each round.
 struct RatioSpec {
@@ -155,6 +159,12 @@ pub fn run(options: &BenchOptions, mut report: impl FnMut(usize, &Figure) -> Cli
             once.push(figure);
             Ok(())
         })?;
+    }
+    if options.selected("rate") {
+        let target = crate::held_rate::Target::Sqlite(options.fresh("held_rate"));
+        let figure = crate::held_rate::run(&target, options.rate_limit, options.rate_secs)?;
+        report(0, &figure)?;
+        once.push(figure);
     }
     Ok(summarise(options, &rounds, &once, started.elapsed().as_secs_f64()))
 }

@@ -100,7 +100,11 @@ impl Run {
 #[test]
 fn the_bench_on_postgres_reports_every_cell_beside_its_raw_loop() {
     let Some(s) = Scratch::new() else { return };
-    let lines = s.run(&["--json", "--jobs", "1000", "--workers", "2", "--rounds", "2"]).json_lines();
+    let lines = s
+        .run(&["--json", "--jobs", "1000", "--workers", "2", "--rounds", "2", "--rate-limit", "50", "--rate-secs", "1"])
+        .json_lines();
+    let (held, lines): (Vec<Value>, Vec<Value>) =
+        lines.into_iter().partition(|l| l["scenario"].as_str().unwrap().starts_with("postgres/fenceq/flow/rate_"));
     // Column by column, each column's raw loops right before fenceq.
     let mut cells = Vec::new();
     for column in [
@@ -110,11 +114,13 @@ fn the_bench_on_postgres_reports_every_cell_beside_its_raw_loop() {
         "process_wn",
         "end_to_end_wn",
         "enqueue_1_per_call_16_threads",
+        "process_wn_limits_never_reached",
     ] {
         for row in ["raw_sql/1_op_per_tx", "raw_sql/100_ops_per_tx", "fenceq"] {
             let raw_batch_only = row == "raw_sql/100_ops_per_tx"
                 && matches!(column, "enqueue_1_per_call" | "end_to_end_wn" | "enqueue_1_per_call_16_threads");
-            if !raw_batch_only {
+            let fenceq_only = row != "fenceq" && column == "process_wn_limits_never_reached";
+            if !raw_batch_only && !fenceq_only {
                 cells.push(format!("postgres/{row}/{column}"));
             }
         }
@@ -139,18 +145,34 @@ fn the_bench_on_postgres_reports_every_cell_beside_its_raw_loop() {
         assert!(figure["synchronous_commit"].is_string() && figure["fsync"].is_string(), "{figure}");
     }
     for fenceq in lines.iter().filter(|f| f["scenario"].as_str().unwrap().starts_with("postgres/fenceq/")) {
-        let ratio = fenceq["ratio_to_raw_1_op_per_tx"].as_f64().expect("a ratio to the raw loop of the same round");
+        let key = if fenceq["scenario"].as_str().unwrap().ends_with("limits_never_reached") {
+            "ratio_to_unlimited"
+        } else {
+            "ratio_to_raw_1_op_per_tx"
+        };
+        let ratio = fenceq[key].as_f64().unwrap_or_else(|| panic!("{key}: a ratio within the same round: {fenceq}"));
         assert!(ratio > 0.0, "{fenceq}");
     }
+    // The rate four processes held, once after the rounds.
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(held[0]["scenario"], "postgres/fenceq/flow/rate_50_per_s_4_processes_1_s");
+    assert!(held[0]["most_in_any_1s"].as_f64().unwrap() <= 50.0, "{}", held[0]);
+    assert!(held[0]["value"].as_f64().unwrap() > 0.0 && held[0]["value"].as_f64().unwrap() <= 100.0, "{}", held[0]);
     for summary in &summaries {
         let (min, median, max) =
             (summary["min"].as_f64().unwrap(), summary["median"].as_f64().unwrap(), summary["max"].as_f64().unwrap());
         assert!(min <= median && median <= max, "{summary}");
         assert_eq!(summary["rounds_measured"].as_u64(), Some(2), "{summary}");
-        if summary["scenario"].as_str().unwrap().starts_with("postgres/fenceq/") {
-            let low = summary["ratio_to_raw_1_op_per_tx_min"].as_f64().unwrap();
-            let high = summary["ratio_to_raw_1_op_per_tx_max"].as_f64().unwrap();
-            let mid = summary["ratio_to_raw_1_op_per_tx"].as_f64().unwrap();
+        let scenario = summary["scenario"].as_str().unwrap();
+        if scenario.starts_with("postgres/fenceq/") {
+            let key = if scenario.ends_with("limits_never_reached") {
+                "ratio_to_unlimited"
+            } else {
+                "ratio_to_raw_1_op_per_tx"
+            };
+            let low = summary[format!("{key}_min")].as_f64().unwrap();
+            let high = summary[format!("{key}_max")].as_f64().unwrap();
+            let mid = summary[key].as_f64().unwrap();
             assert!(low <= mid && mid <= high, "{summary}");
         }
     }

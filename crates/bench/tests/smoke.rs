@@ -60,6 +60,7 @@ const ONCE: &[&str] = &[
     "fenceq/latency/claim_2000_pending_200_groups",
     "fenceq/work_through_2000_jobs",
     "process/peak_rss",
+    "fenceq/flow/rate_50_per_s_4_processes_1_s",
 ];
 
 fn bench(args: &[&str]) -> (std::process::Output, tempfile::TempDir) {
@@ -81,6 +82,10 @@ fn every_bench_scenario_runs_in_every_round_and_is_summarised_once() {
         "normal",
         "--latency-rows",
         "2000",
+        "--rate-limit",
+        "50",
+        "--rate-secs",
+        "1",
         "--rounds",
         &rounds,
     ]);
@@ -131,6 +136,11 @@ fn every_bench_scenario_runs_in_every_round_and_is_summarised_once() {
         assert_eq!(f["rounds_measured"].as_u64(), Some(measured), "{f}");
     }
     let figure = |name: &str| *figures.iter().find(|f| f["scenario"] == name).unwrap();
+    // The rate four processes held: never more than the limit in a second, all of it reached
+    // or close (the figure is a percentage of the limit over the measured second).
+    let held = figure("fenceq/flow/rate_50_per_s_4_processes_1_s");
+    assert!(held["most_in_any_1s"].as_f64().unwrap() <= 50.0, "{held}");
+    assert!(held["value"].as_f64().unwrap() <= 100.0 && held["starts_in_run"].as_f64().unwrap() <= 50.0, "{held}");
     assert!(figure("fenceq/end_to_end/4_producers_2_workers")["requests_per_tx"].as_f64().unwrap() >= 1.0);
     for callers in [16.0, 64.0] {
         let full = figure(&format!("fenceq/full/enqueue_{callers}_callers"));

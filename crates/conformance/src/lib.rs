@@ -66,7 +66,9 @@ pub mod model;
 mod postgres;
 mod sqlite;
 
-pub use fixture::{alone_in_a_process, child_process, ci, env_or, spin_until, wall_ms, Db, Rng, HANG_GUARD, LEASE, T0};
+pub use fixture::{
+    alone_in_a_process, child_process, ci, env_or, most_in_window, spin_until, wall_ms, Db, Rng, HANG_GUARD, LEASE, T0,
+};
 pub use harness::{Harness, RawRow};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresHarness, PostgresPlace, URL_VARIABLE as POSTGRES_URL_VARIABLE};
