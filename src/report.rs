@@ -92,17 +92,25 @@ pub struct QueueStats {
     pub throttled: Option<Throttled>,
 }
 
-/// Due jobs of a queue held back by a queue-wide limit ([`QueueStats::throttled`]): pending,
-/// spending no attempt, claimable once the limit opens. (A group's head waiting out its
-/// group's rate is deferred to the instant the rate opens, and counts as a pending job not
-/// yet due.)
+/// Jobs of a queue a limit holds back ([`QueueStats::throttled`]): pending, spending no
+/// attempt, claimable once the limit opens.
+///
+/// Two kinds: due jobs a queue-wide limit (the rate, the running limit) holds back, and the
+/// heads of groups whose group rate is spent. A claim defers such a head to the instant its
+/// group's rate opens (its `run_at`, so that later claims pass it by), so it is pending and
+/// not yet due; it is counted here while its group's rate is spent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Throttled {
-    /// Due pending jobs the limit holds back.
+    /// Due pending jobs a queue-wide limit holds back.
     pub due: u64,
     /// When the queue's rate opens again (the store's clock), or `None` when the running
-    /// limit holds them: they go as running attempts settle.
+    /// limit holds them (they go as running attempts settle), or when no queue-wide limit
+    /// holds any.
     pub opens_at: Option<i64>,
+    /// Heads of groups whose group rate is spent, waiting (deferred) for it to open.
+    pub group_heads: u64,
+    /// When the first of those heads is due again (the store's clock).
+    pub group_heads_open_at: Option<i64>,
 }
 
 impl QueueStats {

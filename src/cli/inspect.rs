@@ -168,7 +168,17 @@ impl StatsArgs {
             }
         }
         for q in &stats.queues {
-            if let Some(throttled) = &q.throttled {
+            if let Some(throttled) = q.throttled.filter(|t| t.group_heads > 0) {
+                attention.push(format!(
+                    "queue {}: {} {} of groups whose rate is spent wait until {} (fenceq limit show {})",
+                    output::sanitize(&q.queue),
+                    throttled.group_heads,
+                    plural(throttled.group_heads, "head", "heads"),
+                    when(throttled.group_heads_open_at, now),
+                    output::sanitize(&q.queue),
+                ));
+            }
+            if let Some(throttled) = q.throttled.filter(|t| t.due > 0 || t.opens_at.is_some()) {
                 let until = throttled.opens_at.map_or_else(
                     || "until a running attempt settles (its running limit)".to_string(),
                     |at| format!("until {} (its rate)", when(Some(at), now)),
@@ -207,7 +217,12 @@ fn stats_json(q: &QueueStats, now: i64) -> Value {
         "next_due_at": q.next_due_at(now),
         "paused": super::pause::pause_json(q.paused.as_ref(), now),
         "backoff": q.backoff.as_ref().map(|b| super::backoff::backoff_json(b, now)),
-        "throttled": q.throttled.map(|t| json!({ "due": t.due, "opens_at": t.opens_at })),
+        "throttled": q.throttled.map(|t| json!({
+            "due": t.due,
+            "opens_at": t.opens_at,
+            "group_heads": t.group_heads,
+            "group_heads_open_at": t.group_heads_open_at,
+        })),
     })
 }
 

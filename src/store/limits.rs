@@ -103,11 +103,23 @@ pub(crate) fn throttled<S: Store>(tx: &S::Tx, queue: &str, limits: &Limits, now:
         Some(rate) => window::<S>(tx, queue, None, rate, now)?.1,
         None => None,
     };
-    if !by_running && by_rate.is_none() {
+    let mut spent: Vec<String> = Vec::new();
+    for rate in &limits.group_rates {
+        spent.extend(S::spent_groups(tx, queue, now.saturating_sub(rate.window_ms()), rate.count)?);
+    }
+    spent.sort_unstable();
+    spent.dedup();
+    let (group_heads, group_heads_open_at) =
+        if spent.is_empty() { (0, None) } else { S::deferred_heads(tx, queue, &spent, now)? };
+    if !by_running && by_rate.is_none() && group_heads == 0 {
         return Ok(None);
     }
-    let due = S::due_or_running(tx, queue, now)?.saturating_sub(running);
-    Ok(Some(Throttled { due, opens_at: if by_running { None } else { by_rate } }))
+    let due = match by_running || by_rate.is_some() {
+        true => S::due_or_running(tx, queue, now)?.saturating_sub(running),
+        false => 0,
+    };
+    let opens_at = if by_running { None } else { by_rate };
+    Ok(Some(Throttled { due, opens_at, group_heads, group_heads_open_at }))
 }
 
 /// When the queue's full `rate` window opens again, or `None` while it has room (read outside

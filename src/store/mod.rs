@@ -505,6 +505,15 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// The latest start of `queue` recorded and not yet forgotten.
     fn latest_start(tx: &Self::Tx, queue: &str) -> Result<Option<i64>>;
 
+    /// The groups of `queue` with `count` or more starts recorded after `since`: those whose
+    /// rate of `count` per window from `since` is spent (for `stats`).
+    fn spent_groups(tx: &Self::Tx, queue: &str, since: i64, count: u32) -> Result<Vec<String>>;
+
+    /// How many of `groups`' heads (pending, holding their group) are not due at `now`, and
+    /// the earliest instant one is: the heads a claim deferred until their group's rate
+    /// opens (for `stats`).
+    fn deferred_heads(tx: &Self::Tx, queue: &str, groups: &[String], now: i64) -> Result<(u64, Option<i64>)>;
+
     /// How many starts of `queue` (of one group of it, with `group`) were recorded after
     /// `since`, counting no further than `most`, and when there are `most` or more, the
     /// `most`-th latest of them: what a window of a rate of `most` needs to know.

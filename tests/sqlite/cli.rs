@@ -1085,6 +1085,39 @@ fn limit_set_show_and_clear_store_the_limits_and_refuse_bad_input() {
     assert!(run(&db, &["limit", "show"]).ok().contains("no queue has limits"));
 }
 
+/// What limits hold back shows on `stats`: due jobs a queue-wide rate holds, and the heads of
+/// groups whose group rate is spent (deferred until it opens), each with until when.
+#[test]
+fn stats_shows_what_a_queue_rate_and_a_group_rate_hold_back() {
+    let (_dir, db, queue) = new_db();
+    run(&db, &["limit", "set", "r", "--rate", "1/1h"]).ok();
+    run(&db, &["limit", "set", "g", "--group-rate", "1/1h"]).ok();
+    for n in 0..3 {
+        enqueue(&queue, NewJob::new("r", format!("{n}").into_bytes()));
+    }
+    for chat in ["chat:1", "chat:2"] {
+        for n in 0..2 {
+            enqueue(&queue, NewJob::new("g", format!("{chat} {n}").into_bytes()).group(chat));
+        }
+    }
+    assert!(queue.claim("r", "w", LEASE).unwrap().is_some());
+    for c in queue.claim_batch("g", "w", LEASE, 10).unwrap() {
+        queue.complete(&c.token()).unwrap();
+    }
+    assert!(queue.claim_batch("g", "w", LEASE, 10).unwrap().is_empty(), "both chats' rates are spent");
+
+    let text = run(&db, &["stats"]).ok().to_string();
+    assert!(text.contains("queue r is throttled: 2 due jobs held back until "), "{text}");
+    assert!(text.contains("queue g: 2 heads of groups whose rate is spent wait until "), "{text}");
+    let stats = run(&db, &["stats", "--json"]).json();
+    let queues = stats["queues"].as_array().unwrap();
+    let of = |name: &str| queues.iter().find(|q| q["queue"] == name).unwrap()["throttled"].clone();
+    assert_eq!(of("r")["due"].as_u64(), Some(2), "{stats}");
+    assert!(of("r")["opens_at"].as_i64().is_some(), "{stats}");
+    assert_eq!((of("g")["group_heads"].as_u64(), of("g")["due"].as_u64()), (Some(2), Some(0)), "{stats}");
+    assert!(of("g")["group_heads_open_at"].as_i64().is_some(), "{stats}");
+}
+
 /// A queue backing off (a handler's provider back-off for the whole queue): `stats` marks it
 /// and says until when, `backoff show` prints it, `backoff clear` lifts it (with the usual
 /// --dry-run and --expect), and the queue claims again at once.

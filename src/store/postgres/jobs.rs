@@ -593,6 +593,18 @@ impl Store for PostgresStore {
         Ok(tx.with(|conn| query.one::<LatestRow>(conn))?.at)
     }
 
+    fn spent_groups(tx: &PgTx, queue: &str, since: i64, count: u32) -> Result<Vec<String>> {
+        let query =
+            bound(SPENT_GROUPS).bind::<Text, _>(queue).bind::<BigInt, _>(since).bind::<BigInt, _>(i64::from(count));
+        Ok(tx.with(|conn| query.load::<GroupNameRow>(conn))?.into_iter().map(|r| r.group_name).collect())
+    }
+
+    fn deferred_heads(tx: &PgTx, queue: &str, groups: &[String], now: i64) -> Result<(u64, Option<i64>)> {
+        let query = bound(DEFERRED_HEADS).bind::<Text, _>(queue).bind::<Array<Text>, _>(groups).bind::<BigInt, _>(now);
+        let row = tx.with(|conn| query.one::<HeadsRow>(conn))?;
+        Ok((count_u64(row.n), row.at))
+    }
+
     fn defer_pending(tx: &PgTx, id: JobId, at: i64) -> Result<()> {
         let query = bound(DEFER_PENDING).bind::<BigInt, _>(id.0).bind::<BigInt, _>(at);
         tx.writing(|conn| query.execute(conn)).map(drop)
@@ -845,6 +857,14 @@ struct ClaimRow {
     claim_id: uuid::Uuid,
     #[diesel(sql_type = Nullable<Text>)]
     group_name: Option<String>,
+}
+
+#[derive(QueryableByName)]
+struct HeadsRow {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    at: Option<i64>,
 }
 
 #[derive(QueryableByName)]

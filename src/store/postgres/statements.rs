@@ -861,6 +861,20 @@ stmt! {
     STARTS_KEPT = "
     SELECT coalesce((SELECT starts_kept FROM fenceq_queue_flow WHERE queue = $1), 0) AS n";
 
+    /// Groups of queue `$1` with `$3` or more starts after `$2`, through the starts' group
+    /// index.
+    SPENT_GROUPS = "
+    SELECT group_name FROM fenceq_starts
+    WHERE  queue = $1 AND group_name IS NOT NULL AND at > $2
+    GROUP  BY group_name HAVING count(*) >= $3";
+
+    /// Of the groups in the array `$2`, the heads not due at `$3`: how many, and the earliest
+    /// `run_at` (each group's head through the group index).
+    DEFERRED_HEADS = "
+    SELECT count(*) AS n, min(j.run_at) AS at FROM unnest($2::text[]) AS g(name)
+    JOIN   fenceq_jobs AS j ON j.queue = $1 AND j.group_name = g.name AND NOT j.group_held
+    WHERE  j.state = 'pending' AND j.run_at > $3";
+
     /// The queue's latest recorded start (the end of `fenceq_starts_queue`'s range of it).
     LATEST_START = "
     SELECT max(at) AS at FROM fenceq_starts WHERE queue = $1";

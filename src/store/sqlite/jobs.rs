@@ -547,6 +547,31 @@ impl Store for SqliteStore {
         on(tx, LATEST_START, |s| s.query_row(named_params! { ":queue": queue }, |row| row.get::<_, Option<i64>>(0)))
     }
 
+    fn spent_groups(tx: &Connection, queue: &str, since: i64, count: u32) -> Result<Vec<String>> {
+        on(tx, SPENT_GROUPS, |s| {
+            let rows = s.query_map(named_params! { ":queue": queue, ":since": since, ":count": count }, |row| {
+                row.get::<_, String>(0)
+            })?;
+            rows.collect()
+        })
+    }
+
+    /// One probe of the group index per group (in process: no round trips to save).
+    fn deferred_heads(tx: &Connection, queue: &str, groups: &[String], now: i64) -> Result<(u64, Option<i64>)> {
+        let (mut heads, mut first) = (0u64, None::<i64>);
+        for group in groups {
+            let run_at = on(tx, DEFERRED_HEAD, |s| {
+                s.query_row(named_params! { ":queue": queue, ":group": group, ":now": now }, |row| row.get::<_, i64>(0))
+                    .optional()
+            })?;
+            if let Some(at) = run_at {
+                heads += 1;
+                first = Some(first.map_or(at, |f| f.min(at)));
+            }
+        }
+        Ok((heads, first))
+    }
+
     fn defer_pending(tx: &Connection, id: JobId, at: i64) -> Result<()> {
         on(tx, DEFER_PENDING, |s| s.execute(named_params! { ":id": id.0, ":at": at })).map(drop)
     }

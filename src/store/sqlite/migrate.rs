@@ -21,6 +21,7 @@ pub(crate) const MIGRATIONS: [Migration; MIGRATION_NAMES.len()] = migrations([
     include_str!("../../../schema/sqlite/0006_paused_queues.sql"),
     include_str!("../../../schema/sqlite/0007_checks_in_table.sql"),
     include_str!("../../../schema/sqlite/0008_flow_control.sql"),
+    include_str!("../../../schema/sqlite/0009_limited_claim.sql"),
 ]);
 
 /// The schema version this build writes and understands.

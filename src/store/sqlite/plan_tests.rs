@@ -241,6 +241,11 @@ fn limit_statements_search_their_indexes() {
     assert!(running.contains("INDEX fenceq_jobs_lease (queue=?)"), "{running}");
     let forget = plan(&conn, FORGET_STARTS.sql).join("\n");
     assert!(forget.contains("USING PRIMARY KEY (queue=? AND at<?)"), "{forget}");
+    let spent = plan(&conn, SPENT_GROUPS.sql).join("\n");
+    // The window's starts by either key (the window holds no more starts than are kept).
+    assert!(spent.contains("SEARCH fenceq_starts USING") && spent.contains("(queue=?"), "{spent}");
+    let head = plan(&conn, DEFERRED_HEAD.sql).join("\n");
+    assert!(head.contains("INDEX fenceq_jobs_group (queue=? AND group_name=?"), "{head}");
     let latest = plan(&conn, LATEST_START.sql).join("\n");
     assert!(latest.contains("SEARCH fenceq_starts USING PRIMARY KEY (queue=?)"), "{latest}");
 }

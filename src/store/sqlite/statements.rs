@@ -668,6 +668,19 @@ stmt! {
     STARTS_KEPT = "
     SELECT coalesce((SELECT starts_kept FROM fenceq_queue_flow WHERE queue = :queue), 0)";
 
+    /// Groups of the queue with `:count` or more starts after `:since`, through the starts'
+    /// group index.
+    SPENT_GROUPS = "
+    SELECT group_name FROM fenceq_starts
+    WHERE  queue = :queue AND group_name IS NOT NULL AND at > :since
+    GROUP  BY group_name HAVING count(*) >= :count";
+
+    /// The `run_at` of the group's head when it is pending and not due at `:now` (through the
+    /// group index).
+    DEFERRED_HEAD = "
+    SELECT run_at FROM fenceq_jobs
+    WHERE  queue = :queue AND group_name = :group AND NOT group_held AND state = 'pending' AND run_at > :now";
+
     /// The queue's latest recorded start (the end of the primary key's range of the queue).
     LATEST_START = "
     SELECT max(at) FROM fenceq_starts WHERE queue = :queue";

@@ -24,6 +24,7 @@ pub fn rules<H: Harness>() -> Vec<Rule<H>> {
         bad_limits_are_refused_and_nothing_is_stored,
         under_random_load_no_window_ever_holds_more_starts_than_its_limit,
         stats_shows_due_jobs_a_limit_holds_back_and_when_it_opens,
+        stats_shows_group_heads_waiting_out_their_groups_rate,
     ]
 }
 
@@ -274,14 +275,44 @@ fn stats_shows_due_jobs_a_limit_holds_back_and_when_it_opens<H: Harness>(h: &H) 
     let first = claim_all(&db);
     assert_eq!(first.len(), 2);
     let stats = db.stats().unwrap().queue("q");
-    assert_eq!(stats.throttled, Some(Throttled { due: 3, opens_at: Some(T0 + 1000) }));
+    let queue_wide = |due, opens_at| Throttled { due, opens_at, group_heads: 0, group_heads_open_at: None };
+    assert_eq!(stats.throttled, Some(queue_wide(3, Some(T0 + 1000))));
     assert_eq!(stats.pending, 3, "held back, still pending");
     db.advance(ms(1000));
     assert_eq!(db.stats().unwrap().queue("q").throttled, None, "the window opened");
     db.set_limits("q", &Limits { max_running: Some(2), ..Limits::default() }).unwrap();
-    assert_eq!(db.stats().unwrap().queue("q").throttled, Some(Throttled { due: 3, opens_at: None }));
+    assert_eq!(db.stats().unwrap().queue("q").throttled, Some(queue_wide(3, None)));
     for c in &first {
         db.complete(&c.token()).unwrap();
     }
     assert_eq!(db.stats().unwrap().queue("q").throttled, None);
+}
+
+/// A group whose rate is spent has its next head deferred until the rate opens: `stats`
+/// counts it as throttled, with the instant it is due, while other groups go on; once the
+/// rate opens it is no longer counted.
+fn stats_shows_group_heads_waiting_out_their_groups_rate<H: Harness>(h: &H) {
+    let db = Db::new(h);
+    let group_rate = Rate::new(1, ms(1000));
+    db.set_limits("q", &Limits { group_rates: vec![group_rate], ..Limits::default() }).unwrap();
+    for (group, n) in [("a", 0), ("a", 1), ("b", 0), ("b", 1), ("c", 0)] {
+        db.enqueue(NewJob::new("q", format!("{group}{n}").into_bytes()).group(group)).unwrap();
+    }
+    let first = claim_all(&db);
+    assert_eq!(first.len(), 3, "one head of each group");
+    for c in &first {
+        db.complete(&c.token()).unwrap();
+    }
+    assert_eq!(db.stats().unwrap().queue("q").throttled, None, "nobody claimed the next heads yet");
+    db.advance(ms(10));
+    assert!(claim_all(&db).is_empty(), "a's and b's rates are spent: their next heads are deferred");
+    let throttled = db.stats().unwrap().queue("q").throttled.expect("two heads wait out their groups' rate");
+    assert_eq!(
+        throttled,
+        Throttled { due: 0, opens_at: None, group_heads: 2, group_heads_open_at: Some(T0 + 1000) },
+        "deferred until the rate opens"
+    );
+    db.advance(ms(990));
+    assert_eq!(db.stats().unwrap().queue("q").throttled, None, "the rates opened");
+    assert_eq!(claim_all(&db).len(), 2);
 }
