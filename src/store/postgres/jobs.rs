@@ -135,13 +135,26 @@ impl Store for PostgresStore {
     /// rolled back and the caller goes row by row (a key conflict, also within `rows`). The
     /// ids ascend in the rows' order (the sequence is drawn as the rows are inserted, in
     /// array order; another session's rows may take ids in between).
+    ///
+    /// Grouped rows: every group's lock first (`LOCK_GROUPS`, in one order), then one
+    /// statement (`ENQUEUE_ALL_GROUPED`) that holds each row as one row at a time would have.
     fn enqueue_all_new(tx: &PgTx, rows: &[NewRow<'_>]) -> Result<Option<Vec<JobId>>> {
-        // Grouped rows go one by one, each under its group's lock.
-        if rows.len() < 2 || rows.iter().any(|r| r.group.is_some()) {
+        if rows.len() < 2 {
             return Ok(None);
         }
-        let query = rows_query(ENQUEUE_ALL, rows);
+        let grouped: Vec<(&str, &str)> = rows.iter().filter_map(|r| Some((r.queue, r.group?))).collect();
         tx.with(|conn| sql_query("SAVEPOINT fenceq_enqueue_all").execute(conn).pg("SAVEPOINT fenceq_enqueue_all"))?;
+        let query = if grouped.is_empty() {
+            rows_query(ENQUEUE_ALL, rows)
+        } else {
+            let (queues, groups): (Vec<&str>, Vec<&str>) = grouped.into_iter().unzip();
+            let now = rows.iter().map(|r| r.created_at).max().unwrap_or(0);
+            let locks =
+                bound(LOCK_GROUPS).bind::<Array<Text>, _>(queues).bind::<Array<Text>, _>(groups).bind::<BigInt, _>(now);
+            tx.writing(|conn| locks.execute(conn))?;
+            rows_query(ENQUEUE_ALL_GROUPED, rows)
+                .bind::<Array<Nullable<Text>>, _>(rows.iter().map(|r| r.group).collect::<Vec<_>>())
+        };
         let ids: Vec<i64> = tx.writing(|conn| query.load::<IdRow>(conn))?.into_iter().map(|r| r.id).collect();
         if ids.len() != rows.len() {
             tx.with(|conn| {

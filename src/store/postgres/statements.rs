@@ -134,6 +134,41 @@ stmt! {
         " END AS woke"
     );
 
+    /// Batched intake with groups (`$8` each row's group, NULL for none), one statement, after
+    /// `LOCK_GROUPS` took every group's lock in the same transaction: a grouped row is held
+    /// when a job of its group already holds it, or when an earlier row of the batch is in
+    /// its group (the earliest of them holds it then, as one row at a time would have left
+    /// it). A conflicting row is skipped, as in `ENQUEUE_ALL`, and the caller then goes row by
+    /// row.
+    ENQUEUE_ALL_GROUPED = concat!(
+        "
+    INSERT INTO fenceq_jobs (queue, key, payload, priority, run_at, max_attempts, created_at,
+                             group_name, group_held)
+    SELECT r.queue, r.key, r.payload, r.priority, r.run_at, r.max_attempts, r.created_at, r.group_name,
+           r.group_name IS NOT NULL
+           AND (r.n > min(r.n) OVER (PARTITION BY r.queue, r.group_name)
+                OR EXISTS (SELECT 1 FROM fenceq_jobs AS h
+                           WHERE h.queue = r.queue AND h.group_name = r.group_name AND ",
+        holds_group!(),
+        "))
+    FROM   unnest($1::text[], $2::text[], $3::bytea[], $4::integer[], $5::bigint[], $6::integer[], $7::bigint[],
+                  $8::text[])
+           WITH ORDINALITY AS r(queue, key, payload, priority, run_at, max_attempts, created_at, group_name, n)
+    ORDER  BY r.n
+    ON CONFLICT (queue, key) WHERE key IS NOT NULL DO NOTHING
+    RETURNING id, CASE WHEN run_at <= created_at AND NOT group_held THEN ",
+        wake_listeners!("queue"),
+        " END AS woke"
+    );
+
+    /// The locks of every (queue `$1`, group `$2`) pair of a batch (`$3` now), taken in one
+    /// order (sorted), so that two batches never wait for each other's groups in a circle.
+    LOCK_GROUPS = "
+    INSERT INTO fenceq_groups (queue, group_name, touched_at)
+    SELECT DISTINCT q, g, $3::bigint FROM unnest($1::text[], $2::text[]) AS t(q, g)
+    ORDER  BY q, g
+    ON CONFLICT (queue, group_name) DO UPDATE SET touched_at = EXCLUDED.touched_at";
+
     FIND_BY_KEY = "
     SELECT id FROM fenceq_jobs WHERE queue = $1 AND key = $2";
 

@@ -33,6 +33,7 @@ pub fn rules<H: Harness>() -> Vec<Rule<H>> {
         under_continue_a_replayed_job_waits_behind_the_job_holding_the_group,
         another_handle_obeys_the_same_holds,
         a_batch_enqueue_holds_a_groups_later_jobs_in_order,
+        a_batch_into_held_groups_and_a_batch_with_a_key_conflict_hold_as_one_row_at_a_time,
         groups_lists_each_group_with_its_head_and_why_it_is_blocked,
         bad_group_names_are_refused_and_change_nothing,
         a_pool_runs_each_groups_jobs_in_order_and_never_two_at_once,
@@ -292,6 +293,41 @@ fn a_batch_enqueue_holds_a_groups_later_jobs_in_order<H: Harness>(h: &H) {
     let mut sorted = b.clone();
     sorted.sort();
     assert_eq!((b.len(), &b), (20, &sorted), "group b in enqueue order");
+}
+
+/// A batch's rows are held exactly as the same rows enqueued one at a time would be: behind a
+/// job already holding their group, behind an earlier row of their group, and not at all
+/// without a group; a batch with a key conflict (which a store may then insert row by row)
+/// holds the same way, its duplicate naming the existing job.
+fn a_batch_into_held_groups_and_a_batch_with_a_key_conflict_hold_as_one_row_at_a_time<H: Harness>(h: &H) {
+    let db = Db::new(h);
+    add(&db, "g", "g head");
+    let running = db.take("w");
+    let job = |payload: &str, group: Option<&str>| {
+        let job = NewJob::new("q", payload.as_bytes().to_vec());
+        match group {
+            Some(group) => job.group(group),
+            None => job,
+        }
+    };
+    let batch = vec![
+        job("g1", Some("g")),
+        job("free", None),
+        job("h0", Some("h")).key("dup"),
+        job("h1", Some("h")),
+        job("g2", Some("g")),
+        NewJob::new("other", b"elsewhere".to_vec()).group("g"),
+    ];
+    let ids: Vec<JobId> = db.enqueue_batch(batch).unwrap().into_iter().map(|e| e.id()).collect();
+    let holds: Vec<bool> = ids.iter().map(|id| held(&db, *id)).collect();
+    assert_eq!(holds, [true, false, false, true, true, false], "g behind its running head, h behind h0; g of another queue is its own");
+    let conflicting = db.enqueue_batch(vec![job("h again", Some("h")).key("dup"), job("h2", Some("h"))]).unwrap();
+    assert!(matches!(conflicting[0], fenceq::Enqueued::Duplicate(id) if id == ids[2]), "{conflicting:?}");
+    assert!(matches!(conflicting[1], fenceq::Enqueued::New(_)), "{conflicting:?}");
+    assert!(held(&db, conflicting[1].id()), "h2 waits behind h0 and h1");
+    db.complete(&running.token()).unwrap();
+    let order: Vec<String> = claim_all(&db).iter().map(payload).collect();
+    assert_eq!(order, ["g1", "free", "h0"], "each group's first, and the job without a group");
 }
 
 fn groups_lists_each_group_with_its_head_and_why_it_is_blocked<H: Harness>(h: &H) {
