@@ -320,7 +320,11 @@ fn a_batch_into_held_groups_and_a_batch_with_a_key_conflict_hold_as_one_row_at_a
     ];
     let ids: Vec<JobId> = db.enqueue_batch(batch).unwrap().into_iter().map(|e| e.id()).collect();
     let holds: Vec<bool> = ids.iter().map(|id| held(&db, *id)).collect();
-    assert_eq!(holds, [true, false, false, true, true, false], "g behind its running head, h behind h0; g of another queue is its own");
+    assert_eq!(
+        holds,
+        [true, false, false, true, true, false],
+        "g behind its running head, h behind h0; g of another queue is its own"
+    );
     let conflicting = db.enqueue_batch(vec![job("h again", Some("h")).key("dup"), job("h2", Some("h"))]).unwrap();
     assert!(matches!(conflicting[0], fenceq::Enqueued::Duplicate(id) if id == ids[2]), "{conflicting:?}");
     assert!(matches!(conflicting[1], fenceq::Enqueued::New(_)), "{conflicting:?}");
