@@ -210,16 +210,10 @@ impl Store for PostgresStore {
     /// with limits, which `CLAIM` leaves alone, is claimed by `CLAIM_LIMITED` in one call when
     /// its limits are queue-wide only, else by `store::limits` in a transaction.
     fn claim(tx: &PgTx, request: ClaimRequest<'_>) -> Result<Claims> {
-        let ClaimRequest { queue, worker, now, lease_until, limit: limit_ } = request;
-        let query = bound(CLAIM)
-            .bind::<Text, _>(queue)
-            .bind::<BigInt, _>(now)
-            .bind::<BigInt, _>(limit(limit_))
-            .bind::<Text, _>(worker)
-            .bind::<BigInt, _>(lease_until);
+        let query = claim_query(CLAIM, request);
         let rows = tx.writing(|conn| query.load::<ClaimRow>(conn))?;
         if rows.is_empty() {
-            let limits = Self::limits(tx, queue)?;
+            let limits = Self::limits(tx, request.queue)?;
             if !limits.is_empty() && limits.group_rates.is_empty() {
                 return claim_queue_limited(tx, request, &limits);
             }
@@ -1286,6 +1280,18 @@ struct GroupsPageRow {
     head_acknowledged_at: Option<i64>,
 }
 
+/// `statement` with a claim's first five parameters bound (`$1` queue, `$2` now, `$3` limit,
+/// `$4` worker, `$5` lease end), as `CLAIM` and `CLAIM_LIMITED` take them.
+fn claim_query<'q>(statement: Stmt, request: ClaimRequest<'q>) -> Bound<'q> {
+    let ClaimRequest { queue, worker, now, lease_until, limit: limit_ } = request;
+    bound(statement)
+        .bind::<Text, _>(queue)
+        .bind::<BigInt, _>(now)
+        .bind::<BigInt, _>(limit(limit_))
+        .bind::<Text, _>(worker)
+        .bind::<BigInt, _>(lease_until)
+}
+
 /// The claim of a queue whose limits are queue-wide only (a rate, a running limit): the
 /// schema's `fenceq_claim_limited`, which runs `store::limits::claim_limited`'s steps for such
 /// a queue on the server, under the same lock, in one round trip, so that the lock that
@@ -1293,13 +1299,8 @@ struct GroupsPageRow {
 /// it claims nothing and the queue has a rate, the rate's window says when it opens (read
 /// after the claim: advisory, as the pool only sleeps until then and claims again).
 fn claim_queue_limited(tx: &PgTx, request: ClaimRequest<'_>, limits: &Limits) -> Result<Claims> {
-    let ClaimRequest { queue, worker, now, lease_until, limit: limit_ } = request;
-    let query = bound(CLAIM_LIMITED)
-        .bind::<Text, _>(queue)
-        .bind::<BigInt, _>(now)
-        .bind::<BigInt, _>(limit(limit_))
-        .bind::<Text, _>(worker)
-        .bind::<BigInt, _>(lease_until)
+    let ClaimRequest { queue, now, .. } = request;
+    let query = claim_query(CLAIM_LIMITED, request)
         .bind::<Nullable<BigInt>, _>(limits.rate.map(|r| i64::from(r.count)))
         .bind::<Nullable<BigInt>, _>(limits.rate.map(|r| r.window_ms()))
         .bind::<Nullable<BigInt>, _>(limits.max_running.map(i64::from));
