@@ -123,7 +123,9 @@ pub(crate) fn throttled<S: Store>(tx: &S::Tx, queue: &str, limits: &Limits, now:
 }
 
 /// When the queue's full `rate` window opens again, or `None` while it has room (read outside
-/// the limit lock: advisory, for a claim that has already decided).
+/// the limit lock: advisory, for a claim that has already decided). Only a store that decides
+/// its claims elsewhere (PostgreSQL's function) asks.
+#[cfg(feature = "postgres")]
 pub(crate) fn rate_opens_at<S: Store>(tx: &S::Tx, queue: &str, rate: Rate, now: i64) -> Result<Option<i64>> {
     Ok(window::<S>(tx, queue, None, rate, now)?.1)
 }
