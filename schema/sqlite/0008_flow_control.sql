@@ -70,15 +70,18 @@ CREATE TABLE fenceq_limits (
 
 -- When each attempt of a rate-limited queue started (its claim), by the store's clock: what
 -- the limits count. Written by the claim only for a queue with a rate limit; a claim deletes
--- the rows older than the queue's longest window. WITHOUT ROWID, keyed by (queue, at, job,
--- attempt): a start is one B-tree entry, read in window order by its key, instead of a row
--- and an index entry.
+-- the rows older than the queue's longest window. WITHOUT ROWID, keyed by (queue, at, claim
+-- id): a start is one B-tree entry, read in window order by its key, instead of a row and an
+-- index entry. The claim id tells two starts at one instant apart, as (job, attempt) cannot:
+-- a replay restarts the attempt counter, so a replayed job claimed again within the same
+-- millisecond (or after the clock stepped back) starts the same attempt a second time.
 CREATE TABLE fenceq_starts (
     queue      TEXT    NOT NULL,
     at         INTEGER NOT NULL,
+    claim_id   BLOB    NOT NULL,
     job_id     INTEGER NOT NULL,
     attempt    INTEGER NOT NULL,
     group_name TEXT,
-    PRIMARY KEY (queue, at, job_id, attempt)
+    PRIMARY KEY (queue, at, claim_id)
 ) WITHOUT ROWID;
 CREATE INDEX fenceq_starts_group ON fenceq_starts (queue, group_name, at) WHERE group_name IS NOT NULL;

@@ -654,8 +654,11 @@ stmt! {
     WHERE  queue = :queue AND group_name = :group AND group_name IS NOT NULL AND at > :since
     ORDER  BY at DESC LIMIT 1 OFFSET :most - 1";
 
+    /// One start, keyed by its claim id: (job, attempt) is not unique, as a replayed job
+    /// starts its attempts from the first again.
     RECORD_START = "
-    INSERT INTO fenceq_starts (queue, at, job_id, attempt, group_name) VALUES (:queue, :at, :id, :attempt, :group)";
+    INSERT INTO fenceq_starts (queue, at, claim_id, job_id, attempt, group_name)
+    VALUES (:queue, :at, :claim_id, :id, :attempt, :group)";
 
     FORGET_STARTS = "
     DELETE FROM fenceq_starts WHERE queue = :queue AND at <= :before";
