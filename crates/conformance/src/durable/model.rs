@@ -35,6 +35,7 @@ pub fn rules<H: Harness>() -> Vec<Rule<H>> {
         an_expired_high_priority_job_is_claimed_before_a_low_priority_one,
         model_agrees_on_the_claim_order_of_expired_leases,
         a_panicking_closure_rolls_back_and_the_queue_goes_on,
+        model_agrees_when_a_replayed_job_starts_again_at_the_same_instant,
     ]
 }
 
@@ -278,6 +279,47 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
+/// Valid limits: any combination of a queue rate, group rates and a running limit (the rates
+/// per lease more often than per hour, so that histories see windows open).
+fn limits_spec() -> impl Strategy<Value = LimitsSpec> {
+    (
+        proptest::option::of(rate_sel()),
+        proptest::option::of(group_rates_sel()),
+        proptest::option::of(select(vec![RunningSel::One, RunningSel::Two])),
+    )
+        .prop_map(|(rate, group_rates, max_running)| LimitsSpec { rate, group_rates, max_running })
+}
+
+fn rate_sel() -> impl Strategy<Value = RateSel> {
+    prop_oneof![
+        3 => select(vec![RateSel::OnePerLease, RateSel::TwoPerLease]),
+        1 => select(vec![RateSel::OnePerHour, RateSel::TwoPerHour]),
+    ]
+}
+
+fn group_rates_sel() -> impl Strategy<Value = GroupRatesSel> {
+    prop_oneof![
+        3 => Just(GroupRatesSel::OnePerLease),
+        1 => select(vec![GroupRatesSel::TwoPerHour, GroupRatesSel::Both, GroupRatesSel::BothReversed]),
+    ]
+}
+
+fn bad_limits() -> impl Strategy<Value = BadLimits> {
+    select(vec![
+        BadLimits::ZeroCount,
+        BadLimits::ZeroWindow,
+        BadLimits::WindowTooLong,
+        BadLimits::CountTooHigh,
+        BadLimits::SubMillisecond,
+        BadLimits::SameGroupWindow,
+        BadLimits::ZeroRunning,
+    ])
+}
+
+fn queue_sel() -> impl Strategy<Value = QueueSel> {
+    prop_oneof![3 => Just(QueueSel::A), 1 => Just(QueueSel::B)]
+}
+
 /// One operation, weighted towards the calls that move jobs through their states.
 pub fn op() -> impl Strategy<Value = QueueOp> {
     prop_oneof![
@@ -328,6 +370,10 @@ pub fn op() -> impl Strategy<Value = QueueOp> {
         1 => select(vec![BackSel::OneMs, BackSel::Lease, BackSel::Hour, BackSel::Week]).prop_map(QueueOp::ClockBack),
         1 => Just(QueueOp::Reopen),
         1 => Just(QueueOp::Check),
+        3 => (queue_sel(), limits_spec()).prop_map(|(queue, limits)| QueueOp::SetLimits { queue, limits }),
+        1 => (queue_sel(), bad_limits()).prop_map(|(queue, bad)| QueueOp::SetBadLimits { queue, bad }),
+        1 => queue_sel().prop_map(QueueOp::ClearLimits),
+        1 => queue_sel().prop_map(QueueOp::ReadLimits),
     ]
 }
 
@@ -405,14 +451,27 @@ fn generated_histories_reach_every_operation<H: Harness>(h: &H) {
         "reopen",
         "snooze",
         "clear_backoff",
+        "set_limits",
+        "clear_limits",
+        "limits",
     ];
     for name in succeeded {
         let (ok, _) = total.calls.get(name).copied().unwrap_or_default();
         assert!(ok > 0, "no generated `{name}` call succeeded in {CASES} cases: {:?}", total.calls);
     }
-    for name in
-        ["renew", "complete", "retry", "exhaust", "park", "resume", "acknowledge", "resolve", "cancel", "snooze"]
-    {
+    for name in [
+        "renew",
+        "complete",
+        "retry",
+        "exhaust",
+        "park",
+        "resume",
+        "acknowledge",
+        "resolve",
+        "cancel",
+        "snooze",
+        "set_limits",
+    ] {
         let (_, err) = total.calls.get(name).copied().unwrap_or_default();
         assert!(err > 0, "no generated `{name}` call was refused in {CASES} cases: {:?}", total.calls);
     }
@@ -523,4 +582,31 @@ fn a_panicking_closure_rolls_back_and_the_queue_goes_on<H: Harness>(h: &H) {
             QueueOp::Complete(TokenRef::Latest),
         ],
     );
+}
+
+/// Engine defect "starts-key", found by the model-based property test and fixed in 1e4efb1,
+/// as the minimal history it shrank to: with a rate set (the queue's claims record their
+/// starts), a job claimed, exhausted, replayed and claimed again at the same instant starts
+/// attempt 1 a second time. SQLite's starts log,
+/// keyed by (queue, at, job, attempt), refused the second start and failed the claim with a
+/// constraint error (`base::a_replayed_job_started_again_at_the_same_instant_counts_twice`).
+fn model_agrees_when_a_replayed_job_starts_again_at_the_same_instant<H: Harness>(h: &H) {
+    let claim = QueueOp::Claim { queue: ClaimQueue::A, worker: WorkerSel::W1, lease: LeaseSel::Standard };
+    let limits = LimitsSpec { rate: None, group_rates: Some(GroupRatesSel::OnePerLease), max_running: None };
+    let stats = run_on(
+        h,
+        &[
+            QueueOp::Enqueue(plain_job(PrioritySel::Normal)),
+            QueueOp::SetLimits { queue: QueueSel::A, limits },
+            claim.clone(),
+            QueueOp::Exhaust {
+                token: TokenRef::CurrentOf(JobRef::InState(StateSel::Running, 0)),
+                error: TextSel::Short,
+            },
+            QueueOp::Replay(JobRef::InState(StateSel::Exhausted, 0)),
+            claim,
+            QueueOp::Check,
+        ],
+    );
+    assert_eq!(stats.calls["claim"], (2, 0), "the replayed job starts again");
 }
