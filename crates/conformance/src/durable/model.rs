@@ -8,9 +8,14 @@
 //! The model drives the whole public API, exhaustion records, their acknowledgement and
 //! cursor pages included: these rules belong to the `durable` level.
 //!
+//! A second property test runs histories under limits (limits set first, mostly grouped jobs,
+//! claims and settles, clock steps around the rates' windows), where the general histories
+//! seldom hold a limit long enough for it to bite.
+//!
 //! `PROPTEST_CASES=10000 cargo test --test conformance -- generated_histories` for a soak run
-//! of the property test (default 256 cases; failures are kept in
-//! `proptest-regressions/model_proptest.txt` at the repository's root and replayed first).
+//! of the property test, `-- under_limits` for the one under limits (default 256 cases;
+//! failures are kept in `proptest-regressions/model_proptest.txt` at the repository's root and
+//! replayed first).
 
 use crate::fixture::{Db, LEASE};
 use crate::harness::Harness;
@@ -30,6 +35,7 @@ pub fn rules<H: Harness>() -> Vec<Rule<H>> {
     crate::rules![
         model_agrees_with_the_store_on_every_fuzz_corpus_input,
         model_agrees_with_the_store_on_generated_histories,
+        model_agrees_with_the_store_under_limits,
         generated_histories_reach_every_operation,
         an_expired_unreclaimed_lease_is_live_again_after_the_clock_steps_back,
         an_expired_high_priority_job_is_claimed_before_a_low_priority_one,
@@ -382,6 +388,87 @@ pub fn ops() -> impl Strategy<Value = Vec<QueueOp>> {
     proptest::collection::vec(op(), 1..60)
 }
 
+/// A job of queue "a", most of them in one of two groups.
+fn flow_job() -> impl Strategy<Value = JobSpec> {
+    (
+        select(vec![PrioritySel::Normal, PrioritySel::Low, PrioritySel::High]),
+        prop_oneof![6 => Just(DelaySel::Now), 1 => select(vec![DelaySel::OneMs, DelaySel::Lease])],
+        select(vec![AttemptsSel::Default, AttemptsSel::Two, AttemptsSel::Four]),
+        prop_oneof![1 => Just(None), 2 => Just(Some(GroupSel::G0)), 2 => Just(Some(GroupSel::G1))],
+    )
+        .prop_map(|(priority, delay, attempts, group)| JobSpec {
+            queue: QueueSel::A,
+            key: None,
+            priority,
+            delay,
+            attempts,
+            group,
+        })
+}
+
+/// A token for a settle under limits: mostly a running job's own, now and then a replay.
+fn live_token() -> impl Strategy<Value = TokenRef> {
+    prop_oneof![
+        8 => (0u8..4).prop_map(|i| TokenRef::CurrentOf(JobRef::InState(StateSel::Running, i))),
+        1 => Just(TokenRef::Latest),
+        1 => any::<u8>().prop_map(TokenRef::Issued),
+    ]
+}
+
+/// One operation of a history under limits: mostly grouped jobs of queue "a", claims and
+/// settles, and clock steps around the rates' windows, with limits set, cleared and read
+/// now and then.
+fn limited_op() -> impl Strategy<Value = QueueOp> {
+    let claim_a =
+        (worker(), lease()).prop_map(|(worker, lease)| QueueOp::Claim { queue: ClaimQueue::A, worker, lease });
+    let batch_a = (worker(), lease(), batch_limit()).prop_map(|(worker, lease, limit)| QueueOp::ClaimBatch {
+        queue: ClaimQueue::A,
+        worker,
+        lease,
+        limit,
+    });
+    prop_oneof![
+        10 => flow_job().prop_map(QueueOp::Enqueue),
+        10 => claim_a,
+        4 => batch_a,
+        8 => live_token().prop_map(QueueOp::Complete),
+        3 => (live_token(), backoff(), text()).prop_map(|(token, backoff, error)| QueueOp::Retry { token, backoff, error }),
+        2 => (live_token(), text()).prop_map(|(token, error)| QueueOp::Exhaust { token, error }),
+        2 => job_in(StateSel::Exhausted).prop_map(QueueOp::Replay),
+        1 => token(StateSel::Exhausted).prop_map(QueueOp::Acknowledge),
+        1 => (live_token(), select(vec![SnoozeSel::Zero, SnoozeSel::OneMs, SnoozeSel::Lease]))
+            .prop_map(|(token, delay)| QueueOp::Snooze { token, delay, scope: ScopeSel::Job, cap: CapSel::Default, reason: TextSel::Short }),
+        1 => job_in(StateSel::Pending).prop_map(QueueOp::Cancel),
+        6 => prop_oneof![
+            4 => select(vec![Step::Zero, Step::OneMs, Step::LeaseMinusOne, Step::Lease, Step::LeasePlusOne]),
+            4 => (0u16..5000).prop_map(Step::Ms),
+            1 => Just(Step::Hour),
+        ]
+        .prop_map(QueueOp::Advance),
+        1 => select(vec![BackSel::OneMs, BackSel::Lease]).prop_map(QueueOp::ClockBack),
+        2 => Just(QueueOp::Reap),
+        2 => Just(QueueOp::Check),
+        1 => limits_spec().prop_map(|limits| QueueOp::SetLimits { queue: QueueSel::A, limits }),
+        1 => bad_limits().prop_map(|bad| QueueOp::SetBadLimits { queue: QueueSel::A, bad }),
+        1 => Just(QueueOp::ClearLimits(QueueSel::A)),
+        1 => Just(QueueOp::ReadLimits(QueueSel::A)),
+        1 => Just(QueueOp::Reopen),
+    ]
+}
+
+/// A history under limits: limits set on queue "a" first (mostly with group rates), then one
+/// to 59 operations.
+pub fn limited_ops() -> impl Strategy<Value = Vec<QueueOp>> {
+    let first = prop_oneof![
+        3 => (limits_spec(), group_rates_sel()).prop_map(|(limits, group)| LimitsSpec { group_rates: Some(group), ..limits }),
+        1 => limits_spec(),
+    ];
+    (first, proptest::collection::vec(limited_op(), 1..60)).prop_map(|(limits, mut ops)| {
+        ops.insert(0, QueueOp::SetLimits { queue: QueueSel::A, limits });
+        ops
+    })
+}
+
 /// Where failing histories are kept and replayed from first (the repository's
 /// `proptest-regressions/model_proptest.txt`, whatever the test's working directory).
 const REGRESSIONS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../proptest-regressions/model_proptest.txt");
@@ -406,6 +493,19 @@ fn model_agrees_with_the_store_on_generated_histories<H: Harness>(h: &H) {
     }
 }
 
+/// The same under limits: histories of grouped jobs claimed under a queue rate, group rates
+/// and a running limit, each claim (which jobs, in which order, which group heads it defers)
+/// predicted by the model and the guarantee checked on the model's history of starts.
+fn model_agrees_with_the_store_under_limits<H: Harness>(h: &H) {
+    let runs = std::cell::RefCell::new(HarnessRuns::new(h));
+    let mut runner = TestRunner::new(config());
+    let result =
+        runner.run(&limited_ops(), |ops| runs.borrow_mut().try_run(&ops).map(drop).map_err(TestCaseError::fail));
+    if let Err(e) = result {
+        panic!("{e}\n{runner}");
+    }
+}
+
 /// The generator is worth something only if it drives jobs through every transition: a
 /// fixed-seed batch must see each kind of call succeed (and fail) at least once.
 fn generated_histories_reach_every_operation<H: Harness>(h: &H) {
@@ -419,8 +519,9 @@ fn generated_histories_reach_every_operation<H: Harness>(h: &H) {
         total.merge(&runs.run(&ops));
     }
     eprintln!(
-        "{CASES} fixed-seed cases: {} steps, {} claims, calls (ok, refused): {:?}",
-        total.steps, total.claims, total.calls
+        "{CASES} fixed-seed cases: {} steps, {} claims ({} under limits, {} held back by them, {} group heads \
+         deferred), calls (ok, refused): {:?}",
+        total.steps, total.claims, total.limited_claims, total.held_back, total.deferred, total.calls
     );
     let succeeded = [
         "enqueue",
@@ -476,6 +577,29 @@ fn generated_histories_reach_every_operation<H: Harness>(h: &H) {
         assert!(err > 0, "no generated `{name}` call was refused in {CASES} cases: {:?}", total.calls);
     }
     assert!(total.file, "some cases reopen the database");
+    // Under limits: claims held back by each kind of limit's effect, and group heads deferred.
+    let mut limited = RunStats::default();
+    for _ in 0..CASES / 2 {
+        let ops = limited_ops().new_tree(&mut runner).expect("a value").current();
+        limited.merge(&runs.run(&ops));
+    }
+    eprintln!(
+        "{} fixed-seed cases under limits: {} steps, {} claims ({} under limits, {} held back by them, {} group \
+         heads deferred)",
+        CASES / 2,
+        limited.steps,
+        limited.claims,
+        limited.limited_claims,
+        limited.held_back,
+        limited.deferred
+    );
+    for (what, n, least) in [
+        ("claims of a queue with limits", limited.limited_claims, 100),
+        ("claims held back by a limit", limited.held_back, 20),
+        ("group heads deferred", limited.deferred, 5),
+    ] {
+        assert!(n >= least, "only {n} {what} in {} cases under limits: {limited:?}", CASES / 2);
+    }
 }
 
 // ==================================================================== pinned behaviour
