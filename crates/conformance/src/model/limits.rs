@@ -164,7 +164,8 @@ impl LimitsModel {
     /// rate records, and only a claim that took a job).
     fn record(&mut self, queue: &str, claimed: &[(JobId, Option<String>)], now: i64) {
         let Some(limits) = self.stored.get(queue) else { return };
-        if !(limits.rate.is_some() || !limits.group_rates.is_empty()) || claimed.is_empty() {
+        let counts_starts = limits.rate.is_some() || !limits.group_rates.is_empty();
+        if !counts_starts || claimed.is_empty() {
             return;
         }
         let longest = limits.rate.iter().chain(&limits.group_rates).map(|r| dur_ms(r.per)).max().unwrap_or(0);
