@@ -40,6 +40,9 @@ CREATE TABLE fenceq_queue_flow (
     group_policy   TEXT    NOT NULL DEFAULT 'stop',
     backoff_until  INTEGER,
     backoff_reason TEXT,
+    -- When the back-off was last set: a column of its own, as `updated_at` moves with every
+    -- write of the row (the group policy, a limit's touch).
+    backoff_since  INTEGER,
     updated_at     INTEGER NOT NULL,
     -- How many rows of `fenceq_starts` the queue has (kept by the claims that write and
     -- delete them): while it leaves room under a rate's count, no window of the rate can be
@@ -47,7 +50,8 @@ CREATE TABLE fenceq_queue_flow (
     starts_kept    INTEGER NOT NULL DEFAULT 0,
     CONSTRAINT queue_named CHECK (length(queue) > 0),
     CONSTRAINT group_policy_valid CHECK (group_policy = 'stop' OR group_policy = 'continue'),
-    CONSTRAINT backoff_has_reason CHECK ((backoff_until IS NULL) = (backoff_reason IS NULL))
+    CONSTRAINT backoff_has_reason CHECK ((backoff_until IS NULL) = (backoff_reason IS NULL)),
+    CONSTRAINT backoff_has_since CHECK ((backoff_until IS NULL) = (backoff_since IS NULL))
 ) WITHOUT ROWID;
 
 -- Rate and concurrency limits of a queue, stored so that every process and handle obeys the
