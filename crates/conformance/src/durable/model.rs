@@ -42,6 +42,7 @@ pub fn rules<H: Harness>() -> Vec<Rule<H>> {
         model_agrees_on_the_claim_order_of_expired_leases,
         a_panicking_closure_rolls_back_and_the_queue_goes_on,
         model_agrees_when_a_replayed_job_starts_again_at_the_same_instant,
+        model_agrees_on_when_a_backoff_was_set_after_limits_are_set,
     ]
 }
 
@@ -733,4 +734,31 @@ fn model_agrees_when_a_replayed_job_starts_again_at_the_same_instant<H: Harness>
         ],
     );
     assert_eq!(stats.calls["claim"], (2, 0), "the replayed job starts again");
+}
+
+/// Engine defect "backoff-since", found by the model-based property test and fixed in
+/// 58a47d7, as the minimal history it shrank to: a queue-scoped snooze past its cap backs the
+/// queue off (and exhausts the job); setting the queue's limits a millisecond later moved the
+/// back-off's `since` (read from the flow-control row's `updated_at`), and the final check's
+/// `stats` reported it set then (the kit rule
+/// `base::a_queue_backoff_keeps_when_it_was_set_while_limits_and_the_group_policy_change`).
+fn model_agrees_on_when_a_backoff_was_set_after_limits_are_set<H: Harness>(h: &H) {
+    let none = LimitsSpec { rate: None, group_rates: None, max_running: None };
+    run_on(
+        h,
+        &[
+            QueueOp::Enqueue(plain_job(PrioritySel::Normal)),
+            QueueOp::Claim { queue: ClaimQueue::A, worker: WorkerSel::W1, lease: LeaseSel::Standard },
+            QueueOp::Snooze {
+                token: TokenRef::CurrentOf(JobRef::InState(StateSel::Running, 0)),
+                delay: SnoozeSel::Year,
+                scope: ScopeSel::Queue,
+                cap: CapSel::Zero,
+                reason: TextSel::Short,
+            },
+            QueueOp::Advance(Step::OneMs),
+            QueueOp::SetLimits { queue: QueueSel::A, limits: none },
+            QueueOp::Check,
+        ],
+    );
 }

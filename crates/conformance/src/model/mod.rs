@@ -82,4 +82,7 @@ pub const FIXED_DEFECTS: &[&str] = &[
     "starts-key (fixed in 1e4efb1): SQLite's starts log was keyed by (queue, at, job, attempt); a replay \
      restarts the attempt counter, so a replayed job claimed again under a rate within the same \
      millisecond failed its claim with a constraint error (Error::Sqlite) instead of starting",
+    "backoff-since (fixed in 58a47d7): a queue back-off's `since` was read from its flow-control row's \
+     updated_at, which set_limits and set_group_policy also moved: stats and queue_backoff reported the \
+     back-off as set when the limits were",
 ];
