@@ -49,12 +49,15 @@ CREATE TABLE fenceq_queue_flow (
     group_policy   TEXT   NOT NULL DEFAULT 'stop',
     backoff_until  BIGINT,
     backoff_reason TEXT,
+    -- When the back-off was last set (see SQLite's 0008).
+    backoff_since  BIGINT,
     updated_at     BIGINT NOT NULL,
     -- How many rows of `fenceq_starts` the queue has (see SQLite's 0008).
     starts_kept    BIGINT NOT NULL DEFAULT 0,
     CONSTRAINT queue_named CHECK (length(queue) > 0),
     CONSTRAINT group_policy_valid CHECK (group_policy = 'stop' OR group_policy = 'continue'),
-    CONSTRAINT backoff_has_reason CHECK ((backoff_until IS NULL) = (backoff_reason IS NULL))
+    CONSTRAINT backoff_has_reason CHECK ((backoff_until IS NULL) = (backoff_reason IS NULL)),
+    CONSTRAINT backoff_has_since CHECK ((backoff_until IS NULL) = (backoff_since IS NULL))
 );
 
 -- Rate and concurrency limits of a queue (see SQLite's 0008). A claim of a queue with limits

@@ -40,6 +40,9 @@ CREATE TABLE fenceq_queue_flow (
     group_policy   TEXT    NOT NULL DEFAULT 'stop',
     backoff_until  INTEGER,
     backoff_reason TEXT,
+    -- When the back-off was last set: a column of its own, as `updated_at` moves with every
+    -- write of the row (the group policy, a limit's touch).
+    backoff_since  INTEGER,
     updated_at     INTEGER NOT NULL,
     -- How many rows of `fenceq_starts` the queue has (kept by the claims that write and
     -- delete them): while it leaves room under a rate's count, no window of the rate can be
@@ -47,7 +50,8 @@ CREATE TABLE fenceq_queue_flow (
     starts_kept    INTEGER NOT NULL DEFAULT 0,
     CONSTRAINT queue_named CHECK (length(queue) > 0),
     CONSTRAINT group_policy_valid CHECK (group_policy = 'stop' OR group_policy = 'continue'),
-    CONSTRAINT backoff_has_reason CHECK ((backoff_until IS NULL) = (backoff_reason IS NULL))
+    CONSTRAINT backoff_has_reason CHECK ((backoff_until IS NULL) = (backoff_reason IS NULL)),
+    CONSTRAINT backoff_has_since CHECK ((backoff_until IS NULL) = (backoff_since IS NULL))
 ) WITHOUT ROWID;
 
 -- Rate and concurrency limits of a queue, stored so that every process and handle obeys the
@@ -70,15 +74,18 @@ CREATE TABLE fenceq_limits (
 
 -- When each attempt of a rate-limited queue started (its claim), by the store's clock: what
 -- the limits count. Written by the claim only for a queue with a rate limit; a claim deletes
--- the rows older than the queue's longest window. WITHOUT ROWID, keyed by (queue, at, job,
--- attempt): a start is one B-tree entry, read in window order by its key, instead of a row
--- and an index entry.
+-- the rows older than the queue's longest window. WITHOUT ROWID, keyed by (queue, at, claim
+-- id): a start is one B-tree entry, read in window order by its key, instead of a row and an
+-- index entry. The claim id tells two starts at one instant apart, as (job, attempt) cannot:
+-- a replay restarts the attempt counter, so a replayed job claimed again within the same
+-- millisecond (or after the clock stepped back) starts the same attempt a second time.
 CREATE TABLE fenceq_starts (
     queue      TEXT    NOT NULL,
     at         INTEGER NOT NULL,
+    claim_id   BLOB    NOT NULL,
     job_id     INTEGER NOT NULL,
     attempt    INTEGER NOT NULL,
     group_name TEXT,
-    PRIMARY KEY (queue, at, job_id, attempt)
+    PRIMARY KEY (queue, at, claim_id)
 ) WITHOUT ROWID;
 CREATE INDEX fenceq_starts_group ON fenceq_starts (queue, group_name, at) WHERE group_name IS NOT NULL;

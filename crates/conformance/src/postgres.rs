@@ -197,14 +197,14 @@ impl Harness for PostgresHarness {
         Ok(rows.into_iter().map(|r| (r.job, r.attempt, r.text)).collect())
     }
 
-    /// Empties the schema through the queue's own connection: every job, reply, pause and
-    /// schedule record, and the ids' sequences (`RESTART IDENTITY`), so that the model's next
-    /// run neither creates a schema nor migrates one.
+    /// Empties the schema through the queue's own connection: every job, reply, pause, queue
+    /// setting, limit, recorded start and schedule record, and the ids' sequences (`RESTART
+    /// IDENTITY`), so that the model's next run neither creates a schema nor migrates one.
     fn recycle(&self, _place: &PostgresPlace, queue: &Queue<PostgresStore>) -> bool {
         queue
             .transaction(|tx| {
                 tx.conn()
-                    .batch_execute("TRUNCATE fenceq_jobs, replies, fenceq_queues, fenceq_queue_flow, fenceq_schedules RESTART IDENTITY")?;
+                    .batch_execute("TRUNCATE fenceq_jobs, replies, fenceq_queues, fenceq_queue_flow, fenceq_limits, fenceq_starts, fenceq_schedules RESTART IDENTITY")?;
                 Ok(())
             })
             .expect("emptying a scratch schema");

@@ -709,7 +709,7 @@ struct BackoffRow {
     #[diesel(sql_type = Text)]
     backoff_reason: String,
     #[diesel(sql_type = BigInt)]
-    updated_at: i64,
+    backoff_since: i64,
 }
 
 impl BackoffRow {
@@ -718,7 +718,7 @@ impl BackoffRow {
             queue: self.queue,
             until: self.backoff_until,
             reason: self.backoff_reason,
-            since: self.updated_at,
+            since: self.backoff_since,
         }
     }
 }

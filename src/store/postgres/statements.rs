@@ -960,22 +960,23 @@ stmt! {
     /// handler asked for. A racing upsert waits for the first one's row lock and re-evaluates
     /// its `WHERE` on the committed row.
     BACK_OFF_QUEUE_OF = "
-    INSERT INTO fenceq_queue_flow AS f (queue, backoff_until, backoff_reason, updated_at)
-    SELECT queue, $2, $3, $4 FROM fenceq_jobs WHERE id = $1
+    INSERT INTO fenceq_queue_flow AS f (queue, backoff_until, backoff_reason, backoff_since, updated_at)
+    SELECT queue, $2, $3, $4, $4 FROM fenceq_jobs WHERE id = $1
     ON CONFLICT (queue) DO UPDATE
     SET    backoff_until = excluded.backoff_until, backoff_reason = excluded.backoff_reason,
-           updated_at = excluded.updated_at
+           backoff_since = excluded.backoff_since, updated_at = excluded.updated_at
     WHERE  f.backoff_until IS NULL OR f.backoff_until < excluded.backoff_until";
 
-    /// One queue's back-off (`$1`), while it lasts at `$2`.
+    /// One queue's back-off (`$1`), while it lasts at `$2`, and when it was set
+    /// (`backoff_since`: `updated_at` moves with the row's other writes).
     QUEUE_BACKOFF = "
-    SELECT queue, backoff_until, backoff_reason, updated_at
+    SELECT queue, backoff_until, backoff_reason, backoff_since
     FROM   fenceq_queue_flow
     WHERE  queue = $1 AND backoff_until > $2";
 
     /// Every back-off that lasts at `$1`, by queue in byte order (as `PAUSED_QUEUES`).
     QUEUE_BACKOFFS = "
-    SELECT queue, backoff_until, backoff_reason, updated_at
+    SELECT queue, backoff_until, backoff_reason, backoff_since
     FROM   fenceq_queue_flow
     WHERE  backoff_until > $1
     ORDER  BY queue COLLATE \"C\"";
@@ -985,7 +986,7 @@ stmt! {
     CLEAR_QUEUE_BACKOFF = concat!(
         "
     UPDATE fenceq_queue_flow
-    SET    backoff_until = NULL, backoff_reason = NULL, updated_at = $2
+    SET    backoff_until = NULL, backoff_reason = NULL, backoff_since = NULL, updated_at = $2
     WHERE  queue = $1 AND backoff_until > $2
     RETURNING ",
         wake_listeners!("queue"),

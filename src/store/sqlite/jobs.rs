@@ -524,7 +524,8 @@ impl Store for SqliteStore {
         for job in claimed {
             record
                 .execute(named_params! {
-                    ":queue": job.queue, ":group": job.group, ":at": now, ":id": job.token.id.0, ":attempt": job.token.attempt
+                    ":queue": job.queue, ":group": job.group, ":at": now, ":claim_id": job.token.claim_id.0.as_bytes().as_slice(),
+                    ":id": job.token.id.0, ":attempt": job.token.attempt
                 })
                 .sql(RECORD_START)?;
         }

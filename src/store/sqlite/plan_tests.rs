@@ -146,7 +146,7 @@ fn a_paused_claim_reads_no_job_and_an_unpaused_one_pays_one_probe() {
     assert!(unpaused.abs_diff(never_paused) <= 8, "{unpaused} vs {never_paused} steps");
     // A queue backing off is probed the same way: its claim reads no job until the end.
     conn.execute_batch(
-        "INSERT INTO fenceq_queue_flow (queue, backoff_until, backoff_reason, updated_at) VALUES ('q', 10001, '429', 1)",
+        "INSERT INTO fenceq_queue_flow (queue, backoff_until, backoff_reason, backoff_since, updated_at) VALUES ('q', 10001, '429', 1, 1)",
     )
     .unwrap();
     let backing_off = steps(0);

@@ -654,8 +654,11 @@ stmt! {
     WHERE  queue = :queue AND group_name = :group AND group_name IS NOT NULL AND at > :since
     ORDER  BY at DESC LIMIT 1 OFFSET :most - 1";
 
+    /// One start, keyed by its claim id: (job, attempt) is not unique, as a replayed job
+    /// starts its attempts from the first again.
     RECORD_START = "
-    INSERT INTO fenceq_starts (queue, at, job_id, attempt, group_name) VALUES (:queue, :at, :id, :attempt, :group)";
+    INSERT INTO fenceq_starts (queue, at, claim_id, job_id, attempt, group_name)
+    VALUES (:queue, :at, :claim_id, :id, :attempt, :group)";
 
     FORGET_STARTS = "
     DELETE FROM fenceq_starts WHERE queue = :queue AND at <= :before";
@@ -718,23 +721,24 @@ stmt! {
     /// back-off is the latest any handler asked for. (The `WHERE` of the `SELECT` also keeps
     /// SQLite's parser from reading `ON CONFLICT` as a join constraint.)
     BACK_OFF_QUEUE_OF = "
-    INSERT INTO fenceq_queue_flow (queue, backoff_until, backoff_reason, updated_at)
-    SELECT queue, :until, :reason, :now FROM fenceq_jobs WHERE id = :id
+    INSERT INTO fenceq_queue_flow (queue, backoff_until, backoff_reason, backoff_since, updated_at)
+    SELECT queue, :until, :reason, :now, :now FROM fenceq_jobs WHERE id = :id
     ON CONFLICT (queue) DO UPDATE
     SET    backoff_until = excluded.backoff_until, backoff_reason = excluded.backoff_reason,
-           updated_at = excluded.updated_at
+           backoff_since = excluded.backoff_since, updated_at = excluded.updated_at
     WHERE  fenceq_queue_flow.backoff_until IS NULL
        OR  fenceq_queue_flow.backoff_until < excluded.backoff_until";
 
-    /// One queue's back-off, while it lasts at `:now`.
+    /// One queue's back-off, while it lasts at `:now`, and when it was set (`backoff_since`:
+    /// `updated_at` moves with the row's other writes).
     QUEUE_BACKOFF = "
-    SELECT queue, backoff_until, backoff_reason, updated_at
+    SELECT queue, backoff_until, backoff_reason, backoff_since
     FROM   fenceq_queue_flow
     WHERE  queue = :queue AND backoff_until > :now";
 
     /// Every back-off that lasts at `:now`, by queue.
     QUEUE_BACKOFFS = "
-    SELECT queue, backoff_until, backoff_reason, updated_at
+    SELECT queue, backoff_until, backoff_reason, backoff_since
     FROM   fenceq_queue_flow
     WHERE  backoff_until > :now
     ORDER  BY queue";
@@ -743,6 +747,6 @@ stmt! {
     /// row stays: it also holds the queue's group policy.
     CLEAR_QUEUE_BACKOFF = "
     UPDATE fenceq_queue_flow
-    SET    backoff_until = NULL, backoff_reason = NULL, updated_at = :now
+    SET    backoff_until = NULL, backoff_reason = NULL, backoff_since = NULL, updated_at = :now
     WHERE  queue = :queue AND backoff_until > :now";
 }

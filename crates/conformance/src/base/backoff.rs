@@ -9,7 +9,10 @@
 use crate::fixture::{Db, HANG_GUARD, LEASE, T0};
 use crate::harness::Harness;
 use crate::Rule;
-use fenceq::{BackoffScope, Error, JobId, JobState, NewJob, Outcome, Retried, Snooze, WorkerPool, MAX_SNOOZE};
+use fenceq::{
+    BackoffScope, Error, GroupPolicy, JobId, JobState, Limits, NewJob, Outcome, Rate, Retried, Snooze, WorkerPool,
+    MAX_SNOOZE,
+};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -22,6 +25,7 @@ pub fn rules<H: Harness>() -> Vec<Rule<H>> {
         a_queue_backoff_closes_the_queue_for_every_handle_until_its_instant,
         the_latest_queue_backoff_wins_and_other_queues_are_not_affected,
         clear_backoff_reopens_the_queue_at_once,
+        a_queue_backoff_keeps_when_it_was_set_while_limits_and_the_group_policy_change,
         a_group_scoped_backoff_of_an_ungrouped_job_is_a_snooze_of_the_job,
         a_delay_beyond_a_year_and_bad_names_are_refused_and_change_nothing,
         a_replay_starts_the_snooze_count_again,
@@ -193,6 +197,35 @@ fn clear_backoff_reopens_the_queue_at_once<H: Harness>(h: &H) {
     assert!(db.claim("q", "w", LEASE).unwrap().is_none());
     db.advance(Duration::from_secs(3600));
     assert_eq!(db.claim("q", "w", LEASE).unwrap().map(|c| c.id()), Some(first));
+}
+
+/// Found by the reference model: a back-off's `since` (when it was last set) was the queue's
+/// flow-control row's `updated_at`, which setting the queue's limits or its group policy also
+/// moves; the back-off then reported a later `since` than the snooze that set it.
+fn a_queue_backoff_keeps_when_it_was_set_while_limits_and_the_group_policy_change<H: Harness>(h: &H) {
+    let db = Db::new(h);
+    db.add("x");
+    let token = db.take("w").token();
+    db.snooze(&token, Snooze::new(Duration::from_secs(60)).scope(BackoffScope::Queue).reason("429")).unwrap();
+    let since = || {
+        let one = db.queue_backoff("q").unwrap().expect("backing off").since;
+        let all: Vec<i64> = db.queue_backoffs().unwrap().iter().map(|b| b.since).collect();
+        let stats = db.stats().unwrap().queue("q").backoff.map(|b| b.since);
+        (one, all, stats)
+    };
+    assert_eq!(since(), (T0, vec![T0], Some(T0)));
+    db.advance(Duration::from_secs(1));
+    db.set_limits("q", &Limits { rate: Some(Rate::new(5, Duration::from_secs(1))), ..Limits::default() }).unwrap();
+    assert_eq!(since(), (T0, vec![T0], Some(T0)), "setting limits does not set the back-off");
+    db.advance(Duration::from_secs(1));
+    db.set_group_policy("q", GroupPolicy::ContinueAfterFailure).unwrap();
+    db.clear_limits("q").unwrap();
+    assert_eq!(since(), (T0, vec![T0], Some(T0)), "nor does the group policy, nor clearing limits");
+    db.advance(Duration::from_secs(58));
+    assert!(db.queue_backoff("q").unwrap().is_none(), "over at its instant");
+    let token = db.take("w").token();
+    db.snooze(&token, Snooze::new(Duration::from_secs(60)).scope(BackoffScope::Queue).reason("again")).unwrap();
+    assert_eq!(since().0, T0 + 60_000, "a back-off set again is set at its own instant");
 }
 
 fn a_group_scoped_backoff_of_an_ungrouped_job_is_a_snooze_of_the_job<H: Harness>(h: &H) {

@@ -20,6 +20,7 @@ pub fn rules<H: Harness>() -> Vec<Rule<H>> {
         group_rates_hold_per_group_and_other_groups_go_meanwhile,
         a_reclaim_after_an_expired_lease_counts_as_a_start,
         a_claim_whose_instant_is_older_than_a_recorded_start_starts_after_it,
+        a_replayed_job_started_again_at_the_same_instant_counts_twice,
         limits_are_stored_seen_by_another_handle_and_cleared,
         bad_limits_are_refused_and_nothing_is_stored,
         under_random_load_no_window_ever_holds_more_starts_than_its_limit,
@@ -160,6 +161,25 @@ fn a_claim_whose_instant_is_older_than_a_recorded_start_starts_after_it<H: Harne
     let most = most_in_window(&mut all, 1000);
     assert!(most <= 2, "{most} starts in one window of the rate 2/1s: {starts:?}");
     assert!(claim_all(&db).is_empty(), "the window from T0 + 1001 holds two starts");
+}
+
+/// Found by the reference model: a replay restarts a job's attempt counter, so a replayed job
+/// claimed again within the same millisecond starts the same (job, attempt) a second time.
+/// SQLite's starts log was keyed by (queue, at, job, attempt) and refused the second start
+/// with a constraint error, failing the claim; keyed by the claim id, both starts count.
+fn a_replayed_job_started_again_at_the_same_instant_counts_twice<H: Harness>(h: &H) {
+    let db = Db::new(h);
+    db.set_limits("q", &Limits { rate: Some(Rate::new(2, LEASE)), ..Limits::default() }).unwrap();
+    let id = db.add("replayed");
+    let first = db.claim("q", "w", LEASE).unwrap().expect("the first start");
+    db.exhaust(&first.token(), "gave up").unwrap();
+    db.replay(id).unwrap();
+    let again = db.claim("q", "w", LEASE).unwrap().expect("the same job starts again at the same instant");
+    assert_eq!((again.id(), again.token().attempt), (id, first.token().attempt), "the same attempt number");
+    db.add("next");
+    assert!(db.claim("q", "w", LEASE).unwrap().is_none(), "both starts count: the window of 2 is full");
+    db.advance(LEASE);
+    assert!(db.claim("q", "w", LEASE).unwrap().is_some(), "the window opened");
 }
 
 fn limits_are_stored_seen_by_another_handle_and_cleared<H: Harness>(h: &H) {

@@ -30,11 +30,17 @@
 //! Should a new one be found and left open, steer around it here (so that fuzzing can go on)
 //! and keep its failing case as an ignored test.
 //!
-//! The code is in four files: `ops.rs`, the op grammar ([`QueueOp`] and the selectors its
+//! The model knows the queue's limits too ([`LimitsModel`]): the limits set, cleared and read
+//! back, which jobs each claim of a limited queue takes and which group heads it defers, the
+//! starts the store keeps and what `stats` shows as throttled; after every claim it checks the
+//! guarantee itself on its history of starts (never more than N starts of a key in any window).
+//!
+//! The code is in five files: `ops.rs`, the op grammar ([`QueueOp`] and the selectors its
 //! steps are made of, decoded from fuzzer bytes); `reference.rs`, the reference model
-//! ([`Model`]) and what it predicts; `runner.rs`, the runner that applies ops to a real queue
-//! and to the model and compares them; `hostile_input.rs`, [`hostile`] and its raw-SQL
-//! tampers, bad names and corrupted files. Every public item is re-exported here.
+//! ([`Model`]) and what it predicts; `limits.rs`, the model's limits and its limited claim;
+//! `runner.rs`, the runner that applies ops to a real queue and to the model and compares
+//! them; `hostile_input.rs`, [`hostile`] and its raw-SQL tampers, bad names and corrupted
+//! files. Every public item is re-exported here.
 //!
 //! [`Harness`]: crate::harness::Harness
 //! [`Store`]: fenceq::store::Store
@@ -42,15 +48,18 @@
 //! [`ManualClock`]: fenceq::ManualClock
 
 mod hostile_input;
+mod limits;
 mod ops;
 mod reference;
 mod runner;
 
 pub use hostile_input::{hostile, template, HBackoff, HToken, HostileCall, TAMPERS};
+pub use limits::{LimitsModel, Start};
 pub use ops::{
-    decode, AttemptsSel, BackSel, BackoffSel, BatchLimit, CapSel, ClaimQueue, ClosureAct, DelaySel, Forgery, GroupSel,
-    InvalidJob, JobRef, JobSpec, KeySel, LeaseSel, PageLimit, ParkSel, PrioritySel, QueueOp, QueueSel, ResolutionSel,
-    RetentionSel, ScopeSel, SnoozeSel, StateSel, Step, TextSel, TokenRef, WorkerSel, LEASE, MAX_OPS,
+    decode, AttemptsSel, BackSel, BackoffSel, BadLimits, BatchLimit, CapSel, ClaimQueue, ClosureAct, DelaySel, Forgery,
+    GroupRatesSel, GroupSel, InvalidJob, JobRef, JobSpec, KeySel, LeaseSel, LimitsSpec, PageLimit, ParkSel,
+    PrioritySel, QueueOp, QueueSel, RateSel, ResolutionSel, RetentionSel, RunningSel, ScopeSel, SnoozeSel, StateSel,
+    Step, TextSel, TokenRef, WorkerSel, LEASE, MAX_OPS,
 };
 pub use reference::{Model, ModelJob, DEFAULT_ATTEMPTS};
 pub use runner::{
@@ -70,4 +79,10 @@ pub const FIXED_DEFECTS: &[&str] = &[
      Duration::MAX panicked in RetryPolicy::delay (Duration::mul_f64 overflow)",
     "insert-trigger-panic (fixed in ac0020d): a BEFORE INSERT trigger on fenceq_jobs doing \
      RAISE(IGNORE) made an unkeyed enqueue panic (\"only keyed inserts can conflict\")",
+    "starts-key (fixed in 1e4efb1): SQLite's starts log was keyed by (queue, at, job, attempt); a replay \
+     restarts the attempt counter, so a replayed job claimed again under a rate within the same \
+     millisecond failed its claim with a constraint error (Error::Sqlite) instead of starting",
+    "backoff-since (fixed in 58a47d7): a queue back-off's `since` was read from its flow-control row's \
+     updated_at, which set_limits and set_group_policy also moved: stats and queue_backoff reported the \
+     back-off as set when the limits were",
 ];

@@ -5,7 +5,7 @@
 //! a few values repeat; each selector's method gives the value the runner passes to the queue.
 
 use arbitrary::{Arbitrary, Unstructured};
-use fenceq::{Backoff, BackoffScope, JobState, NewJob, Retention, RetryPolicy};
+use fenceq::{Backoff, BackoffScope, JobState, Limits, NewJob, Rate, Retention, RetryPolicy};
 use std::time::Duration;
 
 /// The standard lease of the model's claims.
@@ -691,6 +691,135 @@ impl BackSel {
     }
 }
 
+/// A queue-wide rate the model sets.
+#[derive(Arbitrary, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateSel {
+    /// 1 per lease.
+    OnePerLease,
+    /// 2 per lease.
+    TwoPerLease,
+    /// 1 per hour.
+    OnePerHour,
+    /// 2 per hour.
+    TwoPerHour,
+}
+
+impl RateSel {
+    pub(super) fn rate(self) -> Rate {
+        let hour = Duration::from_millis(HOUR_MS as u64);
+        match self {
+            RateSel::OnePerLease => Rate::new(1, LEASE),
+            RateSel::TwoPerLease => Rate::new(2, LEASE),
+            RateSel::OnePerHour => Rate::new(1, hour),
+            RateSel::TwoPerHour => Rate::new(2, hour),
+        }
+    }
+}
+
+/// The group rates the model sets: one, or two at once (in either order; the store reads
+/// them back in window order).
+#[derive(Arbitrary, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupRatesSel {
+    /// 1 per lease.
+    OnePerLease,
+    /// 2 per hour.
+    TwoPerHour,
+    /// 1 per lease and 2 per hour.
+    Both,
+    /// 2 per hour and 1 per lease (the same two, set in the other order).
+    BothReversed,
+}
+
+impl GroupRatesSel {
+    pub(super) fn rates(self) -> Vec<Rate> {
+        let (lease, hour) = (RateSel::OnePerLease.rate(), RateSel::TwoPerHour.rate());
+        match self {
+            GroupRatesSel::OnePerLease => vec![lease],
+            GroupRatesSel::TwoPerHour => vec![hour],
+            GroupRatesSel::Both => vec![lease, hour],
+            GroupRatesSel::BothReversed => vec![hour, lease],
+        }
+    }
+}
+
+/// A running limit the model sets.
+#[derive(Arbitrary, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunningSel {
+    /// 1
+    One,
+    /// 2
+    Two,
+}
+
+/// Valid limits of a queue: any combination of a queue rate, group rates and a running limit
+/// (none at all clears them).
+#[derive(Arbitrary, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitsSpec {
+    /// The queue's rate.
+    pub rate: Option<RateSel>,
+    /// Its groups' rates.
+    pub group_rates: Option<GroupRatesSel>,
+    /// Its running limit.
+    pub max_running: Option<RunningSel>,
+}
+
+impl LimitsSpec {
+    pub(super) fn limits(self) -> Limits {
+        Limits {
+            rate: self.rate.map(RateSel::rate),
+            group_rates: self.group_rates.map(GroupRatesSel::rates).unwrap_or_default(),
+            max_running: self.max_running.map(|r| match r {
+                RunningSel::One => 1,
+                RunningSel::Two => 2,
+            }),
+        }
+    }
+}
+
+/// Limits that `set_limits` must refuse with `InvalidInput`, storing nothing (each beside
+/// valid parts, which must not be stored either).
+#[derive(Arbitrary, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BadLimits {
+    /// A queue rate of 0 per lease.
+    ZeroCount,
+    /// A queue rate of 1 per 0 ms.
+    ZeroWindow,
+    /// A group rate over a day and 1 ms, beside a valid one.
+    WindowTooLong,
+    /// A queue rate of 1,000,001 per lease.
+    CountTooHigh,
+    /// A group rate per 1.5 ms (under a millisecond's precision).
+    SubMillisecond,
+    /// Two group rates with the same window.
+    SameGroupWindow,
+    /// A running limit of 0, beside a valid rate.
+    ZeroRunning,
+}
+
+impl BadLimits {
+    pub(super) fn limits(self) -> Limits {
+        let valid = RateSel::OnePerLease.rate();
+        let none = Limits::default();
+        match self {
+            BadLimits::ZeroCount => Limits { rate: Some(Rate::new(0, LEASE)), ..none },
+            BadLimits::ZeroWindow => Limits { rate: Some(Rate::new(1, Duration::ZERO)), ..none },
+            BadLimits::WindowTooLong => Limits {
+                group_rates: vec![valid, Rate::new(1, fenceq::MAX_RATE_WINDOW + Duration::from_millis(1))],
+                max_running: Some(1),
+                ..none
+            },
+            BadLimits::CountTooHigh => Limits { rate: Some(Rate::new(fenceq::MAX_LIMIT_COUNT + 1, LEASE)), ..none },
+            BadLimits::SubMillisecond => {
+                Limits { group_rates: vec![Rate::new(1, Duration::from_micros(1500))], ..none }
+            }
+            BadLimits::SameGroupWindow => {
+                Limits { rate: Some(valid), group_rates: vec![valid, Rate::new(2, LEASE)], ..none }
+            }
+            BadLimits::ZeroRunning => Limits { rate: Some(valid), max_running: Some(0), ..none },
+        }
+    }
+}
+
 /// One step of a model run: every operation of DESIGN.md, clock moves, reopening the queue,
 /// and replays of any token ever issued (plus forgeries).
 #[derive(Arbitrary, Debug, Clone, PartialEq, Eq)]
@@ -852,6 +981,24 @@ pub enum QueueOp {
     },
     /// `clear_backoff` of a queue.
     ClearBackoff(QueueSel),
+    /// `set_limits` of valid limits (none at all clears them).
+    SetLimits {
+        /// The queue.
+        queue: QueueSel,
+        /// The limits.
+        limits: LimitsSpec,
+    },
+    /// `set_limits` of bad limits: `InvalidInput`, and nothing is stored.
+    SetBadLimits {
+        /// The queue.
+        queue: QueueSel,
+        /// The bad limits.
+        bad: BadLimits,
+    },
+    /// `clear_limits`.
+    ClearLimits(QueueSel),
+    /// `limits`: what the store holds for the queue, compared with the model's.
+    ReadLimits(QueueSel),
 }
 
 impl QueueOp {
@@ -890,6 +1037,9 @@ impl QueueOp {
             QueueOp::Check => "check",
             QueueOp::Snooze { .. } => "snooze",
             QueueOp::ClearBackoff(_) => "clear_backoff",
+            QueueOp::SetLimits { .. } | QueueOp::SetBadLimits { .. } => "set_limits",
+            QueueOp::ClearLimits(_) => "clear_limits",
+            QueueOp::ReadLimits(_) => "limits",
         }
     }
 }

@@ -69,6 +69,8 @@ pub struct Model {
     pub(super) seq: u64,
     /// Each queue's stored back-off: (until, reason, since); ended ones stay until replaced.
     pub backoffs: BTreeMap<String, (i64, String, i64)>,
+    /// Each queue's limits and the starts they count (`limits.rs`).
+    pub limits: super::limits::LimitsModel,
 }
 
 /// An exhaustion paging pass (invariant 10).
@@ -403,6 +405,10 @@ impl Model {
                     .or_insert_with(|| QueueStats { queue: queue.clone(), ..QueueStats::default() })
                     .backoff = Some(backoff);
             }
+        }
+        // Only a queue `stats` lists for its rows, pause or back-off shows its throttle.
+        for (queue, q) in &mut by_queue {
+            q.throttled = self.throttled(queue, now);
         }
         Stats { queues: by_queue.into_values().collect() }
     }

@@ -8,7 +8,7 @@
 
 use super::ops::{
     decode, BatchLimit, ClaimQueue, ClosureAct, Forgery, InvalidJob, JobRef, JobSpec, LeaseSel, PageLimit, ParkSel,
-    QueueOp, ResolutionSel, RetentionSel, ScopeSel, SnoozeSel, TokenRef, WorkerSel, MAX_OPS,
+    QueueOp, QueueSel, ResolutionSel, RetentionSel, ScopeSel, SnoozeSel, TokenRef, WorkerSel, MAX_OPS,
 };
 use super::reference::{dur_ms, Got, Model, Pass, Planned, DEFAULT_ATTEMPTS};
 use crate::harness::Harness;
@@ -46,6 +46,12 @@ pub struct RunStats {
     /// Whether the run's database outlives its handle and the ops reopen it (a file for
     /// SQLite; always so through a harness).
     pub file: bool,
+    /// Claims of a queue with limits.
+    pub limited_claims: usize,
+    /// Claims whose limits held back a job the same claim without them would have taken.
+    pub held_back: usize,
+    /// Group heads deferred until their group's rate opens.
+    pub deferred: usize,
 }
 
 impl RunStats {
@@ -60,6 +66,9 @@ impl RunStats {
         self.max_rows = self.max_rows.max(other.max_rows);
         self.claims += other.claims;
         self.file |= other.file;
+        self.limited_claims += other.limited_claims;
+        self.held_back += other.held_back;
+        self.deferred += other.deferred;
     }
 }
 
@@ -468,7 +477,7 @@ thread_local! {
 fn spare_memory_queue() -> fenceq::Result<(Queue, ManualClock)> {
     if let Some((queue, clock)) = SPARE.with(|spare| spare.borrow_mut().take()) {
         queue.transaction(|tx| {
-            Ok(tx.execute_batch("DELETE FROM fenceq_jobs; DELETE FROM fenceq_queue_flow; DELETE FROM model_domain; DELETE FROM sqlite_sequence;")?)
+            Ok(tx.execute_batch("DELETE FROM fenceq_jobs; DELETE FROM fenceq_queue_flow; DELETE FROM fenceq_limits; DELETE FROM fenceq_starts; DELETE FROM model_domain; DELETE FROM sqlite_sequence;")?)
         })?;
         clock.set(T0);
         return Ok((queue, clock));
@@ -1123,6 +1132,7 @@ impl<B: Backend> Runner<'_, B> {
             }
             QueueOp::ClockBack(back) => {
                 self.clock.set((now - back.ms()).max(0));
+                self.model.limits.clock_stepped_back();
                 Ok(())
             }
             QueueOp::Reopen => {
@@ -1139,6 +1149,47 @@ impl<B: Backend> Runner<'_, B> {
                 self.count("check", true);
                 self.full_check()
             }
+            QueueOp::SetLimits { queue, limits } => self.set_limits(queue, &limits.limits(), true),
+            QueueOp::SetBadLimits { queue, bad } => self.set_limits(queue, &bad.limits(), false),
+            QueueOp::ClearLimits(queue) => {
+                let got = got_of(&self.q().clear_limits(queue.name()));
+                self.count("clear_limits", got == Got::Ok);
+                self.expect("clear_limits", &Got::Ok, &got)?;
+                self.model.limits.set(queue.name(), &fenceq::Limits::default());
+                Ok(())
+            }
+            QueueOp::ReadLimits(queue) => {
+                let got = self.q().limits(queue.name());
+                self.count("limits", got.is_ok());
+                self.read_limits(queue, got)
+            }
+        }
+    }
+
+    /// `set_limits` of `limits`, which the store takes when `valid`, else refuses with
+    /// `InvalidInput`, storing nothing (read back at once).
+    fn set_limits(&mut self, queue: QueueSel, limits: &fenceq::Limits, valid: bool) -> Check {
+        let got = got_of(&self.q().set_limits(queue.name(), limits));
+        self.count("set_limits", got == Got::Ok);
+        if valid {
+            self.expect(&format!("set_limits({limits})"), &Got::Ok, &got)?;
+            self.model.limits.set(queue.name(), limits);
+            return Ok(());
+        }
+        self.expect(&format!("set_limits of bad limits {limits:?}"), &Got::InvalidInput, &got)?;
+        let stored = self.q().limits(queue.name());
+        self.read_limits(queue, stored)
+    }
+
+    /// What `limits` returned for `queue`, against the model's.
+    fn read_limits(&mut self, queue: QueueSel, got: fenceq::Result<fenceq::Limits>) -> Check {
+        let expected = self.model.limits.of(queue.name());
+        match got {
+            Ok(limits) if limits == expected => Ok(()),
+            other => Err(format!(
+                "limits({}): the model expected Ok({expected:?}), the engine returned {other:?}",
+                queue.name()
+            )),
         }
     }
 
@@ -1166,10 +1217,19 @@ impl<B: Backend> Runner<'_, B> {
             Ok(c) => c,
             Err(e) => return Err(format!("{op}: the model expected Ok, the engine returned {e:?}")),
         };
-        let expected = self.model.claimable(&name, limit, now);
+        let taken = self.model.take_claim(&name, limit, now);
+        // A limited claim starts no earlier than the queue's latest recorded start.
+        let now = taken.at;
+        self.stats.limited_claims += usize::from(taken.limited);
+        self.stats.held_back += usize::from(taken.held_back);
+        self.stats.deferred += taken.deferred;
+        let expected = taken.ids;
         let ids: Vec<JobId> = claimed.iter().map(Claimed::id).collect();
         if ids != expected {
-            return Err(format!("{op}: claimed {ids:?}, the model (priority, run_at, id) expected {expected:?}"));
+            let limits = self.model.limits.of(&name);
+            return Err(format!(
+                "{op}: claimed {ids:?}, the model (priority, run_at, id; limits: {limits}) expected {expected:?}"
+            ));
         }
         for c in claimed {
             let before = self.model.jobs[&c.id()].clone();
@@ -1211,7 +1271,7 @@ impl<B: Backend> Runner<'_, B> {
             self.model.issued.push(c.token);
             self.stats.claims += 1;
         }
-        Ok(())
+        self.model.claimed_under_limits(&name, &ids, now)
     }
 
     fn with_closure(&mut self, token: TokenRef, act: ClosureAct, complete: bool) -> Check {
@@ -1450,6 +1510,13 @@ impl<B: Backend> Runner<'_, B> {
         let expected = self.model.stats(now);
         if stats != expected {
             return Err(format!("stats: the engine reported {stats:?}, the model expected {expected:?}"));
+        }
+        let all = self.q().all_limits().map_err(|e| format!("all_limits: {e:?}"))?;
+        if all != self.model.limits.all() {
+            return Err(format!(
+                "all_limits: the engine returned {all:?}, the model expected {:?}",
+                self.model.limits.all()
+            ));
         }
         let reap = self.q().reap_preview().map_err(|e| format!("reap_preview: {e:?}"))?;
         let expected = self.model.clone().reap(now);
