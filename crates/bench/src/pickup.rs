@@ -1,0 +1,171 @@
+//! Pickup latency: from a job's enqueue to the first line of its handler, at a fixed offered
+//! rate, for a producer in the pool's own process and for one in another OS process.
+//!
+//! What users feel at low load is not throughput but how long a job waits between its commit
+//! and its handler. Each job carries the wall-clock instant (`SystemTime`, nanoseconds since
+//! the Unix epoch: `CLOCK_REALTIME`, the one clock two processes on one machine share) read
+//! just before its `enqueue` call; the handler's first line reads the same clock and records
+//! the difference in an HDR histogram. The figure therefore includes the enqueue's own
+//! commit, which is what a producer waits for anyway.
+//!
+//! The producer is open-loop: job `i` is enqueued at `start + i / rate` (at once when it is
+//! late), whatever the pool does, so a slow pickup cannot slow the offered rate down. The
+//! pool keeps the default poll interval, so a wake-up that does not arrive shows as the poll
+//! interval in the figures. The other process is this same binary run with the hidden
+//! `--pickup-producer` argument ([`producer`]), spawned directly (no shell).
+
+use crate::scenarios::Figure;
+use crate::{fail, CliResult, ResultExt};
+use fenceq::store::Store;
+use fenceq::{NewJob, Outcome, Queue, WorkerPool};
+use hdrhistogram::Histogram;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The queue the pickup jobs go to.
+const QUEUE: &str = "pickup";
+/// The offered rates, jobs/s, and how many jobs each one offers in a run of the default
+/// `--jobs` (20,000): 3 s at 100/s, 2 s at 2,000/s; a smaller `--jobs` offers fewer.
+pub const RATES: [(u64, u64); 2] = [(100, 300), (2_000, 4_000)];
+/// The `--jobs` at which each rate offers the jobs [`RATES`] names.
+const FULL_SIZE: u64 = 20_000;
+
+/// Nanoseconds since the Unix epoch on the wall clock both processes read.
+fn wall_nanos() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
+/// Enqueues `jobs` jobs at `rate` jobs/s, each carrying the instant just before its enqueue.
+pub fn produce<S: Store>(queue: &Queue<S>, rate: u64, jobs: u64) -> CliResult<()> {
+    let start = Instant::now();
+    for j in 0..jobs {
+        let due = start + Duration::from_nanos(j * 1_000_000_000 / rate);
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        queue.enqueue(NewJob::new(QUEUE, wall_nanos().to_le_bytes().to_vec()))?;
+    }
+    Ok(())
+}
+
+/// Where the producer runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Producer {
+    /// A thread of the pool's process, on the pool's own queue handle.
+    SameProcess,
+    /// Another OS process, on a queue handle of its own.
+    OtherProcess,
+}
+
+impl Producer {
+    fn name(self) -> &'static str {
+        match self {
+            Producer::SameProcess => "same_process",
+            Producer::OtherProcess => "other_process",
+        }
+    }
+}
+
+/// One figure: a pool of `workers` on `queue` (opened on `db`) while `producer` offers `jobs`
+/// jobs at `rate` jobs/s. `store` names the store in the scenario's name.
+pub fn measure<S: Store>(
+    (store, queue, db): (&str, &Queue<S>, &str),
+    workers: usize,
+    producer: Producer,
+    (rate, jobs): (u64, u64),
+) -> CliResult<Figure> {
+    let histogram = Arc::new(Mutex::new(Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?));
+    let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
+    let seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let pool = {
+        let histogram = histogram.clone();
+        let seen = seen.clone();
+        WorkerPool::builder(queue.clone(), QUEUE)
+            .workers(workers)
+            .handler(move |attempt| {
+                let now = wall_nanos();
+                let sent = attempt.payload().try_into().map(u64::from_le_bytes).unwrap_or(now);
+                let _ = histogram.lock().map(|mut h| h.saturating_record(now.saturating_sub(sent).max(1)));
+                if seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1 == jobs {
+                    let _ = done_tx.try_send(());
+                }
+                Outcome::Complete
+            })
+            .start()?
+    };
+    let fed = match producer {
+        Producer::SameProcess => produce(queue, rate, jobs),
+        Producer::OtherProcess => spawn_producer(db, rate, jobs),
+    };
+    let finished = fed.and_then(|()| {
+        done_rx
+            .recv_timeout(Duration::from_secs(120))
+            .map_err(|_| fail("the pickup jobs did not finish within 2 minutes"))
+    });
+    pool.shutdown(Duration::from_secs(30))?;
+    finished?;
+    let h = histogram.lock().map_err(|_| fail("a pickup handler panicked"))?;
+    let us = |q: f64| h.value_at_quantile(q) as f64 / 1_000.0;
+    Ok(Figure::of(format!("pickup/{store}/{}/{rate}_per_s", producer.name()), us(0.5), "us_p50")
+        .with("p95_us", us(0.95))
+        .with("p99_us", us(0.99))
+        .with("max_us", h.max() as f64 / 1_000.0)
+        .with("picked_up", h.len() as f64))
+}
+
+/// Runs this binary as the other process's producer on `db` and waits for it.
+fn spawn_producer(db: &str, rate: u64, jobs: u64) -> CliResult<()> {
+    let exe = std::env::current_exe()?;
+    let status = Command::new(&exe)
+        .arg("--pickup-producer")
+        .arg(format!("{rate}:{jobs}:{db}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .context(|| format!("running {} as the pickup producer", exe.display()))?;
+    if !status.success() {
+        return Err(fail(format!("the pickup producer process failed ({status})")));
+    }
+    Ok(())
+}
+
+/// The other process's side (`--pickup-producer RATE:JOBS:DB`): opens the queue on `DB` (an
+/// SQLite file) and produces.
+pub fn producer(spec: &str) -> CliResult<()> {
+    let mut parts = spec.splitn(3, ':');
+    let (Some(rate), Some(jobs), Some(db)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(fail("--pickup-producer RATE:JOBS:DB"));
+    };
+    let (rate, jobs): (u64, u64) = (rate.parse()?, jobs.parse()?);
+    if rate == 0 {
+        return Err(fail("--pickup-producer: a rate of 0"));
+    }
+    let queue = Queue::open(Path::new(db))?;
+    produce(&queue, rate, jobs)
+}
+
+/// The jobs each rate offers in a run of `jobs` (`--jobs`): [`RATES`] scaled down below
+/// [`FULL_SIZE`], at least 20.
+pub fn rates(jobs: u64) -> [(u64, u64); 2] {
+    RATES.map(|(rate, n)| (rate, (n * jobs.min(FULL_SIZE) / FULL_SIZE).max(20)))
+}
+
+/// The pickup step on SQLite: every rate, the producer in this process then in another, each
+/// on a fresh file.
+pub fn sqlite_round(
+    (jobs, workers): (u64, usize),
+    fresh: &dyn Fn(&str) -> std::path::PathBuf,
+    out: &mut dyn FnMut(Figure) -> CliResult<()>,
+) -> CliResult<()> {
+    for rates in rates(jobs) {
+        for producer in [Producer::SameProcess, Producer::OtherProcess] {
+            let path = fresh(&format!("pickup_{}_{}", producer.name(), rates.0));
+            let queue = Queue::open(&path)?;
+            out(measure(("sqlite", &queue, &path.to_string_lossy()), workers, producer, rates)?)?;
+        }
+    }
+    Ok(())
+}
