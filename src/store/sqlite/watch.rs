@@ -1,0 +1,215 @@
+//! The watcher: how a pool hears at once of a job another process (or another queue handle
+//! on the same file) enqueued, without a server and without waiting for its poll interval.
+//!
+//! One thread per store whose pools wait, started by the first
+//! [`Store::watch`](crate::store::Store::watch), with a read connection of its own. Every [`TICK`] it reads
+//! `PRAGMA data_version`, which changes when any other connection to the file commits (this
+//! connection never writes). Only when it changed does it look at the rows added since its
+//! last look (`id` above the highest it has seen: ids rise in commit order, since SQLite has
+//! one writer at a time), and wakes the pools of each queue that got a pending one. Rows
+//! this process added itself are among them, and its pools were woken already; one they
+//! have claimed by then is no longer pending and wakes nothing.
+//!
+//! The tick is [`TICK`] while the file changes, and backs off (doubling) to [`IDLE_TICK`]
+//! once it has not changed for [`HOT`]: every tick wakes a thread, and on a virtual machine
+//! the wake-up itself costs tens of microseconds, so that a steady 1 ms tick would cost a
+//! few percent of a core while nothing happens. A job enqueued into a quiet file therefore
+//! waits up to [`IDLE_TICK`] for its pool, and one among others up to [`TICK`].
+//!
+//! Why this and not a watch of the `-wal` file (inotify and its kin), which wakes at once and
+//! costs nothing while idle: the read costs no dependency, works on every platform SQLite
+//! does, needs no limit of the kernel's (inotify instances per user), and stays correct
+//! whatever happens to the `-wal` file (deleted and created again, truncated, replaced by a
+//! restore). `docs/performance.md` has both options' figures. A store nobody's pools wait
+//! on runs no thread, and commits do no extra work for the watcher at all: it only reads.
+//!
+//! Other changes made by another process that make a job due (a retry, a release, a resume,
+//! a replay) are found at the pool's next poll, as before. The thread ends when the store
+//! is dropped (the last handle of the queue), which waits for it (at most one tick and one
+//! statement: the watcher never waits for a lock).
+
+use super::Patience;
+use crate::store::Wake;
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use parking_lot::Mutex;
+use rusqlite::Connection;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How often the watcher reads `data_version` while the file changes: 1 ms.
+pub(crate) const TICK: Duration = Duration::from_millis(1);
+/// The longest tick, once the file has been quiet for [`HOT`]: 4 ms.
+pub(crate) const IDLE_TICK: Duration = Duration::from_millis(4);
+/// How long after its last change the file is read every [`TICK`]: 100 ms.
+pub(crate) const HOT: Duration = Duration::from_millis(100);
+/// The least time between two warnings about a failing read: 60 s.
+const WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// The queues with a pending job among the rows added after `?1`, and the highest id of each.
+const ADDED_SINCE: &str = "SELECT queue, max(id), max(state = 'pending') FROM fenceq_jobs WHERE id > ?1 GROUP BY queue";
+
+/// A running watcher thread.
+pub(crate) struct Watcher {
+    wakes: Arc<Mutex<Vec<Wake>>>,
+    stop: Option<Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Watcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watcher").finish_non_exhaustive()
+    }
+}
+
+impl Watcher {
+    /// Starts the thread on `conn`, a read connection of its own to the store's file.
+    pub(crate) fn start(conn: Connection) -> Watcher {
+        let wakes: Arc<Mutex<Vec<Wake>>> = Arc::default();
+        let (stop, stopped) = crossbeam_channel::bounded(0);
+        let shared = wakes.clone();
+        let thread = std::thread::Builder::new()
+            .name("fenceq-watch".into())
+            .spawn(move || run(&conn, &shared, &stopped))
+            .map_err(|e| tracing::warn!("fenceq: no watcher thread ({e}); pools poll instead"))
+            .ok();
+        Watcher { wakes, stop: Some(stop), thread }
+    }
+
+    /// Adds a waker (a queue handle's pools).
+    pub(crate) fn add(&self, wake: Wake) {
+        self.wakes.lock().push(wake);
+    }
+
+    /// Stops the thread and waits for it.
+    pub(crate) fn stop(mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// What the watcher has seen: the connection's `data_version` and the highest job id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Seen {
+    version: i64,
+    last_id: i64,
+}
+
+fn run(conn: &Connection, wakes: &Mutex<Vec<Wake>>, stopped: &Receiver<()>) {
+    // A lock another connection holds (a checkpoint's, a recovery's) fails the read at once:
+    // the next tick tries again, and a stop is never kept waiting.
+    let _patience = Patience::set(Duration::ZERO);
+    let mut seen: Option<Seen> = None;
+    let mut warned: Option<Instant> = None;
+    let mut tick = TICK;
+    let mut changed_at = Instant::now();
+    loop {
+        if !matches!(stopped.recv_timeout(tick), Err(RecvTimeoutError::Timeout)) {
+            return;
+        }
+        match look(conn, seen) {
+            Ok((now, queues)) => {
+                if seen.is_some_and(|seen| seen.version != now.version) {
+                    changed_at = Instant::now();
+                    tick = TICK;
+                } else if changed_at.elapsed() >= HOT {
+                    tick = (tick * 2).min(IDLE_TICK);
+                }
+                seen = Some(now);
+                if !queues.is_empty() {
+                    // A copy, so that no lock is held while the wakers run.
+                    let wakes: Vec<Wake> = wakes.lock().clone();
+                    for queue in &queues {
+                        wakes.iter().for_each(|wake| wake(Some(queue)));
+                    }
+                }
+            }
+            Err(e) => {
+                if warned.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
+                    tracing::warn!("fenceq: the watcher could not read the database ({e}); pools poll meanwhile");
+                    warned = Some(Instant::now());
+                }
+            }
+        }
+    }
+}
+
+/// Reads `data_version` and, when it changed since `seen` (or on the first look), the queues
+/// with a pending job among the rows added since. The first look only takes note.
+fn look(conn: &Connection, seen: Option<Seen>) -> rusqlite::Result<(Seen, Vec<String>)> {
+    let version: i64 = conn.prepare_cached("PRAGMA data_version")?.query_row([], |row| row.get(0))?;
+    let Some(seen) = seen else {
+        let last_id =
+            conn.prepare_cached("SELECT coalesce(max(id), 0) FROM fenceq_jobs")?.query_row([], |row| row.get(0))?;
+        return Ok((Seen { version, last_id }, Vec::new()));
+    };
+    if version == seen.version {
+        return Ok((seen, Vec::new()));
+    }
+    let mut now = Seen { version, last_id: seen.last_id };
+    let mut queues = Vec::new();
+    let mut statement = conn.prepare_cached(ADDED_SINCE)?;
+    let mut rows = statement.query([seen.last_id])?;
+    while let Some(row) = rows.next()? {
+        now.last_id = now.last_id.max(row.get(1)?);
+        if row.get::<_, bool>(2)? {
+            queues.push(row.get(0)?);
+        }
+    }
+    Ok((now, queues))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{NewJob, Queue};
+
+    #[test]
+    fn a_look_names_the_queues_of_new_pending_rows_once_and_only_after_a_commit_elsewhere() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("watch.db");
+        let queue = Queue::open(&path).unwrap();
+        queue.enqueue(NewJob::new("old", b"x".to_vec())).unwrap();
+        let conn = Connection::open(&path).unwrap();
+        let (seen, queues) = look(&conn, None).unwrap();
+        assert!(queues.is_empty(), "the first look only takes note");
+        assert_eq!(look(&conn, Some(seen)).unwrap(), (seen, Vec::new()), "nothing committed since");
+
+        queue.enqueue(NewJob::new("a", b"1".to_vec())).unwrap();
+        queue.enqueue(NewJob::new("b", b"2".to_vec())).unwrap();
+        queue.enqueue(NewJob::new("a", b"3".to_vec())).unwrap();
+        let (after, mut queues) = look(&conn, Some(seen)).unwrap();
+        queues.sort();
+        assert_eq!(queues, ["a", "b"]);
+        assert_ne!(after.version, seen.version);
+        assert_eq!(after.last_id, seen.last_id + 3);
+        assert_eq!(look(&conn, Some(after)).unwrap(), (after, Vec::new()), "each row is named once");
+
+        // A row no longer pending by the time of the look (claimed here) wakes nobody, and
+        // a commit that adds no row (the claim itself) is looked at and names nothing.
+        queue.enqueue(NewJob::new("c", b"4".to_vec())).unwrap();
+        assert!(queue.claim("c", "w", Duration::from_secs(30)).unwrap().is_some());
+        let (last, queues) = look(&conn, Some(after)).unwrap();
+        assert!(queues.is_empty(), "{queues:?}");
+        assert_eq!(last.last_id, after.last_id + 1);
+    }
+
+    #[test]
+    fn a_watcher_stops_and_lets_its_wakers_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("watch.db");
+        let queue = Queue::open(&path).unwrap();
+        let held = Arc::new(());
+        let watcher = Watcher::start(Connection::open(&path).unwrap());
+        let token = held.clone();
+        watcher.add(Arc::new(move |_| {
+            let _ = &token;
+        }));
+        assert_eq!(Arc::strong_count(&held), 2);
+        watcher.stop();
+        assert_eq!(Arc::strong_count(&held), 1, "the thread ended and dropped what it called");
+        drop(queue);
+    }
+}
