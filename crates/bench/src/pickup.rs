@@ -153,8 +153,50 @@ pub fn rates(jobs: u64) -> [(u64, u64); 2] {
     RATES.map(|(rate, n)| (rate, (n * jobs.min(FULL_SIZE) / FULL_SIZE).max(20)))
 }
 
+/// What a pool that waits costs while nothing happens: the share of one core the whole
+/// process used over `idle` with one pool of `workers` waiting on `queue`, and the share of
+/// the store's watcher thread alone (`fenceq-watch`), from the kernel's per-thread CPU time
+/// (`/proc/self/task/*/schedstat`, nanoseconds). `None` where there is no such file.
+pub fn idle_cost<S: Store>(store: &str, queue: &Queue<S>, workers: usize, idle: Duration) -> CliResult<Option<Figure>> {
+    let pool = WorkerPool::builder(queue.clone(), QUEUE).workers(workers).handler(|_| Outcome::Complete).start()?;
+    // Past the pool's start-up and first claim.
+    std::thread::sleep(Duration::from_millis(100));
+    let before = thread_cpu();
+    let started = Instant::now();
+    std::thread::sleep(idle);
+    let after = thread_cpu();
+    let elapsed = started.elapsed().as_nanos() as f64;
+    pool.shutdown(Duration::from_secs(30))?;
+    let (Some(before), Some(after)) = (before, after) else { return Ok(None) };
+    let used = |name: Option<&str>| -> f64 {
+        let of = |cpu: &[(String, String, u64)]| -> u64 {
+            cpu.iter().filter(|(_, comm, _)| name.is_none_or(|n| comm == n)).map(|(_, _, ns)| ns).sum()
+        };
+        of(&after).saturating_sub(of(&before)) as f64 * 100.0 / elapsed
+    };
+    Ok(Some(
+        Figure::of(format!("pickup/{store}/idle_cpu"), used(None), "pct_core")
+            .with("watcher_pct_core", used(Some("fenceq-watch")))
+            .with("idle_s", idle.as_secs_f64()),
+    ))
+}
+
+/// Each thread of this process: its id, its name and the CPU time it used (ns).
+fn thread_cpu() -> Option<Vec<(String, String, u64)>> {
+    let mut threads = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let path = task.ok()?.path();
+        let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default().trim().to_string();
+        let Ok(stat) = std::fs::read_to_string(path.join("schedstat")) else { continue };
+        let ns = stat.split_whitespace().next()?.parse().ok()?;
+        threads.push((path.file_name()?.to_string_lossy().into_owned(), comm, ns));
+    }
+    Some(threads)
+}
+
 /// The pickup step on SQLite: every rate, the producer in this process then in another, each
-/// on a fresh file.
+/// on a fresh file; then the idle cost of a waiting pool (10 s in a run of the default
+/// `--jobs`, less in a smaller one).
 pub fn sqlite_round(
     (jobs, workers): (u64, usize),
     fresh: &dyn Fn(&str) -> std::path::PathBuf,
@@ -166,6 +208,10 @@ pub fn sqlite_round(
             let queue = Queue::open(&path)?;
             out(measure(("sqlite", &queue, &path.to_string_lossy()), workers, producer, rates)?)?;
         }
+    }
+    let idle = Duration::from_millis(10_000 * jobs.min(FULL_SIZE) / FULL_SIZE).max(Duration::from_millis(500));
+    if let Some(figure) = idle_cost("sqlite", &Queue::open(fresh("pickup_idle"))?, workers, idle)? {
+        out(figure)?;
     }
     Ok(())
 }

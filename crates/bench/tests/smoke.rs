@@ -60,6 +60,7 @@ const PICKUP: &[&str] = &[
     "pickup/sqlite/other_process/100_per_s",
     "pickup/sqlite/same_process/2000_per_s",
     "pickup/sqlite/other_process/2000_per_s",
+    "pickup/sqlite/idle_cpu",
 ];
 
 const ONCE: &[&str] = &[
