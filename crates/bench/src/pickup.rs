@@ -12,7 +12,9 @@
 //! late), whatever the pool does, so a slow pickup cannot slow the offered rate down. The
 //! pool keeps the default poll interval, so a wake-up that does not arrive shows as the poll
 //! interval in the figures. The other process is this same binary run with the hidden
-//! `--pickup-producer` argument ([`producer`]), spawned directly (no shell).
+//! `--pickup-producer` argument ([`producer`]), spawned directly (no shell), the database in
+//! its environment ([`DB_VARIABLE`]: a PostgreSQL URL may hold a password, which a command
+//! line would show to every user of the machine).
 
 use crate::scenarios::Figure;
 use crate::{fail, CliResult, ResultExt};
@@ -30,6 +32,9 @@ const QUEUE: &str = "pickup";
 /// The offered rates, jobs/s, and how many jobs each one offers in a run of the default
 /// `--jobs` (20,000): 3 s at 100/s, 2 s at 2,000/s; a smaller `--jobs` offers fewer.
 pub const RATES: [(u64, u64); 2] = [(100, 300), (2_000, 4_000)];
+/// The environment variable that names the other process's database: an SQLite file, or a
+/// PostgreSQL URL and schema as `URL#SCHEMA`.
+pub const DB_VARIABLE: &str = "FENCEQ_BENCH_PICKUP_DB";
 /// The `--jobs` at which each rate offers the jobs [`RATES`] names.
 const FULL_SIZE: u64 = 20_000;
 
@@ -61,6 +66,9 @@ pub enum Producer {
 }
 
 impl Producer {
+    /// Both, in the order each rate measures them.
+    pub const BOTH: [Producer; 2] = [Producer::SameProcess, Producer::OtherProcess];
+
     fn name(self) -> &'static str {
         match self {
             Producer::SameProcess => "same_process",
@@ -121,7 +129,8 @@ fn spawn_producer(db: &str, rate: u64, jobs: u64) -> CliResult<()> {
     let exe = std::env::current_exe()?;
     let status = Command::new(&exe)
         .arg("--pickup-producer")
-        .arg(format!("{rate}:{jobs}:{db}"))
+        .arg(format!("{rate}:{jobs}"))
+        .env(DB_VARIABLE, db)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .status()
@@ -132,19 +141,25 @@ fn spawn_producer(db: &str, rate: u64, jobs: u64) -> CliResult<()> {
     Ok(())
 }
 
-/// The other process's side (`--pickup-producer RATE:JOBS:DB`): opens the queue on `DB` (an
-/// SQLite file) and produces.
+/// The other process's side (`--pickup-producer RATE:JOBS`): opens the queue on the database
+/// [`DB_VARIABLE`] names and produces.
 pub fn producer(spec: &str) -> CliResult<()> {
-    let mut parts = spec.splitn(3, ':');
-    let (Some(rate), Some(jobs), Some(db)) = (parts.next(), parts.next(), parts.next()) else {
-        return Err(fail("--pickup-producer RATE:JOBS:DB"));
+    let parsed = spec.split_once(':').and_then(|(rate, jobs)| Some((rate.parse().ok()?, jobs.parse().ok()?)));
+    let Some((rate, jobs)) = parsed.filter(|&(rate, _): &(u64, u64)| rate > 0) else {
+        return Err(fail("--pickup-producer RATE:JOBS (a rate above 0)"));
     };
-    let (rate, jobs): (u64, u64) = (rate.parse()?, jobs.parse()?);
-    if rate == 0 {
-        return Err(fail("--pickup-producer: a rate of 0"));
+    let db = std::env::var(DB_VARIABLE).map_err(|_| fail(format!("--pickup-producer needs {DB_VARIABLE}")))?;
+    if fenceq::is_connection_string(&db) {
+        #[cfg(feature = "postgres")]
+        {
+            let (url, schema) = db.rsplit_once('#').ok_or_else(|| fail(format!("{DB_VARIABLE}: URL#SCHEMA")))?;
+            let queue = Queue::builder().url(url.to_string()).schema(schema.to_string()).open_postgres()?;
+            return produce(&queue, rate, jobs);
+        }
+        #[cfg(not(feature = "postgres"))]
+        return Err(fail("--pickup-producer: a PostgreSQL URL needs the `postgres` feature"));
     }
-    let queue = Queue::open(Path::new(db))?;
-    produce(&queue, rate, jobs)
+    produce(&Queue::open(Path::new(&db))?, rate, jobs)
 }
 
 /// The jobs each rate offers in a run of `jobs` (`--jobs`): [`RATES`] scaled down below
@@ -203,7 +218,7 @@ pub fn sqlite_round(
     out: &mut dyn FnMut(Figure) -> CliResult<()>,
 ) -> CliResult<()> {
     for rates in rates(jobs) {
-        for producer in [Producer::SameProcess, Producer::OtherProcess] {
+        for producer in Producer::BOTH {
             let path = fresh(&format!("pickup_{}_{}", producer.name(), rates.0));
             let queue = Queue::open(&path)?;
             out(measure(("sqlite", &queue, &path.to_string_lossy()), workers, producer, rates)?)?;
@@ -213,5 +228,79 @@ pub fn sqlite_round(
     if let Some(figure) = idle_cost("sqlite", &Queue::open(fresh("pickup_idle"))?, workers, idle)? {
         out(figure)?;
     }
+    Ok(())
+}
+
+/// The pickup step on PostgreSQL (`--db postgres://... --only pickup`): every rate, the
+/// producer in this process then in another, each on a fresh scratch schema (`scratch`), in
+/// `rounds` rounds on `url`; a JSON line per figure with `--json`, then (or else) the medians
+/// of the rounds.
+#[cfg(feature = "postgres")]
+pub fn postgres_rounds(
+    scratch: &mut dyn FnMut(&str) -> CliResult<String>,
+    (url, jobs, workers, rounds): (&str, u64, usize, usize),
+    ctx: &mut crate::Context,
+) -> CliResult<()> {
+    use serde_json::{json, Value};
+    let mut figures: Vec<Figure> = Vec::new();
+    for round in 1..=rounds {
+        for rates in rates(jobs) {
+            for producer in Producer::BOTH {
+                let which = if producer == Producer::SameProcess { 's' } else { 'o' };
+                let schema = scratch(&format!("pu{which}{}_{round}", rates.0))?;
+                let queue = Queue::builder()
+                    .url(url.to_string())
+                    .schema(schema.clone())
+                    .pool_size(workers as u32 + 2)
+                    .open_postgres()?;
+                let figure = measure(("postgres", &queue, &format!("{url}#{schema}")), workers, producer, rates)?;
+                if ctx.json() {
+                    let mut line = json!({"round": round, "scenario": figure.scenario, "value": figure.value, "unit": figure.unit, "jobs": jobs, "workers": workers});
+                    for (key, value) in &figure.details {
+                        line[key] = Value::from(*value);
+                    }
+                    ctx.out.record(&line)?;
+                }
+                figures.push(figure);
+            }
+        }
+    }
+    let mut names: Vec<&str> = Vec::new();
+    for f in &figures {
+        if !names.contains(&f.scenario.as_str()) {
+            names.push(&f.scenario);
+        }
+    }
+    let median = |name: &str, key: Option<&str>| {
+        let values: Vec<f64> = figures
+            .iter()
+            .filter(|f| f.scenario == name)
+            .filter_map(|f| match key {
+                None => Some(f.value),
+                Some(key) => f.details.iter().find(|(k, _)| k == key).map(|(_, v)| *v),
+            })
+            .collect();
+        crate::rounds::Spread::of(&values).median
+    };
+    if ctx.json() {
+        for name in names {
+            ctx.out.record(&json!({"summary": "figure", "scenario": name, "median": median(name, None),
+                "p95_us": median(name, Some("p95_us")), "p99_us": median(name, Some("p99_us")), "rounds_measured": rounds}))?;
+        }
+        return Ok(());
+    }
+    let mut table = crate::output::table(&["scenario", "p50 µs", "p95 µs", "p99 µs", "max µs"]);
+    for name in names {
+        let cell = |key| format!("{:.0}", median(name, key));
+        table.add_row(vec![
+            name.to_string(),
+            cell(None),
+            cell(Some("p95_us")),
+            cell(Some("p99_us")),
+            cell(Some("max_us")),
+        ]);
+    }
+    ctx.out.table(&table)?;
+    ctx.out.line(format!("pickup latency, medians of {rounds} rounds; workers={workers}"))?;
     Ok(())
 }

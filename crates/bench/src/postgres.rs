@@ -170,6 +170,14 @@ pub fn run(args: &BenchArgs, ctx: &mut Context) -> CliResult<()> {
         created: Vec::new(),
     };
     let server = bench.server_settings()?;
+    if args.only.iter().any(|o| o == "pickup") {
+        let sizes = (bench.url.clone(), bench.jobs, bench.workers, bench.rounds);
+        let result =
+            crate::pickup::postgres_rounds(&mut |what| bench.scratch(what), (&sizes.0, sizes.1, sizes.2, sizes.3), ctx);
+        let dropped = bench.drop_schemas();
+        result?;
+        return dropped;
+    }
     // Column by column, so that fenceq runs right after the raw loops it is compared with.
     let cells: Vec<(Row, Column)> = Column::ALL
         .iter()
