@@ -30,8 +30,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// The queue the pickup jobs go to.
 const QUEUE: &str = "pickup";
 /// The offered rates, jobs/s, and how many jobs each one offers in a run of the default
-/// `--jobs` (20,000): 3 s at 100/s, 2 s at 2,000/s; a smaller `--jobs` offers fewer.
-pub const RATES: [(u64, u64); 2] = [(100, 300), (2_000, 4_000)];
+/// `--jobs` (20,000): 8 s at 5/s (each job comes to a file quiet since the last one's
+/// settle), 3 s at 100/s, 2 s at 2,000/s; a smaller `--jobs` offers fewer.
+pub const RATES: [(u64, u64); 3] = [(5, 40), (100, 300), (2_000, 4_000)];
 /// The environment variable that names the other process's database: an SQLite file, or a
 /// PostgreSQL URL and schema as `URL#SCHEMA`.
 pub const DB_VARIABLE: &str = "FENCEQ_BENCH_PICKUP_DB";
@@ -163,9 +164,9 @@ pub fn producer(spec: &str) -> CliResult<()> {
 }
 
 /// The jobs each rate offers in a run of `jobs` (`--jobs`): [`RATES`] scaled down below
-/// [`FULL_SIZE`], at least 20.
-pub fn rates(jobs: u64) -> [(u64, u64); 2] {
-    RATES.map(|(rate, n)| (rate, (n * jobs.min(FULL_SIZE) / FULL_SIZE).max(20)))
+/// [`FULL_SIZE`], at least 5.
+pub fn rates(jobs: u64) -> [(u64, u64); 3] {
+    RATES.map(|(rate, n)| (rate, (n * jobs.min(FULL_SIZE) / FULL_SIZE).max(5)))
 }
 
 /// What a pool that waits costs while nothing happens: the share of one core the whole

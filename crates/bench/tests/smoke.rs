@@ -56,6 +56,8 @@ const GUARD_VARIANTS: &[&str] = &[
 /// The figures measured once, after the rounds (round 0).
 /// The pickup step's figures, after the guards' in every round.
 const PICKUP: &[&str] = &[
+    "pickup/sqlite/same_process/5_per_s",
+    "pickup/sqlite/other_process/5_per_s",
     "pickup/sqlite/same_process/100_per_s",
     "pickup/sqlite/other_process/100_per_s",
     "pickup/sqlite/same_process/2000_per_s",

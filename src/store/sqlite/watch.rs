@@ -30,13 +30,15 @@
 
 use super::Patience;
 use crate::store::Wake;
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use parking_lot::Mutex;
 use rusqlite::Connection;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// The first wait after a write to the `-wal` file, doubling up to [`TICK`]: 50 µs.
+pub(crate) const FIRST_TICK: Duration = Duration::from_micros(50);
 /// How often the watcher reads `data_version` while the file changes: 1 ms.
 pub(crate) const TICK: Duration = Duration::from_millis(1);
 /// The longest tick, once the file has been quiet for [`HOT`]: 4 ms.
@@ -53,6 +55,8 @@ const ADDED_SINCE: &str = "SELECT queue, max(id), max(state = 'pending') FROM fe
 pub(crate) struct Watcher {
     wakes: Arc<Mutex<Vec<Wake>>>,
     stop: Option<Sender<()>>,
+    /// Ends the thread's wait for file events.
+    unblock: Option<Unblock>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -68,12 +72,18 @@ impl Watcher {
         let wakes: Arc<Mutex<Vec<Wake>>> = Arc::default();
         let (stop, stopped) = crossbeam_channel::bounded(0);
         let shared = wakes.clone();
+        let (events, unblock) = wal_events(&conn).unzip();
+        // The first look, before the pool that asked claims for the first time: a job
+        // committed before it is the claim's to find, one committed after is new to the
+        // watcher. (Should it fail, the thread takes it, and a job committed in between is
+        // found at the pool's next poll.)
+        let seen = look(&conn, None).ok().map(|(seen, _)| seen);
         let thread = std::thread::Builder::new()
             .name("fenceq-watch".into())
-            .spawn(move || run(&conn, &shared, &stopped))
+            .spawn(move || run(&conn, &shared, &stopped, (seen, events)))
             .map_err(|e| tracing::warn!("fenceq: no watcher thread ({e}); pools poll instead"))
             .ok();
-        Watcher { wakes, stop: Some(stop), thread }
+        Watcher { wakes, stop: Some(stop), unblock, thread }
     }
 
     /// Adds a waker (a queue handle's pools).
@@ -84,6 +94,9 @@ impl Watcher {
     /// Stops the thread and waits for it.
     pub(crate) fn stop(mut self) {
         drop(self.stop.take());
+        if let Some(unblock) = self.unblock.take() {
+            unblock.unblock();
+        }
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -97,25 +110,50 @@ struct Seen {
     last_id: i64,
 }
 
-fn run(conn: &Connection, wakes: &Mutex<Vec<Wake>>, stopped: &Receiver<()>) {
+fn run(
+    conn: &Connection,
+    wakes: &Mutex<Vec<Wake>>,
+    stopped: &Receiver<()>,
+    (mut seen, mut events): (Option<Seen>, Option<WalEvents>),
+) {
     // A lock another connection holds (a checkpoint's, a recovery's) fails the read at once:
     // the next tick tries again, and a stop is never kept waiting.
     let _patience = Patience::set(Duration::ZERO);
-    let mut seen: Option<Seen> = None;
     let mut warned: Option<Instant> = None;
     let mut tick = TICK;
     let mut changed_at = Instant::now();
     loop {
-        if !matches!(stopped.recv_timeout(tick), Err(RecvTimeoutError::Timeout)) {
-            return;
+        let quiet = changed_at.elapsed() >= HOT;
+        match events.as_mut().filter(|_| quiet) {
+            Some(wal) => {
+                let written = wal.wait();
+                if matches!(stopped.try_recv(), Err(TryRecvError::Disconnected)) {
+                    return;
+                }
+                if written {
+                    // The frames are written just before the commit shows (or, at `FULL`,
+                    // a sync before): read now, and again after [`FIRST_TICK`], doubling.
+                    changed_at = Instant::now();
+                    tick = FIRST_TICK;
+                } else {
+                    tracing::debug!("fenceq: the watcher's file events ended; it reads every few ms instead");
+                    events = None;
+                }
+            }
+            None => {
+                if !matches!(stopped.recv_timeout(tick), Err(RecvTimeoutError::Timeout)) {
+                    return;
+                }
+            }
         }
         match look(conn, seen) {
             Ok((now, queues)) => {
                 if seen.is_some_and(|seen| seen.version != now.version) {
                     changed_at = Instant::now();
-                    tick = TICK;
-                } else if changed_at.elapsed() >= HOT {
-                    tick = (tick * 2).min(IDLE_TICK);
+                    tick = tick.max(FIRST_TICK);
+                } else {
+                    let longest = if changed_at.elapsed() >= HOT { IDLE_TICK } else { TICK };
+                    tick = (tick * 2).min(longest);
                 }
                 seen = Some(now);
                 if !queues.is_empty() {
@@ -133,6 +171,84 @@ fn run(conn: &Connection, wakes: &Mutex<Vec<Wake>>, stopped: &Receiver<()>) {
                 }
             }
         }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+use elsewhere::{wal_events, Unblock, WalEvents};
+#[cfg(target_os = "linux")]
+use linux::{wal_events, Unblock, WalEvents};
+
+/// Writes to the `-wal` file through inotify, which wakes the quiet watcher at once and costs
+/// nothing while the file is quiet.
+#[cfg(target_os = "linux")]
+mod linux {
+    use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask, Watches};
+    use rusqlite::Connection;
+
+    /// The inotify instance, read by the watcher thread.
+    pub(super) struct WalEvents {
+        inotify: Inotify,
+        buffer: Vec<u8>,
+    }
+
+    /// What ends a blocked [`WalEvents::wait`] from another thread: removing the watch (the
+    /// kernel then sends `IN_IGNORED`).
+    pub(super) struct Unblock {
+        watches: Watches,
+        watch: WatchDescriptor,
+    }
+
+    /// Watches `conn`'s `-wal` file; `None` without inotify (the kernel's limit of instances
+    /// reached, say) or without the file, and the watcher reads every few ms instead.
+    pub(super) fn wal_events(conn: &Connection) -> Option<(WalEvents, Unblock)> {
+        let db = conn.path().filter(|db| !db.is_empty())?;
+        let inotify = Inotify::init().ok()?;
+        let mut watches = inotify.watches();
+        let mask = WatchMask::MODIFY | WatchMask::DELETE_SELF | WatchMask::MOVE_SELF;
+        let watch = watches.add(format!("{db}-wal"), mask).ok()?;
+        Some((WalEvents { inotify, buffer: vec![0; 4096] }, Unblock { watches, watch }))
+    }
+
+    impl WalEvents {
+        /// Blocks until the file is written (true), or until it is gone, the watch was
+        /// removed or the read failed (false: no more events will come).
+        pub(super) fn wait(&mut self) -> bool {
+            let ended = EventMask::IGNORED | EventMask::DELETE_SELF | EventMask::MOVE_SELF;
+            match self.inotify.read_events_blocking(&mut self.buffer) {
+                Ok(mut events) => events.all(|event| !event.mask.intersects(ended)),
+                Err(_) => false,
+            }
+        }
+    }
+
+    impl Unblock {
+        pub(super) fn unblock(mut self) {
+            let _ = self.watches.remove(self.watch);
+        }
+    }
+}
+
+/// No file events here: the watcher reads every few ms.
+#[cfg(not(target_os = "linux"))]
+mod elsewhere {
+    use rusqlite::Connection;
+
+    pub(super) enum WalEvents {}
+    pub(super) struct Unblock;
+
+    pub(super) fn wal_events(_: &Connection) -> Option<(WalEvents, Unblock)> {
+        None
+    }
+
+    impl WalEvents {
+        pub(super) fn wait(&mut self) -> bool {
+            match *self {}
+        }
+    }
+
+    impl Unblock {
+        pub(super) fn unblock(self) {}
     }
 }
 
@@ -211,5 +327,30 @@ mod tests {
         watcher.stop();
         assert_eq!(Arc::strong_count(&held), 1, "the thread ended and dropped what it called");
         drop(queue);
+    }
+
+    #[test]
+    fn a_quiet_watcher_waiting_for_file_events_stops_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("watch.db");
+        let queue = Queue::open(&path).unwrap();
+        let (woken, wakes) = crossbeam_channel::unbounded();
+        let watcher = Watcher::start(Connection::open(&path).unwrap());
+        watcher.add(Arc::new(move |queue: Option<&str>| {
+            let _ = woken.send(queue.map(str::to_string));
+        }));
+        // Past the first look and the quiet time after it: where the platform has file events
+        // the thread now waits for one (the stop below passes either way; this only makes
+        // that path the likely one).
+        std::thread::sleep(HOT * 3);
+        queue.enqueue(NewJob::new("q", b"x".to_vec())).unwrap();
+        assert_eq!(wakes.recv_timeout(Duration::from_secs(30)).unwrap().as_deref(), Some("q"));
+        std::thread::sleep(HOT * 3);
+        let (stopped, done) = crossbeam_channel::bounded(1);
+        std::thread::spawn(move || {
+            watcher.stop();
+            let _ = stopped.send(());
+        });
+        done.recv_timeout(Duration::from_secs(30)).expect("a stop ends the wait for file events");
     }
 }
