@@ -2,26 +2,34 @@
 //! on the same file) enqueued, without a server and without waiting for its poll interval.
 //!
 //! One thread per store whose pools wait, started by the first
-//! [`Store::watch`](crate::store::Store::watch), with a read connection of its own. Every [`TICK`] it reads
+//! [`Store::watch`](crate::store::Store::watch), with a read connection of its own. It reads
 //! `PRAGMA data_version`, which changes when any other connection to the file commits (this
 //! connection never writes). Only when it changed does it look at the rows added since its
 //! last look (`id` above the highest it has seen: ids rise in commit order, since SQLite has
 //! one writer at a time), and wakes the pools of each queue that got a pending one. Rows
 //! this process added itself are among them, and its pools were woken already; one they
-//! have claimed by then is no longer pending and wakes nothing.
+//! have claimed by then is no longer pending and wakes nothing. Its first look is taken
+//! before the pool that started it claims for the first time, so that a job committed in
+//! between is the claim's or the watcher's, never neither's.
 //!
-//! The tick is [`TICK`] while the file changes, and backs off (doubling) to [`IDLE_TICK`]
-//! once it has not changed for [`HOT`]: every tick wakes a thread, and on a virtual machine
-//! the wake-up itself costs tens of microseconds, so that a steady 1 ms tick would cost a
-//! few percent of a core while nothing happens. A job enqueued into a quiet file therefore
-//! waits up to [`IDLE_TICK`] for its pool, and one among others up to [`TICK`].
+//! When it reads. Every tick wakes a thread, and on a virtual machine the wake-up alone costs
+//! tens of microseconds: a steady 1 ms tick costs a few percent of a core while nothing
+//! happens, and a tick rare enough to cost under 1 % leaves a quiet file's first job
+//! waiting a few milliseconds (`docs/performance.md` has the figures). So the watcher reads
+//! every [`TICK`] while the file changes, and once it has been quiet for [`HOT`]:
 //!
-//! Why this and not a watch of the `-wal` file (inotify and its kin), which wakes at once and
-//! costs nothing while idle: the read costs no dependency, works on every platform SQLite
-//! does, needs no limit of the kernel's (inotify instances per user), and stays correct
-//! whatever happens to the `-wal` file (deleted and created again, truncated, replaced by a
-//! restore). `docs/performance.md` has both options' figures. A store nobody's pools wait
-//! on runs no thread, and commits do no extra work for the watcher at all: it only reads.
+//! - on Linux it waits for the kernel to say the `-wal` file was written (inotify): nothing
+//!   at all while the file stays quiet. A commit writes its frames to the `-wal` file just
+//!   before it shows to readers (or, at `synchronous = FULL`, a sync before), so after a
+//!   write the watcher reads at once, then after [`FIRST_TICK`], doubling to [`TICK`], and
+//!   for [`HOT`] after, so that no commit that shows late is missed. A stop removes the
+//!   watch, which ends the wait.
+//! - elsewhere, or when inotify is not to be had (the kernel's limit of instances per user
+//!   reached) or the `-wal` file goes away, it backs off, doubling, to [`IDLE_TICK`].
+//!
+//! A store nobody's pools wait on runs no thread, and commits do no extra work for the
+//! watcher: it only reads (the file events are the kernel's, sent whether anyone reads
+//! them or not). An in-memory database has no other connection, and no watcher.
 //!
 //! Other changes made by another process that make a job due (a retry, a release, a resume,
 //! a replay) are found at the pool's next poll, as before. The thread ends when the store
