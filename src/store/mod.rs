@@ -179,12 +179,12 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
         self.submit(work)
     }
 
-    /// Registers `wake`, for a store that learns of other processes' work (a server store's
-    /// `LISTEN`): the store calls it, from a thread of its own, with the name of a queue
-    /// another process (or handle) made a job due in, or with `None` when it may have missed
-    /// some (every queue's pools should look). The queue registers once per handle, when its
-    /// first pool subscribes. The default does nothing: SQLite has no other process to hear
-    /// from, and pools poll.
+    /// Registers `wake`, for a store that learns of other processes' work (PostgreSQL's
+    /// `LISTEN`, SQLite's watcher of the file): the store calls it, from a thread of its own,
+    /// with the name of a queue another process (or handle) made a job due in, or with `None`
+    /// when it may have missed some (every queue's pools should look). The queue registers
+    /// once per handle, when its first pool subscribes, so that a store nobody's pools wait
+    /// on does no work for it. The default does nothing, and pools poll.
     fn watch(&self, wake: Wake) {
         let _ = wake;
     }

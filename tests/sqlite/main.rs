@@ -55,6 +55,7 @@ mod schedule;
 mod stale_workers;
 mod stress;
 mod upgrade_race;
+mod wakeups;
 mod wal;
 #[cfg(feature = "web")]
 mod web;

@@ -39,6 +39,7 @@
 mod guards;
 mod held_rate;
 mod output;
+mod pickup;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod report;
@@ -98,6 +99,11 @@ pub struct Cli {
 
     #[command(flatten)]
     bench: BenchArgs,
+
+    /// The pickup step's producer in another process (`RATE:JOBS:DB`): this binary, run by
+    /// the step itself.
+    #[arg(long, hide = true, value_name = "RATE:JOBS:DB")]
+    pickup_producer: Option<String>,
 }
 
 /// Runs the parsed command line and flushes the output.
@@ -109,6 +115,9 @@ pub struct Cli {
 /// `--guard` variant, and whatever a scenario fails with (the store's errors, a scratch
 /// schema that already exists, jobs that did not all complete).
 pub fn run(cli: Cli) -> Result<(), BoxError> {
+    if let Some(spec) = &cli.pickup_producer {
+        return pickup::producer(spec);
+    }
     let mut ctx = Context { db: cli.db, schema: cli.schema, out: Output::new(cli.json) };
     match (ctx.is_postgres(), &ctx.schema) {
         (true, _) => {

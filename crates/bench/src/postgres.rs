@@ -197,15 +197,27 @@ pub fn run(args: &BenchArgs, ctx: &mut Context) -> CliResult<()> {
         rounds: args.rounds as usize,
         created: Vec::new(),
     };
+    // The steps measured on their own, outside the table's columns.
+    const ONE_OFF: [&str; 2] = ["rate", "pickup"];
     let selected = |step: &str| args.only.is_empty() || args.only.iter().any(|o| o == step);
-    if let Some(other) =
-        args.only.iter().find(|o| !Column::ALL.iter().any(|c| c.steps().contains(&o.as_str())) && *o != "rate")
+    if let Some(other) = args
+        .only
+        .iter()
+        .find(|o| !Column::ALL.iter().any(|c| c.steps().contains(&o.as_str())) && !ONE_OFF.contains(&o.as_str()))
     {
         return Err(fail(format!(
-            "--only {other}: not measured on PostgreSQL (steps there: intake, pool, end_to_end, flow, rate)"
+            "--only {other}: not measured on PostgreSQL (steps there: intake, pool, end_to_end, flow, rate, pickup)"
         )));
     }
     let server = bench.server_settings()?;
+    if args.only.iter().any(|o| o == "pickup") {
+        let sizes = (bench.url.clone(), bench.jobs, bench.workers, bench.rounds);
+        let result =
+            crate::pickup::postgres_rounds(&mut |what| bench.scratch(what), (&sizes.0, sizes.1, sizes.2, sizes.3), ctx);
+        let dropped = bench.drop_schemas();
+        result?;
+        return dropped;
+    }
     // Column by column, so that fenceq runs right after the raw loops it is compared with.
     let columns: Vec<Column> =
         Column::ALL.iter().copied().filter(|c| c.steps().iter().any(|step| selected(step))).collect();

@@ -50,7 +50,8 @@ pub struct BenchArgs {
     pub rounds: u64,
     /// Run only these steps (comma-separated): intake, pool, end_to_end, webhook, claim,
     /// batch_1000, full, guards, latency, flow (the pool under limits it never reaches; with
-    /// latency, the claim on a queue of groups), rate (a rate held by four processes).
+    /// latency, the claim on a queue of groups), rate (a rate held by four processes), pickup
+    /// (enqueue to handler at a fixed rate, the producer in this process and in another).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Measure only these schema variants in the guards step (comma-separated; all when

@@ -41,8 +41,20 @@ pub struct BenchOptions {
 
 /// The steps of one round, by name (what `--only` matches).
 /// `latency` and `rate` are one-off steps after the rounds.
-pub const STEPS: &[&str] =
-    &["intake", "pool", "end_to_end", "webhook", "claim", "batch_1000", "full", "guards", "latency", "flow", "rate"];
+pub const STEPS: &[&str] = &[
+    "intake",
+    "pool",
+    "end_to_end",
+    "webhook",
+    "claim",
+    "batch_1000",
+    "full",
+    "guards",
+    "latency",
+    "flow",
+    "rate",
+    "pickup",
+];
 
 /// A ratio the report computes within each round.
 struct RatioSpec {
@@ -260,6 +272,9 @@ fn one_round(o: &BenchOptions, out: &mut Sink<'_>) -> CliResult<()> {
                 out(Figure::of(format!("guards/{}/{phase}", variant.name), us, "us/job"))?;
             }
         }
+    }
+    if o.selected("pickup") {
+        crate::pickup::sqlite_round((n, w), &|name| o.fresh(name), out)?;
     }
     Ok(())
 }

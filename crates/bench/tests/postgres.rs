@@ -179,3 +179,29 @@ fn the_bench_on_postgres_reports_every_cell_beside_its_raw_loop() {
     // The scratch schemas (named after --schema) are gone.
     assert!(s.schemas().is_empty(), "left behind: {:?}", s.schemas());
 }
+
+#[test]
+fn the_pickup_step_on_postgres_reports_each_figure_and_leaves_no_schema() {
+    let Some(s) = Scratch::new() else { return };
+    let lines =
+        s.run(&["--json", "--jobs", "1000", "--workers", "2", "--rounds", "1", "--only", "pickup"]).json_lines();
+    let (rounds, summaries): (Vec<_>, Vec<_>) = lines.iter().partition(|l| l.get("summary").is_none());
+    let mut cells = Vec::new();
+    for rate in ["5_per_s", "100_per_s", "2000_per_s"] {
+        for producer in ["same_process", "other_process"] {
+            cells.push(format!("pickup/postgres/{producer}/{rate}"));
+        }
+    }
+    let names = |lines: &[&Value]| -> Vec<String> {
+        lines.iter().map(|f| f["scenario"].as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(names(&rounds), cells);
+    assert_eq!(names(&summaries), cells);
+    for figure in &rounds {
+        let (p50, p99) = (figure["value"].as_f64().unwrap(), figure["p99_us"].as_f64().unwrap());
+        assert!(p50 > 0.0 && p50 <= p99, "{figure}");
+        assert_eq!(figure["unit"], "us_p50", "{figure}");
+        assert!(figure["picked_up"].as_f64().unwrap() >= 5.0, "{figure}");
+    }
+    assert!(s.schemas().is_empty(), "scratch schemas left behind: {:?}", s.schemas());
+}

@@ -54,6 +54,17 @@ const GUARD_VARIANTS: &[&str] = &[
 ];
 
 /// The figures measured once, after the rounds (round 0).
+/// The pickup step's figures, after the guards' in every round.
+const PICKUP: &[&str] = &[
+    "pickup/sqlite/same_process/5_per_s",
+    "pickup/sqlite/other_process/5_per_s",
+    "pickup/sqlite/same_process/100_per_s",
+    "pickup/sqlite/other_process/100_per_s",
+    "pickup/sqlite/same_process/2000_per_s",
+    "pickup/sqlite/other_process/2000_per_s",
+    "pickup/sqlite/idle_cpu",
+];
+
 const ONCE: &[&str] = &[
     "fenceq/latency/claim_reference_1000_pending",
     "fenceq/latency/claim_2000_pending",
@@ -103,7 +114,8 @@ fn every_bench_scenario_runs_in_every_round_and_is_summarised_once() {
         .iter()
         .flat_map(|v| ["enqueue", "claim", "complete"].map(|phase| format!("guards/{v}/{phase}")))
         .collect();
-    let per_round: Vec<&str> = PER_ROUND.iter().copied().chain(guards.iter().map(String::as_str)).collect();
+    let per_round: Vec<&str> =
+        PER_ROUND.iter().copied().chain(guards.iter().map(String::as_str)).chain(PICKUP.iter().copied()).collect();
 
     // Each round reports every scenario exactly once, in the same order.
     for round in 1..=ROUNDS {

@@ -48,6 +48,10 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    fn watch(&self, wake: crate::store::Wake) {
+        self.run_watch(wake)
+    }
+
     fn commit_stats(&self) -> CommitStats {
         let (transactions, requests, wal_syncs) = self.writer.commit_stats();
         CommitStats { transactions, requests, wal_syncs }

@@ -2,8 +2,9 @@
 //! writer connection with group commit (`writer.rs`), per-connection PRAGMAs and the busy
 //! handler, WAL checkpoints, the open sequence (validate, WAL, migrate: `migrate.rs` and
 //! the `schema/sqlite/` migrations it embeds), the dialect SQL (`statements.rs`), the transitions of the
-//! store contract (`jobs.rs`), the classification of SQLite's errors (`error.rs`), and
-//! online backups (`backup.rs`).
+//! store contract (`jobs.rs`), the classification of SQLite's errors (`error.rs`),
+//! online backups (`backup.rs`), and the watcher that wakes pools when another process
+//! enqueues (`watch.rs`).
 
 pub(crate) mod backup;
 pub(crate) mod error;
@@ -14,6 +15,7 @@ pub use options::{SqliteOptions, Synchronous};
 #[cfg(test)]
 mod plan_tests;
 pub(crate) mod statements;
+mod watch;
 mod writer;
 
 use crate::error::{Error, Result};
@@ -105,6 +107,11 @@ pub struct SqliteStore {
     /// The one writer connection, with group commit (see `writer.rs`).
     writer: writer::Writer,
     busy_timeout: Duration,
+    /// What opens the watcher's connection (file databases only: an in-memory database has
+    /// no other connection to hear from).
+    watch_manager: Option<Manager>,
+    /// The watcher thread, started by the first [`Store::watch`](crate::store::Store::watch).
+    watcher: parking_lot::Mutex<Option<watch::Watcher>>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -122,7 +129,7 @@ impl SqliteStore {
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE
         };
         let flags = access | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let (readers, writer) = match &options.location {
+        let (readers, writer, watch_manager) = match &options.location {
             Location::File(path) => {
                 check_regular(path, "database file")?;
                 if settings.read_only || !settings.upgrade {
@@ -152,16 +159,22 @@ impl SqliteStore {
                     }
                     _ => None,
                 };
-                (Some(readers), writer::Writer::new(writer, wal))
+                (Some(readers), writer::Writer::new(writer, wal), Some(Manager(manager())))
             }
             Location::Memory => {
                 let mut conn = Connection::open_in_memory().sql("open in memory")?;
                 connection_init(options, settings)(&mut conn).sql("connection init")?;
                 migrate::migrate(&mut conn, migrate::SCHEMA_VERSION)?;
-                (None, writer::Writer::new(conn, None))
+                (None, writer::Writer::new(conn, None), None)
             }
         };
-        Ok(SqliteStore { readers, writer, busy_timeout: settings.busy_timeout })
+        Ok(SqliteStore {
+            readers,
+            writer,
+            busy_timeout: settings.busy_timeout,
+            watch_manager,
+            watcher: parking_lot::Mutex::new(None),
+        })
     }
 
     /// A connection for reads (autocommit statements; never a deferred write).
@@ -203,12 +216,40 @@ impl SqliteStore {
         self.writer.submit(work)
     }
 
+    /// Starts the watcher (once, for a file database) and adds `wake` to what it calls. A
+    /// connection that cannot be opened leaves the pools polling, with a warning.
+    fn run_watch(&self, wake: crate::store::Wake) {
+        let Some(manager) = &self.watch_manager else { return };
+        let mut watcher = self.watcher.lock();
+        if watcher.is_none() {
+            match r2d2::ManageConnection::connect(manager) {
+                Ok(conn) => *watcher = Some(watch::Watcher::start(conn)),
+                Err(e) => {
+                    tracing::warn!("fenceq: no connection for the watcher ({e}); pools poll instead");
+                    return;
+                }
+            }
+        }
+        if let Some(watcher) = watcher.as_ref() {
+            watcher.add(wake);
+        }
+    }
+
     /// `PRAGMA wal_checkpoint(TRUNCATE)`, waiting at most `patience` for readers.
     pub(crate) fn checkpoint_wal(&self, patience: Duration) -> Result<crate::report::CheckpointReport> {
         let _flag = WriteFlag::set()?;
         let _patience = Patience::set(patience);
         let (busy, wal_pages, checkpointed_pages) = self.writer.checkpoint()?;
         Ok(crate::report::CheckpointReport { completed: busy == 0, wal_pages, checkpointed_pages })
+    }
+}
+
+impl Drop for SqliteStore {
+    /// Stops the watcher thread and waits for it (the last handle of the queue is gone).
+    fn drop(&mut self) {
+        if let Some(watcher) = self.watcher.lock().take() {
+            watcher.stop();
+        }
     }
 }
 
