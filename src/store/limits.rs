@@ -10,7 +10,7 @@
 //! Nothing that would break a limit is handed out: the starts recorded in the window plus
 //! those of this claim never exceed a rate's count.
 
-use super::{ClaimRequest, Claims, Store};
+use super::{ClaimRequest, Claims, KeptStarts, Store};
 use crate::error::Result;
 use crate::job::JobId;
 use crate::limits::{opens_at, Limits, Rate};
@@ -23,10 +23,11 @@ const EXTRA_CANDIDATES: u32 = 32;
 /// Claims up to `request.limit` jobs of a queue with `limits`, breaking none.
 pub(crate) fn claim_limited<S: Store>(tx: &S::Tx, request: ClaimRequest<'_>, limits: &Limits) -> Result<Claims> {
     S::lock_limits(tx, request.queue)?;
-    let request = match limits.counts_starts() {
-        true => not_before(request, S::latest_start(tx, request.queue)?),
-        false => request,
+    let kept = match limits.counts_starts() {
+        true => S::kept_starts(tx, request.queue)?,
+        false => KeptStarts::default(),
     };
+    let request = not_before(request, kept.latest);
     let ClaimRequest { queue, now, .. } = request;
     let mut allowed = request.limit;
     let mut opens: Option<i64> = None;
@@ -36,8 +37,7 @@ pub(crate) fn claim_limited<S: Store>(tx: &S::Tx, request: ClaimRequest<'_>, lim
     }
     // While the queue keeps fewer starts than a rate's count leaves room for this claim, no
     // window of the rate can stop it: no window need be counted.
-    let kept = if limits.rate.is_some() { S::starts_kept(tx, queue)? } else { 0 };
-    if let Some(rate) = limits.rate.filter(|rate| kept + u64::from(allowed) > u64::from(rate.count)) {
+    if let Some(rate) = limits.rate.filter(|rate| kept.count + u64::from(allowed) > u64::from(rate.count)) {
         let (starts, opens_then) = window::<S>(tx, queue, None, rate, now)?;
         let room = u64::from(rate.count).saturating_sub(starts);
         allowed = allowed.min(u32::try_from(room).unwrap_or(u32::MAX));

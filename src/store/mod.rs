@@ -498,12 +498,9 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// still be at work until a reclaim replaces it).
     fn running_count(tx: &Self::Tx, queue: &str) -> Result<u64>;
 
-    /// How many starts of `queue` are recorded and not yet forgotten (every window's starts
-    /// are among them).
-    fn starts_kept(tx: &Self::Tx, queue: &str) -> Result<u64>;
-
-    /// The latest start of `queue` recorded and not yet forgotten.
-    fn latest_start(tx: &Self::Tx, queue: &str) -> Result<Option<i64>>;
+    /// The starts of `queue` recorded and not yet forgotten: how many (every window's starts
+    /// are among them) and the latest, read together as a limited claim needs both.
+    fn kept_starts(tx: &Self::Tx, queue: &str) -> Result<KeptStarts>;
 
     /// The groups of `queue` with `count` or more starts recorded after `since`: those whose
     /// rate of `count` per window from `since` is spent (for `stats`).
@@ -712,6 +709,15 @@ pub struct GroupsRequest<'a> {
     pub after: (&'a str, &'a str),
     /// At most this many groups.
     pub limit: u32,
+}
+
+/// The starts a queue keeps ([`Store::kept_starts`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KeptStarts {
+    /// How many are recorded and not yet forgotten.
+    pub count: u64,
+    /// The latest of them, if any.
+    pub latest: Option<i64>,
 }
 
 /// What a claim asks for ([`Store::claim`]): up to `limit` due jobs of `queue` at `now`, each

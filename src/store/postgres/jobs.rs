@@ -11,8 +11,8 @@ use crate::limits::Limits;
 use crate::report::{CheckpointReport, CommitStats, GroupHead, GroupSummary, PausedQueue, QueueBackoff, ReapReport};
 use crate::store::limits::{claim_limited, limit_rows, limits_by_queue, limits_of, rate_opens_at};
 use crate::store::{
-    Batch, ClaimRequest, Claims, Decided, GroupsRequest, Identity, JobDecision, NewRow, OwnedLease, PageRequest,
-    QueueBackoffAt, QueueDecision, ScheduleTick, SnoozeAt, StatsRow, Stmt, Store, TokenAt,
+    Batch, ClaimRequest, Claims, Decided, GroupsRequest, Identity, JobDecision, KeptStarts, NewRow, OwnedLease,
+    PageRequest, QueueBackoffAt, QueueDecision, ScheduleTick, SnoozeAt, StatsRow, Stmt, Store, TokenAt,
 };
 use diesel::pg::Pg;
 use diesel::query_builder::{BoxedSqlQuery, SqlQuery};
@@ -590,14 +590,10 @@ impl Store for PostgresStore {
         tx.writing(|conn| query.execute(conn)).map(drop)
     }
 
-    fn starts_kept(tx: &PgTx, queue: &str) -> Result<u64> {
-        let query = bound(STARTS_KEPT).bind::<Text, _>(queue);
-        Ok(count_u64(tx.with(|conn| query.one::<N>(conn))?.n))
-    }
-
-    fn latest_start(tx: &PgTx, queue: &str) -> Result<Option<i64>> {
-        let query = bound(LATEST_START).bind::<Text, _>(queue);
-        Ok(tx.with(|conn| query.one::<LatestRow>(conn))?.at)
+    fn kept_starts(tx: &PgTx, queue: &str) -> Result<KeptStarts> {
+        let query = bound(KEPT_STARTS).bind::<Text, _>(queue);
+        let row = tx.with(|conn| query.one::<KeptRow>(conn))?;
+        Ok(KeptStarts { count: count_u64(row.n), latest: row.at })
     }
 
     fn spent_groups(tx: &PgTx, queue: &str, since: i64, count: u32) -> Result<Vec<String>> {
@@ -875,7 +871,9 @@ struct HeadsRow {
 }
 
 #[derive(QueryableByName)]
-struct LatestRow {
+struct KeptRow {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
     #[diesel(sql_type = Nullable<BigInt>)]
     at: Option<i64>,
 }

@@ -3,9 +3,7 @@
 //! overview's completions per minute read the hour asked for, not every settled row; a
 //! limited claim's reads of the starts log read a few rows (or the rate's count), not the log.
 
-use super::statements::{
-    CLAIM, COMPLETIONS_PER_MINUTE, GROUP_NEEDS_RELEASE, LATEST_START, QUEUE_STARTS, RELEASE_GROUP,
-};
+use super::statements::{CLAIM, COMPLETIONS_PER_MINUTE, GROUP_NEEDS_RELEASE, KEPT_STARTS, QUEUE_STARTS, RELEASE_GROUP};
 use diesel::connection::SimpleConnection;
 use diesel::sql_types::{BigInt, Text};
 use diesel::{sql_query, Connection, PgConnection, QueryableByName, RunQueryDsl};
@@ -194,7 +192,7 @@ fn a_limited_claims_reads_of_the_starts_log_stop_early() {
     )
     .unwrap();
     let explain = |sql: &str| format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {sql}");
-    let latest: Vec<String> = sql_query(explain(LATEST_START.sql))
+    let latest: Vec<String> = sql_query(explain(KEPT_STARTS.sql))
         .bind::<Text, _>("q")
         .load::<Plan>(&mut raw)
         .unwrap()

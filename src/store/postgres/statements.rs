@@ -892,9 +892,11 @@ stmt! {
            claim_id, group_name
     FROM   fenceq_claim_limited($1, $2, $3, $4, $5, $6, $7, $8)";
 
-    /// How many starts the queue has recorded and not yet forgotten.
-    STARTS_KEPT = "
-    SELECT coalesce((SELECT starts_kept FROM fenceq_queue_flow WHERE queue = $1), 0) AS n";
+    /// How many starts the queue has recorded and not yet forgotten, and the latest of them
+    /// (the end of `fenceq_starts_queue`'s range of the queue).
+    KEPT_STARTS = "
+    SELECT coalesce((SELECT starts_kept FROM fenceq_queue_flow WHERE queue = $1), 0) AS n,
+           (SELECT max(at) FROM fenceq_starts WHERE queue = $1) AS at";
 
     /// Groups of queue `$1` with `$3` or more starts after `$2`, through the starts' group
     /// index.
@@ -910,9 +912,6 @@ stmt! {
     JOIN   fenceq_jobs AS j ON j.queue = $1 AND j.group_name = g.name AND NOT j.group_held
     WHERE  j.state = 'pending' AND j.run_at > $3";
 
-    /// The queue's latest recorded start (the end of `fenceq_starts_queue`'s range of it).
-    LATEST_START = "
-    SELECT max(at) AS at FROM fenceq_starts WHERE queue = $1";
 
     /// `$1` id, `$2` instant.
     DEFER_PENDING = "

@@ -11,8 +11,8 @@ use crate::limits::Limits;
 use crate::report::{CheckpointReport, CommitStats, GroupHead, GroupSummary, PausedQueue, QueueBackoff, ReapReport};
 use crate::store::limits::{claim_limited, limit_rows, limits_by_queue, limits_of};
 use crate::store::{
-    Batch, ClaimRequest, Claims, Decided, GroupsRequest, Identity, JobDecision, NewRow, OwnedLease, PageRequest,
-    QueueBackoffAt, QueueDecision, ScheduleTick, SnoozeAt, StatsRow, Stmt, Store, TokenAt,
+    Batch, ClaimRequest, Claims, Decided, GroupsRequest, Identity, JobDecision, KeptStarts, NewRow, OwnedLease,
+    PageRequest, QueueBackoffAt, QueueDecision, ScheduleTick, SnoozeAt, StatsRow, Stmt, Store, TokenAt,
 };
 use rusqlite::{named_params, CachedStatement, Connection, OptionalExtension, Row, ToSql};
 use std::time::Duration;
@@ -543,13 +543,12 @@ impl Store for SqliteStore {
         .map(drop)
     }
 
-    fn starts_kept(tx: &Connection, queue: &str) -> Result<u64> {
-        on(tx, STARTS_KEPT, |s| s.query_row(named_params! { ":queue": queue }, |row| row.get::<_, i64>(0)))
-            .map(|n| n.max(0) as u64)
-    }
-
-    fn latest_start(tx: &Connection, queue: &str) -> Result<Option<i64>> {
-        on(tx, LATEST_START, |s| s.query_row(named_params! { ":queue": queue }, |row| row.get::<_, Option<i64>>(0)))
+    fn kept_starts(tx: &Connection, queue: &str) -> Result<KeptStarts> {
+        on(tx, KEPT_STARTS, |s| {
+            s.query_row(named_params! { ":queue": queue }, |row| {
+                Ok(KeptStarts { count: row.get::<_, i64>(0)?.max(0) as u64, latest: row.get(1)? })
+            })
+        })
     }
 
     fn spent_groups(tx: &Connection, queue: &str, since: i64, count: u32) -> Result<Vec<String>> {

@@ -246,6 +246,6 @@ fn limit_statements_search_their_indexes() {
     assert!(spent.contains("SEARCH fenceq_starts USING") && spent.contains("(queue=?"), "{spent}");
     let head = plan(&conn, DEFERRED_HEAD.sql).join("\n");
     assert!(head.contains("INDEX fenceq_jobs_group (queue=? AND group_name=?"), "{head}");
-    let latest = plan(&conn, LATEST_START.sql).join("\n");
+    let latest = plan(&conn, KEPT_STARTS.sql).join("\n");
     assert!(latest.contains("SEARCH fenceq_starts USING PRIMARY KEY (queue=?)"), "{latest}");
 }

@@ -667,9 +667,11 @@ stmt! {
     COUNT_STARTS_KEPT = "
     UPDATE fenceq_queue_flow SET starts_kept = starts_kept + :recorded - :forgotten WHERE queue = :queue";
 
-    /// How many starts the queue has recorded and not yet forgotten.
-    STARTS_KEPT = "
-    SELECT coalesce((SELECT starts_kept FROM fenceq_queue_flow WHERE queue = :queue), 0)";
+    /// How many starts the queue has recorded and not yet forgotten, and the latest of them
+    /// (the end of the primary key's range of the queue).
+    KEPT_STARTS = "
+    SELECT coalesce((SELECT starts_kept FROM fenceq_queue_flow WHERE queue = :queue), 0),
+           (SELECT max(at) FROM fenceq_starts WHERE queue = :queue)";
 
     /// Groups of the queue with `:count` or more starts after `:since`, through the starts'
     /// group index.
@@ -683,10 +685,6 @@ stmt! {
     DEFERRED_HEAD = "
     SELECT run_at FROM fenceq_jobs
     WHERE  queue = :queue AND group_name = :group AND NOT group_held AND state = 'pending' AND run_at > :now";
-
-    /// The queue's latest recorded start (the end of the primary key's range of the queue).
-    LATEST_START = "
-    SELECT max(at) FROM fenceq_starts WHERE queue = :queue";
 
     DEFER_PENDING = "
     UPDATE fenceq_jobs SET run_at = max(run_at, :at) WHERE id = :id AND state = 'pending'";
