@@ -341,9 +341,8 @@ impl Model {
         if !by_running && by_rate.is_none() && group_heads == 0 {
             return None;
         }
-        let due = if !by_running && by_rate.is_none() {
-            0
-        } else if self.backoff(queue, now).is_some() {
+        // Only the queue-wide limits hold back due jobs, and a back-off holds them all anyway.
+        let due = if (!by_running && by_rate.is_none()) || self.backoff(queue, now).is_some() {
             0
         } else {
             self.jobs
