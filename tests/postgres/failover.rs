@@ -1,23 +1,37 @@
 //! A real failover under load: a pg_auto_failover formation of this test's own
-//! (`scripts/postgres-ha`: a monitor and two nodes, synchronous replication), the queue on its
-//! formation URL (both nodes, `target_session_attrs=read-write`), two producer threads
-//! enqueueing keyed jobs and a pool of four workers whose handler writes one domain row per
-//! job inside `complete_with`; mid-load every process of the primary's node is killed, the
-//! monitor promotes the standby, and the same queue handle carries on. Skips without
-//! `pg_autoctl` (Debian's `postgresql-15-auto-failover`; `scripts/postgres-ha install`), and
-//! fails under `CI=true` without it.
+//! (`scripts/postgres-ha`: a monitor and two nodes, synchronous replication), and two OS
+//! processes on its formation URL (both nodes, `target_session_attrs=read-write`), each with
+//! two producer threads enqueueing keyed jobs and a pool of four workers whose handler writes
+//! one domain row per job inside `complete_with`; mid-load every process of the primary's node
+//! is killed (or a planned switchover runs), the monitor promotes the standby, and both
+//! processes carry on with the queue handles they had. After the kill, the old primary is run
+//! again and rejoins as a standby: a token it last saw as live is refused on the new primary,
+//! and the rejoined node refuses every write. Skips without `pg_autoctl` (Debian's
+//! `postgresql-15-auto-failover`; `scripts/postgres-ha install`), and fails under `CI=true`
+//! without it.
+//!
+//! The children are this test binary, run with `--ignored --exact failover::failover_child`,
+//! their index in `FENCEQ_FAILOVER_CHILD` and the formation's URL in `FENCEQ_FAILOVER_URL`;
+//! they print what the application saw (each acknowledged key and completion with the wall
+//! clock's instant, each error's kind), which the parent checks against the new primary.
 
 use crate::support::*;
 use fenceq::diesel::{sql_query, Connection, PgConnection, RunQueryDsl};
-use fenceq::{Error, NewJob, Outcome, PostgresStore, Queue, RetryPolicy, WorkerPool};
+use fenceq::{ClaimToken, Error, NewJob, Outcome, PostgresStore, Queue, RetryPolicy, WorkerPool};
 use std::collections::{BTreeMap, HashSet};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// Keys over both processes.
 const KEYS: usize = 600;
+const PROCESSES: usize = 2;
+const PRODUCERS: usize = 2;
 const BOUND: Duration = Duration::from_secs(180);
 const NO_BACKOFF: RetryPolicy = RetryPolicy { base: Duration::ZERO, max: Duration::ZERO, jitter: 0.0 };
+const CHILD: &str = concat!(module_path!(), "::failover_child");
+const CHILD_ENV: &str = "FENCEQ_FAILOVER_CHILD";
+const URL_ENV: &str = "FENCEQ_FAILOVER_URL";
 
 /// A formation of this test's own (`scripts/postgres-ha` in a directory of its own), or
 /// `None` (skipped) without `pg_autoctl`.
@@ -30,64 +44,46 @@ fn own_formation() -> Option<ScriptedServer> {
     Some(ScriptedServer::start("postgres-ha", "FENCEQ_POSTGRES_HA_DIR"))
 }
 
-/// What the application saw.
-#[derive(Default)]
-struct Seen {
-    /// Keys whose enqueue returned `Ok`.
-    keys: Vec<String>,
-    /// Completions (`complete_with` returned `Ok`): job ids.
-    done: Vec<i64>,
-    /// Errors by kind (`Unavailable`, `ConnectionLost`, `ConnectionLost (commit unknown)`, ...).
-    errors: BTreeMap<String, usize>,
-    /// From the kill to the first intake and the first completion that returned `Ok`.
-    first_intake_after: Option<Duration>,
-    first_done_after: Option<Duration>,
-    /// The latest intake that returned `Ok`, and the longest time between two of them: the
-    /// write outage as the producers saw it.
-    last_intake: Option<Instant>,
-    longest_gap: Duration,
-}
-
 fn kind(e: &Error) -> String {
     match e {
         Error::Unavailable { .. } => "Unavailable".into(),
-        Error::ConnectionLost { commit_unknown: true, .. } => "ConnectionLost (commit unknown)".into(),
+        Error::ConnectionLost { commit_unknown: true, .. } => "ConnectionLost(commit-unknown)".into(),
         Error::ConnectionLost { .. } => "ConnectionLost".into(),
         Error::Busy { .. } => "Busy".into(),
-        other => format!("other: {other}"),
+        Error::ReadOnly { .. } => "ReadOnly".into(),
+        other => format!("other:{}", other.to_string().replace(char::is_whitespace, "_")),
     }
 }
 
-#[test]
-fn a_failover_under_load_loses_no_acknowledged_intake_and_completes_every_job_once() {
-    under_load_through("kill-primary");
-}
-
-/// A planned switchover (`pg_autoctl perform switchover`) under the same load: the same
-/// guarantees, and the figures of what the application saw.
-#[test]
-fn a_switchover_under_load_loses_no_acknowledged_intake_and_completes_every_job_once() {
-    under_load_through("switchover");
-}
-
-/// The load, `action` (a verb of `scripts/postgres-ha`) after a quarter of the intakes, and
-/// the checks of what the new primary has.
-fn under_load_through(action: &str) {
-    let Some(formation) = own_formation() else { return };
-    let q: Queue<PostgresStore> = Queue::builder()
-        .url(formation.url.clone())
+fn opened(url: &str) -> Queue<PostgresStore> {
+    Queue::builder()
+        .url(url.to_string())
         .busy_timeout(Duration::from_secs(1))
         .connect_timeout(Duration::from_secs(3))
         .open_postgres()
-        .unwrap();
-    let mut raw = PgConnection::establish(&formation.url).unwrap();
-    sql_query("CREATE TABLE done_rows (job_id bigint NOT NULL, attempt int NOT NULL)").execute(&mut raw).unwrap();
-    drop(raw);
+        .unwrap()
+}
 
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    let killed_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+// ------------------------------------------------------------------------ the children
+
+/// Child side: two producers and a pool of four on the formation URL, until every key of
+/// this child was acknowledged and the queue holds all of both children's jobs, completed.
+#[test]
+#[ignore = "child process of the failover tests below; run by them with --ignored --exact"]
+fn failover_child() {
+    let index: usize = std::env::var(CHILD_ENV).expect("run by the failover tests").parse().unwrap();
+    let q = opened(&std::env::var(URL_ENV).expect("the formation's URL"));
+    let errors = Arc::new(Mutex::new(BTreeMap::<String, u64>::new()));
+    let note_error = {
+        let errors = errors.clone();
+        move |what: &str, e: &Error| {
+            let kind = format!("{what}:{}", kind(e));
+            println!("\n{MARK}error {kind}");
+            *errors.lock().unwrap().entry(kind).or_default() += 1;
+        }
+    };
     let pool = {
-        let (seen, killed_at) = (seen.clone(), killed_at.clone());
+        let note_error = note_error.clone();
         WorkerPool::builder(q.clone(), "q")
             .workers(4)
             .lease(Duration::from_secs(3))
@@ -105,17 +101,13 @@ fn under_load_through(action: &str) {
                 };
                 match a.complete_with(write) {
                     Ok(()) => {
-                        let mut seen = seen.lock().unwrap();
-                        seen.done.push(token.id.0);
-                        if let (Some(at), None) = (*killed_at.lock().unwrap(), seen.first_done_after) {
-                            seen.first_done_after = Some(at.elapsed());
-                        }
+                        println!("\n{MARK}done {} {}", token.id.0, wall_ms());
                         Outcome::Complete
                     }
                     // A stale attempt: its lease ran out while no primary could be reached.
                     Err(Error::OwnershipLost { .. }) => Outcome::Complete,
                     Err(e) => {
-                        *seen.lock().unwrap().errors.entry(format!("complete_with: {}", kind(&e))).or_default() += 1;
+                        note_error("complete_with", &e);
                         Outcome::retry_after(Duration::ZERO, e.to_string())
                     }
                 }
@@ -123,32 +115,24 @@ fn under_load_through(action: &str) {
             .start()
             .unwrap()
     };
-
-    // Two producers; each key until its enqueue returned Ok (a failed call is retried with the
-    // same key, so an intake whose commit outlived its connection is found, not doubled).
-    let producers: Vec<_> = (0..2)
+    // Each key until its enqueue returned Ok (a failed call is retried with the same key, so
+    // an intake whose commit outlived its connection is found, not doubled).
+    let producers: Vec<_> = (0..PRODUCERS)
         .map(|p| {
-            let (q, seen, killed_at) = (q.clone(), seen.clone(), killed_at.clone());
+            let (q, note_error) = (q.clone(), note_error.clone());
             std::thread::spawn(move || {
                 let deadline = Instant::now() + BOUND;
-                for i in 0..KEYS / 2 {
-                    let key = format!("p{p}-{i}");
+                for i in 0..KEYS / PROCESSES / PRODUCERS {
+                    let key = format!("c{index}-p{p}-{i}");
                     loop {
                         match q.enqueue(NewJob::new("q", key.as_bytes().to_vec()).key(key.clone())) {
                             Ok(_) => {
-                                let mut seen = seen.lock().unwrap();
-                                seen.keys.push(key.clone());
-                                if let Some(last) = seen.last_intake.replace(Instant::now()) {
-                                    seen.longest_gap = seen.longest_gap.max(last.elapsed());
-                                }
-                                if let (Some(at), None) = (*killed_at.lock().unwrap(), seen.first_intake_after) {
-                                    seen.first_intake_after = Some(at.elapsed());
-                                }
+                                println!("\n{MARK}acked {key} {}", wall_ms());
                                 break;
                             }
                             Err(e) => {
+                                note_error("enqueue", &e);
                                 let retryable = e.is_retryable() || matches!(e, Error::ConnectionLost { .. });
-                                *seen.lock().unwrap().errors.entry(format!("enqueue: {}", kind(&e))).or_default() += 1;
                                 assert!(retryable, "an error a keyed retry cannot get past: {e:?}");
                                 assert!(Instant::now() < deadline, "the producer gave up: {e}");
                             }
@@ -158,39 +142,146 @@ fn under_load_through(action: &str) {
             })
         })
         .collect();
+    for producer in producers {
+        producer.join().expect("the producers finished");
+    }
+    println!("\n{MARK}produced");
+    // Every job of both children completed: the other child may still be producing, and a job
+    // whose lease the failover took is claimed again by either pool.
+    let deadline = Instant::now() + BOUND;
+    loop {
+        match q.stats() {
+            Ok(stats) if stats.queue("q").completed == KEYS as u64 => break,
+            Ok(_) => {}
+            Err(e) => note_error("stats", &e),
+        }
+        assert!(Instant::now() < deadline, "the jobs were not all completed: {:?}", q.stats());
+        let _ = pool.wait_drained(Duration::from_millis(200));
+    }
+    let report = pool.shutdown(Duration::from_secs(30)).unwrap();
+    let c = &report.counters;
+    println!(
+        "\n{MARK}finished claimed={} completed={} stale={} errors={}",
+        c.claimed, c.completed, c.stale_settles_rejected, c.errors
+    );
+}
 
-    wait_for("a quarter of the intakes before the kill", BOUND, || {
-        let seen = seen.lock().unwrap();
+// ------------------------------------------------------------------------ the parent
+
+#[test]
+fn a_failover_under_load_loses_no_acknowledged_intake_and_completes_every_job_once() {
+    under_load_through("kill-primary");
+}
+
+/// A planned switchover (`pg_autoctl perform switchover`) under the same load: the same
+/// guarantees, and the figures of what the application saw.
+#[test]
+fn a_switchover_under_load_loses_no_acknowledged_intake_and_completes_every_job_once() {
+    under_load_through("switchover");
+}
+
+/// What the application saw, from the children's lines.
+#[derive(Default)]
+struct Seen {
+    /// Keys whose enqueue returned `Ok`, with the wall clock's instant.
+    keys: Vec<(String, i64)>,
+    /// Completions (`complete_with` returned `Ok`): job ids, with the instant.
+    done: Vec<(i64, i64)>,
+    /// Errors by call and kind (`enqueue:Unavailable`, ...).
+    errors: BTreeMap<String, usize>,
+    /// Lines `finished ...` of the children (their pools' counters).
+    finished: Vec<String>,
+}
+
+impl Seen {
+    fn of(lines: &[String]) -> Seen {
+        let mut seen = Seen::default();
+        for line in lines {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words.as_slice() {
+                ["acked", key, at] => seen.keys.push((key.to_string(), at.parse().unwrap())),
+                ["done", id, at] => seen.done.push((id.parse().unwrap(), at.parse().unwrap())),
+                ["error", what] => *seen.errors.entry(what.to_string()).or_default() += 1,
+                ["finished", ..] => seen.finished.push(line.clone()),
+                _ => {}
+            }
+        }
+        seen
+    }
+
+    /// From `at` to the first of `instants` after it.
+    fn first_after(instants: impl Iterator<Item = i64>, at: i64) -> Option<Duration> {
+        instants.filter(|&t| t >= at).min().map(|t| Duration::from_millis((t - at) as u64))
+    }
+
+    /// The longest time between two acknowledged intakes: the write outage as the producers
+    /// saw it.
+    fn longest_gap(&self) -> Duration {
+        let mut ats: Vec<i64> = self.keys.iter().map(|(_, at)| *at).collect();
+        ats.sort_unstable();
+        Duration::from_millis(ats.windows(2).map(|w| (w[1] - w[0]) as u64).max().unwrap_or(0))
+    }
+}
+
+/// The load in two processes, `action` (a verb of `scripts/postgres-ha`) after a quarter of
+/// the intakes, and the checks of what the new primary has; after a kill, the old primary's
+/// return.
+fn under_load_through(action: &str) {
+    let Some(formation) = own_formation() else { return };
+    let q = opened(&formation.url);
+    let mut raw = PgConnection::establish(&formation.url).unwrap();
+    sql_query("CREATE TABLE done_rows (job_id bigint NOT NULL, attempt int NOT NULL)").execute(&mut raw).unwrap();
+    drop(raw);
+    // A worker that claimed a job before the failover and settles it only after the old
+    // primary is back: its token must stay refused.
+    q.enqueue(NewJob::new("stale", b"held across the failover".to_vec())).unwrap();
+    let stale = q.claim("stale", "stale-worker", Duration::from_secs(2)).unwrap().expect("the job to hold").token;
+
+    let children: Vec<ChildProc> = (0..PROCESSES)
+        .map(|i| {
+            ChildProc::spawn(
+                &format!("failover child {i}"),
+                CHILD,
+                &[(CHILD_ENV, i.to_string()), (URL_ENV, formation.url.clone())],
+            )
+        })
+        .collect();
+    wait_for("a quarter of the intakes and a completion before the action", BOUND, || {
+        let seen = Seen::of(&children.iter().flat_map(ChildProc::lines).collect::<Vec<_>>());
         seen.keys.len() >= KEYS / 4 && !seen.done.is_empty()
     });
     // Timed from the moment the script returns: after `kill-primary` every process of the
     // primary's node is gone, so a commit that returns Ok afterwards is the new primary's;
     // `switchover` returns once the new primary has its standby (writes resumed before that,
     // which the longest gap between intakes shows).
-    let killed = formation.run(action);
-    *killed_at.lock().unwrap() = Some(Instant::now());
-    let node = String::from_utf8_lossy(&killed.stdout).trim().to_string();
-    for producer in producers {
-        producer.join().expect("the producers finished");
+    let out = formation.run(action);
+    let acted_at = wall_ms();
+    let node = String::from_utf8_lossy(&out.stdout).trim().lines().last().unwrap_or_default().to_string();
+    let deadline = Instant::now() + BOUND;
+    let ended: Vec<Ended> = children.into_iter().map(|c| c.wait(deadline)).collect();
+    for child in &ended {
+        assert!(child.status.success(), "{} failed ({}); its lines: {:?}", child.name, child.status, child.lines);
     }
-    assert!(pool.wait_drained(BOUND).unwrap(), "the pool finished every job");
-    let report = pool.shutdown(Duration::from_secs(30)).unwrap();
+    let seen = Seen::of(&ended.iter().flat_map(|c| c.lines.clone()).collect::<Vec<_>>());
 
     // What the new primary has.
     let mut raw = PgConnection::establish(&formation.url).unwrap();
-    let seen = seen.lock().unwrap();
-    let stored: HashSet<String> = fenceq::diesel::sql_query("SELECT key AS value FROM fenceq_jobs")
+    let stored: HashSet<String> = sql_query("SELECT key AS value FROM fenceq_jobs WHERE queue = 'q'")
         .load::<Text>(&mut raw)
         .unwrap()
         .into_iter()
         .map(|t| t.value)
         .collect();
-    let lost: Vec<&String> = seen.keys.iter().filter(|k| !stored.contains(*k)).collect();
+    let lost: Vec<&String> = seen.keys.iter().map(|(k, _)| k).filter(|k| !stored.contains(*k)).collect();
     assert!(lost.is_empty(), "acknowledged intakes lost in the failover: {lost:?}");
     assert_eq!(seen.keys.len(), KEYS, "every key acknowledged once");
-    assert_eq!(scalar(&mut raw, "SELECT count(*) AS n FROM fenceq_jobs"), KEYS as i64, "one job per key");
     assert_eq!(
-        scalar(&mut raw, "SELECT count(*) AS n FROM fenceq_jobs WHERE state = 'completed'"),
+        scalar(&mut raw, "SELECT count(*) AS n FROM fenceq_jobs WHERE queue = 'q'"),
+        KEYS as i64,
+        "one job per key"
+    );
+    assert_eq!(
+        scalar(&mut raw, "SELECT count(*) AS n FROM fenceq_jobs WHERE queue = 'q' AND state = 'completed'"),
         KEYS as i64,
         "every job completed; none running, pending or lost"
     );
@@ -200,21 +291,80 @@ fn under_load_through(action: &str) {
         KEYS as i64,
         "no job's domain row written twice"
     );
+    let completed: HashSet<i64> = seen.done.iter().map(|(id, _)| *id).collect();
+    assert_eq!(completed.len(), seen.done.len(), "no completion acknowledged twice: {:?}", seen.done);
     let unclear: Vec<&String> = seen.errors.keys().filter(|k| k.contains("other")).collect();
     assert!(unclear.is_empty(), "errors that do not say the server is gone: {unclear:?}");
     println!(
-        "{action} ({node}): longest gap between intakes {:?}; first intake after it in {:?}, first completion in {:?}; \
-         errors seen: {:?}; \
-         pool: claimed {} completed {} stale {} errors {}",
-        seen.longest_gap,
-        seen.first_intake_after,
-        seen.first_done_after,
+        "{action} ({node}): longest gap between intakes {:?}; first intake after it in {:?}, first completion in \
+         {:?}; errors seen: {:?}; {:?}",
+        seen.longest_gap(),
+        Seen::first_after(seen.keys.iter().map(|(_, at)| *at), acted_at),
+        Seen::first_after(seen.done.iter().map(|(_, at)| *at), acted_at),
         seen.errors,
-        report.counters.claimed,
-        report.counters.completed,
-        report.counters.stale_settles_rejected,
-        report.counters.errors,
+        seen.finished,
     );
+    if action == "kill-primary" {
+        the_old_primary_rejoins_and_no_stale_write_is_accepted(&formation, &q, &node, stale);
+    }
+}
+
+/// The killed node run again rejoins as the new primary's standby; the token a worker held
+/// across the failover is refused on the new primary, and the rejoined node, reached on its
+/// own, refuses every write (read-only, not a stale success), then replays what the new
+/// primary committed.
+fn the_old_primary_rejoins_and_no_stale_write_is_accepted(
+    formation: &ScriptedServer,
+    q: &Queue<PostgresStore>,
+    node: &str,
+    stale: ClaimToken,
+) {
+    formation.run_with(&["restart-node", node]);
+    formation.run("wait-primary");
+    // Its lease (2 s) ran out during the failover: the job is claimed again, and the token
+    // held across the failover is refused.
+    let again = q.claim("stale", "new-worker", Duration::from_secs(60)).unwrap().expect("the expired lease reclaimed");
+    assert_eq!((again.id(), again.token.attempt), (stale.id, stale.attempt + 1), "the next attempt of the same job");
+    match q.complete(&stale) {
+        Err(Error::OwnershipLost { .. }) => {}
+        other => panic!("a token held across the failover settled on the new primary: {other:?}"),
+    }
+    // The rejoined node on its own (no target_session_attrs): a standby.
+    let port = std::fs::read_to_string(formation.dir.join(format!("{node}.port"))).unwrap();
+    let database = formation.url.rsplit_once('/').unwrap().1.split('?').next().unwrap();
+    let old = format!("postgres://postgres@127.0.0.1:{}/{database}", port.trim());
+    // fenceq's own calls on it: opened as an application would (it may refuse to open), then
+    // the stale token's completion and an intake, each refused: `Unavailable` (a standby, its
+    // connection discarded, as after a demotion) or `ReadOnly`.
+    let mut refused = Vec::new();
+    match Queue::builder().url(old.clone()).connect_timeout(Duration::from_secs(3)).open_postgres() {
+        Ok(old_queue) => {
+            for (what, result) in [
+                ("the stale token's completion", old_queue.complete(&stale).map(drop)),
+                ("an intake", old_queue.enqueue(NewJob::new("q", b"late".to_vec())).map(drop)),
+            ] {
+                match result {
+                    Err(e @ (Error::ReadOnly { .. } | Error::Unavailable { .. })) => {
+                        refused.push(format!("{what}: {}", kind(&e)))
+                    }
+                    other => panic!("the rejoined node did not refuse {what} as a standby: {other:?}"),
+                }
+            }
+        }
+        Err(e) => refused.push(format!("open: {}", kind(&e))),
+    }
+    let mut raw = PgConnection::establish(&old).unwrap();
+    let update = format!("UPDATE fenceq_jobs SET state = 'completed' WHERE id = {}", stale.id.0);
+    assert!(sql_query(update).execute(&mut raw).is_err(), "the rejoined node accepted a raw write");
+    assert!(q.complete(&again.token).is_ok(), "the live token completes on the new primary");
+    // The standby replays the completion (bounded).
+    wait_for("the rejoined node to replay the completion", BOUND, || {
+        scalar(
+            &mut raw,
+            &format!("SELECT count(*) AS n FROM fenceq_jobs WHERE id = {} AND state = 'completed'", stale.id.0),
+        ) == 1
+    });
+    println!("{node} rejoined as a standby; the stale token was refused on the new primary; on the rejoined node: {refused:?}");
 }
 
 #[derive(fenceq::diesel::QueryableByName)]

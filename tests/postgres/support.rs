@@ -363,8 +363,14 @@ impl ScriptedServer {
 
     /// Runs the script's `verb` on this server; panics unless it succeeds.
     pub fn run(&self, verb: &str) -> std::process::Output {
-        let out = Command::new(&self.script).arg(verb).env(self.dir_var, &self.dir).output().unwrap();
-        assert!(out.status.success(), "{} {verb}: {}", self.script.display(), String::from_utf8_lossy(&out.stderr));
+        self.run_with(&[verb])
+    }
+
+    /// Runs the script with `args` (a verb and its arguments); panics unless it succeeds.
+    pub fn run_with(&self, args: &[&str]) -> std::process::Output {
+        let out = Command::new(&self.script).args(args).env(self.dir_var, &self.dir).output().unwrap();
+        let shown = args.join(" ");
+        assert!(out.status.success(), "{} {shown}: {}", self.script.display(), String::from_utf8_lossy(&out.stderr));
         out
     }
 }
