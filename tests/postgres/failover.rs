@@ -32,6 +32,9 @@ const NO_BACKOFF: RetryPolicy = RetryPolicy { base: Duration::ZERO, max: Duratio
 const CHILD: &str = concat!(module_path!(), "::failover_child");
 const CHILD_ENV: &str = "FENCEQ_FAILOVER_CHILD";
 const URL_ENV: &str = "FENCEQ_FAILOVER_URL";
+/// A file the parent creates once both children have every key acknowledged: from then on
+/// a drained queue means the run is over.
+const ALL_IN_ENV: &str = "FENCEQ_FAILOVER_ALL_IN";
 
 /// A formation of this test's own (`scripts/postgres-ha` in a directory of its own), or
 /// `None` (skipped) without `pg_autoctl`.
@@ -146,17 +149,18 @@ fn failover_child() {
         producer.join().expect("the producers finished");
     }
     println!("\n{MARK}produced");
-    // Every job of both children completed: the other child may still be producing, and a job
+    // Once both children produced everything, until the queue holds nothing to run: a job
     // whose lease the failover took is claimed again by either pool.
+    let all_in = std::path::PathBuf::from(std::env::var(ALL_IN_ENV).expect("the parent's marker file"));
     let deadline = Instant::now() + BOUND;
     loop {
-        match q.stats() {
-            Ok(stats) if stats.queue("q").completed == KEYS as u64 => break,
+        let ready = all_in.exists();
+        match pool.wait_drained(Duration::from_millis(200)) {
+            Ok(true) if ready => break,
             Ok(_) => {}
-            Err(e) => note_error("stats", &e),
+            Err(e) => note_error("wait_drained", &e),
         }
-        assert!(Instant::now() < deadline, "the jobs were not all completed: {:?}", q.stats());
-        let _ = pool.wait_drained(Duration::from_millis(200));
+        assert!(Instant::now() < deadline, "the queue did not drain: {:?}", q.stats());
     }
     let report = pool.shutdown(Duration::from_secs(30)).unwrap();
     let c = &report.counters;
@@ -170,14 +174,33 @@ fn failover_child() {
 
 #[test]
 fn a_failover_under_load_loses_no_acknowledged_intake_and_completes_every_job_once() {
-    under_load_through("kill-primary");
+    under_load_through("kill-primary", Replication::Synchronous);
+}
+
+/// The same load and kill with the queue's commits asynchronous to the standby (its sessions
+/// set `synchronous_commit = local`: a commit returns once the primary's own WAL has it), to
+/// measure what a failover loses then. Not run by `cargo test`: `.ci/run` runs it, and
+/// docs/postgres.md reports its figures.
+#[test]
+#[ignore = "a measurement (.ci/run runs it): cargo test --features postgres --test postgres failover:: -- --ignored"]
+fn an_asynchronous_failover_under_load_reports_what_it_lost() {
+    under_load_through("kill-primary", Replication::Asynchronous);
 }
 
 /// A planned switchover (`pg_autoctl perform switchover`) under the same load: the same
 /// guarantees, and the figures of what the application saw.
 #[test]
 fn a_switchover_under_load_loses_no_acknowledged_intake_and_completes_every_job_once() {
-    under_load_through("switchover");
+    under_load_through("switchover", Replication::Synchronous);
+}
+
+/// How the queue's commits reach the standby.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Replication {
+    /// The formation's own: a commit returns once the standby has its WAL.
+    Synchronous,
+    /// A commit returns once the primary has its WAL (`synchronous_commit = local`).
+    Asynchronous,
 }
 
 /// What the application saw, from the children's lines.
@@ -226,9 +249,13 @@ impl Seen {
 /// The load in two processes, `action` (a verb of `scripts/postgres-ha`) after a quarter of
 /// the intakes, and the checks of what the new primary has; after a kill, the old primary's
 /// return.
-fn under_load_through(action: &str) {
+fn under_load_through(action: &str, replication: Replication) {
     let Some(formation) = own_formation() else { return };
-    let q = opened(&formation.url);
+    let url = match replication {
+        Replication::Synchronous => formation.url.clone(),
+        Replication::Asynchronous => format!("{}&options=-c%20synchronous_commit%3Dlocal", formation.url),
+    };
+    let q = opened(&url);
     let mut raw = PgConnection::establish(&formation.url).unwrap();
     sql_query("CREATE TABLE done_rows (job_id bigint NOT NULL, attempt int NOT NULL)").execute(&mut raw).unwrap();
     drop(raw);
@@ -237,13 +264,11 @@ fn under_load_through(action: &str) {
     q.enqueue(NewJob::new("stale", b"held across the failover".to_vec())).unwrap();
     let stale = q.claim("stale", "stale-worker", Duration::from_secs(2)).unwrap().expect("the job to hold").token;
 
+    let all_in = formation.dir.join("all-in");
     let children: Vec<ChildProc> = (0..PROCESSES)
         .map(|i| {
-            ChildProc::spawn(
-                &format!("failover child {i}"),
-                CHILD,
-                &[(CHILD_ENV, i.to_string()), (URL_ENV, formation.url.clone())],
-            )
+            let env = [(CHILD_ENV, i.to_string()), (URL_ENV, url.clone()), (ALL_IN_ENV, all_in.display().to_string())];
+            ChildProc::spawn(&format!("failover child {i}"), CHILD, &env)
         })
         .collect();
     wait_for("a quarter of the intakes and a completion before the action", BOUND, || {
@@ -257,6 +282,10 @@ fn under_load_through(action: &str) {
     let out = formation.run(action);
     let acted_at = wall_ms();
     let node = String::from_utf8_lossy(&out.stdout).trim().lines().last().unwrap_or_default().to_string();
+    wait_for("both children to have every key acknowledged", BOUND, || {
+        children.iter().all(|c| c.lines().iter().any(|l| l == "produced"))
+    });
+    std::fs::write(&all_in, b"").unwrap();
     let deadline = Instant::now() + BOUND;
     let ended: Vec<Ended> = children.into_iter().map(|c| c.wait(deadline)).collect();
     for child in &ended {
@@ -273,26 +302,36 @@ fn under_load_through(action: &str) {
         .map(|t| t.value)
         .collect();
     let lost: Vec<&String> = seen.keys.iter().map(|(k, _)| k).filter(|k| !stored.contains(*k)).collect();
-    assert!(lost.is_empty(), "acknowledged intakes lost in the failover: {lost:?}");
     assert_eq!(seen.keys.len(), KEYS, "every key acknowledged once");
-    assert_eq!(
-        scalar(&mut raw, "SELECT count(*) AS n FROM fenceq_jobs WHERE queue = 'q'"),
-        KEYS as i64,
-        "one job per key"
-    );
-    assert_eq!(
-        scalar(&mut raw, "SELECT count(*) AS n FROM fenceq_jobs WHERE queue = 'q' AND state = 'completed'"),
-        KEYS as i64,
-        "every job completed; none running, pending or lost"
-    );
-    assert_eq!(scalar(&mut raw, "SELECT count(*) AS n FROM done_rows"), KEYS as i64, "one domain row per job");
-    assert_eq!(
-        scalar(&mut raw, "SELECT count(DISTINCT job_id) AS n FROM done_rows"),
-        KEYS as i64,
-        "no job's domain row written twice"
-    );
-    let completed: HashSet<i64> = seen.done.iter().map(|(id, _)| *id).collect();
-    assert_eq!(completed.len(), seen.done.len(), "no completion acknowledged twice: {:?}", seen.done);
+    let stored_jobs = scalar(&mut raw, "SELECT count(*) AS n FROM fenceq_jobs WHERE queue = 'q'");
+    let completed_jobs =
+        scalar(&mut raw, "SELECT count(*) AS n FROM fenceq_jobs WHERE queue = 'q' AND state = 'completed'");
+    let domain_rows = scalar(&mut raw, "SELECT count(*) AS n FROM done_rows");
+    let distinct_rows = scalar(&mut raw, "SELECT count(DISTINCT job_id) AS n FROM done_rows");
+    let mut acknowledged: BTreeMap<i64, usize> = BTreeMap::new();
+    for (id, _) in &seen.done {
+        *acknowledged.entry(*id).or_default() += 1;
+    }
+    let twice = acknowledged.values().filter(|&&n| n > 1).count();
+    if replication == Replication::Asynchronous {
+        // What the promoted standby never received: intakes acknowledged and gone, and
+        // completions acknowledged and undone (their jobs ran again: acknowledged twice).
+        println!(
+            "asynchronous {action}: {} of {KEYS} acknowledged intakes lost, {twice} jobs whose acknowledged \
+             completion was lost and which ran again; stored {stored_jobs}, completed {completed_jobs}, domain rows \
+             {domain_rows} ({distinct_rows} jobs)",
+            lost.len()
+        );
+        assert_eq!(completed_jobs, stored_jobs, "every stored job completed in the end");
+        assert_eq!(domain_rows, completed_jobs, "one domain row per completed job: a lost completion lost its row too");
+        return;
+    }
+    assert!(lost.is_empty(), "acknowledged intakes lost in the failover: {lost:?}");
+    assert_eq!(stored_jobs, KEYS as i64, "one job per key");
+    assert_eq!(completed_jobs, KEYS as i64, "every job completed; none running, pending or lost");
+    assert_eq!(domain_rows, KEYS as i64, "one domain row per job");
+    assert_eq!(distinct_rows, KEYS as i64, "no job's domain row written twice");
+    assert_eq!(twice, 0, "no completion acknowledged twice: {:?}", seen.done);
     let unclear: Vec<&String> = seen.errors.keys().filter(|k| k.contains("other")).collect();
     assert!(unclear.is_empty(), "errors that do not say the server is gone: {unclear:?}");
     println!(
