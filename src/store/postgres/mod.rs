@@ -378,45 +378,57 @@ impl PostgresStore {
     /// ends that.
     fn checkout(&self) -> Result<PooledConnection<Manager>> {
         let started = std::time::Instant::now();
+        let mut limit = self.pool.connection_timeout();
         loop {
-            // Judged again every slice: the server may be found unreachable during the wait.
-            let limit = match self.connect_errors.down() {
-                Some(_) => self.busy_timeout,
-                None => self.pool.connection_timeout(),
-            };
             let left = limit.saturating_sub(started.elapsed());
-            match self.checkout_within(left.min(CHECKOUT_SLICE).max(Duration::from_millis(1))) {
-                Err(_) if started.elapsed() < limit => continue,
-                got => return got,
+            match self.pool.get_timeout(left.min(CHECKOUT_SLICE).max(Duration::from_millis(1))) {
+                Ok(conn) => return Ok(conn),
+                Err(e) => {
+                    // Judged again after every slice, and once: the server may be found
+                    // unreachable during the wait, or come back at the slice's end (a
+                    // connection opened then ends the shorter wait, and the error of a wait
+                    // that ends is mapped by the same judgement that ended it).
+                    let down = self.connect_errors.down().is_some();
+                    limit = if down { self.busy_timeout } else { self.pool.connection_timeout() };
+                    if started.elapsed() < limit {
+                        continue;
+                    }
+                    return Err(self.checkout_error(e, down, limit));
+                }
             }
         }
     }
 
-    /// [`PostgresStore::checkout`], waiting at most `waited`: `Unavailable` (with the latest
-    /// connect failure) when connections could not be opened, `Pool` when every connection
-    /// stayed busy.
+    /// [`PostgresStore::checkout`], waiting at most `waited` (once, while the store opens).
     fn checkout_within(&self, waited: Duration) -> Result<PooledConnection<Manager>> {
         self.pool.get_timeout(waited).map_err(|e| {
-            let reason = {
-                let state = self.connect_errors.0.lock();
-                state
-                    .failed
-                    .as_ref()
-                    .filter(|(_, at)| at.elapsed() <= waited.max(self.pool.connection_timeout()))
-                    .map(|(m, _)| m.clone())
-            };
-            let said = e.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
-            match reason {
-                Some(reason) if self.connect_errors.down().is_some() => Error::Unavailable {
-                    statement: "connect",
-                    reason: if said.contains(reason.as_str()) { said } else { format!("{said}: {reason}") },
-                },
-                reason => {
-                    let reason = reason.filter(|reason| !said.contains(reason.as_str()));
-                    Error::Pool(crate::error::PoolError::with_reason(e, reason))
-                }
-            }
+            let down = self.connect_errors.down().is_some();
+            self.checkout_error(e, down, waited)
         })
+    }
+
+    /// A check-out that timed out: `Unavailable` (with the latest connect failure) when the
+    /// server is known to be unreachable, `Pool` when every connection stayed busy.
+    fn checkout_error(&self, e: r2d2::Error, down: bool, waited: Duration) -> Error {
+        let reason = {
+            let state = self.connect_errors.0.lock();
+            state
+                .failed
+                .as_ref()
+                .filter(|(_, at)| at.elapsed() <= waited.max(self.pool.connection_timeout()))
+                .map(|(m, _)| m.clone())
+        };
+        let said = e.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
+        match reason {
+            Some(reason) if down => Error::Unavailable {
+                statement: "connect",
+                reason: if said.contains(reason.as_str()) { said } else { format!("{said}: {reason}") },
+            },
+            reason => {
+                let reason = reason.filter(|reason| !said.contains(reason.as_str()));
+                Error::Pool(crate::error::PoolError::with_reason(e, reason))
+            }
+        }
     }
 
     /// A `ReadOnly` on a queue opened to write means the server under the connection became
