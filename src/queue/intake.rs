@@ -1,7 +1,7 @@
 //! Intake: idempotent by (queue, key), one job, a batch in one transaction, or a job inside
 //! a transaction the caller holds (the outbox pattern).
 
-use super::retry::retry_conflicts;
+use super::retry::{resolve_lost_commit, retry_conflicts};
 use super::{Queue, Shared};
 use crate::clock::duration_ms;
 use crate::error::{Error, Result};
@@ -26,17 +26,24 @@ impl<S: Store> Queue<S> {
     ///
     /// On PostgreSQL, `ConnectionLost` when the connection broke: with `commit_unknown`
     /// false nothing was written and the call may be retried; with `commit_unknown` true the
-    /// job may have been added. Retrying then is safe only for a job with a key (the retry
-    /// finds it, `Enqueued::Duplicate`); a job without one may be added twice.
+    /// job may have been added, and retrying may add it twice. A job with a key never gets
+    /// the latter: when the connection breaks while its insert commits, the call runs the
+    /// insert again by the key (up to three times) and answers with what that finds
+    /// (`Enqueued::Duplicate` when the lost commit landed, `Enqueued::New` when it did not),
+    /// or with the re-run's retryable error (`Unavailable` while no server accepts writes).
     pub fn enqueue(&self, job: NewJob) -> Result<Enqueued> {
         check_job(&job, self.shared.max_payload)?;
         let queue_name = job.queue.clone();
-        let enqueued = if S::GROUPS_INTAKE {
-            // Concurrent callers of this handle share a statement (`intake_group.rs`).
-            self.shared.intake.enqueue(&self.shared, job)?
-        } else {
-            insert_alone(&self.shared, job)?
-        };
+        let keyed = job.key.is_some();
+        let job = Arc::new(job);
+        let enqueued = resolve_lost_commit(keyed, || {
+            if S::GROUPS_INTAKE {
+                // Concurrent callers of this handle share a statement (`intake_group.rs`).
+                self.shared.intake.enqueue(&self.shared, job.clone())
+            } else {
+                insert_alone(&self.shared, job.clone())
+            }
+        })?;
         self.wake(&queue_name);
         Ok(enqueued)
     }
@@ -54,9 +61,11 @@ impl<S: Store> Queue<S> {
     ///
     /// On PostgreSQL, `ConnectionLost` when the connection broke: with `commit_unknown`
     /// false none was added and the call may be retried; with `commit_unknown` true the
-    /// connection broke while the batch committed, so either all or none were added.
-    /// Retrying then is safe only when every job has a key (the retry finds those added,
-    /// `Enqueued::Duplicate`); jobs without one may be added twice.
+    /// connection broke while the batch committed, so either all or none were added, and
+    /// retrying may add them twice. A batch whose every job has a key never gets the
+    /// latter: the call runs the batch again by the keys (up to three times) and answers
+    /// with what that finds (`Enqueued::Duplicate` for jobs the lost commit added), or with
+    /// the re-run's retryable error.
     pub fn enqueue_batch(&self, jobs: impl IntoIterator<Item = NewJob>) -> Result<Vec<Enqueued>> {
         let jobs: Vec<NewJob> = jobs.into_iter().collect();
         for job in &jobs {
@@ -65,10 +74,13 @@ impl<S: Store> Queue<S> {
         let mut queues: Vec<String> = jobs.iter().map(|j| j.queue.clone()).collect();
         queues.sort_unstable();
         queues.dedup();
+        let keyed = jobs.iter().all(|job| job.key.is_some());
         let jobs = Arc::new(jobs);
-        let results = retry_conflicts(|| {
-            let (shared, jobs) = (self.shared.clone(), jobs.clone());
-            self.store().submit(move |tx| insert_all(&shared, tx, &jobs))
+        let results = resolve_lost_commit(keyed, || {
+            retry_conflicts(|| {
+                let (shared, jobs) = (self.shared.clone(), jobs.clone());
+                self.store().submit(move |tx| insert_all(&shared, tx, &jobs))
+            })
         })?;
         queues.iter().for_each(|q| self.wake(q));
         Ok(results)
@@ -133,8 +145,7 @@ pub(super) fn new_row<'j, S: Store>(shared: &Shared<S>, job: &'j NewJob, now: i6
 
 /// Adds `job` (or finds the job with its key) in a statement of its own (autocommit where
 /// the store can), run again after a conflict.
-pub(super) fn insert_alone<S: Store>(shared: &Arc<Shared<S>>, job: NewJob) -> Result<Enqueued> {
-    let job = Arc::new(job);
+pub(super) fn insert_alone<S: Store>(shared: &Arc<Shared<S>>, job: Arc<NewJob>) -> Result<Enqueued> {
     retry_conflicts(|| {
         let (owner, job) = (shared.clone(), job.clone());
         shared.store.submit_single(move |tx| insert(&owner, tx, &job))

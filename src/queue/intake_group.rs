@@ -57,7 +57,7 @@ struct Pending {
 }
 
 struct Member {
-    job: NewJob,
+    job: Arc<NewJob>,
     slot: Arc<Slot>,
 }
 
@@ -98,7 +98,7 @@ impl IntakeGroup {
 
     /// Inserts `job` (checked already) in a group with the handle's other waiting callers,
     /// and returns its own result once the transaction that carried it has committed.
-    pub(crate) fn enqueue<S: Store>(&self, shared: &Arc<Shared<S>>, job: NewJob) -> Result<Enqueued> {
+    pub(crate) fn enqueue<S: Store>(&self, shared: &Arc<Shared<S>>, job: Arc<NewJob>) -> Result<Enqueued> {
         if crate::store::scope::in_write() {
             // The store would refuse it as well; refused here, before it can join a group
             // that another thread's leader runs.
@@ -134,7 +134,7 @@ impl IntakeGroup {
             let take = pending.members.len().min(MAX_GROUP);
             pending.members.drain(..take).collect()
         };
-        let (jobs, slots): (Vec<NewJob>, Vec<Arc<Slot>>) = batch.into_iter().map(|m| (m.job, m.slot)).unzip();
+        let (jobs, slots): (Vec<Arc<NewJob>>, Vec<Arc<Slot>>) = batch.into_iter().map(|m| (m.job, m.slot)).unzip();
         self.joined.fetch_add(jobs.len().saturating_sub(1) as u64, Ordering::Relaxed);
         let results = catch_unwind(AssertUnwindSafe(|| insert_group(shared, jobs)));
         {
@@ -161,7 +161,7 @@ impl IntakeGroup {
 }
 
 /// The result of each of `jobs`, in order (see the module docs).
-fn insert_group<S: Store>(shared: &Arc<Shared<S>>, jobs: Vec<NewJob>) -> Vec<Result<Enqueued>> {
+fn insert_group<S: Store>(shared: &Arc<Shared<S>>, jobs: Vec<Arc<NewJob>>) -> Vec<Result<Enqueued>> {
     if jobs.len() == 1 {
         return each_alone(shared, jobs);
     }
@@ -205,7 +205,7 @@ fn insert_group<S: Store>(shared: &Arc<Shared<S>>, jobs: Vec<NewJob>) -> Vec<Res
 }
 
 /// Each of `jobs` in a statement of its own, each with its own outcome.
-fn each_alone<S: Store>(shared: &Arc<Shared<S>>, jobs: Vec<NewJob>) -> Vec<Result<Enqueued>> {
+fn each_alone<S: Store>(shared: &Arc<Shared<S>>, jobs: Vec<Arc<NewJob>>) -> Vec<Result<Enqueued>> {
     jobs.into_iter().map(|job| insert_alone(shared, job)).collect()
 }
 

@@ -20,7 +20,7 @@
 //! SQLite never reports a conflict (its waits end in `Busy` after the busy timeout, which a
 //! re-run would only repeat), so on SQLite this changes nothing.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use std::time::Duration;
 
 /// How many times a transaction of the queue's own is re-run after a conflict.
@@ -38,6 +38,37 @@ pub(crate) fn retry_conflicts<T>(mut transaction: impl FnMut() -> Result<T>) -> 
                 tracing::debug!(error = %e, retry = retries, pause_us = pause.as_micros() as u64,
                     "a conflict aborted the queue's transaction: running it again");
                 std::thread::sleep(pause);
+            }
+            result => return result,
+        }
+    }
+}
+
+/// How many times a keyed intake is run again after its commit's outcome was lost.
+pub(crate) const UNKNOWN_COMMIT_RETRIES: u32 = 3;
+
+/// Runs `intake` (a whole intake of the queue's own), and, when `keyed` (every job it adds
+/// carries an idempotency key), again after a connection lost while it committed, up to
+/// [`UNKNOWN_COMMIT_RETRIES`] more times.
+///
+/// Such a loss leaves the caller not knowing whether its jobs were added (PostgreSQL: the
+/// server or the network went away after the `COMMIT` was sent, as a failover does while a
+/// commit waits for its synchronous standby). A keyed intake can find out by running again:
+/// each job whose lost commit landed is found by its key (`Enqueued::Duplicate`), each one
+/// whose commit did not is added now, so the caller gets an answer instead of an error it
+/// cannot retry blindly. An intake without keys is never run again: it could add its jobs
+/// twice. A re-run that meets another error (`Unavailable` while no server accepts writes)
+/// returns it: it is retryable, and the caller's retry is keyed too.
+pub(crate) fn resolve_lost_commit<T>(keyed: bool, mut intake: impl FnMut() -> Result<T>) -> Result<T> {
+    let mut retries = 0;
+    loop {
+        match intake() {
+            Err(e @ Error::ConnectionLost { commit_unknown: true, .. })
+                if keyed && retries < UNKNOWN_COMMIT_RETRIES =>
+            {
+                retries += 1;
+                tracing::warn!(error = %e, retry = retries,
+                    "the connection was lost while a keyed intake committed: running it again to learn its outcome");
             }
             result => return result,
         }
@@ -96,6 +127,60 @@ mod tests {
             let shown = error.to_string();
             let mut error = Some(error);
             let result: Result<()> = retry_conflicts(|| {
+                runs.set(runs.get() + 1);
+                Err(error.take().expect("run once"))
+            });
+            assert!(result.is_err());
+            assert_eq!(runs.get(), 1, "{shown}");
+        }
+    }
+
+    fn lost_commit() -> Error {
+        Error::ConnectionLost { statement: "COMMIT", commit_unknown: true }
+    }
+
+    #[test]
+    fn a_keyed_intake_whose_commit_was_lost_runs_again_until_it_has_an_answer() {
+        let runs = Cell::new(0);
+        let result = resolve_lost_commit(true, || {
+            runs.set(runs.get() + 1);
+            if runs.get() < 3 {
+                Err(lost_commit())
+            } else {
+                Ok(runs.get())
+            }
+        });
+        assert_eq!(result.unwrap(), 3);
+    }
+
+    #[test]
+    fn an_intake_without_keys_is_never_run_again_and_a_lasting_loss_is_returned() {
+        let runs = Cell::new(0);
+        let result: Result<()> = resolve_lost_commit(false, || {
+            runs.set(runs.get() + 1);
+            Err(lost_commit())
+        });
+        assert!(matches!(result, Err(Error::ConnectionLost { commit_unknown: true, .. })));
+        assert_eq!(runs.get(), 1, "an unkeyed intake may have added its jobs: never twice");
+        runs.set(0);
+        let result: Result<()> = resolve_lost_commit(true, || {
+            runs.set(runs.get() + 1);
+            Err(lost_commit())
+        });
+        assert!(matches!(result, Err(Error::ConnectionLost { commit_unknown: true, .. })));
+        assert_eq!(runs.get(), 1 + UNKNOWN_COMMIT_RETRIES);
+    }
+
+    #[test]
+    fn a_loss_before_the_commit_and_other_errors_are_returned_at_once() {
+        for error in [
+            Error::ConnectionLost { statement: "ENQUEUE", commit_unknown: false },
+            Error::Unavailable { statement: "connect", reason: "refused".into() },
+        ] {
+            let runs = Cell::new(0);
+            let shown = error.to_string();
+            let mut error = Some(error);
+            let result: Result<()> = resolve_lost_commit(true, || {
                 runs.set(runs.get() + 1);
                 Err(error.take().expect("run once"))
             });

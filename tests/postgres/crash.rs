@@ -17,6 +17,7 @@
 //! `CI=true`, where that fails.
 
 use crate::support::*;
+use fenceq::diesel::connection::SimpleConnection;
 use fenceq::diesel::sql_types::Text;
 use fenceq::diesel::{sql_query, Connection, PgConnection, QueryableByName, RunQueryDsl};
 use fenceq::{Error, NewJob, Outcome, PostgresStore, Queue, RetryPolicy, WorkerPool};
@@ -288,4 +289,117 @@ fn the_server_killed_with_sigkill_and_restarted_mid_load_loses_nothing_acknowled
 
 fn job(key: &str) -> NewJob {
     NewJob::new("q", key.as_bytes().to_vec()).key(key).max_attempts(10_000)
+}
+
+#[derive(QueryableByName)]
+struct Pid {
+    #[diesel(sql_type = fenceq::diesel::sql_types::Integer)]
+    pid: i32,
+}
+
+/// The pid of a session of `app` whose commit waits for a synchronous standby, if one does.
+fn waiting_for_standby(raw: &mut PgConnection, app: &str) -> Option<i32> {
+    sql_query("SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'SyncRep'")
+        .bind::<Text, _>(app)
+        .load::<Pid>(raw)
+        .unwrap()
+        .first()
+        .map(|p| p.pid)
+}
+
+/// Runs `call` (given a fresh try number each time) while every commit waits for a standby
+/// that does not exist, ends the session of the first commit seen waiting (it has committed
+/// on the server; its client never hears so), lets commits through again and returns what
+/// `call` answered. A try whose commit did not wait (the server had not yet read its new
+/// setting) is made again, at most ten times.
+fn with_the_commit_lost<T: Send + 'static>(
+    raw: &mut PgConnection,
+    app: &str,
+    call: impl Fn(u32) -> T + Send + Sync + 'static,
+) -> T {
+    let call = Arc::new(call);
+    raw.batch_execute("ALTER SYSTEM SET synchronous_standby_names = 'fenceq_no_such_standby'").unwrap();
+    raw.batch_execute("SELECT pg_reload_conf()").unwrap();
+    for attempt in 0..10 {
+        let (tx, answered) = std::sync::mpsc::channel();
+        let call = call.clone();
+        std::thread::spawn(move || tx.send(call(attempt)).unwrap());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let ended = loop {
+            if let Ok(answer) = answered.try_recv() {
+                break Err(answer); // committed without waiting: the setting was not read yet
+            }
+            if let Some(pid) = waiting_for_standby(raw, app) {
+                raw.batch_execute(&format!("SELECT pg_terminate_backend({pid})")).unwrap();
+                break Ok(());
+            }
+            assert!(Instant::now() < deadline, "no commit of {app} waited for the standby");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        if ended.is_ok() {
+            raw.batch_execute("ALTER SYSTEM RESET synchronous_standby_names").unwrap();
+            raw.batch_execute("SELECT pg_reload_conf()").unwrap();
+            return answered.recv_timeout(BOUND).expect("the call answered once commits went through");
+        }
+    }
+    panic!("no commit of {app} waited for the standby in ten tries");
+}
+
+fn rows_with_payload(raw: &mut PgConnection, payload: &str) -> i64 {
+    scalar(raw, &format!("SELECT count(*) AS n FROM fenceq_jobs WHERE payload = convert_to('{payload}', 'UTF8')"))
+}
+
+/// A commit that lands on the server while its connection is lost (what a failover does to a
+/// commit waiting for its synchronous standby): the queue runs a keyed intake again by its
+/// key and answers `Duplicate` with the job the lost commit added; an intake without a key
+/// gets `ConnectionLost` with `commit_unknown`, never a second job.
+#[test]
+fn a_keyed_intake_whose_commit_outcome_was_lost_is_answered_by_its_key() {
+    let Some(server) = own_server() else { return };
+    let app = "fenceq_lost_commit";
+    let q: Queue<PostgresStore> =
+        Queue::builder().url(with_application_name(&server.url, app)).open_postgres().unwrap();
+    let mut raw = PgConnection::establish(&server.url).unwrap();
+
+    // One keyed job.
+    let answer = {
+        let q = q.clone();
+        with_the_commit_lost(&mut raw, app, move |n| q.enqueue(job(&format!("lost-{n}"))))
+    };
+    let enqueued = answer.expect("a keyed intake whose commit was lost is answered");
+    let key = sql_query(format!("SELECT key FROM fenceq_jobs WHERE id = {}", enqueued.id().0))
+        .load::<KeyRow>(&mut raw)
+        .unwrap();
+    assert!(matches!(enqueued, fenceq::Enqueued::Duplicate(_)), "the lost commit landed: {enqueued:?}");
+    assert_eq!(key.len(), 1, "the answer names the job the lost commit added");
+    assert_eq!(rows_with_payload(&mut raw, &key[0].key), 1, "one job for the key");
+
+    // A keyed batch.
+    let answer = {
+        let q = q.clone();
+        with_the_commit_lost(&mut raw, app, move |n| q.enqueue_batch((0..3).map(|i| job(&format!("batch-{n}-{i}")))))
+    };
+    let enqueued = answer.expect("a keyed batch whose commit was lost is answered");
+    assert_eq!(enqueued.len(), 3);
+    assert!(enqueued.iter().all(|e| matches!(e, fenceq::Enqueued::Duplicate(_))), "{enqueued:?}");
+
+    // No key: the outcome stays unknown to the caller, and the job is not added twice.
+    let answer = {
+        let q = q.clone();
+        with_the_commit_lost(&mut raw, app, move |n| {
+            let payload = format!("unkeyed-{n}");
+            (q.enqueue(NewJob::new("q", payload.clone().into_bytes())), payload)
+        })
+    };
+    let (answer, payload) = answer;
+    let err = answer.expect_err("an intake without a key whose commit was lost");
+    assert!(matches!(err, Error::ConnectionLost { commit_unknown: true, .. }), "{err:?}");
+    assert!(!err.is_retryable());
+    assert_eq!(rows_with_payload(&mut raw, &payload), 1, "the lost commit landed, once");
+}
+
+#[derive(QueryableByName)]
+struct KeyRow {
+    #[diesel(sql_type = Text)]
+    key: String,
 }
