@@ -3,11 +3,13 @@
 //! process (or handle) commits a job that is due now (the statements' `pg_notify`, see
 //! `statements.rs`).
 //!
-//! diesel 2.3 reads notifications without waiting (`PgConnection::notifications_iter`,
-//! libpq's `PQconsumeInput` and `PQnotifies`) and exposes no socket to wait on, so the
-//! thread reads every [`LISTEN_POLL`] and sleeps in between on its stop channel (a stop
-//! ends the sleep at once). A wake-up therefore reaches a pool within `LISTEN_POLL` of the
-//! commit, plus the pool's claim. An idle read is one `recv` system call that finds nothing.
+//! Where it can, the thread talks to the server through its own small client (`wire.rs`)
+//! and waits on the socket, so a notification wakes it as it arrives; it looks for a stop
+//! every [`LISTEN_SLICE`] meanwhile. diesel over libpq exposes no socket to wait on, so where
+//! that client cannot connect as libpq would (TLS, Unix sockets, logins it does not speak:
+//! `wire.rs` lists them) the thread reads through libpq every [`LISTEN_POLL`] instead (an
+//! idle read is one `recv` system call that finds nothing), and a wake-up then reaches a
+//! pool within `LISTEN_POLL` of the commit, plus the pool's claim.
 //!
 //! A lost connection (the read fails, or the liveness query every [`LISTEN_PING`] does)
 //! is reconnected with backoff, from [`RECONNECT_FIRST`] doubling to [`RECONNECT_MAX`];
@@ -18,6 +20,7 @@
 
 use super::error::PgContext;
 use super::statements::CHANNEL;
+use super::wire;
 use crate::error::Result;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use diesel::connection::SimpleConnection;
@@ -28,8 +31,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// How often the listener reads what arrived: 5 ms.
+/// How often the listener reads what arrived through libpq: 5 ms.
 pub(crate) const LISTEN_POLL: Duration = Duration::from_millis(5);
+/// The longest the listener waits on its own client's socket before it looks for a stop.
+pub(crate) const LISTEN_SLICE: Duration = Duration::from_millis(100);
 /// How often an idle listener checks that its connection still works (`SELECT 1`): 10 s.
 pub(crate) const LISTEN_PING: Duration = Duration::from_secs(10);
 /// The first wait before a reconnection: 50 ms.
@@ -96,25 +101,101 @@ fn stopped_within(stopped: &Receiver<()>, wait: Duration) -> bool {
 
 fn run(url: &str, settings: &str, wakes: &Mutex<Vec<Wake>>, stopped: &Receiver<()>) {
     let mut backoff = RECONNECT_FIRST;
+    // Until the own client says it cannot connect as libpq would.
+    let mut own_client = true;
     loop {
-        match connect(url, settings) {
-            Ok(mut conn) => {
-                backoff = RECONNECT_FIRST;
-                // Whatever was sent while no one listened is lost: every pool looks once.
-                wake_all(wakes, None);
-                match listen(&mut conn, wakes, stopped) {
-                    Ended::Stopped => return,
-                    Ended::Lost(why) => {
-                        tracing::warn!("fenceq: the listener lost its connection ({why}); reconnecting")
-                    }
+        let ended = if own_client {
+            match connect_wire(url, settings) {
+                Ok(mut session) => {
+                    backoff = RECONNECT_FIRST;
+                    wake_all(wakes, None);
+                    let ended = listen_wire(&mut session, wakes, stopped);
+                    session.close();
+                    Some(ended)
+                }
+                Err(wire::Connect::Unsupported(why)) => {
+                    tracing::info!(
+                        "fenceq: the listener reads notifications through libpq every {LISTEN_POLL:?} ({why})"
+                    );
+                    own_client = false;
+                    continue;
+                }
+                Err(wire::Connect::Failed(e)) => {
+                    tracing::warn!("fenceq: the listener could not connect ({e}); retrying in {backoff:?}");
+                    None
                 }
             }
-            Err(e) => tracing::warn!("fenceq: the listener could not connect ({e}); retrying in {backoff:?}"),
+        } else {
+            match connect(url, settings) {
+                Ok(mut conn) => {
+                    backoff = RECONNECT_FIRST;
+                    // Whatever was sent while no one listened is lost: every pool looks once.
+                    wake_all(wakes, None);
+                    Some(listen(&mut conn, wakes, stopped))
+                }
+                Err(e) => {
+                    tracing::warn!("fenceq: the listener could not connect ({e}); retrying in {backoff:?}");
+                    None
+                }
+            }
+        };
+        match ended {
+            Some(Ended::Stopped) => return,
+            Some(Ended::Lost(why)) => {
+                tracing::warn!("fenceq: the listener lost its connection ({why}); reconnecting");
+                backoff = RECONNECT_FIRST;
+            }
+            None => {}
         }
         if stopped_within(stopped, backoff) {
             return;
         }
         backoff = (backoff * 2).min(RECONNECT_MAX);
+    }
+}
+
+/// The own client's session with the session's settings, listening on the schema's channel.
+fn connect_wire(url: &str, settings: &str) -> std::result::Result<wire::Session, wire::Connect> {
+    let info = crate::conninfo::ConnInfo::parse(url).map_err(|e| wire::Connect::Unsupported(e.to_string()))?;
+    let mut session = wire::Session::connect(&info)?;
+    let listening = (|| {
+        session.query(settings)?;
+        let rows = session.query(CHANNEL.sql)?;
+        let channel = rows.first().and_then(|row| row.first()).cloned().flatten();
+        let channel = channel.ok_or_else(|| wire::Failure("listener: no channel name".into()))?;
+        session.query(&format!("LISTEN \"{}\"", channel.replace('"', "\"\"")))?;
+        Ok::<(), wire::Failure>(())
+    })();
+    match listening {
+        Ok(()) => Ok(session),
+        Err(e) => {
+            session.close();
+            Err(wire::Connect::Failed(e))
+        }
+    }
+}
+
+/// Waits on the own client's socket for notifications and wakes their queues' pools.
+fn listen_wire(session: &mut wire::Session, wakes: &Mutex<Vec<Wake>>, stopped: &Receiver<()>) -> Ended {
+    let mut pinged = Instant::now();
+    loop {
+        match session.notifications(LISTEN_SLICE) {
+            Ok(queues) => {
+                for queue in &queues {
+                    wake_all(wakes, Some(queue));
+                }
+            }
+            Err(e) => return Ended::Lost(e.to_string()),
+        }
+        if !matches!(stopped.try_recv(), Err(crossbeam_channel::TryRecvError::Empty)) {
+            return Ended::Stopped;
+        }
+        if pinged.elapsed() >= LISTEN_PING {
+            if let Err(e) = session.query("SELECT 1") {
+                return Ended::Lost(e.to_string());
+            }
+            pinged = Instant::now();
+        }
     }
 }
 

@@ -57,6 +57,7 @@ pub use options::PostgresOptions;
 mod plan_tests;
 pub(crate) mod statements;
 pub(crate) mod time;
+mod wire;
 
 use crate::error::{Error, Result};
 use crate::store::scope::{enter_write, WriteFlag};
