@@ -14,6 +14,9 @@ use crate::validate::{check_claim, check_park_timeout, check_snooze_delay, clip}
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How many times a lost completion's outcome is read before the call gives up on knowing it.
+const LOST_COMMIT_CHECKS: u32 = 5;
+
 /// How a claim is settled (the engine's side of a handler's `Outcome`).
 #[derive(Debug, Clone)]
 pub(crate) enum Settle {
@@ -114,14 +117,63 @@ impl<S: Store> Queue<S> {
     /// `NestedWrite` for a queue write from inside the closure; `TransactionLost` when
     /// SQLite rolled the transaction back while the closure carried on; `Busy`,
     /// `StorageFull`, `ReadOnly` when the database cannot be written.
+    ///
+    /// On PostgreSQL, a connection lost after the `COMMIT` was sent leaves the outcome
+    /// unknown (a failover ends the old primary's sessions so). The call then finds out on a
+    /// new connection, from the job's row once any transaction still holding it has ended:
+    /// completed by this token, the commit landed and the call returns the closure's value;
+    /// not, nothing was written and it returns `ConnectionLost` with `commit_unknown` false
+    /// (retryable: a retry runs the closure again, or is refused if the lease is gone). Only
+    /// when no connection can be had to find out does `commit_unknown` stay true.
     pub fn complete_with<T>(&self, token: &ClaimToken, write: impl FnOnce(&S::Tx) -> Result<T>) -> Result<T> {
-        self.write_waking(|tx| {
+        let mut value: Option<T> = None;
+        let committed = self.write_waking(|tx| {
             let lease = self.owned_lease(tx, token)?;
             let now = |tx: &S::Tx| self.shared.now_in(tx);
             settle_in::<S>(tx, token, &Settle::Complete, now(tx)?, &now)?;
             // (The writer refuses to commit a transaction the store rolled back meanwhile.)
-            held_briefly(token, lease, || write(tx))
-        })
+            value = Some(held_briefly(token, lease, || write(tx))?);
+            Ok(())
+        });
+        let landed = match committed {
+            Ok(()) => true,
+            Err(lost @ Error::ConnectionLost { commit_unknown: true, .. }) => match self.completed_by(token) {
+                Ok(landed) => landed,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the outcome of a completion whose connection was lost could not be read");
+                    return Err(lost);
+                }
+            },
+            Err(e) => return Err(e),
+        };
+        match (landed, value) {
+            (true, Some(value)) => Ok(value),
+            (true, None) => Err(Error::domain("the completion committed without the closure's value")),
+            (false, _) => Err(Error::ConnectionLost { statement: "COMMIT", commit_unknown: false }),
+        }
+    }
+
+    /// Whether `token` completed its job, read once any transaction still holding the row
+    /// has ended: the fence's locking read waits for it (a lost connection's transaction may
+    /// still be committing on the server), then the row says who settled it. Retried while
+    /// no server accepts writes, up to [`LOST_COMMIT_CHECKS`] reads.
+    fn completed_by(&self, token: &ClaimToken) -> Result<bool> {
+        let mut checks = 0;
+        loop {
+            let read = self.store().write(|tx| {
+                let now = self.shared.now_in(tx)?;
+                S::owned_lease(tx, TokenAt { token, now })?;
+                Ok(S::identity(tx, token.id)?.is_some_and(|row| {
+                    row.state == JobState::Completed
+                        && row.attempt == token.attempt
+                        && row.claim_id == Some(token.claim_id)
+                }))
+            });
+            match read {
+                Err(e) if e.is_retryable() && checks + 1 < LOST_COMMIT_CHECKS => checks += 1,
+                other => return other,
+            }
+        }
     }
 
     /// Sends the job back to pending after a delay (exponential with jitter for a

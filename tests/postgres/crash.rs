@@ -351,10 +351,11 @@ fn rows_with_payload(raw: &mut PgConnection, payload: &str) -> i64 {
 
 /// A commit that lands on the server while its connection is lost (what a failover does to a
 /// commit waiting for its synchronous standby): the queue runs a keyed intake again by its
-/// key and answers `Duplicate` with the job the lost commit added; an intake without a key
-/// gets `ConnectionLost` with `commit_unknown`, never a second job.
+/// key and answers `Duplicate` with the job the lost commit added; `complete_with` reads the
+/// job's row and answers with its closure's value; an intake without a key gets
+/// `ConnectionLost` with `commit_unknown`, never a second job.
 #[test]
-fn a_keyed_intake_whose_commit_outcome_was_lost_is_answered_by_its_key() {
+fn a_commit_whose_outcome_was_lost_is_answered_where_the_queue_can_tell() {
     let Some(server) = own_server() else { return };
     let app = "fenceq_lost_commit";
     let q: Queue<PostgresStore> =
@@ -382,6 +383,31 @@ fn a_keyed_intake_whose_commit_outcome_was_lost_is_answered_by_its_key() {
     let enqueued = answer.expect("a keyed batch whose commit was lost is answered");
     assert_eq!(enqueued.len(), 3);
     assert!(enqueued.iter().all(|e| matches!(e, fenceq::Enqueued::Duplicate(_))), "{enqueued:?}");
+
+    // A completion with a domain write: the call reads the row on a new connection and
+    // answers with the closure's value, the completion and the write both there once.
+    create_domain_tables(&mut raw, "public");
+    let tokens: Vec<fenceq::ClaimToken> = (0..10)
+        .map(|n| {
+            q.enqueue(job(&format!("done-{n}"))).unwrap();
+            q.claim("q", "w", Duration::from_secs(600)).unwrap().expect("the job just added").token()
+        })
+        .collect();
+    let answer = {
+        let q = q.clone();
+        with_the_commit_lost(&mut raw, app, move |n| {
+            let token = tokens[n as usize];
+            (token, q.complete_with(&token, |tx| log_settle(tx, &token, 0).map(|()| token.id.0)))
+        })
+    };
+    let (token, answer) = answer;
+    assert_eq!(answer.expect("a completion whose commit was lost is answered"), token.id.0);
+    let state = sql_query(format!("SELECT state AS key FROM fenceq_jobs WHERE id = {}", token.id.0))
+        .load::<KeyRow>(&mut raw)
+        .unwrap();
+    assert_eq!(state[0].key, "completed");
+    let logged = scalar(&mut raw, &format!("SELECT count(*) AS n FROM settle_log WHERE job_id = {}", token.id.0));
+    assert_eq!(logged, 1, "the domain write committed with the completion, once");
 
     // No key: the outcome stays unknown to the caller, and the job is not added twice.
     let answer = {
