@@ -5,7 +5,8 @@
 //! two paused queues) through the library's batch intake and settle, starts
 //! `fenceq serve --read-only` on it on a free loopback port, and requests every page in
 //! interleaved rounds (one request of each page per round, so a slow stretch of the machine
-//! touches every page alike).
+//! touches every page alike). The overview and the queue pages' tabs show the server's counts
+//! snapshot; the bench prints what the overview says of it (how old, how long one count took).
 //!
 //! ```text
 //! cargo bench --bench dashboard                     # 1,000,000 jobs, 200 rounds
