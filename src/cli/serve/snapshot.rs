@@ -4,9 +4,9 @@
 //!
 //! Why: counting is a pass over every row of the jobs table (the schema has no index that
 //! would make it cheaper, since such an index would make every claim and settle dearer), so
-//! at a large table one page's count costs seconds of a core, and a few open overviews would
-//! keep the database busy counting. Here the count runs once per interval whatever the
-//! number of pages drawn, and the pages say how old it is.
+//! a page that counted would cost a core for as long as that pass takes, and a few open
+//! overviews would keep the database busy counting. Here the count runs once per interval,
+//! whatever the number of pages drawn, and the pages say how old it is.
 //!
 //! The interval adapts to the count's cost: [`next_interval`] is ten times the last count's
 //! duration, but never less than the floor, so a slow count takes at most about a tenth of a
