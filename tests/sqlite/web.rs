@@ -759,3 +759,20 @@ fn a_queue_page_shows_its_limits_its_throttled_jobs_and_its_blocked_groups() {
     assert!(page.body.contains("<dt>group</dt><dd class=\"mono group\">chat-&lt;ann&gt;</dd>"), "{}", page.body);
     server.assert_healthy();
 }
+
+#[test]
+fn the_page_after_an_action_shows_its_effect_in_the_counts() {
+    let (_dir, queue, args) = sqlite();
+    let f = fixture(&queue);
+    let mut server = Server::start(&args, &[]);
+    let page = server.get("/");
+    assert!(page.body.contains("2 exhaustions awaiting acknowledgement"), "{}", page.body);
+    let reply = post(&server.addr, "/act/acknowledge", &ack_form(&server, f.exhausted), None);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    // The action asked for a count, and the next page waited for it.
+    let page = server.get("/");
+    assert!(page.body.contains("1 exhaustions awaiting acknowledgement"), "{}", page.body);
+    let page = server.get("/queue?name=mail");
+    assert!(page.body.contains("state=exhausted\">exhausted (2)</a>"), "acknowledged, still exhausted: {}", page.body);
+    server.assert_healthy();
+}

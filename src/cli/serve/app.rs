@@ -28,6 +28,9 @@ const SESSION_LIFE: Duration = Duration::from_secs(12 * 3600);
 const MAX_SESSIONS: usize = 1024;
 /// The session cookie's name.
 const COOKIE: &str = "fenceq_session";
+/// How long a page waits for a count that began after a change made through this server,
+/// before it shows the older count.
+const FRESH_COUNT_WAIT: Duration = Duration::from_secs(5);
 /// Blocked groups a queue's page lists.
 const BLOCKED_ROWS: usize = 20;
 /// Groups read per page while looking for blocked ones.
@@ -273,7 +276,7 @@ impl<'q, S: CliStore> App<'q, S> {
     /// The latest counts, with the pauses and back-offs as they are now (cheap reads, and
     /// what the pages' pause and unpause forms must match).
     fn counts(&self) -> Result<(std::sync::Arc<Counts>, Stats, Option<String>), Problem> {
-        let counts = self.snapshots.current(FIRST_COUNT_WAIT).map_err(|why| match why {
+        let counts = self.snapshots.current(FIRST_COUNT_WAIT, FRESH_COUNT_WAIT).map_err(|why| match why {
             NoCounts::NotYet => Problem::new(
                 503,
                 "Counting",
@@ -452,7 +455,9 @@ impl<'q, S: CliStore> App<'q, S> {
                 self.change_job(action, &job, &fields, &operator)?
             }
         };
-        // The counts should show the change soon: a count now (or right after the running one).
+        // The next page should show the change: a count now (or right after the running one),
+        // which pages wait for.
+        self.snapshots.changed();
         let _ = self.refresh.try_send(Signal::Refresh);
         let page = self.page(Some(caller));
         Ok(Response::new(200, pages::HTML, pages::done(&page, &done, &by, &back).into_string()))

@@ -56,8 +56,14 @@ pub struct Snapshots {
 #[derive(Debug, Default)]
 struct State {
     latest: Option<Arc<Counts>>,
+    /// Counts begun: the number of the one running, or of the last one.
+    started: u64,
     /// Counts finished (a failed one included): a waiter compares it to see a newer one.
+    /// Counts run one after the other, so this is also the number of the last one finished.
     finished: u64,
+    /// The first count that begins after the latest change made through this server:
+    /// pages wait for it (bounded), so that the page after an action shows its effect.
+    wanted: u64,
     /// The last count's failure, while no later count succeeded.
     failure: Option<String>,
     /// The thread has ended: nothing newer comes.
@@ -93,15 +99,31 @@ impl Snapshots {
         self.state.lock().finished
     }
 
-    /// The latest count, waiting at most `bound` for the first one.
+    /// Notes that a change was just made: the next count to begin will see it, and pages
+    /// wait for that one (see [`Snapshots::current`]).
+    pub fn changed(&self) {
+        let mut state = self.state.lock();
+        state.wanted = state.wanted.max(state.started + 1);
+    }
+
+    /// The latest count, waiting at most `bound` for the first one; and, after a change made
+    /// through this server ([`Snapshots::changed`]), at most `fresh` for the first count
+    /// that began after it (past that, the older count).
     ///
     /// # Errors
     ///
     /// No count within `bound` ([`NoCounts::NotYet`]), the first counts failed, or the
     /// thread stopped before any count.
-    pub fn current(&self, bound: Duration) -> Result<Arc<Counts>, NoCounts> {
-        let deadline = Instant::now() + bound;
+    pub fn current(&self, bound: Duration, fresh: Duration) -> Result<Arc<Counts>, NoCounts> {
+        let started = Instant::now();
         let mut state = self.state.lock();
+        let fresh_until = started + fresh;
+        while state.finished < state.wanted && !state.stopped {
+            if self.changed.wait_until(&mut state, fresh_until).timed_out() {
+                break;
+            }
+        }
+        let deadline = started + bound;
         loop {
             if let Some(latest) = &state.latest {
                 return Ok(Arc::clone(latest));
@@ -136,6 +158,10 @@ impl Snapshots {
     /// Whether the counting thread has ended.
     pub fn stopped(&self) -> bool {
         self.state.lock().stopped
+    }
+
+    fn begin(&self) {
+        self.state.lock().started += 1;
     }
 
     fn publish(&self, result: Result<Counts, String>) {
@@ -174,6 +200,7 @@ pub fn run(
     count: &mut dyn FnMut() -> Result<Counts, String>,
 ) {
     loop {
+        snapshots.begin();
         let started = Instant::now();
         let result = count();
         let took = started.elapsed();
@@ -239,7 +266,7 @@ mod tests {
         std::thread::scope(|scope| {
             let (refresh, handle) = spawn(scope, &snapshots, NEVER, || count(&queue)).unwrap();
             assert_eq!(handle.thread().name(), Some(THREAD));
-            let first = snapshots.current(BOUND).expect("the first count");
+            let first = snapshots.current(BOUND, BOUND).expect("the first count");
             assert_eq!(first.stats.queues[0].pending, 1);
 
             queue.enqueue(NewJob::new("mail", b"b".to_vec())).unwrap();
@@ -256,6 +283,26 @@ mod tests {
     }
 
     #[test]
+    fn after_a_change_a_page_waits_for_a_count_that_began_after_it() {
+        let queue = Queue::open_in_memory().unwrap();
+        let snapshots = Snapshots::default();
+        std::thread::scope(|scope| {
+            let (refresh, handle) = spawn(scope, &snapshots, NEVER, || count(&queue)).unwrap();
+            assert!(snapshots.current(BOUND, BOUND).unwrap().stats.queues.is_empty());
+            queue.enqueue(NewJob::new("mail", b"a".to_vec())).unwrap();
+            // Without a refresh nothing newer comes: the page takes the old count at once.
+            snapshots.changed();
+            let stale = snapshots.current(BOUND, Duration::ZERO).unwrap();
+            assert!(stale.stats.queues.is_empty(), "a bound of zero does not wait");
+            refresh.send(Signal::Refresh).unwrap();
+            let fresh = snapshots.current(BOUND, BOUND).unwrap();
+            assert_eq!(fresh.stats.queues[0].pending, 1, "the page waited for the count after the change");
+            drop(refresh);
+            handle.join().unwrap();
+        });
+    }
+
+    #[test]
     fn a_failed_count_keeps_the_last_good_one_and_says_why() {
         let snapshots = Snapshots::default();
         let mut results = vec![
@@ -267,14 +314,14 @@ mod tests {
         std::thread::scope(|scope| {
             let (refresh, handle) = spawn(scope, &snapshots, NEVER, move || results.next().unwrap()).unwrap();
             assert!(snapshots.wait_past(0, BOUND));
-            assert_eq!(snapshots.current(BOUND).unwrap_err(), NoCounts::Failed("database busy".to_string()));
+            assert_eq!(snapshots.current(BOUND, BOUND).unwrap_err(), NoCounts::Failed("database busy".to_string()));
             refresh.send(Signal::Refresh).unwrap();
             assert!(snapshots.wait_past(1, BOUND));
-            assert_eq!(snapshots.current(BOUND).unwrap().taken_at, 7);
+            assert_eq!(snapshots.current(BOUND, BOUND).unwrap().taken_at, 7);
             assert_eq!(snapshots.failure(), None);
             refresh.send(Signal::Refresh).unwrap();
             assert!(snapshots.wait_past(2, BOUND));
-            assert_eq!(snapshots.current(BOUND).unwrap().taken_at, 7, "the last good count stays");
+            assert_eq!(snapshots.current(BOUND, BOUND).unwrap().taken_at, 7, "the last good count stays");
             assert_eq!(snapshots.failure().as_deref(), Some("database busy again"));
             drop(refresh);
             handle.join().unwrap();
@@ -284,9 +331,9 @@ mod tests {
     #[test]
     fn a_waiter_for_the_first_count_is_bounded_and_told_when_the_thread_stopped() {
         let snapshots = Snapshots::default();
-        assert_eq!(snapshots.current(Duration::from_millis(1)).unwrap_err(), NoCounts::NotYet);
+        assert_eq!(snapshots.current(Duration::from_millis(1), Duration::ZERO).unwrap_err(), NoCounts::NotYet);
         snapshots.stop();
-        assert_eq!(snapshots.current(BOUND).unwrap_err(), NoCounts::Stopped);
+        assert_eq!(snapshots.current(BOUND, BOUND).unwrap_err(), NoCounts::Stopped);
         assert!(!snapshots.wait_past(0, BOUND), "nothing newer comes from a stopped thread");
     }
 }
