@@ -5,7 +5,8 @@
 //! two paused queues) through the library's batch intake and settle, starts
 //! `fenceq serve --read-only` on it on a free loopback port, and requests every page in
 //! interleaved rounds (one request of each page per round, so a slow stretch of the machine
-//! touches every page alike).
+//! touches every page alike). The overview and the queue pages' tabs show the server's counts
+//! snapshot; the bench prints what the overview says of it (how old, how long one count took).
 //!
 //! ```text
 //! cargo bench --bench dashboard                     # 1,000,000 jobs, 200 rounds
@@ -112,6 +113,12 @@ fn serve(db: &str, more: &[&str]) -> (Child, String) {
 
 /// One GET: (status, server ms from `Server-Timing`, client ms).
 fn get(addr: &str, path: &str) -> (u16, f64, f64) {
+    let (status, server, client, _) = get_body(addr, path);
+    (status, server, client)
+}
+
+/// One GET: (status, server ms from `Server-Timing`, client ms, body).
+fn get_body(addr: &str, path: &str) -> (u16, f64, f64, String) {
     let started = Instant::now();
     let mut stream = TcpStream::connect(addr).expect("connect");
     write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").expect("send");
@@ -126,7 +133,8 @@ fn get(addr: &str, path: &str) -> (u16, f64, f64) {
         .find_map(|l| l.strip_prefix("Server-Timing: app;dur="))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(f64::NAN);
-    (status, server, client)
+    let body = text.split_once("\r\n\r\n").map_or_else(String::new, |(_, body)| body.to_string());
+    (status, server, client, body)
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -149,6 +157,12 @@ fn measure(addr: &str, pages: &[(&str, String)], rounds: usize) {
             server[i].push(s);
             client[i].push(c);
         }
+    }
+    // The pages' counts are the server's snapshot: what one count took, as the overview says.
+    let (_, _, _, body) = get_body(addr, "/");
+    if let Some(age) = body.split("<p class=\"muted age\">").nth(1).and_then(|rest| rest.split("</p>").next()) {
+        let text: String = age.split('<').map(|part| part.split_once('>').map_or(part, |(_, t)| t)).collect();
+        println!("overview: {text}");
     }
     println!("{:<24} {:>12} {:>12} {:>12} {:>12}", "page", "server p50", "server p99", "client p50", "client p99");
     for (i, (name, _)) in pages.iter().enumerate() {

@@ -97,7 +97,7 @@ impl GroupsArgs {
 }
 
 /// Why a group waits, for people ("-" when it can go on).
-fn reason(block: Option<GroupBlock>, now: i64) -> String {
+pub(crate) fn reason(block: Option<GroupBlock>, now: i64) -> String {
     match block {
         None => "-".to_string(),
         Some(GroupBlock::Running) => "- (its head is running)".to_string(),

@@ -677,3 +677,102 @@ fn a_queue_backing_off_shows_on_the_overview_and_on_its_page() {
     assert!(page.body.contains("backing off") && page.body.contains("429 from the provider"), "{}", page.body);
     server.assert_healthy();
 }
+
+#[test]
+fn the_overview_and_a_queue_page_say_how_old_their_counts_are() {
+    let (_dir, queue, args) = sqlite();
+    queue.enqueue(NewJob::new("mail", b"hello".to_vec())).unwrap();
+    let mut server = Server::start(&args, &["--read-only"]);
+    for path in ["/", "/queue?name=mail"] {
+        let page = server.get(path);
+        assert_eq!(page.status, 200, "{path}: {}", page.body);
+        assert!(page.body.contains("Counts as of "), "{path} says how old its counts are: {}", page.body);
+        assert!(page.body.contains(" (read in "), "{path} says how long they took to read: {}", page.body);
+    }
+    assert!(server.get("/").body.contains("href=\"/queue?name=mail&amp;state=pending\">1</a>"), "the counts");
+    // A queue whose first job came after the counts has its page all the same.
+    queue.enqueue(NewJob::new("late", b"x".to_vec())).unwrap();
+    let page = server.get("/queue?name=late");
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("Queue <span class=\"mono\">late</span>"), "{}", page.body);
+    assert_eq!(server.get("/queue?name=never").status, 404);
+    // /metrics stays live: the late job is in it at once.
+    let metrics = server.get("/metrics").body;
+    assert!(metrics.lines().any(|l| l.contains("queue=\"late\"") && l.contains("state=\"pending\"")), "{metrics}");
+    server.assert_healthy();
+}
+
+/// A queue with limits, one spent rate, a group whose head is exhausted.
+fn flow_fixture<S: Store>(queue: &Queue<S>) -> (JobId, JobId) {
+    let limits = fenceq::Limits {
+        rate: Some(fenceq::Rate::new(2, Duration::from_secs(3600))),
+        group_rates: vec![fenceq::Rate::new(1, Duration::from_secs(60))],
+        max_running: Some(5),
+    };
+    queue.set_limits("sms", &limits).unwrap();
+    let head = queue.enqueue(NewJob::new("sms", b"to ann 1".to_vec()).group("chat-<ann>")).unwrap().id();
+    let behind = queue.enqueue(NewJob::new("sms", b"to ann 2".to_vec()).group("chat-<ann>")).unwrap().id();
+    for n in 0..3 {
+        queue.enqueue(NewJob::new("sms", format!("to bob {n}").into_bytes())).unwrap();
+    }
+    let first = queue.claim("sms", "w", LEASE).unwrap().expect("a due job");
+    assert_eq!(first.id(), head);
+    queue.exhaust(&first.token(), "the number is gone").unwrap();
+    let second = queue.claim("sms", "w", LEASE).unwrap().expect("a due job");
+    queue.complete(&second.token()).unwrap();
+    assert!(queue.claim("sms", "w", LEASE).unwrap().is_none(), "the rate is spent");
+    (head, behind)
+}
+
+#[test]
+fn a_queue_page_shows_its_limits_its_throttled_jobs_and_its_blocked_groups() {
+    let (_dir, queue, args) = sqlite();
+    let (head, behind) = flow_fixture(&queue);
+    queue.enqueue(NewJob::new("free", b"x".to_vec())).unwrap();
+    let mut server = Server::start(&args, &["--read-only"]);
+
+    let page = server.get("/queue?name=sms");
+    assert_eq!(page.status, 200, "{}", page.body);
+    let body = &page.body;
+    assert!(body.contains("<h2>Flow control</h2>"), "{body}");
+    assert!(body.contains("at most 2/1h claims"), "the queue's rate: {body}");
+    assert!(body.contains("at most 1/1m claims of one group"), "the group rate: {body}");
+    assert!(body.contains("at most 5 running, across every process"), "the concurrency: {body}");
+    // The rate is spent: its due jobs are held back until its window opens, within the hour.
+    let until = body.split("held back by the queue's rate until ").nth(1).expect("held back by the rate");
+    assert!(until.starts_with("<span title=\"") && until.contains(">in 59m"), "{body}");
+    // The group behind the exhausted head, and what to do about it.
+    assert!(body.contains("chat-&lt;ann&gt;"), "the group, as text: {body}");
+    assert!(body.contains(&format!("<a href=\"/job?id={head}\">{head}</a>")), "its head: {body}");
+    assert!(body.contains("its head is exhausted: `fenceq ack` or `fenceq replay`"), "why: {body}");
+    let library = queue.stats().unwrap().queues.into_iter().find(|q| q.queue == "sms").unwrap();
+    let throttled = library.throttled.expect("the library says it is throttled");
+    assert!(body.contains(&format!("{} due jobs held back", throttled.due)), "as stats says: {body}");
+
+    // A queue without limits says so, and has no blocked group.
+    let page = server.get("/queue?name=free");
+    assert!(page.body.contains("No limits"), "{}", page.body);
+    assert!(page.body.contains("No group of this queue is blocked."), "{}", page.body);
+
+    // A job's page names its group.
+    let page = server.get(&format!("/job?id={behind}"));
+    assert!(page.body.contains("<dt>group</dt><dd class=\"mono group\">chat-&lt;ann&gt;</dd>"), "{}", page.body);
+    server.assert_healthy();
+}
+
+#[test]
+fn the_page_after_an_action_shows_its_effect_in_the_counts() {
+    let (_dir, queue, args) = sqlite();
+    let f = fixture(&queue);
+    let mut server = Server::start(&args, &[]);
+    let page = server.get("/");
+    assert!(page.body.contains("2 exhaustions awaiting acknowledgement"), "{}", page.body);
+    let reply = post(&server.addr, "/act/acknowledge", &ack_form(&server, f.exhausted), None);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    // The action asked for a count, and the next page waited for it.
+    let page = server.get("/");
+    assert!(page.body.contains("1 exhaustions awaiting acknowledgement"), "{}", page.body);
+    let page = server.get("/queue?name=mail");
+    assert!(page.body.contains("state=exhausted\">exhausted (2)</a>"), "acknowledged, still exhausted: {}", page.body);
+    server.assert_healthy();
+}

@@ -8,11 +8,14 @@ use super::form::{self, same};
 use super::http::{Request, Response};
 use super::pages::{self, Action, Listing, Page, QueueView, FULL_PAYLOAD_LIMIT, PAGE_ROWS};
 use super::problem::{cut, Problem};
+use super::snapshot::{Counts, NoCounts, Signal, Snapshots};
 use super::Token;
 use crate::cli::output::PAYLOAD_LIMIT;
 use crate::cli::store::CliStore;
 use crate::cli::{error_line, inspect::collect_pages};
-use fenceq::{ClaimId, ClaimToken, Cursor, Error, Job, JobId, JobState, ListFilter, Queue, Resolution};
+use crossbeam_channel::Sender;
+use fenceq::store::Store;
+use fenceq::{ClaimId, ClaimToken, Cursor, Error, Job, JobId, JobState, ListFilter, Queue, Resolution, Stats};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -25,6 +28,17 @@ const SESSION_LIFE: Duration = Duration::from_secs(12 * 3600);
 const MAX_SESSIONS: usize = 1024;
 /// The session cookie's name.
 const COOKIE: &str = "fenceq_session";
+/// How long a page waits for a count that began after a change made through this server,
+/// before it shows the older count.
+const FRESH_COUNT_WAIT: Duration = Duration::from_secs(5);
+/// Blocked groups a queue's page lists.
+const BLOCKED_ROWS: usize = 20;
+/// Groups read per page while looking for blocked ones.
+const GROUPS_PAGE: u32 = 1_000;
+/// Groups a queue's page looks at for blocked ones at most (the CLI lists them all).
+const GROUPS_LOOKED_AT: usize = 10_000;
+/// How long a page waits for the server's first count before it says to come back.
+const FIRST_COUNT_WAIT: Duration = Duration::from_secs(30);
 
 /// The dashboard: the queue, the server's secrets and its sessions.
 pub struct App<'q, S: CliStore> {
@@ -40,6 +54,10 @@ pub struct App<'q, S: CliStore> {
     default_by: String,
     /// `--db` as people may see it (a URL without its password).
     db: String,
+    /// The counts the overview and the queue pages show (read by the counting thread).
+    snapshots: &'q Snapshots,
+    /// Asks the counting thread for a count now (after an action).
+    refresh: Sender<Signal>,
 }
 
 /// Who is asking.
@@ -54,9 +72,19 @@ pub enum Caller {
 type Outcome = Result<Response, Problem>;
 
 impl<'q, S: CliStore> App<'q, S> {
-    /// The dashboard over `queue`; `db` is how pages name the database.
-    pub fn new(queue: &'q Queue<S>, read_only: bool, tokens: Vec<Token>, db: String) -> App<'q, S> {
+    /// The dashboard over `queue`; `db` is how pages name the database; the counts come from
+    /// `snapshots`, and `refresh` asks for a new count.
+    pub fn new(
+        queue: &'q Queue<S>,
+        read_only: bool,
+        tokens: Vec<Token>,
+        db: String,
+        snapshots: &'q Snapshots,
+        refresh: Sender<Signal>,
+    ) -> App<'q, S> {
         App {
+            snapshots,
+            refresh,
             queue,
             read_only,
             csrf: form::secret(),
@@ -245,11 +273,50 @@ impl<'q, S: CliStore> App<'q, S> {
         Ok(Response::new(200, pages::HTML, markup.into_string()))
     }
 
+    /// The latest counts, with the pauses and back-offs as they are now (cheap reads, and
+    /// what the pages' pause and unpause forms must match).
+    fn counts(&self) -> Result<(std::sync::Arc<Counts>, Stats, Option<String>), Problem> {
+        let counts = self.snapshots.current(FIRST_COUNT_WAIT, FRESH_COUNT_WAIT).map_err(|why| match why {
+            NoCounts::NotYet => Problem::new(
+                503,
+                "Counting",
+                "the server is still reading the first counts of the queue; reload in a moment",
+            ),
+            NoCounts::Failed(failure) => {
+                Problem::new(503, "Counts failed", format!("the queue's counts could not be read: {failure}"))
+            }
+            NoCounts::Stopped => Problem::new(503, "Stopping", "the server is stopping"),
+        })?;
+        let mut stats = counts.stats.clone();
+        let paused = self.queue.paused_queues()?;
+        let backoffs = self.queue.queue_backoffs()?;
+        for q in &mut stats.queues {
+            q.paused = paused.iter().find(|p| p.queue == q.queue).cloned();
+            q.backoff = backoffs.iter().find(|b| b.queue == q.queue).cloned();
+        }
+        for p in paused {
+            if !stats.queues.iter().any(|q| q.queue == p.queue) {
+                stats.queues.push(fenceq::QueueStats { queue: p.queue.clone(), paused: Some(p), ..Default::default() });
+            }
+        }
+        for b in backoffs {
+            if !stats.queues.iter().any(|q| q.queue == b.queue) {
+                stats.queues.push(fenceq::QueueStats {
+                    queue: b.queue.clone(),
+                    backoff: Some(b),
+                    ..Default::default()
+                });
+            }
+        }
+        stats.queues.sort_by(|a, b| a.queue.cmp(&b.queue));
+        Ok((counts, stats, self.snapshots.failure()))
+    }
+
     fn overview(&self, caller: Caller) -> Outcome {
-        let stats = self.queue.stats()?;
-        let per_minute = self.queue.completions_per_minute(CHART_MINUTES)?;
+        let (counts, stats, failure) = self.counts()?;
         let now = self.queue.now_ms();
-        self.html(pages::overview(&self.page(Some(caller)), &stats, &per_minute, now))
+        let age = pages::CountsAge { taken_at: counts.taken_at, took: counts.took, failure: failure.as_deref() };
+        self.html(pages::overview(&self.page(Some(caller)), &stats, &counts.per_minute, &age, now))
     }
 
     fn queue_page(&self, caller: Caller, query: &[(String, String)]) -> Outcome {
@@ -259,17 +326,63 @@ impl<'q, S: CliStore> App<'q, S> {
             Some(text) => Some(text.parse::<JobState>().map_err(|_| Problem::bad(format!("no state named {text:?}")))?),
         };
         let after = cursor(query)?;
-        let stats = self.queue.stats()?;
-        let Some(counts) = stats.queues.iter().find(|q| q.queue == name) else {
-            // (A name the library would refuse gets its reason; any other is unknown.)
-            self.queue.list(&ListFilter { queue: Some(name.to_string()), limit: 1, ..ListFilter::default() })?;
-            return Err(Problem::not_found(format!("no queue named {name:?}: it has no jobs and is not paused")));
+        let (snapshot, stats, failure) = self.counts()?;
+        let counted = stats.queues.iter().find(|q| q.queue == name).cloned();
+        let counts = match counted {
+            Some(counts) => counts,
+            None => {
+                // Not in the counts: a queue whose first jobs came after them has a page
+                // (its tabs say 0 until the next count); one without jobs has none. (A name
+                // the library would refuse gets its reason.)
+                let any = ListFilter { queue: Some(name.to_string()), limit: 1, ..ListFilter::default() };
+                if self.queue.list(&any)?.is_empty() {
+                    return Err(Problem::not_found(format!(
+                        "no queue named {name:?}: it has no jobs and is not paused"
+                    )));
+                }
+                fenceq::QueueStats { queue: name.to_string(), ..Default::default() }
+            }
         };
         let filter = ListFilter { queue: Some(name.to_string()), state, after, limit: PAGE_ROWS };
         let jobs = self.queue.list(&filter)?;
         let now = self.queue.now_ms();
-        let view = QueueView { counts, state, jobs: &jobs, more: jobs.len() == PAGE_ROWS as usize, now };
+        let age = pages::CountsAge { taken_at: snapshot.taken_at, took: snapshot.took, failure: failure.as_deref() };
+        let limits = self.queue.limits(name)?;
+        let (blocked, blocked_more) = self.blocked_groups(name, now)?;
+        let view = QueueView {
+            counts: &counts,
+            age,
+            limits: &limits,
+            blocked: &blocked,
+            blocked_more,
+            state,
+            jobs: &jobs,
+            more: jobs.len() == PAGE_ROWS as usize,
+            now,
+        };
         self.html(pages::queue(&self.page(Some(caller)), &view))
+    }
+
+    /// The first [`BLOCKED_ROWS`] blocked groups of `queue`, as `fenceq groups --blocked`
+    /// finds them, looking at no more than [`GROUPS_LOOKED_AT`] groups; and whether more may
+    /// follow.
+    fn blocked_groups(&self, queue: &str, now: i64) -> Result<(Vec<fenceq::GroupSummary>, bool), Problem> {
+        let mut blocked = Vec::new();
+        let mut after: Option<(String, String)> = None;
+        let mut looked = 0;
+        loop {
+            let page =
+                self.queue.groups(Some(queue), after.as_ref().map(|(q, g)| (q.as_str(), g.as_str())), GROUPS_PAGE)?;
+            let full = page.len() == GROUPS_PAGE as usize;
+            looked += page.len();
+            after = page.last().map(|g| (g.queue.clone(), g.group.clone()));
+            blocked.extend(page.into_iter().filter(|g| g.is_blocked(now)));
+            if blocked.len() > BLOCKED_ROWS || !full || looked >= GROUPS_LOOKED_AT {
+                let more = blocked.len() > BLOCKED_ROWS || full;
+                blocked.truncate(BLOCKED_ROWS);
+                return Ok((blocked, more));
+            }
+        }
     }
 
     fn job_page(&self, caller: Caller, query: &[(String, String)]) -> Outcome {
@@ -342,6 +455,10 @@ impl<'q, S: CliStore> App<'q, S> {
                 self.change_job(action, &job, &fields, &operator)?
             }
         };
+        // The next page should show the change: a count now (or right after the running one),
+        // which pages wait for.
+        self.snapshots.changed();
+        let _ = self.refresh.try_send(Signal::Refresh);
         let page = self.page(Some(caller));
         Ok(Response::new(200, pages::HTML, pages::done(&page, &done, &by, &back).into_string()))
     }
@@ -480,6 +597,20 @@ impl<'q, S: CliStore> App<'q, S> {
         };
         Ok(pages::Done { title, effect: effect.to_string(), job: None, queue: name.to_string() })
     }
+}
+
+/// One count for the snapshot: the counts per queue and state and the chart, through the
+/// queue's read path, and how long they took.
+///
+/// # Errors
+///
+/// The queue's read failed: its message.
+pub fn count<S: Store>(queue: &Queue<S>) -> Result<Counts, String> {
+    let started = Instant::now();
+    let taken_at = queue.now_ms();
+    let read = || -> fenceq::Result<_> { Ok((queue.stats()?, queue.completions_per_minute(CHART_MINUTES)?)) };
+    let (stats, per_minute) = read().map_err(|e| error_line(&e))?;
+    Ok(Counts { stats, per_minute, taken_at, took: started.elapsed() })
 }
 
 /// The first value of `name` in decoded pairs.

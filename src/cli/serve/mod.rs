@@ -7,13 +7,16 @@
 //! Layout: [`http`] is the blocking server (bounded threads, deadlines, size limits),
 //! [`app`] routes a request to a page or an action and checks who may do what, [`pages`]
 //! renders HTML (maud: every value escaped unless marked otherwise, and nothing here marks a
-//! database text so), [`form`] decodes and encodes form text and compares secrets.
+//! database text so), [`form`] decodes and encodes form text and compares secrets, and
+//! [`snapshot`] keeps the counts the overview and the queue pages show, read by a thread of
+//! their own.
 
 pub mod app;
 pub mod form;
 pub mod http;
 pub mod pages;
 pub mod problem;
+pub mod snapshot;
 
 use super::store::CliStore;
 use super::{fail, parse_duration, CliResult, Context, ResultExt};
@@ -148,14 +151,21 @@ impl ServeArgs {
         let access = if tokens.is_empty() { "no sign-in" } else { "sign-in with a token" };
         ctx.out.line(format!("serving http://{local}/ ({}; {mode}; {access})", ctx.db_display()))?;
         ctx.out.flush()?;
-        let app = app::App::new(&queue, self.read_only, tokens, ctx.db_display());
         let limits = http::Limits {
             workers: usize::from(self.workers),
             deadline: self.request_timeout,
             ..http::Limits::default()
         };
-        http::serve(&listener, &limits, &|request| app.handle(request))?;
-        Ok(())
+        let snapshots = snapshot::Snapshots::default();
+        let db = ctx.db_display();
+        std::thread::scope(|scope| -> CliResult<()> {
+            // The counts thread ends when the app (which holds its sender) is dropped: when
+            // serving ends, for whatever reason.
+            let (refresh, _counting) = snapshot::spawn(scope, &snapshots, snapshot::FLOOR, || app::count(&queue))?;
+            let app = app::App::new(&queue, self.read_only, tokens, db, &snapshots, refresh);
+            http::serve(&listener, &limits, &|request| app.handle(request))?;
+            Ok(())
+        })
     }
 }
 

@@ -7,7 +7,7 @@ use super::form::encode;
 use super::problem::{cut, Problem};
 use crate::cli::inspect::Record;
 use crate::cli::output::{human_duration, relative, timestamp, PayloadView};
-use fenceq::{ClaimToken, Job, JobId, JobState, PausedQueue, QueueBackoff, QueueStats, Stats};
+use fenceq::{ClaimToken, GroupSummary, Job, JobId, JobState, Limits, PausedQueue, QueueBackoff, QueueStats, Stats};
 use maud::{html, Markup, DOCTYPE};
 
 /// Rows per page of a listing.
@@ -125,10 +125,49 @@ pub enum Listing {
     Unknown,
 }
 
+/// How old the counts a page shows are, and whether the latest count failed.
+pub struct CountsAge<'a> {
+    /// The queue's clock when they were read.
+    pub taken_at: i64,
+    /// How long reading them took.
+    pub took: std::time::Duration,
+    /// The failure of a later count, while none succeeded since.
+    pub failure: Option<&'a str>,
+}
+
+/// `counts as of 3s ago (read in 2ms)`, with the exact instant on hover.
+fn counts_age(age: &CountsAge<'_>, now: i64) -> Markup {
+    html! {
+        p.muted.age {
+            "Counts as of " span title=(timestamp(age.taken_at)) { (relative(age.taken_at, now)) }
+            " (read in " (count_time(age.took)) "; read again every few seconds, \
+            more seldom on a large queue)."
+            @if let Some(failure) = age.failure { " The latest count failed: " (failure) "." }
+        }
+    }
+}
+
+/// A count's duration: `850ms`, `3.2s`, `2m 5s`.
+fn count_time(took: std::time::Duration) -> String {
+    match took.as_millis() {
+        ms @ 0..1_000 => format!("{ms}ms"),
+        1_000..60_000 => format!("{:.1}s", took.as_secs_f64()),
+        ms => human_duration(u64::try_from(ms).unwrap_or(u64::MAX)),
+    }
+}
+
 /// A queue's page: its counts, the state chosen and one page of its jobs.
 pub struct QueueView<'a> {
     /// The queue's counts and pause.
     pub counts: &'a QueueStats,
+    /// How old the counts are.
+    pub age: CountsAge<'a>,
+    /// The queue's limits (`fenceq limit show`).
+    pub limits: &'a Limits,
+    /// Its blocked groups (`fenceq groups --blocked`), the first few.
+    pub blocked: &'a [GroupSummary],
+    /// More blocked groups may follow those.
+    pub blocked_more: bool,
     /// The state chosen (all when `None`).
     pub state: Option<JobState>,
     /// The page of jobs.
@@ -328,7 +367,7 @@ pub fn login(page: &Page<'_>, open: bool, error: Option<&str>) -> Markup {
 }
 
 /// The overview: every queue's counts, oldest due age and pause.
-pub fn overview(page: &Page<'_>, stats: &Stats, per_minute: &[(i64, u64)], now: i64) -> Markup {
+pub fn overview(page: &Page<'_>, stats: &Stats, per_minute: &[(i64, u64)], age: &CountsAge<'_>, now: i64) -> Markup {
     let unacked: u64 = stats.queues.iter().map(|q| q.exhausted_unacknowledged).sum();
     let unknown: u64 = stats.queues.iter().map(|q| q.unknown).sum();
     let expired: u64 = stats.queues.iter().map(|q| q.expired_leases).sum();
@@ -336,6 +375,7 @@ pub fn overview(page: &Page<'_>, stats: &Stats, per_minute: &[(i64, u64)], now: 
     let qs = |q: &QueueStats, state: &str| Some(format!("/queue?name={}&state={state}", encode(&q.queue)));
     let body = html! {
         h1 { "Queues" }
+        (counts_age(age, now))
         (completions_chart(per_minute))
         @if unacked + unknown + expired > 0 || paused > 0 {
             div.attention {
@@ -488,6 +528,8 @@ pub fn queue(page: &Page<'_>, view: &QueueView<'_>) -> Markup {
                 }
             }
         }
+        (flow(view))
+        (counts_age(&view.age, view.now))
         div.tabs {
             @for (state, n) in tabs {
                 a class=[(state == view.state).then_some("on")]
@@ -524,6 +566,74 @@ pub fn queue(page: &Page<'_>, view: &QueueView<'_>) -> Markup {
     layout(page, &format!("Queue {}", q.queue), body)
 }
 
+/// A queue's flow control: its limits, the jobs they hold back (from the counts) and the
+/// groups that cannot go on, and why.
+fn flow(view: &QueueView<'_>) -> Markup {
+    let limits = view.limits;
+    let now = view.now;
+    let throttled = view.counts.throttled;
+    html! {
+        h2 { "Flow control" }
+        div.box.flow {
+            @if limits.is_empty() {
+                p.limits { "No limits: claims of it are held back by nothing but pauses, back-offs and groups "
+                    span.muted { "(fenceq limit set sets some)" } "." }
+            } @else {
+                dl.fields.limits {
+                    dt { "rate" } dd { @match limits.rate { Some(rate) => { "at most " (rate) " claims" } None => { span.muted { "-" } } } }
+                    dt { "group rates" } dd {
+                        @if limits.group_rates.is_empty() { span.muted { "-" } }
+                        @for (i, rate) in limits.group_rates.iter().enumerate() {
+                            @if i > 0 { "; " } "at most " (rate) " claims of one group"
+                        }
+                    }
+                    dt { "concurrency" } dd { @match limits.max_running { Some(n) => { "at most " (n) " running, across every process" } None => { span.muted { "-" } } } }
+                }
+            }
+            @match throttled {
+                Some(t) => {
+                    @if t.due > 0 {
+                        p.throttled { span.badge.paused { "throttled" } " " (t.due) " due jobs held back "
+                            @match t.opens_at {
+                                Some(at) => { "by the queue's rate until " (at_text(at, now)) "." }
+                                None => { "by its running limit: they go as running attempts settle." }
+                            }
+                        }
+                    }
+                    @if t.group_heads > 0 {
+                        p.throttled { span.badge.paused { "throttled" } " " (t.group_heads) " group heads wait for their group's rate"
+                            @if let Some(at) = t.group_heads_open_at { ", the first due again " (at_text(at, now)) }
+                            "." }
+                    }
+                    p.muted { "(Held back as of the counts below.)" }
+                }
+                None => { @if !limits.is_empty() { p.muted { "No job was held back by a limit as of the counts below." } } }
+            }
+        }
+        h3 { "Blocked groups" }
+        @if view.blocked.is_empty() {
+            p.muted.blocked { "No group of this queue is blocked." }
+        } @else {
+            table.blocked {
+                thead { tr { th { "Group" } th.num { "Head" } th { "Head state" } th.num { "Waiting behind" } th { "Blocked because" } } }
+                tbody { @for g in view.blocked { tr {
+                    td.mono { (cut(&g.group, 48)) }
+                    td.num { @match g.head { Some(h) => { a href=(format!("/job?id={}", h.id)) { (h.id) } } None => { "-" } } }
+                    td { @match g.head { Some(h) => { (h.state.as_str()) } None => { "-" } } }
+                    td.num { (g.held) }
+                    td { (crate::cli::groups::reason(g.blocked(now), now)) }
+                } } }
+            }
+            @if view.blocked_more { p.muted { "More may follow: fenceq groups --blocked --queue " (view.counts.queue) " lists them all." } }
+        }
+    }
+}
+
+/// An instant as `in 3s (2026-12-03 07:00:03.000)`.
+fn at_text(ms: i64, now: i64) -> Markup {
+    html! { span title=(timestamp(ms)) { (relative(ms, now)) } }
+}
+
 /// A payload on one line of a listing.
 fn preview(payload: &[u8]) -> String {
     let view = PayloadView::new(payload, Some(256));
@@ -555,6 +665,7 @@ pub fn job(page: &Page<'_>, job: &Job, limit: usize, now: i64) -> Markup {
         dl.fields {
             dt { "queue" } dd { a href=(format!("/queue?name={}", encode(&job.queue))) { (job.queue) } }
             dt { "key" } dd.mono { (text(job.key.as_deref())) }
+            dt { "group" } dd.mono.group { (text(job.group.as_deref())) }
             dt { "state" } dd { (state_label(job)) }
             dt { "priority" } dd { (job.priority) }
             dt { "run at" } dd { (opt(Some(job.run_at))) }
