@@ -13,6 +13,8 @@ pub(crate) mod migrate;
 pub(crate) mod options;
 pub use options::{SqliteOptions, Synchronous};
 #[cfg(test)]
+mod batch_tests;
+#[cfg(test)]
 mod plan_tests;
 pub(crate) mod statements;
 mod watch;
