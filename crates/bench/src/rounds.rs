@@ -148,9 +148,10 @@ pub struct Report {
     pub seconds: f64,
 }
 
-/// Runs `options.rounds` rounds of every selected step, then the one-off large scenarios,
-/// calling `report(round, figure)` with each figure as soon as it is measured (round 0 for
-/// the one-off ones; a failed report stops the run).
+/// Runs `options.rounds` rounds of every selected step, then the large scenarios (claim
+/// latency in rounds of its own, numbered as the others, then the one-off ones), calling
+/// `report(round, figure)` with each figure as soon as it is measured (round 0 for the
+/// one-off ones; a failed report stops the run).
 pub fn run(options: &BenchOptions, mut report: impl FnMut(usize, &Figure) -> CliResult<()>) -> CliResult<Report> {
     std::fs::create_dir_all(&options.dir)?;
     let started = Instant::now();
@@ -166,8 +167,8 @@ pub fn run(options: &BenchOptions, mut report: impl FnMut(usize, &Figure) -> Cli
     }
     let mut once = Vec::new();
     if options.selected("latency") {
-        large(options, &mut |figure| {
-            report(0, &figure)?;
+        large(options, &mut |round, figure| {
+            report(round, &figure)?;
             once.push(figure);
             Ok(())
         })?;
@@ -316,25 +317,42 @@ fn full(o: &BenchOptions, out: &mut Sink<'_>) -> CliResult<()> {
     Ok(())
 }
 
-/// Once, after the rounds: claim latency with many rows pending beside 1,000, and a pass
-/// through as many jobs for the peak RSS.
-fn large(o: &BenchOptions, out: &mut Sink<'_>) -> CliResult<()> {
+/// After the rounds: claim latency with many rows pending beside 1,000 (and with `flow`,
+/// beside the same rows in groups), and a pass through as many jobs for the peak RSS. The
+/// queues are filled once; then each of as many rounds as the others samples them one right
+/// after the other, and the ratios are computed within the round (the report gives their
+/// median and spread: one sample of each said little on a shared machine).
+fn large(o: &BenchOptions, report: &mut dyn FnMut(usize, Figure) -> CliResult<()>) -> CliResult<()> {
     let rows = o.latency_rows;
-    let small = s::claim_latency(&o.fresh("lat_small"), 1000, 2000)?;
-    out(latency_figure("fenceq/latency/claim_reference_1000_pending", small))?;
-    let big = s::claim_latency(&o.fresh("lat_big"), rows, 2000)?;
-    out(latency_figure(&format!("fenceq/latency/claim_{rows}_pending"), big)
-        .with("p50_ratio_to_1000", big.p50 / small.p50)
-        .with("p99_ratio_to_1000", big.p99 / small.p99))?;
-    if o.selected("flow") {
-        // The same claim on a queue whose jobs are in groups of 10 (a tenth as many groups as
-        // jobs), each group's later jobs held back by its head.
-        let groups = (rows / 10).max(1);
-        let grouped = s::claim_latency_grouped(&o.fresh("lat_grouped"), rows, groups, 2000)?;
-        out(latency_figure(&format!("fenceq/latency/claim_{rows}_pending_{groups}_groups"), grouped)
-            .with("p50_ratio_to_ungrouped", grouped.p50 / big.p50)
-            .with("p99_ratio_to_ungrouped", grouped.p99 / big.p99))?;
+    let small = s::LatencyQueue::filled(&o.fresh("lat_small"), 1000)?;
+    let large = s::LatencyQueue::filled(&o.fresh("lat_big"), rows)?;
+    // Groups of 10 (a tenth as many groups as jobs), each group's later jobs held back by its
+    // head.
+    let groups = (rows / 10).max(1);
+    let grouped =
+        if o.selected("flow") { Some(s::LatencyQueue::grouped(&o.fresh("lat_grouped"), rows, groups)?) } else { None };
+    for round in 1..=o.rounds.max(1) {
+        let mut out = |figure| report(round, figure);
+        let (reference, big) = (small.claims(2000)?, large.claims(2000)?);
+        out(latency_figure("fenceq/latency/claim_reference_1000_pending", reference))?;
+        out(latency_figure(&format!("fenceq/latency/claim_{rows}_pending"), big)
+            .with("p50_ratio_to_1000", big.p50 / reference.p50)
+            .with("p99_ratio_to_1000", big.p99 / reference.p99))?;
+        // The ratio as a figure of its own too, so that the report gives its spread.
+        out(Figure::of(
+            format!("fenceq/latency/claim_{rows}_pending_p50_ratio_to_1000"),
+            big.p50 / reference.p50,
+            "x",
+        ))?;
+        if let Some(grouped) = &grouped {
+            let held = grouped.claims(2000)?;
+            out(latency_figure(&format!("fenceq/latency/claim_{rows}_pending_{groups}_groups"), held)
+                .with("p50_ratio_to_ungrouped", held.p50 / big.p50)
+                .with("p99_ratio_to_ungrouped", held.p99 / big.p99))?;
+        }
     }
+    drop((small, large, grouped));
+    let mut out = |figure| report(0, figure);
     let started = Instant::now();
     s::claim_batch_settle(&o.fresh("through"), rows)?;
     out(Figure::rate(format!("fenceq/work_through_{rows}_jobs"), rows as f64 / started.elapsed().as_secs_f64()))?;

@@ -392,44 +392,62 @@ fn fill(queue: &Queue, jobs: u64) -> CliResult<()> {
     Ok(())
 }
 
-/// p50 and p99 of `claim` (each followed by a `complete`, not timed) with `pending` rows
-/// waiting, over `samples` claims.
-pub fn claim_latency(path: &Path, pending: u64, samples: usize) -> CliResult<Latency> {
-    let queue = open(path, Synchronous::Normal, 2)?;
-    fill(&queue, pending)?;
-    let mut micros = Vec::with_capacity(samples);
-    for _ in 0..samples {
-        let started = Instant::now();
-        let job =
-            queue.claim("bench", "w", Duration::from_secs(30))?.ok_or_else(|| fail("the bench's queue is empty"))?;
-        micros.push(started.elapsed().as_secs_f64() * 1e6);
-        queue.complete(&job.token())?;
-        queue.enqueue(NewJob::new("bench", payload(0)))?; // keep the queue at `pending` rows
-    }
-    Ok(Latency::of(micros))
+/// A queue kept at a number of pending jobs, for claim-latency samples.
+pub struct LatencyQueue {
+    queue: Queue,
+    /// Job `i` is in group `i % groups` (no groups without).
+    groups: Option<u64>,
+    /// The next job's number.
+    next: std::cell::Cell<u64>,
 }
 
-/// [`claim_latency`] on a queue whose `pending` jobs are spread over `groups` groups (job `i`
-/// in group `i % groups`): only each group's head is claimable, the rest are held back.
-pub fn claim_latency_grouped(path: &Path, pending: u64, groups: u64, samples: usize) -> CliResult<Latency> {
-    let queue = open(path, Synchronous::Normal, 2)?;
-    let grouped = |i: u64| NewJob::new("bench", payload(i)).group(format!("g{}", i % groups));
-    let mut j = 0;
-    while j < pending {
-        let end = (j + 5000).min(pending);
-        queue.enqueue_batch((j..end).map(grouped))?;
-        j = end;
+impl LatencyQueue {
+    /// A queue at `path` with `pending` due jobs.
+    pub fn filled(path: &Path, pending: u64) -> CliResult<LatencyQueue> {
+        let queue = open(path, Synchronous::Normal, 2)?;
+        fill(&queue, pending)?;
+        Ok(LatencyQueue { queue, groups: None, next: pending.into() })
     }
-    let mut micros = Vec::with_capacity(samples);
-    for n in 0..samples as u64 {
-        let started = Instant::now();
-        let job =
-            queue.claim("bench", "w", Duration::from_secs(30))?.ok_or_else(|| fail("the bench's queue is empty"))?;
-        micros.push(started.elapsed().as_secs_f64() * 1e6);
-        queue.complete(&job.token())?;
-        queue.enqueue(grouped(pending + n))?; // keep the queue at `pending` rows
+
+    /// A queue at `path` whose `pending` jobs are spread over `groups` groups (job `i` in group
+    /// `i % groups`): only each group's head is claimable, the rest are held back.
+    pub fn grouped(path: &Path, pending: u64, groups: u64) -> CliResult<LatencyQueue> {
+        let latency = LatencyQueue { queue: open(path, Synchronous::Normal, 2)?, groups: Some(groups), next: 0.into() };
+        let mut j = 0;
+        while j < pending {
+            let end = (j + 5000).min(pending);
+            latency.queue.enqueue_batch((j..end).map(|i| latency.job(i)))?;
+            j = end;
+        }
+        latency.next.set(pending);
+        Ok(latency)
     }
-    Ok(Latency::of(micros))
+
+    fn job(&self, i: u64) -> NewJob {
+        let job = NewJob::new("bench", payload(i));
+        match self.groups {
+            Some(groups) => job.group(format!("g{}", i % groups)),
+            None => job,
+        }
+    }
+
+    /// p50 and p99 of `samples` calls of `claim` (each followed by a `complete` and an
+    /// `enqueue`, not timed, so that as many jobs stay pending).
+    pub fn claims(&self, samples: usize) -> CliResult<Latency> {
+        let queue = &self.queue;
+        let mut micros = Vec::with_capacity(samples);
+        for _ in 0..samples {
+            let started = Instant::now();
+            let job = queue
+                .claim("bench", "w", Duration::from_secs(30))?
+                .ok_or_else(|| fail("the bench's queue is empty"))?;
+            micros.push(started.elapsed().as_secs_f64() * 1e6);
+            queue.complete(&job.token())?;
+            queue.enqueue(self.job(self.next.get()))?; // keep the queue at `pending` rows
+            self.next.set(self.next.get() + 1);
+        }
+        Ok(Latency::of(micros))
+    }
 }
 
 /// Limits a bench's pool never reaches: a rate and a running limit far above what it does,

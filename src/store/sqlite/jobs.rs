@@ -203,6 +203,41 @@ impl Store for SqliteStore {
         releasing(tx, claim.token.id, owned(tx, COMPLETE_IF_OWNED, claim, &[])?)
     }
 
+    /// One statement per piece of the list (`complete_rows`), instead of a guarded `UPDATE`
+    /// and a group probe per token; a token counts as completed at its first place in the
+    /// list whose row the statement completed (a repeat, as its second call would, finds it
+    /// completed already). The groups of the completed rows are handed on afterwards, once
+    /// each: what the calls one by one would leave, as a group is handed on only when
+    /// nothing holds it.
+    fn complete_many_if_owned(tx: &Connection, tokens: &[ClaimToken], now: i64) -> Result<Vec<bool>> {
+        if tokens.len() < 2 {
+            return tokens.iter().map(|token| Self::complete_if_owned(tx, TokenAt { token, now })).collect();
+        }
+        let mut completed = std::collections::HashSet::with_capacity(tokens.len());
+        let mut groups = Vec::new();
+        in_pieces(
+            tx,
+            tokens,
+            complete_rows,
+            &[&now],
+            |s, at, token| {
+                s.raw_bind_parameter(at, token.id.0)?;
+                s.raw_bind_parameter(at + 1, token.attempt)?;
+                s.raw_bind_parameter(at + 2, token.claim_id.0.as_bytes().as_slice())
+            },
+            |row| {
+                let claim_id: Vec<u8> = row.get(2)?;
+                completed.insert((row.get::<_, i64>(0)?, row.get::<_, u32>(1)?, ClaimId::from_blob(&claim_id)));
+                if let Some(group) = row.get::<_, Option<String>>(4)? {
+                    groups.push((row.get::<_, String>(3)?, group));
+                }
+                Ok(())
+            },
+        )?;
+        release_groups(tx, groups)?;
+        Ok(tokens.iter().map(|t| completed.remove(&(t.id.0, t.attempt, t.claim_id))).collect())
+    }
+
     fn retry_if_owned(tx: &Connection, claim: TokenAt<'_>, run_at: i64, error: &str) -> Result<bool> {
         owned(tx, RETRY_IF_OWNED, claim, &[(":run_at", &run_at), (":error", &error)])
     }
@@ -492,8 +527,13 @@ impl Store for SqliteStore {
         })
     }
 
-    /// Within the writer's transaction nothing changed since the selection.
+    /// Within the writer's transaction nothing changed since the selection. One job: its
+    /// `UPDATE` and a read by id (`CLAIM_UPDATE`, `CLAIM_READ`); more: one statement per piece
+    /// of the list (`claim_rows`), its rows put back in the selection's order.
     fn claim_ids(tx: &Connection, ids: &[JobId], request: ClaimRequest<'_>) -> Result<Vec<Claimed>> {
+        if ids.len() > 1 {
+            return claim_in_pieces(tx, ids, request);
+        }
         let ClaimRequest { worker, now, lease_until, .. } = request;
         let mut claim = prepare(tx, CLAIM_UPDATE)?;
         let mut read = prepare(tx, CLAIM_READ)?;
@@ -837,6 +877,89 @@ fn insert_rows(tx: &Connection, rows: &[NewRow<'_>]) -> Result<Option<Vec<JobId>
     let last = tx.last_insert_rowid();
     let all = inserted == rows.len() && before.checked_add(rows.len() as i64) == Some(last);
     Ok(all.then(|| (before + 1..=last).map(JobId).collect()))
+}
+
+/// `Store::claim_ids` for two jobs or more: each gets a fresh claim id, bound beside its id.
+fn claim_in_pieces(tx: &Connection, ids: &[JobId], request: ClaimRequest<'_>) -> Result<Vec<Claimed>> {
+    let ClaimRequest { worker, now, lease_until, .. } = request;
+    let chosen: Vec<(JobId, ClaimId)> = ids.iter().map(|&id| (id, ClaimId::generate())).collect();
+    let mut by_id = std::collections::HashMap::with_capacity(ids.len());
+    in_pieces(
+        tx,
+        &chosen,
+        claim_rows,
+        &[&worker, &now, &lease_until],
+        |s, at, (id, claim_id)| {
+            s.raw_bind_parameter(at, id.0)?;
+            s.raw_bind_parameter(at + 1, claim_id.0.as_bytes().as_slice())
+        },
+        |row| {
+            let id = JobId(row.get(0)?);
+            let claim_id: Vec<u8> = row.get(10)?;
+            let claim_id = ClaimId::from_blob(&claim_id);
+            let job = Claimed {
+                token: ClaimToken { id, attempt: row.get(5)?, claim_id },
+                queue: row.get(1)?,
+                key: row.get(2)?,
+                payload: row.get(3)?,
+                priority: row.get(4)?,
+                max_attempts: row.get(6)?,
+                lease_until: row.get(7)?,
+                last_error: row.get(8)?,
+                group: row.get(9)?,
+            };
+            by_id.insert(id, job);
+            Ok(())
+        },
+    )?;
+    chosen
+        .iter()
+        .map(|(id, _)| {
+            by_id
+                .remove(id)
+                .ok_or_else(|| crate::Error::domain(format!("internal: the claim of job {id} changed no row")))
+        })
+        .collect()
+}
+
+/// Runs a batched statement (`claim_rows`, `complete_rows`) over `items`: in pieces of at
+/// most the largest of `BATCH_ROWS` items, each on the statement of the smallest size that
+/// holds it, its unused rows bound to NULL (which matches no job). `leading` binds the
+/// statement's first parameters; `bind` binds one item's columns from the parameter index
+/// it is given; `row` reads each row the statement returns.
+fn in_pieces<I>(
+    tx: &Connection,
+    items: &[I],
+    statement: fn(usize) -> Stmt,
+    leading: &[&dyn ToSql],
+    bind: impl Fn(&mut CachedStatement<'_>, usize, &I) -> rusqlite::Result<()>,
+    mut row: impl FnMut(&Row<'_>) -> rusqlite::Result<()>,
+) -> Result<()> {
+    let largest = BATCH_ROWS[BATCH_ROWS.len() - 1];
+    for piece in items.chunks(largest) {
+        let size = BATCH_ROWS.iter().copied().find(|&n| n >= piece.len()).unwrap_or(largest);
+        let stmt = statement(size);
+        let mut s = prepare(tx, stmt)?;
+        let columns = (s.parameter_count() - leading.len()) / size;
+        let mut run = |s: &mut CachedStatement<'_>| -> rusqlite::Result<()> {
+            for (i, value) in leading.iter().enumerate() {
+                s.raw_bind_parameter(i + 1, value)?;
+            }
+            for (r, item) in piece.iter().enumerate() {
+                bind(s, leading.len() + r * columns + 1, item)?;
+            }
+            for p in leading.len() + piece.len() * columns + 1..=s.parameter_count() {
+                s.raw_bind_parameter(p, rusqlite::types::Null)?;
+            }
+            let mut rows = s.raw_query();
+            while let Some(r) = rows.next()? {
+                row(r)?;
+            }
+            Ok(())
+        };
+        run(&mut s).sql(stmt)?;
+    }
+    Ok(())
 }
 
 /// After a transition of job `id` that may have ended its hold on its group (or put it back

@@ -13,6 +13,8 @@ pub(crate) mod migrate;
 pub(crate) mod options;
 pub use options::{SqliteOptions, Synchronous};
 #[cfg(test)]
+mod batch_tests;
+#[cfg(test)]
 mod plan_tests;
 pub(crate) mod statements;
 mod watch;
@@ -29,8 +31,11 @@ use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Prepared statements kept per connection (every named statement of the engine fits).
-const STATEMENT_CACHE: usize = 64;
+/// Prepared statements kept per connection: more than the engine has (its named statements,
+/// each size of `enqueue_rows`, `claim_rows` and `complete_rows`, the writer's transaction
+/// statements), so that the cache, which evicts the least recently used, never compiles a
+/// hot statement again because maintenance ran others in between.
+const STATEMENT_CACHE: usize = 128;
 /// The WAL is truncated back to this size after a checkpoint, so it cannot stay large.
 const JOURNAL_SIZE_LIMIT: i64 = 64 << 20;
 

@@ -55,12 +55,13 @@ fn completions_per_minute_searches_the_settled_index() {
 #[test]
 fn hot_statements_are_compiled_once() {
     let conn = migrated();
-    for i in 0..6i64 {
+    for i in 0..12i64 {
         let key = format!("k{i}");
         SqliteStore::enqueue(&conn, &row(Some(&key), i)).unwrap();
     }
     let (pause, unpause) = (PAUSE, UNPAUSE);
-    for (limit, now) in [(1, 10), (2, 11), (1, 12)] {
+    // One job at a time, and batches (`claim_rows`, `complete_rows`) of two, three and four.
+    for (limit, now) in [(1, 10), (2, 11), (1, 12), (3, 13), (1, 14), (4, 15)] {
         // A paused claim in between: the pause is data, so the claim's plan stays.
         assert!(SqliteStore::pause_queue(&conn, QueueDecision { queue: "q", now, decided: pause }).unwrap());
         assert!(SqliteStore::claim(
@@ -76,14 +77,24 @@ fn hot_statements_are_compiled_once() {
                 .unwrap()
                 .jobs;
         assert_eq!(claimed.len(), limit as usize);
-        for c in claimed {
+        for c in &claimed {
             assert!(SqliteStore::renew_if_owned(&conn, TokenAt { token: &c.token, now }, now + 1000).unwrap());
-            assert!(SqliteStore::complete_if_owned(&conn, TokenAt { token: &c.token, now }).unwrap());
         }
+        let tokens: Vec<_> = claimed.iter().map(|c| c.token).collect();
+        assert!(SqliteStore::complete_many_if_owned(&conn, &tokens, now).unwrap().into_iter().all(|done| done));
     }
-    for statement in
-        [ENQUEUE, PAUSE_QUEUE, UNPAUSE_QUEUE, CLAIM_SELECT, CLAIM_UPDATE, CLAIM_READ, RENEW_IF_OWNED, COMPLETE_IF_OWNED]
-    {
+    for statement in [
+        ENQUEUE,
+        PAUSE_QUEUE,
+        UNPAUSE_QUEUE,
+        CLAIM_SELECT,
+        CLAIM_UPDATE,
+        CLAIM_READ,
+        RENEW_IF_OWNED,
+        COMPLETE_IF_OWNED,
+        claim_rows(BATCH_ROWS[0]),
+        complete_rows(BATCH_ROWS[0]),
+    ] {
         let (name, stmt) = (statement.name, conn.prepare_cached(statement.sql).unwrap());
         assert!(stmt.get_status(rusqlite::StatementStatus::Run) >= 3, "{name} ran");
         assert_eq!(stmt.get_status(rusqlite::StatementStatus::RePrepare), 0, "{name} was compiled again");
@@ -194,6 +205,38 @@ fn point_operations_use_the_primary_key_or_an_index() {
             })
             .collect();
         assert!(scans.is_empty(), "{name} scans the table: {steps:?}");
+    }
+}
+
+/// The batched claim and completion are driven by their list: one primary-key probe per
+/// listed job (padding rows included), never a scan of the table or of an index, whatever
+/// the queue holds.
+/// Also where `ANALYZE` has run on an empty queue, whose statistics make every scan look
+/// free.
+#[test]
+fn batched_statements_probe_the_primary_key_per_listed_job() {
+    let plain = migrated();
+    let analyzed = migrated();
+    analyzed.execute_batch("ANALYZE").unwrap();
+    for (conn, size) in [&plain, &analyzed].into_iter().flat_map(|c| BATCH_ROWS.map(|size| (c, size))) {
+        for statement in [claim_rows(size), complete_rows(size)] {
+            let steps = plan(conn, statement.sql);
+            let text = steps.join("\n");
+            assert!(
+                text.contains("SEARCH fenceq_jobs USING INTEGER PRIMARY KEY (rowid=?)"),
+                "{}: {text}",
+                statement.name
+            );
+            assert!(
+                !steps.iter().any(|s| s.contains("fenceq_jobs") && s.starts_with("SCAN")),
+                "{}: {text}",
+                statement.name
+            );
+            // What is scanned is the list itself (SQLite words it "N-ROW VALUES CLAUSE", or
+            // older versions "N CONSTANT ROWS" materialized as `t`).
+            let list = |s: &String| s.contains("VALUES CLAUSE") || s.contains("CONSTANT ROWS") || s == "SCAN t";
+            assert!(steps.iter().filter(|s| s.starts_with("SCAN")).all(list), "{}: {text}", statement.name);
+        }
     }
 }
 

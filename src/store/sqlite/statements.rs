@@ -105,6 +105,95 @@ pub(crate) fn enqueue_rows(rows: usize) -> crate::store::Stmt {
 /// these; the rest goes row by row). Few sizes, so the statement cache holds them all.
 pub(crate) const ENQUEUE_ROWS: [usize; 2] = [100, 10];
 
+/// Why the batched statements (`claim_rows`, `complete_rows`) read `UPDATE fenceq_jobs NOT
+/// INDEXED … FROM (VALUES …) AS t WHERE fenceq_jobs.id = +t.column1 …`: the list must drive,
+/// each listed job one probe of the primary key. SQLite's planner (whose plans here ignore
+/// bound values, so it cannot know the list is short) otherwise chose to walk the whole
+/// table, or the lease index over every running job, and look each row up in an automatic
+/// index of the list. `NOT INDEXED` leaves it no index of the table but the primary key; the
+/// unary `+` on the list's side leaves it no automatic index of the list. `plan_tests.rs`
+/// pins the plan, with and without `ANALYZE` statistics.
+macro_rules! list_drives {
+    () => {
+        "UPDATE fenceq_jobs NOT INDEXED"
+    };
+}
+
+/// The row counts `claim_rows` and `complete_rows` have statements for, smallest first. A
+/// list of jobs is cut into pieces of the largest, and a piece is padded with rows of NULLs
+/// (which match no job) up to the smallest size that holds it: few sizes, so the statement
+/// cache holds them all, and none of them a list's exact length.
+pub(crate) const BATCH_ROWS: [usize; 3] = [4, 16, 64];
+
+/// The batched claim: the jobs whose ids `CLAIM_SELECT` (or the limited claim) chose, each
+/// with the claim id bound beside it, claimed in one statement that returns what
+/// `CLAIM_READ` reads for one. `?1` worker, `?2` now, `?3` lease end (computed in Rust,
+/// saturating, as for `CLAIM_UPDATE`), then `rows` pairs (id, claim id). It sets exactly what
+/// `CLAIM_UPDATE` sets, in the same transaction as the selection, which therefore still
+/// holds: the selection is where the claim's guards are (pause, back-off, limits, groups,
+/// priority, `run_at`, the lease of an expired claim).
+///
+/// One `RETURNING` per batch instead of a read per job: the ephemeral table it costs is
+/// paid once for the batch. See `list_drives!` for the plan.
+pub(crate) fn claim_rows(rows: usize) -> crate::store::Stmt {
+    static STATEMENTS: [std::sync::OnceLock<String>; BATCH_ROWS.len()] =
+        [const { std::sync::OnceLock::new() }; BATCH_ROWS.len()];
+    let slot = BATCH_ROWS.iter().position(|&n| n == rows).expect("a size of BATCH_ROWS");
+    let sql = STATEMENTS[slot].get_or_init(|| {
+        format!(
+            concat!(
+                list_drives!(),
+                "
+    SET    state = 'running', attempt = attempt + 1, claim_id = t.column2, worker = ?1,
+           lease_until = ?3, heartbeat_at = ?2, wait_until = NULL
+    FROM   (VALUES {}) AS t
+    WHERE  fenceq_jobs.id = +t.column1
+    RETURNING id, queue, key, payload, priority, attempt, max_attempts, lease_until, last_error, group_name, claim_id"
+            ),
+            values_list(rows, 2, 3)
+        )
+    });
+    crate::store::Stmt { name: "CLAIM_ROWS", sql }
+}
+
+/// The batched `COMPLETE_IF_OWNED`: `?1` now, then `rows` triples (id, attempt, claim id),
+/// each completed only where the whole token still owns its row and the lease is live at
+/// `?1` (the fence of `owned_by_token!`, term for term). Returns the token of each row it
+/// completed, and the row's queue and group, so that the groups it let go are handed on
+/// without a read per job. A job listed twice is completed once: SQLite updates a row of
+/// an `UPDATE … FROM` at most once. See `list_drives!` for the plan.
+pub(crate) fn complete_rows(rows: usize) -> crate::store::Stmt {
+    static STATEMENTS: [std::sync::OnceLock<String>; BATCH_ROWS.len()] =
+        [const { std::sync::OnceLock::new() }; BATCH_ROWS.len()];
+    let slot = BATCH_ROWS.iter().position(|&n| n == rows).expect("a size of BATCH_ROWS");
+    let sql = STATEMENTS[slot].get_or_init(|| {
+        format!(
+            concat!(
+                list_drives!(),
+                "
+    SET    state = 'completed', lease_until = NULL, settled_at = ?1
+    FROM   (VALUES {}) AS t
+    WHERE  fenceq_jobs.id = +t.column1 AND fenceq_jobs.attempt = +t.column2 AND fenceq_jobs.claim_id = +t.column3
+      AND  fenceq_jobs.state = 'running' AND fenceq_jobs.lease_until > ?1
+    RETURNING id, attempt, claim_id, queue, group_name"
+            ),
+            values_list(rows, 3, 1)
+        )
+    });
+    crate::store::Stmt { name: "COMPLETE_ROWS", sql }
+}
+
+/// `rows` rows of `columns` positional parameters each, numbered from `after + 1`.
+fn values_list(rows: usize, columns: usize, after: usize) -> String {
+    let values: Vec<String> = (0..rows)
+        .map(|r| {
+            let p: Vec<String> = (1..=columns).map(|c| format!("?{}", after + r * columns + c)).collect();
+            format!("({})", p.join(", "))
+        })
+        .collect();
+    values.join(", ")
+}
+
 stmt! {
     /// The largest id AUTOINCREMENT has handed out (0 before the first).
     JOB_ID_SEQUENCE = "
