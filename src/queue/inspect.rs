@@ -143,8 +143,8 @@ impl<S: Store> Queue<S> {
     /// Every periodic job recorded in the database, by name: what each one is, where its
     /// ticks go, its latest and next tick, as the processes that registered them recorded
     /// them. Registrations live in the memory of the process that made them
-    /// ([`Queue::schedule`](crate::Queue::schedule), feature `schedule`); this is how any
-    /// other process, of any build (the CLI, `fenceq serve`), sees them. A name whose
+    /// (`Queue::schedule`, feature `schedule`); this is how any other process, of any build
+    /// (the CLI, `fenceq serve`), sees them. A name whose
     /// registration is gone keeps its row (its latest tick guards against a repeat), so a
     /// row is not proof that a process still runs it: a next tick well in the past says
     /// that no scheduler has run it since.
