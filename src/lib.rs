@@ -52,7 +52,7 @@ pub use queue::operator::Operator;
 pub use queue::{ListFilter, Queue};
 pub use report::{
     BackupReport, CheckpointReport, CommitStats, GroupBlock, GroupHead, GroupSummary, PausedQueue, PruneReport,
-    QueueBackoff, QueueStats, ReapReport, ScheduleReport, Stats, Throttled,
+    QueueBackoff, QueueStats, ReapReport, ScheduleRecord, ScheduleReport, Stats, Throttled,
 };
 /// The rusqlite version fenceq is built with, for closures that receive its `Transaction`.
 pub use rusqlite;

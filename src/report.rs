@@ -175,6 +175,33 @@ pub struct PausedQueue {
     pub note: Option<String>,
 }
 
+/// A periodic job as the database records it, as
+/// [`Queue::schedule_records`](crate::Queue::schedule_records) lists it: readable by every
+/// process and build (the CLI, `fenceq serve`), including those without the `schedule`
+/// feature, which cannot parse the definition but can show it. The definition and the next
+/// tick are written by the process that registered the schedule, when it registered it and
+/// whenever its scheduler enqueued a tick; they are `None` on a row an older build wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleRecord {
+    /// The schedule's name.
+    pub name: String,
+    /// The schedule as registered, as it displays itself: `cron "0 9 * * MON-FRI" in
+    /// Europe/Berlin`, `every 60000 ms from 0`. The latest registration under the name wins.
+    pub definition: Option<String>,
+    /// The queue its ticks are enqueued into.
+    pub queue: Option<String>,
+    /// The latest tick enqueued, ms since the epoch; `None` before the first.
+    pub last_tick: Option<i64>,
+    /// The next tick the registering process will enqueue, ms since the epoch, as computed
+    /// when it was recorded: one in the past means no scheduler has run since it came due
+    /// (no process with the schedule registered runs its maintenance). `None` when it never
+    /// ticks again.
+    pub next_tick: Option<i64>,
+    /// When the definition or the next tick was last written, ms since the epoch (the
+    /// writing process's queue clock).
+    pub recorded_at: Option<i64>,
+}
+
 /// A group with live jobs, as [`Queue::groups`](crate::Queue::groups) lists it: its head and
 /// how many jobs wait behind it.
 #[derive(Debug, Clone, PartialEq, Eq)]

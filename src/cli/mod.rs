@@ -18,6 +18,7 @@ pub mod limits;
 pub mod maintenance;
 pub mod output;
 pub mod pause;
+pub mod schedules;
 #[cfg(feature = "web")]
 pub mod serve;
 pub mod store;
@@ -74,7 +75,7 @@ pub struct Cli {
 
     /// Print JSON for scripts: JSON Lines for listings and bench, else one document.
     ///
-    /// Listings (`list`, `exhausted`, `unknown`) print one compact JSON object per line (JSON
+    /// Listings (`list`, `exhausted`, `unknown`, `schedules`) print one compact JSON object per line (JSON
     /// Lines; nothing for an empty listing), and so does `bench` (one line per scenario, as it
     /// finishes); every other command prints exactly one JSON document (`demo`: its figures). Commands that change rows report `dry_run`, `would_change` and `changed`.
     /// Times are integer milliseconds since the Unix epoch. Progress bars are off with --json.
@@ -173,6 +174,12 @@ pub enum Command {
     /// hands out anything before it ends. `backoff show [QUEUE]` prints it (every queue
     /// backing off without QUEUE); `backoff clear QUEUE` lifts it early.
     Backoff(backoff::BackoffArgs),
+    /// The periodic jobs the database records (registered with `Queue::schedule` by the
+    /// application's processes; this build need not have the `schedule` feature): each one's
+    /// definition (cron expression and time zone, or interval), queue, latest tick, next tick
+    /// and when its process last recorded them. A next tick more than a minute in the past
+    /// is overdue: no process with the schedule registered has run its scheduler since.
+    Schedules(schedules::SchedulesArgs),
     /// Returns running jobs with expired leases to pending (exhausted when no attempts are
     /// left) and exhausts waiting jobs past their deadline.
     Reap(maintenance::ReapArgs),
@@ -287,6 +294,7 @@ impl Command {
             Command::Pause(args) => args.run::<S>(ctx),
             Command::Unpause(args) => args.run::<S>(ctx),
             Command::Backoff(args) => args.run::<S>(ctx),
+            Command::Schedules(args) => args.run::<S>(ctx),
             Command::Reap(args) => args.run::<S>(ctx),
             Command::Prune(args) => args.run::<S>(ctx),
             Command::Migrate(args) => args.run::<S>(ctx),

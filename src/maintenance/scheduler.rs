@@ -97,9 +97,11 @@ impl<S: Store> Queue<S> {
             return Ok(Outcome::UpToDate { clock_behind: seen > now });
         }
         let job = periodic.job.clone().key(tick_key(&periodic.name, tick));
+        // Recorded with the tick, for the processes that cannot compute it.
+        let next = periodic.schedule.next_tick(now);
         let outcome = crate::queue::retry::retry_conflicts(|| {
             self.store().write(|tx| {
-                if !S::advance_schedule_if_later(tx, ScheduleTick { name: &periodic.name, tick, now })? {
+                if !S::advance_schedule_if_later(tx, ScheduleTick { name: &periodic.name, tick, now, next })? {
                     let recorded = S::schedule_last_tick(tx, &periodic.name)?.unwrap_or(tick);
                     return Ok((recorded, None));
                 }

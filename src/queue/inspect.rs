@@ -3,7 +3,7 @@
 use super::Queue;
 use crate::error::Result;
 use crate::job::{Cursor, Job, JobId, JobState};
-use crate::report::{QueueStats, Stats};
+use crate::report::{QueueStats, ScheduleRecord, Stats};
 use crate::store::{PageRequest, StatsRow, Store};
 use crate::validate::{check_key, check_limit, check_name};
 
@@ -138,6 +138,24 @@ impl<S: Store> Queue<S> {
         check_name("queue name", queue)?;
         check_key(key)?;
         self.store().read(|tx| S::find_by_key(tx, queue, key))
+    }
+
+    /// Every periodic job recorded in the database, by name: what each one is, where its
+    /// ticks go, its latest and next tick, as the processes that registered them recorded
+    /// them. Registrations live in the memory of the process that made them
+    /// (`Queue::schedule`, feature `schedule`); this is how any other process, of any build
+    /// (the CLI, `fenceq serve`), sees them. A name whose
+    /// registration is gone keeps its row (its latest tick guards against a repeat), so a
+    /// row is not proof that a process still runs it: a next tick well in the past says
+    /// that no scheduler has run it since.
+    ///
+    /// # Errors
+    ///
+    /// Only read errors: `Pool` (no pooled connection came free in time), `Busy`; on an
+    /// in-memory queue, `NestedWrite` from inside a closure holding its transaction or
+    /// connection.
+    pub fn schedule_records(&self) -> Result<Vec<ScheduleRecord>> {
+        self.store().read(S::schedules)
     }
 
     /// One job's whole record, or `None` when no row has this id.

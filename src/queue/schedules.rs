@@ -14,7 +14,7 @@ use super::Queue;
 use crate::error::{Error, Result};
 use crate::job::NewJob;
 use crate::schedule::Schedule;
-use crate::store::Store;
+use crate::store::{ScheduleDefinition, Store};
 use crate::validate::{check_job, check_name};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -67,6 +67,10 @@ impl<S: Store> Queue<S> {
     /// [`Queue::enqueue_schedules`]) enqueues `job` with the key `schedule:{name}:{tick_ms}`.
     /// A second registration under the same name replaces the first. Registrations belong
     /// to this handle and its clones, for the life of the process: register at start-up.
+    /// What the schedule is, where its ticks go and when it next ticks are recorded in the
+    /// database, for the other processes ([`Queue::schedule_records`], `fenceq schedules`);
+    /// where several processes register one name differently, the latest registration's
+    /// record is shown.
     ///
     /// **Missed ticks.** A pass enqueues only the latest tick at or before the clock's now,
     /// and only when it is later than the latest tick ever enqueued for `name` (recorded in
@@ -104,6 +108,12 @@ impl<S: Store> Queue<S> {
     /// the schedule never ticks after the clock's now (a cron expression for a past year).
     /// Bad expressions, unknown time zones and bad intervals are refused earlier, by
     /// [`Schedule::cron`] and [`Schedule::every`].
+    ///
+    /// The registration is recorded in the database (its definition, queue and next tick,
+    /// read by [`Queue::schedule_records`] in any process), so storage errors refuse it too,
+    /// with nothing registered: `Busy`, `StorageFull`, `ReadOnly`, `Pool`, and `NestedWrite`
+    /// from inside a closure holding the queue's transaction (or an in-memory queue's
+    /// `with_connection`).
     pub fn schedule(&self, name: &str, schedule: Schedule, job: NewJob) -> Result<()> {
         check_schedule_name(name)?;
         check_job(&job, self.shared.max_payload)?;
@@ -116,9 +126,29 @@ impl<S: Store> Queue<S> {
         if schedule.next_tick(self.shared.now()).is_none() {
             return Err(Error::invalid("schedule", format!("{schedule} never ticks after now")));
         }
+        self.record(name, &schedule, &job.queue)?;
         let periodic = Periodic { name: name.to_string(), schedule, job, seen: AtomicI64::new(NONE_SEEN) };
         self.shared.schedules.lock().insert(name.to_string(), Arc::new(periodic));
         Ok(())
+    }
+
+    /// Records what `schedule` is in the database, with its next tick, for the processes that
+    /// cannot see this one's registrations ([`Queue::schedule_records`]). The next tick is the
+    /// one the next pass enqueues: the latest tick at or before now when it is later than the
+    /// recorded one (a first registration runs it at once), else the first after now.
+    fn record(&self, name: &str, schedule: &Schedule, queue: &str) -> Result<()> {
+        let definition = schedule.to_string();
+        crate::queue::retry::retry_conflicts(|| {
+            self.store().write(|tx| {
+                let now = self.shared.now_in(tx)?;
+                let last = S::schedule_last_tick(tx, name)?;
+                let next = match schedule.latest_tick(now) {
+                    Some(due) if last.is_none_or(|last| due > last) => Some(due),
+                    _ => schedule.next_tick(now.max(last.unwrap_or(now))),
+                };
+                S::record_schedule(tx, ScheduleDefinition { name, definition: &definition, queue, next, now })
+            })
+        })
     }
 
     /// Removes the registration `name` from this handle and its clones; true when there was

@@ -68,7 +68,9 @@ use crate::clock::Clock;
 use crate::error::Result;
 use crate::job::{ClaimId, ClaimToken, Claimed, Exhaustion, GroupPolicy, Job, JobId, JobState, Resolution};
 use crate::limits::Limits;
-use crate::report::{CheckpointReport, CommitStats, GroupSummary, PausedQueue, QueueBackoff, ReapReport};
+use crate::report::{
+    CheckpointReport, CommitStats, GroupSummary, PausedQueue, QueueBackoff, ReapReport, ScheduleRecord,
+};
 use std::time::Duration;
 
 /// A store's own settings, which know how to open that store: what a
@@ -460,8 +462,17 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// it one guarded upsert, so that of several racing transactions exactly one wins.
     fn advance_schedule_if_later(tx: &Self::Tx, tick: ScheduleTick<'_>) -> Result<bool>;
 
-    /// The latest tick recorded for the schedule `name`.
+    /// The latest tick recorded for the schedule `name` (`None` before its first, also when
+    /// its registration made its row).
     fn schedule_last_tick(tx: &Self::Tx, name: &str) -> Result<Option<i64>>;
+
+    /// Records a schedule's definition as registered, its queue and its next tick (one
+    /// upsert by name), leaving its latest tick alone: what other processes read
+    /// ([`Store::schedules`]).
+    fn record_schedule(tx: &Self::Tx, definition: ScheduleDefinition<'_>) -> Result<()>;
+
+    /// Every schedule recorded, by name (byte order).
+    fn schedules(tx: &Self::Tx) -> Result<Vec<ScheduleRecord>>;
 
     // ------------------------------------------------------------ groups
 
@@ -599,6 +610,21 @@ pub struct QueueBackoffAt<'a> {
     pub now: i64,
 }
 
+/// A schedule's definition as registered ([`Store::record_schedule`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ScheduleDefinition<'a> {
+    /// The schedule's name.
+    pub name: &'a str,
+    /// The schedule as it displays itself (`cron "0 9 * * *" in UTC`).
+    pub definition: &'a str,
+    /// The queue its ticks are enqueued into.
+    pub queue: &'a str,
+    /// The next tick it will enqueue, ms since the epoch (`None`: it never ticks again).
+    pub next: Option<i64>,
+    /// Now, recorded with it.
+    pub now: i64,
+}
+
 /// One statement of a store's dialect and its name: what errors and logs say it was
 /// (`Error::Busy { statement, .. }`). Defined with `stmt!`; run by passing the whole of it,
 /// so that the name comes from the statement itself.
@@ -625,7 +651,7 @@ pub type Wake = std::sync::Arc<dyn Fn(Option<&str>) + Send + Sync>;
 /// one list for every store, so that a version number means the same change everywhere.
 /// Each store pairs it with its own dialect's files, `schema/<store>/NNNN_<name>.sql`
 /// ([`migrations`]).
-pub(crate) const MIGRATION_NAMES: [&str; 9] = [
+pub(crate) const MIGRATION_NAMES: [&str; 10] = [
     "create_jobs",
     "add_claim_id",
     "durable_exhaustion",
@@ -635,6 +661,7 @@ pub(crate) const MIGRATION_NAMES: [&str; 9] = [
     "checks_in_table",
     "flow_control",
     "limited_claim",
+    "schedule_specs",
 ];
 
 /// The schema version this build writes and understands, in every store.
@@ -799,6 +826,8 @@ pub struct ScheduleTick<'a> {
     pub tick: i64,
     /// Now, recorded with it.
     pub now: i64,
+    /// The schedule's next tick after now, recorded with it (`None`: it never ticks again).
+    pub next: Option<i64>,
 }
 
 /// A row's identity and state, as [`Store::identity`] reads it.

@@ -534,6 +534,40 @@ fn a_worker_process_killed_with_sigkill_mid_run_loses_nothing_and_its_jobs_are_r
 
 // ------------------------------------------------------------------------ schema race
 
+/// Schema 10 on PostgreSQL: a schedule row an older build wrote keeps its tick, gets the
+/// definition columns empty and lists through the library; a registration afterwards fills
+/// them in and keeps the tick.
+#[cfg(feature = "schedule")]
+#[test]
+fn schema_10_gives_old_schedule_rows_the_definition_columns_empty() {
+    let Some(url) = server() else { return };
+    let scratch = Scratch::on(url.clone());
+    old_schema(&url, &scratch.schema, 9);
+    raw_in(&url, &scratch.schema)
+        .batch_execute(
+            "INSERT INTO fenceq_schedules (name, last_tick, enqueued_at) VALUES ('hourly', 3600000, 3600005)",
+        )
+        .unwrap();
+    let queue = scratch.open();
+    assert_eq!(queue.schema_version().unwrap(), SCHEMA_VERSION);
+    let old_row = fenceq::ScheduleRecord {
+        name: "hourly".into(),
+        definition: None,
+        queue: None,
+        last_tick: Some(3_600_000),
+        next_tick: None,
+        recorded_at: None,
+    };
+    assert_eq!(queue.schedule_records().unwrap(), vec![old_row]);
+    let every_hour = fenceq::Schedule::every(Duration::from_secs(3600)).unwrap();
+    queue.schedule("hourly", every_hour, NewJob::new("q", b"x".to_vec())).unwrap();
+    let [record] = &queue.schedule_records().unwrap()[..] else { panic!("one schedule") };
+    assert_eq!(record.definition.as_deref(), Some("every 3600000 ms from 0"));
+    assert_eq!((record.queue.as_deref(), record.last_tick), (Some("q"), Some(3_600_000)));
+    assert!(record.next_tick.is_some() && record.recorded_at.is_some(), "{record:?}");
+    assert_eq!(queue.last_tick("hourly").unwrap(), Some(3_600_000), "the registration kept the tick");
+}
+
 /// The migrations, by version, for building an old schema by hand (the store's own list is
 /// private); a new migration must be added here as well for its level to be raced.
 const MIGRATIONS: &[(i64, &str, &str)] = &[
@@ -543,6 +577,9 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (4, "decisions", include_str!("../../schema/postgres/0004_decisions.sql")),
     (5, "schedules", include_str!("../../schema/postgres/0005_schedules.sql")),
     (6, "paused_queues", include_str!("../../schema/postgres/0006_paused_queues.sql")),
+    (7, "checks_in_table", include_str!("../../schema/postgres/0007_checks_in_table.sql")),
+    (8, "flow_control", include_str!("../../schema/postgres/0008_flow_control.sql")),
+    (9, "limited_claim", include_str!("../../schema/postgres/0009_limited_claim.sql")),
 ];
 
 /// Creates `schema` at version `level`, as an older build left it, with rows in every
@@ -684,9 +721,13 @@ fn eight_processes_opening_an_old_schema_at_once_all_succeed_with_one_schema_and
         assert_eq!(got.1.len(), 43, "{label}");
         let versions: Vec<&String> = got.0.iter().filter(|l| l.starts_with("version ")).collect();
         assert_eq!(versions.len() as i64, SCHEMA_VERSION, "{label}: each version once: {versions:?}");
-        for column in
-            ["fenceq_jobs.claim_id", "fenceq_jobs.exhausted_at", "fenceq_jobs.decision", "fenceq_queues.queue"]
-        {
+        for column in [
+            "fenceq_jobs.claim_id",
+            "fenceq_jobs.exhausted_at",
+            "fenceq_jobs.decision",
+            "fenceq_queues.queue",
+            "fenceq_schedules.next_tick",
+        ] {
             let found = got.0.iter().filter(|l| l.starts_with(&format!("column {column} "))).count();
             assert_eq!(found, 1, "{label}: column {column}");
         }

@@ -353,7 +353,10 @@ fn eight_handles_racing_for_one_schedule_tick_record_it_once() {
             std::thread::spawn(move || {
                 barrier.wait();
                 q.transaction(|tx| {
-                    PostgresStore::advance_schedule_if_later(tx, ScheduleTick { name: "every-minute", tick, now: T0 })
+                    PostgresStore::advance_schedule_if_later(
+                        tx,
+                        ScheduleTick { name: "every-minute", tick, now: T0, next: None },
+                    )
                 })
                 .unwrap()
             })
@@ -369,14 +372,14 @@ fn eight_handles_racing_for_one_schedule_tick_record_it_once() {
         assert!(!q
             .transaction(|tx| PostgresStore::advance_schedule_if_later(
                 tx,
-                ScheduleTick { name: "every-minute", tick: earlier, now: T0 }
+                ScheduleTick { name: "every-minute", tick: earlier, now: T0, next: None }
             ))
             .unwrap());
     }
     assert!(q
         .transaction(|tx| PostgresStore::advance_schedule_if_later(
             tx,
-            ScheduleTick { name: "every-minute", tick: tick + 60_000, now: T0 }
+            ScheduleTick { name: "every-minute", tick: tick + 60_000, now: T0, next: None }
         ))
         .unwrap());
     assert_eq!(last(&handles[7]), Some(tick + 60_000));

@@ -222,6 +222,50 @@ fn unknown_lists_unknown_outcomes() {
     assert!(run(&db, &["unknown", "--queue", "other", "--json"]).ok().is_empty());
 }
 
+/// `schedules` lists what the database records of every periodic job: one registered and
+/// ticked through the library, one an older build wrote (no definition), and one whose
+/// process stopped long ago (overdue; its definition carries an escape sequence, which the
+/// table must not pass to the terminal).
+#[cfg(feature = "schedule")]
+#[test]
+fn schedules_lists_the_recorded_schedules_and_flags_overdue_ones() {
+    let (_dir, db, queue) = new_db();
+    assert_eq!(run(&db, &["schedules"]).ok().trim(), "no schedules recorded");
+    assert!(run(&db, &["schedules", "--json"]).ok().is_empty());
+
+    let hourly = fenceq::Schedule::cron("0 * * * *", "Europe/Berlin").unwrap();
+    queue.schedule("hourly", hourly, NewJob::new("reports", b"r".to_vec())).unwrap();
+    queue.enqueue_schedules().unwrap();
+    let last_tick = queue.last_tick("hourly").unwrap().expect("the registration's first tick");
+    let conn = fenceq::rusqlite::Connection::open(&db).unwrap();
+    conn.execute_batch(
+        "INSERT INTO fenceq_schedules (name, last_tick, enqueued_at) VALUES ('old-build', 1000, 1000);
+         INSERT INTO fenceq_schedules (name, definition, queue, next_tick, recorded_at)
+         VALUES ('stopped', 'every 60000 ms from 0' || char(27) || '[2J', 'q', 60000, 1000);",
+    )
+    .unwrap();
+
+    let lines = run(&db, &["schedules", "--json"]).json_lines();
+    let names: Vec<&str> = lines.iter().map(|l| l["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["hourly", "old-build", "stopped"]);
+    assert_eq!(lines[0]["definition"], "cron \"0 * * * *\" in Europe/Berlin");
+    assert_eq!(lines[0]["queue"], "reports");
+    assert_eq!(lines[0]["last_tick"], last_tick);
+    assert_eq!(lines[0]["next_tick"], last_tick + 3_600_000, "the next hour (no daylight saving change in reach)");
+    assert_eq!(lines[0]["overdue"], false);
+    assert!(lines[0]["recorded_at"].as_i64().unwrap() >= last_tick);
+    assert_eq!(lines[1]["definition"], Value::Null);
+    assert_eq!(lines[1]["next_tick"], Value::Null);
+    assert_eq!((lines[1]["last_tick"].as_i64(), &lines[1]["overdue"]), (Some(1000), &Value::Bool(false)));
+    assert_eq!(lines[2]["overdue"], true);
+
+    let text = run(&db, &["schedules"]).ok().to_string();
+    assert!(text.contains("cron \"0 * * * *\" in Europe/Berlin") && text.contains("reports"), "{text}");
+    assert!(text.contains("recorded by an older build"), "{text}");
+    assert!(text.contains("3 schedules; 1 overdue"), "{text}");
+    assert!(!text.contains('\u{1b}') && text.contains("\\u{1b}[2J"), "the escape is shown, not sent: {text}");
+}
+
 // ------------------------------------------------------------------------------- enqueue
 
 #[test]

@@ -161,6 +161,54 @@ fn the_rebuild_of_schema_7_keeps_every_cell_and_the_id_sequence() {
     assert_integrity(&conn);
 }
 
+/// Schema 10 rebuilds the schedules table (its ticks become nullable, for a registration
+/// recorded before its first tick) and adds the definition columns: every tick recorded
+/// before survives, the new columns are empty, and every build lists the rows.
+#[test]
+fn schema_10_gives_old_schedule_rows_the_definition_columns_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v9.db");
+    let conn = old_database(&path, 9, "q");
+    conn.execute_batch(&format!(
+        "INSERT INTO fenceq_schedules (name, last_tick, enqueued_at) VALUES ('hourly', {T0}, {T0} + 5), ('daily', 7, 8);"
+    ))
+    .unwrap();
+    drop(conn);
+
+    let q = Queue::builder().path(&path).open().unwrap();
+    assert_eq!(q.schema_version().unwrap(), SCHEMA_VERSION);
+    let conn = Connection::open(&path).unwrap();
+    let columns: Vec<String> = conn
+        .prepare("SELECT name FROM pragma_table_info('fenceq_schedules')")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(columns, ["name", "last_tick", "enqueued_at", "definition", "queue", "next_tick", "recorded_at"]);
+    let ticks: Vec<(String, i64, i64)> = conn
+        .prepare("SELECT name, last_tick, enqueued_at FROM fenceq_schedules ORDER BY name")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(ticks, vec![("daily".into(), 7, 8), ("hourly".into(), T0, T0 + 5)]);
+    let old_row = |name: &str, last_tick| fenceq::ScheduleRecord {
+        name: name.into(),
+        definition: None,
+        queue: None,
+        last_tick: Some(last_tick),
+        next_tick: None,
+        recorded_at: None,
+    };
+    assert_eq!(q.schedule_records().unwrap(), vec![old_row("daily", 7), old_row("hourly", T0)]);
+    // A tick and its time stay both set or both NULL.
+    let refused = conn.execute("INSERT INTO fenceq_schedules (name, last_tick) VALUES ('half', 1)", []);
+    assert!(refused.is_err(), "a tick without its enqueue time is refused");
+    assert_integrity(&conn);
+}
+
 /// The claim-id rule (a trigger before schema 7, a CHECK since) still refuses a claimed row
 /// without its claim id, on insert and on update.
 #[test]

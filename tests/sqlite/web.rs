@@ -444,6 +444,38 @@ fn the_paused_page_names_who_paused_and_every_answer_carries_its_server_time() {
     server.assert_healthy();
 }
 
+/// `/schedules` shows what the database records of every periodic job (read-only, linked
+/// from every page's header): the registered one with its definition and queue, one whose
+/// process stopped (overdue), and text from the database escaped.
+#[cfg(feature = "schedule")]
+#[test]
+fn the_schedules_page_shows_the_recorded_schedules_escaped_and_read_only() {
+    let (dir, queue, args) = sqlite();
+    let mut server = Server::start(&args, &[]);
+    assert!(server.get("/schedules").body.contains("No schedule is recorded"));
+    let hourly = fenceq::Schedule::cron("0 * * * *", "UTC").unwrap();
+    queue.schedule("hourly", hourly, NewJob::new("reports", b"r".to_vec())).unwrap();
+    queue.enqueue_schedules().unwrap();
+    let conn = fenceq::rusqlite::Connection::open(dir.path().join("queue.db")).unwrap();
+    conn.execute(
+        "INSERT INTO fenceq_schedules (name, definition, queue, next_tick, recorded_at) VALUES ('stopped', ?1, ?1, 60000, 1000)",
+        [XSS],
+    )
+    .unwrap();
+
+    let page = server.get("/schedules");
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("cron &quot;0 * * * *&quot; in UTC"), "{}", page.body);
+    assert!(page.body.contains("href=\"/queue?name=reports\""), "{}", page.body);
+    assert_eq!(page.body.matches("overdue</span>").count(), 1, "only the stopped one: {}", page.body);
+    assert!(!page.body.contains(XSS) && page.body.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "{}", page.body);
+    assert!(!page.body.contains("<form"), "read-only: no action: {}", page.body);
+    assert!(server.get("/").body.contains("href=\"/schedules\""), "the header links it");
+    let post = exchange(&server.addr, b"POST /schedules HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+    assert_eq!(post.status, 405, "{}", post.body);
+    server.assert_healthy();
+}
+
 // ------------------------------------------------------------------------------- bad input
 
 #[test]

@@ -129,6 +129,7 @@ impl<'q, S: CliStore> App<'q, S> {
             ("/exhausted", true, _) => self.listing(caller, &query()?, Listing::Exhausted),
             ("/unknown", true, _) => self.listing(caller, &query()?, Listing::Unknown),
             ("/paused", true, _) => self.paused_page(caller),
+            ("/schedules", true, _) => self.schedules_page(caller),
             ("/metrics", true, _) => {
                 Ok(Response::new(200, "text/plain; version=0.0.4; charset=utf-8", self.queue.metrics_text()?))
             }
@@ -138,7 +139,8 @@ impl<'q, S: CliStore> App<'q, S> {
                 self.act(request, caller, action)
             }
             (
-                "/" | "/queue" | "/job" | "/exhausted" | "/unknown" | "/paused" | "/metrics" | "/logout" | "/login",
+                "/" | "/queue" | "/job" | "/exhausted" | "/unknown" | "/paused" | "/schedules" | "/metrics" | "/logout"
+                | "/login",
                 _,
                 _,
             ) => Err(Problem::new(405, "Method not allowed", format!("{method} is not taken here"))),
@@ -420,6 +422,12 @@ impl<'q, S: CliStore> App<'q, S> {
         let paused = self.queue.paused_queues()?;
         let now = self.queue.now_ms();
         self.html(pages::paused(&self.page(Some(caller)), &paused, now))
+    }
+
+    fn schedules_page(&self, caller: Caller) -> Outcome {
+        let schedules = self.queue.schedule_records()?;
+        let now = self.queue.now_ms();
+        self.html(pages::schedules(&self.page(Some(caller)), &schedules, now))
     }
 
     // --------------------------------------------------------------------------- actions

@@ -7,7 +7,10 @@ use super::form::encode;
 use super::problem::{cut, Problem};
 use crate::cli::inspect::Record;
 use crate::cli::output::{human_duration, relative, timestamp, PayloadView};
-use fenceq::{ClaimToken, GroupSummary, Job, JobId, JobState, Limits, PausedQueue, QueueBackoff, QueueStats, Stats};
+use fenceq::{
+    ClaimToken, GroupSummary, Job, JobId, JobState, Limits, PausedQueue, QueueBackoff, QueueStats, ScheduleRecord,
+    Stats,
+};
 use maud::{html, Markup, DOCTYPE};
 
 /// Rows per page of a listing.
@@ -42,7 +45,7 @@ pre{background:#fff;border:1px solid var(--line);padding:.7em;white-space:pre-wr
 .badge{display:inline-block;padding:0 .45em;border-radius:3px;font-size:.85em;font-weight:600;background:#e4e8ee}
 .s-pending{background:#e3ecfa}.s-running{background:#dff3e6}.s-waiting{background:#efe6fa}
 .s-completed{background:#e4e8ee}.s-exhausted{background:#fbe3e1;color:var(--bad)}.s-unknown{background:#fdf0d9;color:var(--warn)}
-.s-cancelled{background:#eceff3;color:var(--muted)}.paused{background:#fdf0d9;color:var(--warn)}
+.s-cancelled{background:#eceff3;color:var(--muted)}.paused,.overdue{background:#fdf0d9;color:var(--warn)}
 .chart{display:block;background:#fff;border:1px solid var(--line);margin-bottom:.3em}.chart rect{fill:var(--ok)}
 .attention{background:#fff8ec;border:1px solid #f0d9ae;padding:.6em .8em;margin-bottom:1em}
 .notice{padding:.8em 1em;border:1px solid var(--line);background:#fff;margin-bottom:1em}
@@ -248,6 +251,7 @@ fn layout(page: &Page<'_>, title: &str, body: Markup) -> Markup {
                     a href="/exhausted" { "Exhausted" }
                     a href="/unknown" { "Unknown" }
                     a href="/paused" { "Paused" }
+                    a href="/schedules" { "Schedules" }
                     a href="/metrics" { "Metrics" }
                     span.db title="database" { (page.db) }
                     @if page.read_only { span.badge { "read-only" } }
@@ -456,6 +460,44 @@ pub fn paused(page: &Page<'_>, paused: &[PausedQueue], now: i64) -> Markup {
         }
     };
     layout(page, "Paused queues", body)
+}
+
+/// Periodic jobs as the database records them (read-only: a schedule is changed by the
+/// application that registers it, not here): what each is, where its ticks go, its latest
+/// and next tick, and whether the next one is overdue (no process runs its scheduler).
+pub fn schedules(page: &Page<'_>, schedules: &[ScheduleRecord], now: i64) -> Markup {
+    let body = html! {
+        h1 { "Schedules" }
+        @if schedules.is_empty() {
+            p.muted { "No schedule is recorded: no process has registered a periodic job on this database." }
+        } @else {
+            p.muted { "Registered by the application's processes (Queue::schedule); each records what its schedule is and when it next ticks. An overdue next tick means no process with the schedule registered has run its scheduler since it came due." }
+            table {
+                thead { tr { th { "Name" } th { "Schedule" } th { "Queue" } th { "Last tick" } th { "Next tick" } th { "Recorded" } } }
+                tbody { @for s in schedules { tr {
+                    td { (s.name) }
+                    td { @match &s.definition { Some(d) => { code { (d) } } None => { span.muted { "recorded by an older build" } } } }
+                    td { @match &s.queue {
+                        Some(q) => { a href=(format!("/queue?name={}", encode(q))) { (q) } }
+                        None => { span.muted { "-" } }
+                    } }
+                    td { @match s.last_tick { Some(t) => { (at(t, now)) } None => { span.muted { "none yet" } } } }
+                    td {
+                        @match (s.next_tick, &s.definition) {
+                            (Some(t), _) => {
+                                (at(t, now))
+                                @if crate::cli::schedules::is_overdue(s, now) { " " span.badge.overdue { "overdue" } }
+                            }
+                            (None, Some(_)) => { "never" }
+                            (None, None) => { span.muted { "-" } }
+                        }
+                    }
+                    td { @match s.recorded_at { Some(t) => { (at(t, now)) } None => { span.muted { "-" } } } }
+                } } }
+            }
+        }
+    };
+    layout(page, "Schedules", body)
 }
 
 /// Height of the completions chart's plot, in SVG units (a bar at the busiest minute).

@@ -8,11 +8,14 @@ use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::job::{ClaimId, ClaimToken, Claimed, Decision, Exhaustion, GroupPolicy, Job, JobId, JobState, Resolution};
 use crate::limits::Limits;
-use crate::report::{CheckpointReport, CommitStats, GroupHead, GroupSummary, PausedQueue, QueueBackoff, ReapReport};
+use crate::report::{
+    CheckpointReport, CommitStats, GroupHead, GroupSummary, PausedQueue, QueueBackoff, ReapReport, ScheduleRecord,
+};
 use crate::store::limits::{claim_limited, limit_rows, limits_by_queue, limits_of, rate_opens_at};
 use crate::store::{
     Batch, ClaimRequest, Claims, Decided, GroupsRequest, Identity, JobDecision, KeptStarts, NewRow, OwnedLease,
-    PageRequest, QueueBackoffAt, QueueDecision, ScheduleTick, SnoozeAt, StatsRow, Stmt, Store, TokenAt,
+    PageRequest, QueueBackoffAt, QueueDecision, ScheduleDefinition, ScheduleTick, SnoozeAt, StatsRow, Stmt, Store,
+    TokenAt,
 };
 use diesel::pg::Pg;
 use diesel::query_builder::{BoxedSqlQuery, SqlQuery};
@@ -485,9 +488,12 @@ impl Store for PostgresStore {
     }
 
     fn advance_schedule_if_later(tx: &PgTx, tick: ScheduleTick<'_>) -> Result<bool> {
-        let ScheduleTick { name, tick, now } = tick;
-        let query =
-            bound(ADVANCE_SCHEDULE_IF_LATER).bind::<Text, _>(name).bind::<BigInt, _>(tick).bind::<BigInt, _>(now);
+        let ScheduleTick { name, tick, now, next } = tick;
+        let query = bound(ADVANCE_SCHEDULE_IF_LATER)
+            .bind::<Text, _>(name)
+            .bind::<BigInt, _>(tick)
+            .bind::<BigInt, _>(now)
+            .bind::<Nullable<BigInt>, _>(next);
         changed(tx, query)
     }
 
@@ -495,6 +501,23 @@ impl Store for PostgresStore {
         let query = bound(SCHEDULE_LAST_TICK).bind::<Text, _>(name);
         let row = tx.with(|conn| query.optional::<N>(conn))?;
         Ok(row.map(|r| r.n))
+    }
+
+    fn record_schedule(tx: &PgTx, definition: ScheduleDefinition<'_>) -> Result<()> {
+        let ScheduleDefinition { name, definition, queue, next, now } = definition;
+        let query = bound(RECORD_SCHEDULE)
+            .bind::<Text, _>(name)
+            .bind::<Text, _>(definition)
+            .bind::<Text, _>(queue)
+            .bind::<Nullable<BigInt>, _>(next)
+            .bind::<BigInt, _>(now);
+        changed(tx, query).map(drop)
+    }
+
+    fn schedules(tx: &PgTx) -> Result<Vec<ScheduleRecord>> {
+        let query = bound(SCHEDULES);
+        let rows = tx.with(|conn| query.load::<ScheduleRow>(conn))?;
+        Ok(rows.into_iter().map(ScheduleRow::into_record).collect())
     }
 
     fn set_limits(tx: &PgTx, queue: &str, limits: &Limits, now: i64) -> Result<()> {
@@ -1045,6 +1068,29 @@ struct MinuteRow {
     minute: i64,
     #[diesel(sql_type = BigInt)]
     n: i64,
+}
+
+#[derive(QueryableByName)]
+struct ScheduleRow {
+    #[diesel(sql_type = Text)]
+    name: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    definition: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    queue: Option<String>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    last_tick: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    next_tick: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    recorded_at: Option<i64>,
+}
+
+impl ScheduleRow {
+    fn into_record(self) -> ScheduleRecord {
+        let ScheduleRow { name, definition, queue, last_tick, next_tick, recorded_at } = self;
+        ScheduleRecord { name, definition, queue, last_tick, next_tick, recorded_at }
+    }
 }
 
 #[derive(QueryableByName)]

@@ -611,15 +611,33 @@ stmt! {
     /// than the recorded one (one row affected when it was): the upsert's `WHERE` leaves an
     /// equal or later tick alone, and a racing upsert waits for the first one's row lock and
     /// re-evaluates it on the committed row, so exactly one of several racing transactions wins.
+    /// A row its registration made has no tick yet, and takes any. The next tick `$4` is
+    /// recorded with the tick, for the processes that cannot compute it.
     ADVANCE_SCHEDULE_IF_LATER = "
-    INSERT INTO fenceq_schedules AS s (name, last_tick, enqueued_at)
-    VALUES ($1, $2, $3)
+    INSERT INTO fenceq_schedules AS s (name, last_tick, enqueued_at, next_tick, recorded_at)
+    VALUES ($1, $2, $3, $4, $3)
     ON CONFLICT (name) DO UPDATE
-    SET    last_tick = excluded.last_tick, enqueued_at = excluded.enqueued_at
-    WHERE  excluded.last_tick > s.last_tick";
+    SET    last_tick = excluded.last_tick, enqueued_at = excluded.enqueued_at,
+           next_tick = excluded.next_tick, recorded_at = excluded.recorded_at
+    WHERE  s.last_tick IS NULL OR excluded.last_tick > s.last_tick";
 
     SCHEDULE_LAST_TICK = "
-    SELECT last_tick AS n FROM fenceq_schedules WHERE name = $1";
+    SELECT last_tick AS n FROM fenceq_schedules WHERE name = $1 AND last_tick IS NOT NULL";
+
+    /// A registration records what schedule `$1` is (`$2` definition, `$3` queue, `$4` next
+    /// tick, `$5` now; the latest one under the name wins) and leaves its latest tick alone.
+    RECORD_SCHEDULE = "
+    INSERT INTO fenceq_schedules AS s (name, definition, queue, next_tick, recorded_at)
+    VALUES ($1, $2, $3, $4, $5)
+    ON CONFLICT (name) DO UPDATE
+    SET    definition = excluded.definition, queue = excluded.queue,
+           next_tick = excluded.next_tick, recorded_at = excluded.recorded_at";
+
+    /// Every schedule, by name in byte order (as `PAUSED_QUEUES`).
+    SCHEDULES = "
+    SELECT name, definition, queue, last_tick, next_tick, recorded_at
+    FROM   fenceq_schedules
+    ORDER  BY name COLLATE \"C\"";
 }
 
 // Paused queues: `$1` queue, `$2` now, `$3` decision, `$4` by, `$5` note.

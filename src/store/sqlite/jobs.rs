@@ -447,13 +447,36 @@ impl Store for SqliteStore {
     }
 
     fn advance_schedule_if_later(tx: &Connection, tick: ScheduleTick<'_>) -> Result<bool> {
-        let ScheduleTick { name, tick, now } = tick;
-        let params = named_params! { ":name": name, ":tick": tick, ":now": now };
+        let ScheduleTick { name, tick, now, next } = tick;
+        let params = named_params! { ":name": name, ":tick": tick, ":now": now, ":next": next };
         Ok(count(tx, ADVANCE_SCHEDULE_IF_LATER, params)? == 1)
     }
 
     fn schedule_last_tick(tx: &Connection, name: &str) -> Result<Option<i64>> {
         on(tx, SCHEDULE_LAST_TICK, |s| s.query_row(named_params! { ":name": name }, |row| row.get(0)).optional())
+    }
+
+    fn record_schedule(tx: &Connection, definition: crate::store::ScheduleDefinition<'_>) -> Result<()> {
+        let crate::store::ScheduleDefinition { name, definition, queue, next, now } = definition;
+        let params =
+            named_params! { ":name": name, ":definition": definition, ":queue": queue, ":next": next, ":now": now };
+        count(tx, RECORD_SCHEDULE, params).map(drop)
+    }
+
+    fn schedules(tx: &Connection) -> Result<Vec<crate::report::ScheduleRecord>> {
+        on(tx, SCHEDULES, |s| {
+            s.query_map([], |row| {
+                Ok(crate::report::ScheduleRecord {
+                    name: row.get(0)?,
+                    definition: row.get(1)?,
+                    queue: row.get(2)?,
+                    last_tick: row.get(3)?,
+                    next_tick: row.get(4)?,
+                    recorded_at: row.get(5)?,
+                })
+            })?
+            .collect::<rusqlite::Result<_>>()
+        })
     }
 
     fn set_limits(tx: &Connection, queue: &str, limits: &Limits, now: i64) -> Result<()> {

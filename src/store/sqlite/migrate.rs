@@ -22,6 +22,7 @@ pub(crate) const MIGRATIONS: [Migration; MIGRATION_NAMES.len()] = migrations([
     include_str!("../../../schema/sqlite/0007_checks_in_table.sql"),
     include_str!("../../../schema/sqlite/0008_flow_control.sql"),
     include_str!("../../../schema/sqlite/0009_limited_claim.sql"),
+    include_str!("../../../schema/sqlite/0010_schedule_specs.sql"),
 ]);
 
 /// The schema version this build writes and understands.

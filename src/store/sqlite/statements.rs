@@ -529,15 +529,32 @@ stmt! {
     /// A periodic job's tick is recorded only when it is later than the schedule's recorded one
     /// (`changes()` is 1 when it was): the upsert's `WHERE` leaves an equal or later tick alone,
     /// so a tick is enqueued once whoever races for it and whatever the clock did.
+    /// A row its registration made has no tick yet, and takes any. The next tick is recorded
+    /// with the tick, for the processes that cannot compute it.
     ADVANCE_SCHEDULE_IF_LATER = "
-    INSERT INTO fenceq_schedules (name, last_tick, enqueued_at)
-    VALUES (:name, :tick, :now)
+    INSERT INTO fenceq_schedules (name, last_tick, enqueued_at, next_tick, recorded_at)
+    VALUES (:name, :tick, :now, :next, :now)
     ON CONFLICT (name) DO UPDATE
-    SET    last_tick = excluded.last_tick, enqueued_at = excluded.enqueued_at
-    WHERE  excluded.last_tick > fenceq_schedules.last_tick";
+    SET    last_tick = excluded.last_tick, enqueued_at = excluded.enqueued_at,
+           next_tick = excluded.next_tick, recorded_at = excluded.recorded_at
+    WHERE  fenceq_schedules.last_tick IS NULL OR excluded.last_tick > fenceq_schedules.last_tick";
 
     SCHEDULE_LAST_TICK = "
-    SELECT last_tick FROM fenceq_schedules WHERE name = :name";
+    SELECT last_tick FROM fenceq_schedules WHERE name = :name AND last_tick IS NOT NULL";
+
+    /// A registration records what the schedule is (the latest one under the name wins) and
+    /// leaves its latest tick alone.
+    RECORD_SCHEDULE = "
+    INSERT INTO fenceq_schedules (name, definition, queue, next_tick, recorded_at)
+    VALUES (:name, :definition, :queue, :next, :now)
+    ON CONFLICT (name) DO UPDATE
+    SET    definition = excluded.definition, queue = excluded.queue,
+           next_tick = excluded.next_tick, recorded_at = excluded.recorded_at";
+
+    SCHEDULES = "
+    SELECT name, definition, queue, last_tick, next_tick, recorded_at
+    FROM   fenceq_schedules
+    ORDER  BY name";
 
     /// What a prune pass would delete now (for dry runs).
     PRUNE_PREVIEW = "

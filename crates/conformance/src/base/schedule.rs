@@ -11,7 +11,9 @@ use crate::fixture::{Db, LEASE, T0};
 use crate::harness::Harness;
 use crate::Rule;
 use fenceq::store::Store;
-use fenceq::{Error, Job, ListFilter, MaintenanceConfig, NewJob, Queue, Retention, Schedule, ScheduleReport};
+use fenceq::{
+    Error, Job, ListFilter, MaintenanceConfig, NewJob, Queue, Retention, Schedule, ScheduleRecord, ScheduleReport,
+};
 use std::sync::Barrier;
 use std::time::Duration;
 
@@ -31,6 +33,7 @@ pub fn rules<H: Harness>() -> Vec<Rule<H>> {
         a_registration_is_replaced_by_name_and_removed,
         refused_registrations_change_nothing,
         the_maintenance_pass_runs_the_scheduler,
+        a_schedule_is_recorded_for_every_process_with_its_next_tick,
     ]
 }
 
@@ -327,4 +330,49 @@ fn the_maintenance_pass_runs_the_scheduler<H: Harness>(h: &H) {
     let zero = MaintenanceConfig { schedule_every: Duration::ZERO, ..MaintenanceConfig::default() };
     assert!(matches!(db.start_maintenance(zero), Err(Error::InvalidInput { .. })));
     assert_eq!(ticks(&db, "reports", "hourly"), vec![T0_HOUR]);
+}
+
+/// What a schedule is, where its ticks go and when it next ticks are recorded in the
+/// database, by the registration and by every tick, so that a handle that registered nothing
+/// (another process, the CLI) lists them; the latest registration under a name wins, and
+/// the record outlives the registration.
+fn a_schedule_is_recorded_for_every_process_with_its_next_tick<H: Harness>(h: &H) {
+    let db = Db::new(h);
+    let other = db.reopen();
+    let record = |definition: &str, queue: &str, last_tick, next_tick, recorded_at| ScheduleRecord {
+        name: "hourly".into(),
+        definition: Some(definition.into()),
+        queue: Some(queue.into()),
+        last_tick,
+        next_tick: Some(next_tick),
+        recorded_at: Some(recorded_at),
+    };
+    let cron = "cron \"0 * * * *\" in UTC";
+    assert!(other.schedule_records().unwrap().is_empty());
+
+    db.schedule("hourly", hourly(), report_job()).unwrap();
+    // Registered at 22:13: the next pass enqueues 22:00 at once.
+    assert_eq!(other.schedule_records().unwrap(), vec![record(cron, "reports", None, T0_HOUR, T0)]);
+    assert_eq!(db.enqueue_schedules().unwrap(), enqueued(1));
+    assert_eq!(other.schedule_records().unwrap(), vec![record(cron, "reports", Some(T0_HOUR), T0_HOUR + HOUR, T0)]);
+
+    db.advance(Duration::from_secs(3600));
+    assert_eq!(db.enqueue_schedules().unwrap(), enqueued(1));
+    let after_tick = record(cron, "reports", Some(T0_HOUR + HOUR), T0_HOUR + 2 * HOUR, T0 + HOUR);
+    assert_eq!(other.schedule_records().unwrap(), vec![after_tick.clone()]);
+    // Registered again after a restart: its latest tick is enqueued, the next is ahead.
+    db.advance(Duration::from_secs(60));
+    other.schedule("hourly", hourly(), report_job()).unwrap();
+    let again = record(cron, "reports", Some(T0_HOUR + HOUR), T0_HOUR + 2 * HOUR, T0 + HOUR + 60_000);
+    assert_eq!(db.schedule_records().unwrap(), vec![again]);
+
+    // The latest registration under the name is what is shown.
+    other
+        .schedule("hourly", Schedule::every(Duration::from_secs(60)).unwrap(), NewJob::new("minutes", b"m".to_vec()))
+        .unwrap();
+    let now = T0 + HOUR + 60_000;
+    let minutely = record("every 60000 ms from 0", "minutes", Some(T0_HOUR + HOUR), now - now % 60_000, now);
+    assert_eq!(db.schedule_records().unwrap(), vec![minutely.clone()]);
+    assert!(other.unschedule("hourly"));
+    assert_eq!(db.schedule_records().unwrap(), vec![minutely], "the record outlives the registration");
 }
