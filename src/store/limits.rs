@@ -32,7 +32,10 @@ pub(crate) fn claim_limited<S: Store>(tx: &S::Tx, request: ClaimRequest<'_>, lim
     let mut allowed = request.limit;
     let mut opens: Option<i64> = None;
     if let Some(max) = limits.max_running {
-        let running = S::running_count(tx, queue)?;
+        let running = match limits.counts_starts() {
+            true => kept.running,
+            false => S::running_count(tx, queue)?,
+        };
         allowed = allowed.min(u32::try_from(u64::from(max).saturating_sub(running)).unwrap_or(u32::MAX));
     }
     // While the queue keeps fewer starts than a rate's count leaves room for this claim, no
@@ -46,7 +49,9 @@ pub(crate) fn claim_limited<S: Store>(tx: &S::Tx, request: ClaimRequest<'_>, lim
     if allowed == 0 {
         return Ok(Claims { jobs: Vec::new(), limit_opens_at: opens });
     }
-    let wanted = ClaimRequest { limit: allowed.saturating_add(EXTRA_CANDIDATES), ..request };
+    // Extra candidates only where a group's spent rate can pass one over.
+    let extra = if limits.group_rates.is_empty() { 0 } else { EXTRA_CANDIDATES };
+    let wanted = ClaimRequest { limit: allowed.saturating_add(extra), ..request };
     let mut chosen: Vec<JobId> = Vec::new();
     let mut group_opens: Option<i64> = None;
     for (id, group) in S::claim_candidates(tx, wanted)? {

@@ -587,16 +587,30 @@ impl Store for SqliteStore {
     }
 
     fn record_starts(tx: &Connection, claimed: &[Claimed], now: i64, forget_before: i64) -> Result<()> {
-        let mut record = prepare(tx, RECORD_START)?;
-        for job in claimed {
-            record
-                .execute(named_params! {
+        let queue = claimed.first().map(|job| job.queue.as_str()).unwrap_or_default();
+        if let [job] = claimed {
+            on(tx, RECORD_START, |s| {
+                s.execute(named_params! {
                     ":queue": job.queue, ":group": job.group, ":at": now, ":claim_id": job.token.claim_id.0.as_bytes().as_slice(),
                     ":id": job.token.id.0, ":attempt": job.token.attempt
                 })
-                .sql(RECORD_START)?;
+            })?;
+        } else {
+            // Every job of one claim is of one queue (the claim's).
+            in_pieces(
+                tx,
+                claimed,
+                record_start_rows,
+                &[&queue, &now],
+                |s, at, job| {
+                    s.raw_bind_parameter(at, job.token.id.0)?;
+                    s.raw_bind_parameter(at + 1, job.token.claim_id.0.as_bytes().as_slice())?;
+                    s.raw_bind_parameter(at + 2, job.token.attempt)?;
+                    s.raw_bind_parameter(at + 3, job.group.as_deref())
+                },
+                |_| Ok(()),
+            )?;
         }
-        let queue = claimed.first().map(|job| job.queue.as_str()).unwrap_or_default();
         let forgotten =
             on(tx, FORGET_STARTS, |s| s.execute(named_params! { ":queue": queue, ":before": forget_before }))?;
         let (recorded, forgotten) = (claimed.len() as i64, forgotten as i64);
@@ -609,7 +623,11 @@ impl Store for SqliteStore {
     fn kept_starts(tx: &Connection, queue: &str) -> Result<KeptStarts> {
         on(tx, KEPT_STARTS, |s| {
             s.query_row(named_params! { ":queue": queue }, |row| {
-                Ok(KeptStarts { count: row.get::<_, i64>(0)?.max(0) as u64, latest: row.get(1)? })
+                Ok(KeptStarts {
+                    count: row.get::<_, i64>(0)?.max(0) as u64,
+                    latest: row.get(1)?,
+                    running: row.get::<_, i64>(2)?.max(0) as u64,
+                })
             })
         })
     }

@@ -183,6 +183,26 @@ pub(crate) fn complete_rows(rows: usize) -> crate::store::Stmt {
     crate::store::Stmt { name: "COMPLETE_ROWS", sql }
 }
 
+/// The batched `RECORD_START`: `?1` queue, `?2` the claim's instant, then `rows` rows of
+/// (job id, claim id, attempt, group), one start each; padding rows (all NULL) insert
+/// nothing.
+pub(crate) fn record_start_rows(rows: usize) -> crate::store::Stmt {
+    static STATEMENTS: [std::sync::OnceLock<String>; BATCH_ROWS.len()] =
+        [const { std::sync::OnceLock::new() }; BATCH_ROWS.len()];
+    let slot = BATCH_ROWS.iter().position(|&n| n == rows).expect("a size of BATCH_ROWS");
+    let sql = STATEMENTS[slot].get_or_init(|| {
+        format!(
+            "
+    INSERT INTO fenceq_starts (queue, at, claim_id, job_id, attempt, group_name)
+    SELECT ?1, ?2, t.column2, t.column1, t.column3, t.column4
+    FROM   (VALUES {}) AS t
+    WHERE  t.column1 IS NOT NULL",
+            values_list(rows, 4, 2)
+        )
+    });
+    crate::store::Stmt { name: "RECORD_START_ROWS", sql }
+}
+
 /// `rows` rows of `columns` positional parameters each, numbered from `after + 1`.
 fn values_list(rows: usize, columns: usize, after: usize) -> String {
     let values: Vec<String> = (0..rows)
@@ -773,11 +793,13 @@ stmt! {
     COUNT_STARTS_KEPT = "
     UPDATE fenceq_queue_flow SET starts_kept = starts_kept + :recorded - :forgotten WHERE queue = :queue";
 
-    /// How many starts the queue has recorded and not yet forgotten, and the latest of them
-    /// (the end of the primary key's range of the queue).
+    /// How many starts the queue has recorded and not yet forgotten, the latest of them (the
+    /// end of the primary key's range of the queue), and the queue's running attempts (as
+    /// `RUNNING_COUNT`).
     KEPT_STARTS = "
     SELECT coalesce((SELECT starts_kept FROM fenceq_queue_flow WHERE queue = :queue), 0),
-           (SELECT max(at) FROM fenceq_starts WHERE queue = :queue)";
+           (SELECT max(at) FROM fenceq_starts WHERE queue = :queue),
+           (SELECT count(*) FROM fenceq_jobs WHERE queue = :queue AND state = 'running')";
 
     /// Groups of the queue with `:count` or more starts after `:since`, through the starts'
     /// group index.
