@@ -136,10 +136,8 @@ pub(crate) const BATCH_ROWS: [usize; 3] = [4, 16, 64];
 /// One `RETURNING` per batch instead of a read per job: the ephemeral table it costs is
 /// paid once for the batch. See `list_drives!` for the plan.
 pub(crate) fn claim_rows(rows: usize) -> crate::store::Stmt {
-    static STATEMENTS: [std::sync::OnceLock<String>; BATCH_ROWS.len()] =
-        [const { std::sync::OnceLock::new() }; BATCH_ROWS.len()];
-    let slot = BATCH_ROWS.iter().position(|&n| n == rows).expect("a size of BATCH_ROWS");
-    let sql = STATEMENTS[slot].get_or_init(|| {
+    static STATEMENTS: BatchStatements = BatchStatements::new();
+    let sql = STATEMENTS.sql(rows, || {
         format!(
             concat!(
                 list_drives!(),
@@ -163,10 +161,8 @@ pub(crate) fn claim_rows(rows: usize) -> crate::store::Stmt {
 /// without a read per job. A job listed twice is completed once: SQLite updates a row of
 /// an `UPDATE … FROM` at most once. See `list_drives!` for the plan.
 pub(crate) fn complete_rows(rows: usize) -> crate::store::Stmt {
-    static STATEMENTS: [std::sync::OnceLock<String>; BATCH_ROWS.len()] =
-        [const { std::sync::OnceLock::new() }; BATCH_ROWS.len()];
-    let slot = BATCH_ROWS.iter().position(|&n| n == rows).expect("a size of BATCH_ROWS");
-    let sql = STATEMENTS[slot].get_or_init(|| {
+    static STATEMENTS: BatchStatements = BatchStatements::new();
+    let sql = STATEMENTS.sql(rows, || {
         format!(
             concat!(
                 list_drives!(),
@@ -187,10 +183,8 @@ pub(crate) fn complete_rows(rows: usize) -> crate::store::Stmt {
 /// (job id, claim id, attempt, group), one start each; padding rows (all NULL) insert
 /// nothing.
 pub(crate) fn record_start_rows(rows: usize) -> crate::store::Stmt {
-    static STATEMENTS: [std::sync::OnceLock<String>; BATCH_ROWS.len()] =
-        [const { std::sync::OnceLock::new() }; BATCH_ROWS.len()];
-    let slot = BATCH_ROWS.iter().position(|&n| n == rows).expect("a size of BATCH_ROWS");
-    let sql = STATEMENTS[slot].get_or_init(|| {
+    static STATEMENTS: BatchStatements = BatchStatements::new();
+    let sql = STATEMENTS.sql(rows, || {
         format!(
             "
     INSERT INTO fenceq_starts (queue, at, claim_id, job_id, attempt, group_name)
@@ -201,6 +195,21 @@ pub(crate) fn record_start_rows(rows: usize) -> crate::store::Stmt {
         )
     });
     crate::store::Stmt { name: "RECORD_START_ROWS", sql }
+}
+
+/// The text of a batched statement at each of `BATCH_ROWS`' sizes, written once per size.
+pub(crate) struct BatchStatements([std::sync::OnceLock<String>; BATCH_ROWS.len()]);
+
+impl BatchStatements {
+    const fn new() -> BatchStatements {
+        BatchStatements([const { std::sync::OnceLock::new() }; BATCH_ROWS.len()])
+    }
+
+    /// The statement for `rows` (a size of `BATCH_ROWS`), written by `write` the first time.
+    fn sql(&'static self, rows: usize, write: impl FnOnce() -> String) -> &'static str {
+        let slot = BATCH_ROWS.iter().position(|&n| n == rows).expect("a size of BATCH_ROWS");
+        self.0[slot].get_or_init(write)
+    }
 }
 
 /// `rows` rows of `columns` positional parameters each, numbered from `after + 1`.
