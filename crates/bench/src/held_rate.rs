@@ -22,7 +22,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The environment variable that makes `fenceq-bench` a child of this scenario; its value
-/// is the child's [`Target::spec`].
+/// is the child's `Target::spec`.
 pub const CHILD_ENV: &str = "FENCEQ_BENCH_HELD_RATE_CHILD";
 
 const QUEUE: &str = "bench";
