@@ -14,8 +14,11 @@ use crate::validate::{check_claim, check_park_timeout, check_snooze_delay, clip}
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How many times a lost completion's outcome is read before the call gives up on knowing it.
-const LOST_COMMIT_CHECKS: u32 = 5;
+/// How long a lost completion's outcome is read for, while no server accepts writes (a
+/// failover's promotion), before the call gives up on knowing it.
+const LOST_COMMIT_WAIT: Duration = Duration::from_secs(30);
+/// The pause between two reads of a lost completion's outcome.
+const LOST_COMMIT_PAUSE: Duration = Duration::from_millis(100);
 
 /// How a claim is settled (the engine's side of a handler's `Outcome`).
 #[derive(Debug, Clone)]
@@ -123,8 +126,9 @@ impl<S: Store> Queue<S> {
     /// new connection, from the job's row once any transaction still holding it has ended:
     /// completed by this token, the commit landed and the call returns the closure's value;
     /// not, nothing was written and it returns `ConnectionLost` with `commit_unknown` false
-    /// (retryable: a retry runs the closure again, or is refused if the lease is gone). Only
-    /// when no connection can be had to find out does `commit_unknown` stay true.
+    /// (retryable: a retry runs the closure again, or is refused if the lease is gone). While
+    /// no server accepts writes (a failover's promotion) it keeps trying for up to 30 s; only
+    /// when no connection can be had in that time does `commit_unknown` stay true.
     pub fn complete_with<T>(&self, token: &ClaimToken, write: impl FnOnce(&S::Tx) -> Result<T>) -> Result<T> {
         let mut value: Option<T> = None;
         let committed = self.write_waking(|tx| {
@@ -156,9 +160,9 @@ impl<S: Store> Queue<S> {
     /// Whether `token` completed its job, read once any transaction still holding the row
     /// has ended: the fence's locking read waits for it (a lost connection's transaction may
     /// still be committing on the server), then the row says who settled it. Retried while
-    /// no server accepts writes, up to [`LOST_COMMIT_CHECKS`] reads.
+    /// no server accepts writes, for up to [`LOST_COMMIT_WAIT`].
     fn completed_by(&self, token: &ClaimToken) -> Result<bool> {
-        let mut checks = 0;
+        let deadline = std::time::Instant::now() + LOST_COMMIT_WAIT;
         loop {
             let read = self.store().write(|tx| {
                 let now = self.shared.now_in(tx)?;
@@ -170,7 +174,9 @@ impl<S: Store> Queue<S> {
                 }))
             });
             match read {
-                Err(e) if e.is_retryable() && checks + 1 < LOST_COMMIT_CHECKS => checks += 1,
+                Err(e) if e.is_retryable() && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(LOST_COMMIT_PAUSE)
+                }
                 other => return other,
             }
         }
