@@ -139,22 +139,20 @@ impl<S: Store> Queue<S> {
             value = Some(held_briefly(token, lease, || write(tx))?);
             Ok(())
         });
-        let landed = match committed {
-            Ok(()) => true,
+        match committed {
+            Ok(()) => {}
             Err(lost @ Error::ConnectionLost { commit_unknown: true, .. }) => match self.completed_by(token) {
-                Ok(landed) => landed,
+                Ok(true) => {}
+                Ok(false) => return Err(Error::ConnectionLost { statement: "COMMIT", commit_unknown: false }),
                 Err(e) => {
                     tracing::warn!(error = %e, "the outcome of a completion whose connection was lost could not be read");
                     return Err(lost);
                 }
             },
             Err(e) => return Err(e),
-        };
-        match (landed, value) {
-            (true, Some(value)) => Ok(value),
-            (true, None) => Err(Error::domain("the completion committed without the closure's value")),
-            (false, _) => Err(Error::ConnectionLost { statement: "COMMIT", commit_unknown: false }),
         }
+        // The work committed, so the closure ran to its end and returned its value.
+        value.ok_or_else(|| Error::domain("the completion committed without the closure's value"))
     }
 
     /// Whether `token` completed its job, read once any transaction still holding the row
@@ -167,11 +165,7 @@ impl<S: Store> Queue<S> {
             let read = self.store().write(|tx| {
                 let now = self.shared.now_in(tx)?;
                 S::owned_lease(tx, TokenAt { token, now })?;
-                Ok(S::identity(tx, token.id)?.is_some_and(|row| {
-                    row.state == JobState::Completed
-                        && row.attempt == token.attempt
-                        && row.claim_id == Some(token.claim_id)
-                }))
+                Ok(S::identity(tx, token.id)?.is_some_and(|row| row.matches(token) && row.state == JobState::Completed))
             });
             match read {
                 Err(e) if e.is_retryable() && std::time::Instant::now() < deadline => {

@@ -32,10 +32,7 @@ pub(crate) fn claim_limited<S: Store>(tx: &S::Tx, request: ClaimRequest<'_>, lim
     let mut allowed = request.limit;
     let mut opens: Option<i64> = None;
     if let Some(max) = limits.max_running {
-        let running = match limits.counts_starts() {
-            true => kept.running,
-            false => S::running_count(tx, queue)?,
-        };
+        let running = S::running_count(tx, queue)?;
         allowed = allowed.min(u32::try_from(u64::from(max).saturating_sub(running)).unwrap_or(u32::MAX));
     }
     // While the queue keeps fewer starts than a rate's count leaves room for this claim, no

@@ -510,8 +510,7 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     fn running_count(tx: &Self::Tx, queue: &str) -> Result<u64>;
 
     /// The starts of `queue` recorded and not yet forgotten: how many (every window's starts
-    /// are among them) and the latest, with the queue's running attempts, read in one
-    /// statement as a limited claim needs them all.
+    /// are among them) and the latest, read together as a limited claim needs both.
     fn kept_starts(tx: &Self::Tx, queue: &str) -> Result<KeptStarts>;
 
     /// The groups of `queue` with `count` or more starts recorded after `since`: those whose
@@ -746,9 +745,6 @@ pub struct KeptStarts {
     pub count: u64,
     /// The latest of them, if any.
     pub latest: Option<i64>,
-    /// The queue's running attempts, as [`Store::running_count`] counts them, read in the
-    /// same statement (a claim under a running limit needs both).
-    pub running: u64,
 }
 
 /// What a claim asks for ([`Store::claim`]): up to `limit` due jobs of `queue` at `now`, each

@@ -616,7 +616,7 @@ impl Store for PostgresStore {
     fn kept_starts(tx: &PgTx, queue: &str) -> Result<KeptStarts> {
         let query = bound(KEPT_STARTS).bind::<Text, _>(queue);
         let row = tx.with(|conn| query.one::<KeptRow>(conn))?;
-        Ok(KeptStarts { count: count_u64(row.n), latest: row.at, running: count_u64(row.running) })
+        Ok(KeptStarts { count: count_u64(row.n), latest: row.at })
     }
 
     fn spent_groups(tx: &PgTx, queue: &str, since: i64, count: u32) -> Result<Vec<String>> {
@@ -899,8 +899,6 @@ struct KeptRow {
     n: i64,
     #[diesel(sql_type = Nullable<BigInt>)]
     at: Option<i64>,
-    #[diesel(sql_type = BigInt)]
-    running: i64,
 }
 
 #[derive(QueryableByName)]

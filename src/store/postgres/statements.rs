@@ -910,13 +910,11 @@ stmt! {
            claim_id, group_name
     FROM   fenceq_claim_limited($1, $2, $3, $4, $5, $6, $7, $8)";
 
-    /// How many starts the queue has recorded and not yet forgotten, the latest of them (the
-    /// end of `fenceq_starts_queue`'s range of the queue), and the queue's running attempts
-    /// (as `RUNNING_COUNT`).
+    /// How many starts the queue has recorded and not yet forgotten, and the latest of them
+    /// (the end of `fenceq_starts_queue`'s range of the queue).
     KEPT_STARTS = "
     SELECT coalesce((SELECT starts_kept FROM fenceq_queue_flow WHERE queue = $1), 0) AS n,
-           (SELECT max(at) FROM fenceq_starts WHERE queue = $1) AS at,
-           (SELECT count(*) FROM fenceq_jobs WHERE queue = $1 AND state = 'running') AS running";
+           (SELECT max(at) FROM fenceq_starts WHERE queue = $1) AS at";
 
     /// Groups of queue `$1` with `$3` or more starts after `$2`, through the starts' group
     /// index.

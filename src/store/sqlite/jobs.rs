@@ -623,11 +623,7 @@ impl Store for SqliteStore {
     fn kept_starts(tx: &Connection, queue: &str) -> Result<KeptStarts> {
         on(tx, KEPT_STARTS, |s| {
             s.query_row(named_params! { ":queue": queue }, |row| {
-                Ok(KeptStarts {
-                    count: row.get::<_, i64>(0)?.max(0) as u64,
-                    latest: row.get(1)?,
-                    running: row.get::<_, i64>(2)?.max(0) as u64,
-                })
+                Ok(KeptStarts { count: row.get::<_, i64>(0)?.max(0) as u64, latest: row.get(1)? })
             })
         })
     }

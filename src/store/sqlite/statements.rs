@@ -802,13 +802,11 @@ stmt! {
     COUNT_STARTS_KEPT = "
     UPDATE fenceq_queue_flow SET starts_kept = starts_kept + :recorded - :forgotten WHERE queue = :queue";
 
-    /// How many starts the queue has recorded and not yet forgotten, the latest of them (the
-    /// end of the primary key's range of the queue), and the queue's running attempts (as
-    /// `RUNNING_COUNT`).
+    /// How many starts the queue has recorded and not yet forgotten, and the latest of them
+    /// (the end of the primary key's range of the queue).
     KEPT_STARTS = "
     SELECT coalesce((SELECT starts_kept FROM fenceq_queue_flow WHERE queue = :queue), 0),
-           (SELECT max(at) FROM fenceq_starts WHERE queue = :queue),
-           (SELECT count(*) FROM fenceq_jobs WHERE queue = :queue AND state = 'running')";
+           (SELECT max(at) FROM fenceq_starts WHERE queue = :queue)";
 
     /// Groups of the queue with `:count` or more starts after `:since`, through the starts'
     /// group index.
