@@ -104,48 +104,21 @@ fn run(url: &str, settings: &str, wakes: &Mutex<Vec<Wake>>, stopped: &Receiver<(
     // Until the own client says it cannot connect as libpq would.
     let mut own_client = true;
     loop {
-        let ended = if own_client {
-            match connect_wire(url, settings) {
-                Ok(mut session) => {
-                    backoff = RECONNECT_FIRST;
-                    wake_all(wakes, None);
-                    let ended = listen_wire(&mut session, wakes, stopped);
-                    session.close();
-                    Some(ended)
-                }
-                Err(wire::Connect::Unsupported(why)) => {
-                    tracing::info!(
-                        "fenceq: the listener reads notifications through libpq every {LISTEN_POLL:?} ({why})"
-                    );
-                    own_client = false;
-                    continue;
-                }
-                Err(wire::Connect::Failed(e)) => {
-                    tracing::warn!("fenceq: the listener could not connect ({e}); retrying in {backoff:?}");
-                    None
-                }
-            }
-        } else {
-            match connect(url, settings) {
-                Ok(mut conn) => {
-                    backoff = RECONNECT_FIRST;
-                    // Whatever was sent while no one listened is lost: every pool looks once.
-                    wake_all(wakes, None);
-                    Some(listen(&mut conn, wakes, stopped))
-                }
-                Err(e) => {
-                    tracing::warn!("fenceq: the listener could not connect ({e}); retrying in {backoff:?}");
-                    None
-                }
-            }
-        };
-        match ended {
-            Some(Ended::Stopped) => return,
-            Some(Ended::Lost(why)) => {
-                tracing::warn!("fenceq: the listener lost its connection ({why}); reconnecting");
+        match Listening::open(url, settings, &mut own_client) {
+            Ok(mut listening) => {
                 backoff = RECONNECT_FIRST;
+                // Whatever was sent while no one listened is lost: every pool looks once.
+                wake_all(wakes, None);
+                let ended = listening.listen(wakes, stopped);
+                listening.close();
+                match ended {
+                    Ended::Stopped => return,
+                    Ended::Lost(why) => {
+                        tracing::warn!("fenceq: the listener lost its connection ({why}); reconnecting")
+                    }
+                }
             }
-            None => {}
+            Err(why) => tracing::warn!("fenceq: the listener could not connect ({why}); retrying in {backoff:?}"),
         }
         if stopped_within(stopped, backoff) {
             return;
@@ -154,8 +127,106 @@ fn run(url: &str, settings: &str, wakes: &Mutex<Vec<Wake>>, stopped: &Receiver<(
     }
 }
 
+/// A connection that listens on the schema's channel, with the session's settings.
+enum Listening {
+    /// The own client's session: a wait on its socket ends as a notification arrives.
+    Own(wire::Session),
+    /// A libpq connection, read every [`LISTEN_POLL`].
+    Libpq(PgConnection),
+}
+
+enum Ended {
+    Stopped,
+    Lost(String),
+}
+
+impl Listening {
+    /// The own client's session while `own_client` holds, else (and from the first time it
+    /// says it cannot connect as libpq would, which clears `own_client`) libpq's.
+    fn open(url: &str, settings: &str, own_client: &mut bool) -> std::result::Result<Listening, String> {
+        if *own_client {
+            match connect_own(url, settings) {
+                Ok(session) => return Ok(Listening::Own(session)),
+                Err(wire::Connect::Failed(e)) => return Err(e.to_string()),
+                Err(wire::Connect::Unsupported(why)) => {
+                    tracing::info!(
+                        "fenceq: the listener reads notifications through libpq every {LISTEN_POLL:?} ({why})"
+                    );
+                    *own_client = false;
+                }
+            }
+        }
+        connect_libpq(url, settings).map(Listening::Libpq).map_err(|e| e.to_string())
+    }
+
+    /// Wakes the pools of every queue notified, until a stop or a lost connection (the read
+    /// fails, or the liveness query every [`LISTEN_PING`] does).
+    fn listen(&mut self, wakes: &Mutex<Vec<Wake>>, stopped: &Receiver<()>) -> Ended {
+        let mut pinged = Instant::now();
+        loop {
+            match self.notifications() {
+                Ok(queues) => queues.iter().for_each(|queue| wake_all(wakes, Some(queue))),
+                Err(why) => return Ended::Lost(why),
+            }
+            // The own client waited on its socket; libpq's read did not wait, so the thread
+            // waits here, on the stop channel (a stop ends the wait at once).
+            let pause = match self {
+                Listening::Own(_) => Duration::ZERO,
+                Listening::Libpq(_) => LISTEN_POLL,
+            };
+            if stopped_within(stopped, pause) {
+                return Ended::Stopped;
+            }
+            if pinged.elapsed() >= LISTEN_PING {
+                if let Err(why) = self.ping() {
+                    return Ended::Lost(why);
+                }
+                pinged = Instant::now();
+            }
+        }
+    }
+
+    /// The queues notified since the last read, each once (the own client waits up to
+    /// [`LISTEN_SLICE`] for the first).
+    fn notifications(&mut self) -> std::result::Result<Vec<String>, String> {
+        match self {
+            Listening::Own(session) => session.notifications(LISTEN_SLICE).map_err(|e| e.to_string()),
+            Listening::Libpq(conn) => {
+                let mut queues: Vec<String> = Vec::new();
+                for notification in conn.notifications_iter() {
+                    match notification {
+                        Ok(n) if !queues.contains(&n.payload) => queues.push(n.payload),
+                        Ok(_) => {}
+                        Err(e) => return Err(e.to_string()),
+                    }
+                }
+                Ok(queues)
+            }
+        }
+    }
+
+    fn ping(&mut self) -> std::result::Result<(), String> {
+        match self {
+            Listening::Own(session) => session.query("SELECT 1").map(drop).map_err(|e| e.to_string()),
+            Listening::Libpq(conn) => conn.batch_execute("SELECT 1").map_err(|e| e.to_string()),
+        }
+    }
+
+    fn close(self) {
+        if let Listening::Own(session) = self {
+            session.close();
+        }
+    }
+}
+
+/// `LISTEN` on `channel`: `fenceq_` and a schema name of [a-z0-9_] (`check_schema`), or the
+/// connection's current schema, quoted as an identifier with any quote doubled.
+fn listen_statement(channel: &str) -> String {
+    format!("LISTEN \"{}\"", channel.replace('"', "\"\""))
+}
+
 /// The own client's session with the session's settings, listening on the schema's channel.
-fn connect_wire(url: &str, settings: &str) -> std::result::Result<wire::Session, wire::Connect> {
+fn connect_own(url: &str, settings: &str) -> std::result::Result<wire::Session, wire::Connect> {
     let info = crate::conninfo::ConnInfo::parse(url).map_err(|e| wire::Connect::Unsupported(e.to_string()))?;
     let mut session = wire::Session::connect(&info)?;
     let listening = (|| {
@@ -163,8 +234,7 @@ fn connect_wire(url: &str, settings: &str) -> std::result::Result<wire::Session,
         let rows = session.query(CHANNEL.sql)?;
         let channel = rows.first().and_then(|row| row.first()).cloned().flatten();
         let channel = channel.ok_or_else(|| wire::Failure("listener: no channel name".into()))?;
-        session.query(&format!("LISTEN \"{}\"", channel.replace('"', "\"\"")))?;
-        Ok::<(), wire::Failure>(())
+        session.query(&listen_statement(&channel)).map(drop)
     })();
     match listening {
         Ok(()) => Ok(session),
@@ -175,75 +245,18 @@ fn connect_wire(url: &str, settings: &str) -> std::result::Result<wire::Session,
     }
 }
 
-/// Waits on the own client's socket for notifications and wakes their queues' pools.
-fn listen_wire(session: &mut wire::Session, wakes: &Mutex<Vec<Wake>>, stopped: &Receiver<()>) -> Ended {
-    let mut pinged = Instant::now();
-    loop {
-        match session.notifications(LISTEN_SLICE) {
-            Ok(queues) => {
-                for queue in &queues {
-                    wake_all(wakes, Some(queue));
-                }
-            }
-            Err(e) => return Ended::Lost(e.to_string()),
-        }
-        if !matches!(stopped.try_recv(), Err(crossbeam_channel::TryRecvError::Empty)) {
-            return Ended::Stopped;
-        }
-        if pinged.elapsed() >= LISTEN_PING {
-            if let Err(e) = session.query("SELECT 1") {
-                return Ended::Lost(e.to_string());
-            }
-            pinged = Instant::now();
-        }
-    }
-}
-
 #[derive(QueryableByName)]
 struct Channel {
     #[diesel(sql_type = Text)]
     channel: String,
 }
 
-/// A connection with the session's settings that listens on the schema's channel.
-fn connect(url: &str, settings: &str) -> Result<PgConnection> {
+/// A libpq connection with the session's settings that listens on the schema's channel.
+fn connect_libpq(url: &str, settings: &str) -> Result<PgConnection> {
     let mut conn = PgConnection::establish(url)
         .map_err(|e| crate::Error::domain(format!("listener connection: {}", super::error::redact(&e.to_string()))))?;
     conn.batch_execute(settings).pg("listener settings")?;
     let channel = sql_query(CHANNEL.sql).get_result::<Channel>(&mut conn).pg(CHANNEL)?.channel;
-    // The channel is `fenceq_` and a schema name of [a-z0-9_] (`check_schema`), or the
-    // connection's current schema: quoted as an identifier, with any quote doubled.
-    conn.batch_execute(&format!("LISTEN \"{}\"", channel.replace('"', "\"\""))).pg("LISTEN")?;
+    conn.batch_execute(&listen_statement(&channel)).pg("LISTEN")?;
     Ok(conn)
-}
-
-enum Ended {
-    Stopped,
-    Lost(String),
-}
-
-fn listen(conn: &mut PgConnection, wakes: &Mutex<Vec<Wake>>, stopped: &Receiver<()>) -> Ended {
-    let mut pinged = Instant::now();
-    loop {
-        let mut queues: Vec<String> = Vec::new();
-        for notification in conn.notifications_iter() {
-            match notification {
-                Ok(n) if !queues.contains(&n.payload) => queues.push(n.payload),
-                Ok(_) => {}
-                Err(e) => return Ended::Lost(e.to_string()),
-            }
-        }
-        for queue in &queues {
-            wake_all(wakes, Some(queue));
-        }
-        if stopped_within(stopped, LISTEN_POLL) {
-            return Ended::Stopped;
-        }
-        if pinged.elapsed() >= LISTEN_PING {
-            if let Err(e) = conn.batch_execute("SELECT 1") {
-                return Ended::Lost(e.to_string());
-            }
-            pinged = Instant::now();
-        }
-    }
 }
