@@ -368,12 +368,12 @@ fn a_commit_whose_outcome_was_lost_is_answered_where_the_queue_can_tell() {
         with_the_commit_lost(&mut raw, app, move |n| q.enqueue(job(&format!("lost-{n}"))))
     };
     let enqueued = answer.expect("a keyed intake whose commit was lost is answered");
-    let key = sql_query(format!("SELECT key FROM fenceq_jobs WHERE id = {}", enqueued.id().0))
-        .load::<KeyRow>(&mut raw)
+    let key = sql_query(format!("SELECT key AS text FROM fenceq_jobs WHERE id = {}", enqueued.id().0))
+        .load::<TextRow>(&mut raw)
         .unwrap();
     assert!(matches!(enqueued, fenceq::Enqueued::Duplicate(_)), "the lost commit landed: {enqueued:?}");
     assert_eq!(key.len(), 1, "the answer names the job the lost commit added");
-    assert_eq!(rows_with_payload(&mut raw, &key[0].key), 1, "one job for the key");
+    assert_eq!(rows_with_payload(&mut raw, &key[0].text), 1, "one job for the key");
 
     // A keyed batch.
     let answer = {
@@ -402,10 +402,10 @@ fn a_commit_whose_outcome_was_lost_is_answered_where_the_queue_can_tell() {
     };
     let (token, answer) = answer;
     assert_eq!(answer.expect("a completion whose commit was lost is answered"), token.id.0);
-    let state = sql_query(format!("SELECT state AS key FROM fenceq_jobs WHERE id = {}", token.id.0))
-        .load::<KeyRow>(&mut raw)
+    let state = sql_query(format!("SELECT state AS text FROM fenceq_jobs WHERE id = {}", token.id.0))
+        .load::<TextRow>(&mut raw)
         .unwrap();
-    assert_eq!(state[0].key, "completed");
+    assert_eq!(state[0].text, "completed");
     let logged = scalar(&mut raw, &format!("SELECT count(*) AS n FROM settle_log WHERE job_id = {}", token.id.0));
     assert_eq!(logged, 1, "the domain write committed with the completion, once");
 
@@ -425,7 +425,7 @@ fn a_commit_whose_outcome_was_lost_is_answered_where_the_queue_can_tell() {
 }
 
 #[derive(QueryableByName)]
-struct KeyRow {
+struct TextRow {
     #[diesel(sql_type = Text)]
-    key: String,
+    text: String,
 }

@@ -186,13 +186,7 @@ fn schema_10_gives_old_schedule_rows_the_definition_columns_empty() {
         .collect::<Result<_, _>>()
         .unwrap();
     assert_eq!(columns, ["name", "last_tick", "enqueued_at", "definition", "queue", "next_tick", "recorded_at"]);
-    let ticks: Vec<(String, i64, i64)> = conn
-        .prepare("SELECT name, last_tick, enqueued_at FROM fenceq_schedules ORDER BY name")
-        .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let ticks = schedule_ticks(&conn);
     assert_eq!(ticks, vec![("daily".into(), 7, 8), ("hourly".into(), T0, T0 + 5)]);
     let old_row = |name: &str, last_tick| fenceq::ScheduleRecord {
         name: name.into(),

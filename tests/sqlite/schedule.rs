@@ -196,13 +196,7 @@ fn the_schedules_table_records_one_tick_per_name_and_survives_pruning() {
     }
     assert_eq!(q.prune(&Retention::older_than(Duration::ZERO)).unwrap().settled, 4, "three ticks and the old row");
     let conn = fenceq::rusqlite::Connection::open(&path).unwrap();
-    let rows: Vec<(String, i64, i64)> = conn
-        .prepare("SELECT name, last_tick, enqueued_at FROM fenceq_schedules ORDER BY name")
-        .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let rows = schedule_ticks(&conn);
     let minute_tick = (T0 + 120_000) - (T0 + 120_000) % MINUTE;
     let midnight = T0 - T0 % (24 * HOUR);
     assert_eq!(rows, vec![("a".into(), minute_tick, T0 + 120_000), ("b".into(), midnight, T0)]);

@@ -201,3 +201,13 @@ pub fn complete_logged(q: &Queue, token: &ClaimToken) -> fenceq::Result<()> {
         Ok(())
     })
 }
+
+/// Every schedule's (name, last tick, enqueued at) as stored, by name.
+pub fn schedule_ticks(conn: &Connection) -> Vec<(String, i64, i64)> {
+    conn.prepare("SELECT name, last_tick, enqueued_at FROM fenceq_schedules ORDER BY name")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
