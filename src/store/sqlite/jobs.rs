@@ -558,30 +558,13 @@ impl Store for SqliteStore {
             return claim_in_pieces(tx, ids, request);
         }
         let ClaimRequest { worker, now, lease_until, .. } = request;
-        let mut claim = prepare(tx, CLAIM_UPDATE)?;
-        let mut read = prepare(tx, CLAIM_READ)?;
         let mut claimed = Vec::with_capacity(ids.len());
-        for &JobId(id) in ids {
+        for &id in ids {
             let claim_id = ClaimId::generate();
-            claim
-                .execute(rusqlite::params![id, claim_id.0.as_bytes().as_slice(), worker, now, lease_until])
-                .sql(CLAIM_UPDATE)?;
-            let job = read
-                .query_row([id], |row| {
-                    Ok(Claimed {
-                        token: ClaimToken { id: JobId(id), attempt: row.get(4)?, claim_id },
-                        queue: row.get(0)?,
-                        key: row.get(1)?,
-                        payload: row.get(2)?,
-                        priority: row.get(3)?,
-                        max_attempts: row.get(5)?,
-                        lease_until: row.get(6)?,
-                        last_error: row.get(7)?,
-                        group: row.get(8)?,
-                    })
-                })
-                .sql(CLAIM_READ)?;
-            claimed.push(job);
+            on(tx, CLAIM_UPDATE, |s| {
+                s.execute(rusqlite::params![id.0, claim_id.0.as_bytes().as_slice(), worker, now, lease_until])
+            })?;
+            claimed.push(on(tx, CLAIM_READ, |s| s.query_row([id.0], |row| claimed_row(row, id, claim_id)))?);
         }
         Ok(claimed)
     }
@@ -916,6 +899,21 @@ fn insert_rows(tx: &Connection, rows: &[NewRow<'_>]) -> Result<Option<Vec<JobId>
     Ok(all.then(|| (before + 1..=last).map(JobId).collect()))
 }
 
+/// A claimed job from a row of `CLAIM_READ` (or the same first columns of `claim_rows`).
+fn claimed_row(row: &Row<'_>, id: JobId, claim_id: ClaimId) -> rusqlite::Result<Claimed> {
+    Ok(Claimed {
+        token: ClaimToken { id, attempt: row.get(4)?, claim_id },
+        queue: row.get(0)?,
+        key: row.get(1)?,
+        payload: row.get(2)?,
+        priority: row.get(3)?,
+        max_attempts: row.get(5)?,
+        lease_until: row.get(6)?,
+        last_error: row.get(7)?,
+        group: row.get(8)?,
+    })
+}
+
 /// `Store::claim_ids` for two jobs or more: each gets a fresh claim id, bound beside its id.
 fn claim_in_pieces(tx: &Connection, ids: &[JobId], request: ClaimRequest<'_>) -> Result<Vec<Claimed>> {
     let ClaimRequest { worker, now, lease_until, .. } = request;
@@ -931,21 +929,9 @@ fn claim_in_pieces(tx: &Connection, ids: &[JobId], request: ClaimRequest<'_>) ->
             s.raw_bind_parameter(at + 1, claim_id.0.as_bytes().as_slice())
         },
         |row| {
-            let id = JobId(row.get(0)?);
+            let id = JobId(row.get(9)?);
             let claim_id: Vec<u8> = row.get(10)?;
-            let claim_id = ClaimId::from_blob(&claim_id);
-            let job = Claimed {
-                token: ClaimToken { id, attempt: row.get(5)?, claim_id },
-                queue: row.get(1)?,
-                key: row.get(2)?,
-                payload: row.get(3)?,
-                priority: row.get(4)?,
-                max_attempts: row.get(6)?,
-                lease_until: row.get(7)?,
-                last_error: row.get(8)?,
-                group: row.get(9)?,
-            };
-            by_id.insert(id, job);
+            by_id.insert(id, claimed_row(row, id, ClaimId::from_blob(&claim_id))?);
             Ok(())
         },
     )?;

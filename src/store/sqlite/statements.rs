@@ -127,7 +127,7 @@ pub(crate) const BATCH_ROWS: [usize; 3] = [4, 16, 64];
 
 /// The batched claim: the jobs whose ids `CLAIM_SELECT` (or the limited claim) chose, each
 /// with the claim id bound beside it, claimed in one statement that returns what
-/// `CLAIM_READ` reads for one. `?1` worker, `?2` now, `?3` lease end (computed in Rust,
+/// `CLAIM_READ` reads for one (in its order), then the id and the claim id. `?1` worker, `?2` now, `?3` lease end (computed in Rust,
 /// saturating, as for `CLAIM_UPDATE`), then `rows` pairs (id, claim id). It sets exactly what
 /// `CLAIM_UPDATE` sets, in the same transaction as the selection, which therefore still
 /// holds: the selection is where the claim's guards are (pause, back-off, limits, groups,
@@ -146,7 +146,7 @@ pub(crate) fn claim_rows(rows: usize) -> crate::store::Stmt {
            lease_until = ?3, heartbeat_at = ?2, wait_until = NULL
     FROM   (VALUES {}) AS t
     WHERE  fenceq_jobs.id = +t.column1
-    RETURNING id, queue, key, payload, priority, attempt, max_attempts, lease_until, last_error, group_name, claim_id"
+    RETURNING queue, key, payload, priority, attempt, max_attempts, lease_until, last_error, group_name, id, claim_id"
             ),
             values_list(rows, 2, 3)
         )
