@@ -651,7 +651,7 @@ pub type Wake = std::sync::Arc<dyn Fn(Option<&str>) + Send + Sync>;
 /// one list for every store, so that a version number means the same change everywhere.
 /// Each store pairs it with its own dialect's files, `schema/<store>/NNNN_<name>.sql`
 /// ([`migrations`]).
-pub(crate) const MIGRATION_NAMES: [&str; 10] = [
+pub(crate) const MIGRATION_NAMES: [&str; 11] = [
     "create_jobs",
     "add_claim_id",
     "durable_exhaustion",
@@ -662,6 +662,7 @@ pub(crate) const MIGRATION_NAMES: [&str; 10] = [
     "flow_control",
     "limited_claim",
     "schedule_specs",
+    "counted_starts",
 ];
 
 /// The schema version this build writes and understands, in every store.

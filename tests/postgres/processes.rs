@@ -580,6 +580,8 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (7, "checks_in_table", include_str!("../../schema/postgres/0007_checks_in_table.sql")),
     (8, "flow_control", include_str!("../../schema/postgres/0008_flow_control.sql")),
     (9, "limited_claim", include_str!("../../schema/postgres/0009_limited_claim.sql")),
+    (10, "schedule_specs", include_str!("../../schema/postgres/0010_schedule_specs.sql")),
+    (11, "counted_starts", include_str!("../../schema/postgres/0011_counted_starts.sql")),
 ];
 
 /// Creates `schema` at version `level`, as an older build left it, with rows in every

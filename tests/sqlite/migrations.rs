@@ -219,3 +219,48 @@ fn a_claimed_row_without_its_claim_id_is_refused() {
     );
     assert!(insert.unwrap_err().to_string().contains("claimed_has_claim_id"));
 }
+
+/// Schema 11 counts a claim's starts of one group in one row: the starts recorded one row each
+/// before it still count one each, so a rate spent by them stays spent after the upgrade, and
+/// opens when the oldest of them leaves the window.
+#[test]
+fn schema_11_counts_the_starts_recorded_before_it_one_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v10.db");
+    let conn = old_database(&path, 10, "q");
+    conn.execute_batch(&format!(
+        "INSERT INTO fenceq_limits (queue, scope, window_ms, max_count, updated_at) VALUES ('q', 'rate', 60000, 3, {T0});
+         INSERT INTO fenceq_queue_flow (queue, updated_at, starts_kept) VALUES ('q', {T0}, 3);
+         INSERT INTO fenceq_starts (queue, at, claim_id, job_id, attempt, group_name)
+         VALUES ('q', {T0} - 3000, randomblob(16), 91, 1, NULL),
+                ('q', {T0} - 2000, randomblob(16), 92, 1, NULL),
+                ('q', {T0} - 1000, randomblob(16), 93, 1, NULL);"
+    ))
+    .unwrap();
+    drop(conn);
+
+    let clock = fenceq::ManualClock::new(T0);
+    let q = Queue::builder().path(&path).clock(clock.clone()).open().unwrap();
+    assert_eq!(q.schema_version().unwrap(), SCHEMA_VERSION);
+    let conn = Connection::open(&path).unwrap();
+    let counted: Vec<i64> = conn
+        .prepare("SELECT starts FROM fenceq_starts")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(counted, [1, 1, 1]);
+    assert!(q.claim("q", "w", std::time::Duration::from_secs(30)).unwrap().is_none(), "the old starts spend the rate");
+    let held = q.stats().unwrap().queue("q").throttled.expect("the due job is held back by the rate");
+    assert_eq!(held.opens_at, Some(T0 - 3000 + 60_000), "the oldest start leaves the window first");
+    clock.set(T0 - 3000 + 60_000);
+    assert!(q.claim("q", "w", std::time::Duration::from_secs(30)).unwrap().is_some(), "the window opened");
+    // A start's count is at least one.
+    let refused = conn.execute(
+        "INSERT INTO fenceq_starts (queue, at, claim_id, job_id, attempt, starts) VALUES ('q', 1, x'00', 1, 1, 0)",
+        [],
+    );
+    assert!(refused.is_err(), "a row of no starts is refused");
+    assert_integrity(&conn);
+}

@@ -15,6 +15,7 @@ use crate::store::{
     PageRequest, QueueBackoffAt, QueueDecision, ScheduleTick, SnoozeAt, StatsRow, Stmt, Store, TokenAt,
 };
 use rusqlite::{named_params, CachedStatement, Connection, OptionalExtension, Row, ToSql};
+use std::collections::hash_map::{Entry, HashMap};
 use std::time::Duration;
 
 /// Named parameters of one statement.
@@ -524,19 +525,32 @@ impl Store for SqliteStore {
         since: i64,
         most: u32,
     ) -> Result<(u64, Option<i64>)> {
-        let (count, countth) = match group {
-            None => (QUEUE_STARTS, QUEUE_COUNTTH_START),
-            Some(_) => (GROUP_STARTS, GROUP_COUNTTH_START),
+        let (count, latest_first) = match group {
+            None => (QUEUE_STARTS, QUEUE_STARTS_LATEST_FIRST),
+            Some(_) => (GROUP_STARTS, GROUP_STARTS_LATEST_FIRST),
         };
-        let mut params: Params<'_> = vec![(":queue", &queue), (":since", &since), (":most", &most)];
+        let mut params: Params<'_> = vec![(":queue", &queue), (":since", &since)];
         if let Some(group) = &group {
             params.push((":group", group));
         }
-        let starts: i64 = on(tx, count, |s| s.query_row(params.as_slice(), |row| row.get(0)))?;
+        let mut counted = params.clone();
+        counted.push((":most", &most));
+        let starts: i64 = on(tx, count, |s| s.query_row(counted.as_slice(), |row| row.get(0)))?;
         if starts < i64::from(most) {
             return Ok((starts as u64, None));
         }
-        let at = on(tx, countth, |s| s.query_row(params.as_slice(), |row| row.get(0)).optional())?;
+        // A row may hold several starts: sum them from the latest until they reach `most`.
+        let at = on(tx, latest_first, |s| {
+            let mut rows = s.query(params.as_slice())?;
+            let mut summed = 0i64;
+            while let Some(row) = rows.next()? {
+                summed += row.get::<_, i64>(1)?;
+                if summed >= i64::from(most) {
+                    return row.get(0).map(Some);
+                }
+            }
+            Ok(None)
+        })?;
         Ok((starts as u64, at))
     }
 
@@ -569,34 +583,50 @@ impl Store for SqliteStore {
         Ok(claimed)
     }
 
+    /// One row per group of the claim (and one for its jobs without a group), holding how
+    /// many of its jobs started: a claim of many jobs of one group writes one entry.
     fn record_starts(tx: &Connection, claimed: &[Claimed], now: i64, forget_before: i64) -> Result<()> {
         let queue = claimed.first().map(|job| job.queue.as_str()).unwrap_or_default();
-        if let [job] = claimed {
+        let mut rows: Vec<(&Claimed, i64)> = Vec::new();
+        let mut row_of_group: HashMap<Option<&str>, usize> = HashMap::new();
+        for job in claimed {
+            match row_of_group.entry(job.group.as_deref()) {
+                Entry::Occupied(row) => rows[*row.get()].1 += 1,
+                Entry::Vacant(row) => {
+                    row.insert(rows.len());
+                    rows.push((job, 1));
+                }
+            }
+        }
+        if let [(job, starts)] = rows.as_slice() {
             on(tx, RECORD_START, |s| {
                 s.execute(named_params! {
                     ":queue": job.queue, ":group": job.group, ":at": now, ":claim_id": job.token.claim_id.0.as_bytes().as_slice(),
-                    ":id": job.token.id.0, ":attempt": job.token.attempt
+                    ":id": job.token.id.0, ":attempt": job.token.attempt, ":starts": starts
                 })
             })?;
         } else {
             // Every job of one claim is of one queue (the claim's).
             in_pieces(
                 tx,
-                claimed,
+                &rows,
                 record_start_rows,
                 &[&queue, &now],
-                |s, at, job| {
+                |s, at, (job, starts)| {
                     s.raw_bind_parameter(at, job.token.id.0)?;
                     s.raw_bind_parameter(at + 1, job.token.claim_id.0.as_bytes().as_slice())?;
                     s.raw_bind_parameter(at + 2, job.token.attempt)?;
-                    s.raw_bind_parameter(at + 3, job.group.as_deref())
+                    s.raw_bind_parameter(at + 3, job.group.as_deref())?;
+                    s.raw_bind_parameter(at + 4, starts)
                 },
                 |_| Ok(()),
             )?;
         }
-        let forgotten =
-            on(tx, FORGET_STARTS, |s| s.execute(named_params! { ":queue": queue, ":before": forget_before }))?;
-        let (recorded, forgotten) = (claimed.len() as i64, forgotten as i64);
+        let forgotten: i64 = on(tx, FORGET_STARTS, |s| {
+            s.query_map(named_params! { ":queue": queue, ":before": forget_before }, |row| row.get::<_, i64>(0))?
+                .sum::<rusqlite::Result<i64>>()
+        })?;
+        let recorded = claimed.len() as i64;
         on(tx, COUNT_STARTS_KEPT, |s| {
             s.execute(named_params! { ":queue": queue, ":recorded": recorded, ":forgotten": forgotten })
         })

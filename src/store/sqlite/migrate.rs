@@ -23,6 +23,7 @@ pub(crate) const MIGRATIONS: [Migration; MIGRATION_NAMES.len()] = migrations([
     include_str!("../../../schema/sqlite/0008_flow_control.sql"),
     include_str!("../../../schema/sqlite/0009_limited_claim.sql"),
     include_str!("../../../schema/sqlite/0010_schedule_specs.sql"),
+    include_str!("../../../schema/sqlite/0011_counted_starts.sql"),
 ]);
 
 /// The schema version this build writes and understands.

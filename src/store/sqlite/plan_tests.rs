@@ -266,12 +266,12 @@ fn group_statements_search_the_group_index() {
 #[test]
 fn limit_statements_search_their_indexes() {
     let conn = migrated();
-    for statement in [QUEUE_STARTS, QUEUE_COUNTTH_START] {
+    for statement in [QUEUE_STARTS, QUEUE_STARTS_LATEST_FIRST] {
         let steps = plan(&conn, statement.sql).join("\n");
         assert!(steps.contains("SEARCH fenceq_starts USING PRIMARY KEY (queue=? AND at>?)"), "{steps}");
         assert!(!steps.contains("TEMP B-TREE"), "{}: read in key order: {steps}", statement.name);
     }
-    for statement in [GROUP_STARTS, GROUP_COUNTTH_START] {
+    for statement in [GROUP_STARTS, GROUP_STARTS_LATEST_FIRST] {
         let steps = plan(&conn, statement.sql).join("\n");
         assert!(steps.contains("INDEX fenceq_starts_group (queue=? AND group_name=? AND at>?)"), "{steps}");
         assert!(!steps.contains("TEMP B-TREE"), "{}: read in index order: {steps}", statement.name);

@@ -180,18 +180,18 @@ pub(crate) fn complete_rows(rows: usize) -> crate::store::Stmt {
 }
 
 /// The batched `RECORD_START`: `?1` queue, `?2` the claim's instant, then `rows` rows of
-/// (job id, claim id, attempt, group), one start each; padding rows (all NULL) insert
-/// nothing.
+/// (job id, claim id, attempt, group, starts), the starts of one group each; padding rows (all
+/// NULL) insert nothing.
 pub(crate) fn record_start_rows(rows: usize) -> crate::store::Stmt {
     static STATEMENTS: BatchStatements = BatchStatements::new();
     let sql = STATEMENTS.sql(rows, || {
         format!(
             "
-    INSERT INTO fenceq_starts (queue, at, claim_id, job_id, attempt, group_name)
-    SELECT ?1, ?2, t.column2, t.column1, t.column3, t.column4
+    INSERT INTO fenceq_starts (queue, at, claim_id, job_id, attempt, group_name, starts)
+    SELECT ?1, ?2, t.column2, t.column1, t.column3, t.column4, t.column5
     FROM   (VALUES {}) AS t
     WHERE  t.column1 IS NOT NULL",
-            values_list(rows, 4, 2)
+            values_list(rows, 5, 2)
         )
     });
     crate::store::Stmt { name: "RECORD_START_ROWS", sql }
@@ -769,34 +769,42 @@ stmt! {
     RUNNING_COUNT = "
     SELECT count(*) FROM fenceq_jobs WHERE queue = :queue AND state = 'running'";
 
-    /// The queue's starts after `:since`, counted up to `:most` (the count stops there).
+    /// The queue's starts after `:since`, counted up to `:most`: at most `:most` rows are read,
+    /// and as every row holds one start or more, their sum reaches `:most` whenever the
+    /// window holds that many.
     QUEUE_STARTS = "
-    SELECT count(*) FROM (SELECT 1 FROM fenceq_starts WHERE queue = :queue AND at > :since LIMIT :most)";
+    SELECT min(coalesce(sum(starts), 0), :most)
+    FROM   (SELECT starts FROM fenceq_starts WHERE queue = :queue AND at > :since LIMIT :most)";
 
-    /// The `:most`-th latest start of the queue after `:since`.
-    QUEUE_COUNTTH_START = "
-    SELECT at FROM fenceq_starts WHERE queue = :queue AND at > :since ORDER BY at DESC LIMIT 1 OFFSET :most - 1";
+    /// The queue's starts after `:since`, latest first, for the claim to sum until they reach
+    /// a rate's count (the instant of that start is when the window next opens).
+    QUEUE_STARTS_LATEST_FIRST = "
+    SELECT at, starts FROM fenceq_starts WHERE queue = :queue AND at > :since ORDER BY at DESC";
 
-    /// A group's starts after `:since`, counted up to `:most`.
+    /// A group's starts after `:since`, counted up to `:most` (as `QUEUE_STARTS`).
     GROUP_STARTS = "
-    SELECT count(*) FROM (SELECT 1 FROM fenceq_starts
-                          WHERE  queue = :queue AND group_name = :group AND group_name IS NOT NULL AND at > :since
-                          LIMIT  :most)";
+    SELECT min(coalesce(sum(starts), 0), :most)
+    FROM   (SELECT starts FROM fenceq_starts
+            WHERE  queue = :queue AND group_name = :group AND group_name IS NOT NULL AND at > :since
+            LIMIT  :most)";
 
-    /// The `:most`-th latest start of a group after `:since`.
-    GROUP_COUNTTH_START = "
-    SELECT at FROM fenceq_starts
+    /// A group's starts after `:since`, latest first (as `QUEUE_STARTS_LATEST_FIRST`).
+    GROUP_STARTS_LATEST_FIRST = "
+    SELECT at, starts FROM fenceq_starts
     WHERE  queue = :queue AND group_name = :group AND group_name IS NOT NULL AND at > :since
-    ORDER  BY at DESC LIMIT 1 OFFSET :most - 1";
+    ORDER  BY at DESC";
 
-    /// One start, keyed by its claim id: (job, attempt) is not unique, as a replayed job
-    /// starts its attempts from the first again.
+    /// The `:starts` starts of one group (or of none) in one claim, keyed by the claim id of
+    /// its first job: (job, attempt) is not unique, as a replayed job starts its attempts from
+    /// the first again.
     RECORD_START = "
-    INSERT INTO fenceq_starts (queue, at, claim_id, job_id, attempt, group_name)
-    VALUES (:queue, :at, :claim_id, :id, :attempt, :group)";
+    INSERT INTO fenceq_starts (queue, at, claim_id, job_id, attempt, group_name, starts)
+    VALUES (:queue, :at, :claim_id, :id, :attempt, :group, :starts)";
 
+    /// Forgets the queue's starts at `:before` or earlier, returning how many each forgotten
+    /// row held.
     FORGET_STARTS = "
-    DELETE FROM fenceq_starts WHERE queue = :queue AND at <= :before";
+    DELETE FROM fenceq_starts WHERE queue = :queue AND at <= :before RETURNING starts";
 
     /// Keeps the queue's count of its starts in step with what a claim recorded and forgot.
     COUNT_STARTS_KEPT = "
@@ -813,7 +821,7 @@ stmt! {
     SPENT_GROUPS = "
     SELECT group_name FROM fenceq_starts
     WHERE  queue = :queue AND group_name IS NOT NULL AND at > :since
-    GROUP  BY group_name HAVING count(*) >= :count";
+    GROUP  BY group_name HAVING sum(starts) >= :count";
 
     /// The `run_at` of the group's head when it is pending and not due at `:now` (through the
     /// group index).
