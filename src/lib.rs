@@ -51,8 +51,8 @@ pub use maintenance::{BackupOptions, Checkpointer, Maintenance, MaintenanceConfi
 pub use queue::operator::Operator;
 pub use queue::{ListFilter, Queue};
 pub use report::{
-    BackupReport, CheckpointReport, CommitStats, GroupBlock, GroupHead, GroupSummary, PausedQueue, PruneReport,
-    QueueBackoff, QueueStats, ReapReport, ScheduleRecord, ScheduleReport, Stats, Throttled,
+    BackoffLift, BackupReport, CheckpointReport, CommitStats, GroupBlock, GroupHead, GroupSummary, PausedQueue,
+    PruneReport, QueueBackoff, QueueStats, ReapReport, ScheduleRecord, ScheduleReport, Stats, Throttled,
 };
 /// The rusqlite version fenceq is built with, for closures that receive its `Transaction`.
 pub use rusqlite;

@@ -286,6 +286,22 @@ pub struct QueueBackoff {
     pub since: i64,
 }
 
+/// The last lift of a queue's back-off before it ended ([`Queue::last_backoff_lift`](crate::Queue::last_backoff_lift)):
+/// who lifted it, when and why, and what the lifted back-off was for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackoffLift {
+    /// The queue's name.
+    pub queue: String,
+    /// When it was lifted, ms since the epoch (the store's clock).
+    pub at: i64,
+    /// Who lifted it ([`Queue::operator`](crate::Queue::operator)), if named.
+    pub by: Option<String>,
+    /// Why, if given ([`Operator::note`](crate::Operator::note)).
+    pub note: Option<String>,
+    /// The reason of the back-off it lifted.
+    pub reason: String,
+}
+
 /// What one WAL checkpoint did (`PRAGMA wal_checkpoint(TRUNCATE)`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CheckpointReport {

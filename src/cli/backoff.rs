@@ -1,13 +1,15 @@
 //! A queue's back-off (a provider's "retry after" for the whole queue, set by a handler's
 //! `Outcome::RetryAfter` with the queue scope): `backoff show [QUEUE]` prints it, `backoff
 //! clear QUEUE` lifts it before it ends. `clear` takes `--dry-run` and `--expect N` (counting
-//! queues: 1 when it lifts a back-off, 0 when the queue is not backing off).
+//! queues: 1 when it lifts a back-off, 0 when the queue is not backing off), `--by` and
+//! `--note` (recorded as the queue's last lift, which `backoff show QUEUE` prints).
 
+use super::decision::DecisionOpts;
 use super::output::{sanitize, when};
 use super::store::CliStore;
 use super::{ChangeOpts, CliResult, Context};
 use clap::{Args, Subcommand};
-use fenceq::QueueBackoff;
+use fenceq::{BackoffLift, QueueBackoff};
 use serde_json::{json, Value};
 
 /// Arguments of `backoff`.
@@ -21,7 +23,8 @@ pub struct BackoffArgs {
 #[derive(Debug, Subcommand)]
 pub enum BackoffAction {
     /// Prints the back-off of QUEUE (or of every queue backing off): until when no claim of
-    /// it hands out anything, and why.
+    /// it hands out anything, and why. With QUEUE, also its last lift (who lifted a back-off
+    /// before it ended, when and why).
     Show {
         /// The queue (every queue backing off when left out).
         #[arg(value_name = "QUEUE")]
@@ -39,6 +42,9 @@ pub enum BackoffAction {
 
         #[command(flatten)]
         change: ChangeOpts,
+
+        #[command(flatten)]
+        decision: DecisionOpts,
     },
 }
 
@@ -52,24 +58,35 @@ impl BackoffArgs {
                     Some(name) => queue.queue_backoff(name)?.into_iter().collect(),
                     None => queue.queue_backoffs()?,
                 };
+                let lift = match &name {
+                    Some(name) => queue.last_backoff_lift(name)?,
+                    None => None,
+                };
                 let now = queue.now_ms();
                 if ctx.json() {
                     let list: Vec<Value> = backoffs.iter().map(|b| backoff_json(b, now)).collect();
-                    return Ok(ctx.out.document(&json!({ "now": now, "queue": name, "backoffs": list }))?);
+                    let mut shown = json!({ "now": now, "queue": name, "backoffs": list });
+                    if name.is_some() {
+                        shown["last_lift"] = lift.as_ref().map_or(Value::Null, lift_json);
+                    }
+                    return Ok(ctx.out.document(&shown)?);
                 }
                 if backoffs.is_empty() {
                     let line = match &name {
                         Some(name) => format!("queue {} is not backing off", sanitize(name)),
                         None => "no queue is backing off".to_string(),
                     };
-                    return Ok(ctx.out.line(line)?);
+                    ctx.out.line(line)?;
                 }
                 for b in &backoffs {
                     ctx.out.line(line(b, now))?;
                 }
+                if let Some(lift) = &lift {
+                    ctx.out.line(lift_line(lift, now))?;
+                }
                 Ok(())
             }
-            BackoffAction::Clear { queue: name, change } => {
+            BackoffAction::Clear { queue: name, change, decision } => {
                 let queue = ctx.open_for_change::<S>(&change)?;
                 let before = queue.queue_backoff(&name)?;
                 let would_change = u64::from(before.is_some());
@@ -79,7 +96,7 @@ impl BackoffArgs {
                     change.check_counted(would_change, ("queue", "queues"))?;
                     false
                 } else {
-                    let cleared = queue.clear_backoff(&name)?;
+                    let cleared = decision.operator(&queue).clear_backoff(&name)?;
                     change.check_counted(u64::from(cleared), ("queue", "queues"))?;
                     cleared
                 };
@@ -122,6 +139,22 @@ fn line(b: &QueueBackoff, now: i64) -> String {
         when(Some(b.since), now),
         sanitize(&b.reason)
     )
+}
+
+/// `last lifted 2026-05-01T12:00:00.000Z (5m ago) by alice: provider recovered (the back-off: 429)`.
+fn lift_line(lift: &BackoffLift, now: i64) -> String {
+    let by = lift.by.as_deref().map_or_else(|| "an unnamed caller".to_string(), sanitize);
+    let mut text = format!("last lifted {} by {by}", when(Some(lift.at), now));
+    if let Some(note) = &lift.note {
+        text.push_str(&format!(": {}", sanitize(note)));
+    }
+    text.push_str(&format!(" (the back-off: {})", sanitize(&lift.reason)));
+    text
+}
+
+/// A queue's last lift as JSON.
+fn lift_json(lift: &BackoffLift) -> Value {
+    json!({ "at": lift.at, "by": lift.by, "note": lift.note, "reason": lift.reason })
 }
 
 /// A queue's back-off as JSON.

@@ -4,10 +4,9 @@
 //! anything before it ends. A handler sets it (`Outcome::RetryAfter`, [`Queue::snooze`]);
 //! it ends by itself, or an operator lifts it early ([`Queue::clear_backoff`]).
 
-use super::retry::retry_conflicts;
 use super::Queue;
 use crate::error::Result;
-use crate::report::QueueBackoff;
+use crate::report::{BackoffLift, QueueBackoff};
 use crate::store::Store;
 use crate::validate::check_name;
 
@@ -48,7 +47,9 @@ impl<S: Store> Queue<S> {
     /// recovered): its due jobs are claimable again at once. This process's worker pools of
     /// the queue are woken; pools of other processes find the jobs at their next poll (on
     /// PostgreSQL, at once: their listeners are woken). Returns true when the queue was
-    /// backing off, false when it was not (nothing changes).
+    /// backing off, false when it was not (nothing changes). The lift is recorded without a
+    /// name ([`Queue::last_backoff_lift`]); [`Operator::clear_backoff`](crate::Operator::clear_backoff)
+    /// records who lifted it and why.
     ///
     /// # Errors
     ///
@@ -57,17 +58,22 @@ impl<S: Store> Queue<S> {
     /// `NestedWrite` from inside a closure holding the queue's transaction (or an in-memory
     /// queue's `with_connection`).
     pub fn clear_backoff(&self, queue: &str) -> Result<bool> {
+        self.unnamed().clear_backoff(queue)
+    }
+
+    /// The last lift of `queue`'s back-off before it ended ([`Queue::clear_backoff`],
+    /// [`Operator::clear_backoff`](crate::Operator::clear_backoff)): when, by whom, why, and
+    /// the reason of the back-off lifted. `None` when none was ever lifted early. A later lift
+    /// replaces it; a back-off that simply ends records nothing.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` when the queue name is empty, longer than 128 bytes or contains a NUL
+    /// byte. Read errors: `Pool` (no pooled connection came free in time), `Busy`; on an
+    /// in-memory queue, `NestedWrite` from inside a closure holding its transaction or
+    /// connection.
+    pub fn last_backoff_lift(&self, queue: &str) -> Result<Option<BackoffLift>> {
         check_name("queue name", queue)?;
-        let cleared = retry_conflicts(|| {
-            self.store().write(|tx| {
-                let now = self.shared.now_in(tx)?;
-                S::clear_queue_backoff(tx, queue, now)
-            })
-        })?;
-        if cleared {
-            // After the commit: a woken pool's claim must see the back-off gone.
-            self.wake(queue);
-        }
-        Ok(cleared)
+        self.store().read(|tx| S::last_backoff_lift(tx, queue))
     }
 }

@@ -50,7 +50,7 @@ impl<S: Store> Queue<S> {
         Operator::new(self, Some(by.into()))
     }
 
-    fn unnamed(&self) -> Operator<'_, S> {
+    pub(crate) fn unnamed(&self) -> Operator<'_, S> {
         Operator::new(self, None)
     }
 

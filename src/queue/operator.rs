@@ -190,6 +190,27 @@ impl<'q, S: Store> Operator<'q, S> {
         Ok(unpaused)
     }
 
+    /// [`Queue::clear_backoff`], recording who lifted the back-off and why
+    /// ([`Queue::last_backoff_lift`]).
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Queue::clear_backoff`] and [`Operator::resolve`] (the name and note).
+    pub fn clear_backoff(&self, queue: &str) -> Result<bool> {
+        check_name("queue name", queue)?;
+        let decided = self.decided("clear backoff")?;
+        let cleared = retry_conflicts(|| {
+            self.queue
+                .store()
+                .write(|tx| S::clear_queue_backoff(tx, QueueDecision { queue, now: self.now(tx)?, decided }))
+        })?;
+        if cleared {
+            // After the commit: a woken pool's claim must see the back-off gone.
+            self.queue.wake(queue);
+        }
+        Ok(cleared)
+    }
+
     /// [`Queue::acknowledge_all`], recording the decision on every row it acknowledges.
     ///
     /// # Errors

@@ -69,7 +69,7 @@ use crate::error::Result;
 use crate::job::{ClaimId, ClaimToken, Claimed, Exhaustion, GroupPolicy, Job, JobId, JobState, Resolution};
 use crate::limits::Limits;
 use crate::report::{
-    CheckpointReport, CommitStats, GroupSummary, PausedQueue, QueueBackoff, ReapReport, ScheduleRecord,
+    BackoffLift, CheckpointReport, CommitStats, GroupSummary, PausedQueue, QueueBackoff, ReapReport, ScheduleRecord,
 };
 use std::time::Duration;
 
@@ -582,8 +582,13 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// Every back-off that lasts at `now`, in queue order.
     fn queue_backoffs(tx: &Self::Tx, now: i64) -> Result<Vec<QueueBackoff>>;
 
-    /// Ends the back-off of `queue` that lasts at `now`: true when there was one.
-    fn clear_queue_backoff(tx: &Self::Tx, queue: &str, now: i64) -> Result<bool>;
+    /// Ends the back-off of `lift.queue` that lasts at `lift.now`, recording the lift (when,
+    /// `decided.by`, `decided.note`, and the reason of the back-off it ended) in place of the
+    /// queue's previous one: true when there was a back-off.
+    fn clear_queue_backoff(tx: &Self::Tx, lift: QueueDecision<'_>) -> Result<bool>;
+
+    /// The last lift of `queue`'s back-off ([`Store::clear_queue_backoff`]), if any.
+    fn last_backoff_lift(tx: &Self::Tx, queue: &str) -> Result<Option<BackoffLift>>;
 }
 
 /// A snooze of the exact live claim ([`Store::snooze_if_owned`]).
@@ -651,7 +656,7 @@ pub type Wake = std::sync::Arc<dyn Fn(Option<&str>) + Send + Sync>;
 /// one list for every store, so that a version number means the same change everywhere.
 /// Each store pairs it with its own dialect's files, `schema/<store>/NNNN_<name>.sql`
 /// ([`migrations`]).
-pub(crate) const MIGRATION_NAMES: [&str; 11] = [
+pub(crate) const MIGRATION_NAMES: [&str; 12] = [
     "create_jobs",
     "add_claim_id",
     "durable_exhaustion",
@@ -663,6 +668,7 @@ pub(crate) const MIGRATION_NAMES: [&str; 11] = [
     "limited_claim",
     "schedule_specs",
     "counted_starts",
+    "backoff_lifts",
 ];
 
 /// The schema version this build writes and understands, in every store.

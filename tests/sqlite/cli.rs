@@ -1199,11 +1199,23 @@ fn backoff_show_and_clear_a_queues_backoff_and_stats_shows_it() {
         run(&db, &["backoff", "clear", "q", "--expect", "0"]).error(),
         "error: --expect 0 but 1 queue would change; nothing was changed"
     );
+    assert!(run(&db, &["backoff", "clear", "q", "--by", ""]).error().contains("operator name"));
     assert!(queue.queue_backoff("q").unwrap().is_some(), "nothing changed yet");
-    let text = run(&db, &["backoff", "clear", "q"]).ok().to_string();
+    assert_eq!(run(&db, &["backoff", "show", "q", "--json"]).json()["last_lift"], serde_json::Value::Null);
+    let text = run(&db, &["backoff", "clear", "q", "--by", "alice", "--note", "provider recovered"]).ok().to_string();
     assert!(text.starts_with("lifted the back-off of queue q"), "{text}");
     assert!(queue.claim("q", "w", LEASE).unwrap().is_some(), "claimable again at once");
+    let shown = run(&db, &["backoff", "show", "q"]).ok().to_string();
+    assert!(shown.starts_with("queue q is not backing off\nlast lifted "), "{shown}");
+    assert!(shown.contains(" by alice: provider recovered (the back-off: 429 too many)"), "{shown}");
+    let lift = &run(&db, &["backoff", "show", "q", "--json"]).json()["last_lift"];
+    assert_eq!((lift["by"].as_str(), lift["note"].as_str()), (Some("alice"), Some("provider recovered")), "{lift}");
     assert_eq!(run(&db, &["backoff", "clear", "q"]).ok().trim(), "queue q is not backing off; nothing changed");
+    assert_eq!(
+        queue.last_backoff_lift("q").unwrap().unwrap().by.as_deref(),
+        Some("alice"),
+        "a clear that lifts nothing records nothing"
+    );
     assert_eq!(run(&db, &["backoff", "clear", "q", "--json"]).json()["changed"], 0);
     assert!(!run(&db, &["stats"]).ok().contains("backs off"));
     assert!(run(&db, &["backoff", "show", ""]).error().contains("queue name"));

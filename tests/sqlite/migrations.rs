@@ -222,7 +222,7 @@ fn a_claimed_row_without_its_claim_id_is_refused() {
 
 /// Schema 11 counts a claim's starts of one group in one row: the starts recorded one row each
 /// before it still count one each, so a rate spent by them stays spent after the upgrade, and
-/// opens when the oldest of them leaves the window.
+/// opens when the oldest of them leaves the window. Schema 12's lift columns hold together.
 #[test]
 fn schema_11_counts_the_starts_recorded_before_it_one_each() {
     let dir = tempfile::tempdir().unwrap();
@@ -262,5 +262,13 @@ fn schema_11_counts_the_starts_recorded_before_it_one_each() {
         [],
     );
     assert!(refused.is_err(), "a row of no starts is refused");
+    // Schema 12: a lift is recorded with its reason, and names no one without a time.
+    for bad in
+        ["lifted_at = 1", "lifted_by = 'alice'", "lifted_reason = '429'", "lift_note = 'n', lifted_reason = '429'"]
+    {
+        let refused = conn.execute(&format!("UPDATE fenceq_queue_flow SET {bad} WHERE queue = 'q'"), []);
+        assert!(refused.is_err(), "{bad} is refused");
+    }
+    conn.execute("UPDATE fenceq_queue_flow SET lifted_at = 1, lifted_reason = '429' WHERE queue = 'q'", []).unwrap();
     assert_integrity(&conn);
 }

@@ -81,7 +81,7 @@ pub fn snapshot(path: &std::path::Path) -> Vec<RowSnapshot> {
 }
 
 /// The schema files, in order, as a build of each version wrote them.
-pub const SCHEMA: [&str; 11] = [
+pub const SCHEMA: [&str; 12] = [
     include_str!("../../schema/sqlite/0001_create_jobs.sql"),
     include_str!("../../schema/sqlite/0002_add_claim_id.sql"),
     include_str!("../../schema/sqlite/0003_durable_exhaustion.sql"),
@@ -93,6 +93,7 @@ pub const SCHEMA: [&str; 11] = [
     include_str!("../../schema/sqlite/0009_limited_claim.sql"),
     include_str!("../../schema/sqlite/0010_schedule_specs.sql"),
     include_str!("../../schema/sqlite/0011_counted_starts.sql"),
+    include_str!("../../schema/sqlite/0012_backoff_lifts.sql"),
 ];
 
 /// Writes a database as a build of schema `version` left it, with three rows of `queue`

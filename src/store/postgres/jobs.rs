@@ -9,7 +9,8 @@ use crate::error::{Error, Result};
 use crate::job::{ClaimId, ClaimToken, Claimed, Decision, Exhaustion, GroupPolicy, Job, JobId, JobState, Resolution};
 use crate::limits::Limits;
 use crate::report::{
-    CheckpointReport, CommitStats, GroupHead, GroupSummary, PausedQueue, QueueBackoff, ReapReport, ScheduleRecord,
+    BackoffLift, CheckpointReport, CommitStats, GroupHead, GroupSummary, PausedQueue, QueueBackoff, ReapReport,
+    ScheduleRecord,
 };
 use crate::store::limits::{claim_limited, limit_rows, limits_by_queue, limits_of, rate_opens_at};
 use crate::store::{
@@ -714,9 +715,41 @@ impl Store for PostgresStore {
         Ok(rows.into_iter().map(BackoffRow::into_backoff).collect())
     }
 
-    fn clear_queue_backoff(tx: &PgTx, queue: &str, now: i64) -> Result<bool> {
-        changed(tx, bound(CLEAR_QUEUE_BACKOFF).bind::<Text, _>(queue).bind::<BigInt, _>(now))
+    fn clear_queue_backoff(tx: &PgTx, lift: QueueDecision<'_>) -> Result<bool> {
+        let QueueDecision { queue, now, decided } = lift;
+        let query = bound(CLEAR_QUEUE_BACKOFF)
+            .bind::<Text, _>(queue)
+            .bind::<BigInt, _>(now)
+            .bind::<Nullable<Text>, _>(decided.by)
+            .bind::<Nullable<Text>, _>(decided.note);
+        changed(tx, query)
     }
+
+    fn last_backoff_lift(tx: &PgTx, queue: &str) -> Result<Option<BackoffLift>> {
+        let query = bound(BACKOFF_LIFT).bind::<Text, _>(queue);
+        let row = tx.with(|conn| query.optional::<LiftRow>(conn))?;
+        Ok(row.map(|row| BackoffLift {
+            queue: row.queue,
+            at: row.lifted_at,
+            by: row.lifted_by,
+            note: row.lift_note,
+            reason: row.lifted_reason,
+        }))
+    }
+}
+
+#[derive(QueryableByName)]
+struct LiftRow {
+    #[diesel(sql_type = Text)]
+    queue: String,
+    #[diesel(sql_type = BigInt)]
+    lifted_at: i64,
+    #[diesel(sql_type = Nullable<Text>)]
+    lifted_by: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    lift_note: Option<String>,
+    #[diesel(sql_type = Text)]
+    lifted_reason: String,
 }
 
 #[derive(QueryableByName)]

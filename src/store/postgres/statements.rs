@@ -999,14 +999,23 @@ stmt! {
     ORDER  BY queue COLLATE \"C\"";
 
     /// Lifts queue `$1`'s back-off that lasts at `$2` (one row affected when there was one),
-    /// waking the queue's listeners. The row stays: it also holds the queue's group policy.
+    /// recording the lift (`$3` by, `$4` note, the lifted reason the row's before the update)
+    /// in place of the last one, and wakes the queue's listeners. The row stays: it also holds
+    /// the queue's group policy.
     CLEAR_QUEUE_BACKOFF = concat!(
         "
     UPDATE fenceq_queue_flow
-    SET    backoff_until = NULL, backoff_reason = NULL, backoff_since = NULL, updated_at = $2
+    SET    backoff_until = NULL, backoff_reason = NULL, backoff_since = NULL, updated_at = $2,
+           lifted_at = $2, lifted_by = $3, lift_note = $4, lifted_reason = backoff_reason
     WHERE  queue = $1 AND backoff_until > $2
     RETURNING ",
         wake_listeners!("queue"),
         " AS woke"
     );
+
+    /// Queue `$1`'s last lift of a back-off.
+    BACKOFF_LIFT = "
+    SELECT queue, lifted_at, lifted_by, lift_note, lifted_reason
+    FROM   fenceq_queue_flow
+    WHERE  queue = $1 AND lifted_at IS NOT NULL";
 }

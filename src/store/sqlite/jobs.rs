@@ -8,7 +8,9 @@ use super::SqliteStore;
 use crate::error::Result;
 use crate::job::{ClaimId, ClaimToken, Claimed, Decision, Exhaustion, GroupPolicy, Job, JobId, JobState, Resolution};
 use crate::limits::Limits;
-use crate::report::{CheckpointReport, CommitStats, GroupHead, GroupSummary, PausedQueue, QueueBackoff, ReapReport};
+use crate::report::{
+    BackoffLift, CheckpointReport, CommitStats, GroupHead, GroupSummary, PausedQueue, QueueBackoff, ReapReport,
+};
 use crate::store::limits::{claim_limited, limit_rows, limits_by_queue, limits_of};
 use crate::store::{
     Batch, ClaimRequest, Claims, Decided, GroupsRequest, Identity, JobDecision, KeptStarts, NewRow, OwnedLease,
@@ -743,8 +745,25 @@ impl Store for SqliteStore {
         })
     }
 
-    fn clear_queue_backoff(tx: &Connection, queue: &str, now: i64) -> Result<bool> {
-        Ok(count(tx, CLEAR_QUEUE_BACKOFF, named_params! { ":queue": queue, ":now": now })? == 1)
+    fn clear_queue_backoff(tx: &Connection, lift: QueueDecision<'_>) -> Result<bool> {
+        let QueueDecision { queue, now, decided } = lift;
+        let params = named_params! { ":queue": queue, ":now": now, ":by": decided.by, ":note": decided.note };
+        Ok(count(tx, CLEAR_QUEUE_BACKOFF, params)? == 1)
+    }
+
+    fn last_backoff_lift(tx: &Connection, queue: &str) -> Result<Option<BackoffLift>> {
+        on(tx, BACKOFF_LIFT, |s| {
+            s.query_row(named_params! { ":queue": queue }, |row| {
+                Ok(BackoffLift {
+                    queue: row.get(0)?,
+                    at: row.get(1)?,
+                    by: row.get(2)?,
+                    note: row.get(3)?,
+                    reason: row.get(4)?,
+                })
+            })
+            .optional()
+        })
     }
 }
 

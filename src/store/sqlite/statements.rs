@@ -886,8 +886,17 @@ stmt! {
 
     /// Lifts a queue's back-off that lasts at `:now` (`changes()` is 1 when there was one). The
     /// row stays: it also holds the queue's group policy.
+    /// Ends a lasting back-off and records the lift in place of the last one (the lifted
+    /// reason is the row's before the update).
     CLEAR_QUEUE_BACKOFF = "
     UPDATE fenceq_queue_flow
-    SET    backoff_until = NULL, backoff_reason = NULL, backoff_since = NULL, updated_at = :now
+    SET    backoff_until = NULL, backoff_reason = NULL, backoff_since = NULL, updated_at = :now,
+           lifted_at = :now, lifted_by = :by, lift_note = :note, lifted_reason = backoff_reason
     WHERE  queue = :queue AND backoff_until > :now";
+
+    /// The queue's last lift of a back-off.
+    BACKOFF_LIFT = "
+    SELECT queue, lifted_at, lifted_by, lift_note, lifted_reason
+    FROM   fenceq_queue_flow
+    WHERE  queue = :queue AND lifted_at IS NOT NULL";
 }

@@ -2,7 +2,8 @@
 //! spending an attempt (the next claim is a new attempt, the snoozed token is dead), counts
 //! against a cap past which the job is exhausted with a reason that says so; a queue-scoped
 //! back-off closes the queue for every handle until its instant (the store's clock), keeps
-//! the latest instant asked for, shows in `stats`, and an operator can lift it early. A
+//! the latest instant asked for, shows in `stats`, and an operator can lift it early (the lift
+//! recorded: who, when, why, and the back-off's reason). A
 //! worker pool's handler that returns `RetryAfter { scope: Queue }` is not called again
 //! before the instant.
 
@@ -25,6 +26,7 @@ pub fn rules<H: Harness>() -> Vec<Rule<H>> {
         a_queue_backoff_closes_the_queue_for_every_handle_until_its_instant,
         the_latest_queue_backoff_wins_and_other_queues_are_not_affected,
         clear_backoff_reopens_the_queue_at_once,
+        a_lift_records_who_lifted_the_backoff_when_and_why,
         a_queue_backoff_keeps_when_it_was_set_while_limits_and_the_group_policy_change,
         a_group_scoped_backoff_of_an_ungrouped_job_is_a_snooze_of_the_job,
         a_delay_beyond_a_year_and_bad_names_are_refused_and_change_nothing,
@@ -197,6 +199,49 @@ fn clear_backoff_reopens_the_queue_at_once<H: Harness>(h: &H) {
     assert!(db.claim("q", "w", LEASE).unwrap().is_none());
     db.advance(Duration::from_secs(3600));
     assert_eq!(db.claim("q", "w", LEASE).unwrap().map(|c| c.id()), Some(first));
+}
+
+fn a_lift_records_who_lifted_the_backoff_when_and_why<H: Harness>(h: &H) {
+    let db = Db::new(h);
+    let other = db.reopen();
+    for payload in ["x", "y", "z", "w"] {
+        db.add(payload);
+    }
+    assert_eq!(db.last_backoff_lift("q").unwrap(), None, "nothing lifted yet");
+    let token = db.take("w").token();
+    db.snooze(&token, Snooze::new(Duration::from_secs(600)).scope(BackoffScope::Queue).reason("429")).unwrap();
+    db.advance(Duration::from_secs(5));
+    // Refused input changes nothing: the back-off lasts and no lift is recorded.
+    assert!(matches!(db.operator("").clear_backoff("q"), Err(Error::InvalidInput { .. })));
+    assert!(matches!(db.operator("alice").note("n".repeat(5000)).clear_backoff("q"), Err(Error::InvalidInput { .. })));
+    assert!(db.queue_backoff("q").unwrap().is_some());
+    assert_eq!(db.last_backoff_lift("q").unwrap(), None);
+    assert!(db.operator("alice").note("provider recovered").clear_backoff("q").unwrap());
+    let lift = fenceq::BackoffLift {
+        queue: "q".into(),
+        at: T0 + 5_000,
+        by: Some("alice".into()),
+        note: Some("provider recovered".into()),
+        reason: "429".into(),
+    };
+    assert_eq!(other.last_backoff_lift("q").unwrap(), Some(lift.clone()), "seen by every handle");
+    let claimed = db.claim("q", "w", LEASE).unwrap().expect("claimable at once");
+    db.complete(&claimed.token()).unwrap();
+    // A clear that lifts nothing records nothing; a back-off that ends by itself neither.
+    assert!(!db.operator("bob").clear_backoff("q").unwrap());
+    let token = db.take("w").token();
+    db.snooze(&token, Snooze::new(Duration::from_secs(1)).scope(BackoffScope::Queue).reason("503")).unwrap();
+    db.advance(Duration::from_secs(2));
+    assert!(!db.clear_backoff("q").unwrap());
+    assert_eq!(db.last_backoff_lift("q").unwrap(), Some(lift));
+    assert_eq!(db.last_backoff_lift("other").unwrap(), None);
+    // An unnamed lift replaces the last one.
+    let token = db.take("w").token();
+    db.snooze(&token, Snooze::new(Duration::from_secs(60)).scope(BackoffScope::Queue).reason("slow down")).unwrap();
+    assert!(db.clear_backoff("q").unwrap());
+    let unnamed = db.last_backoff_lift("q").unwrap().expect("recorded");
+    assert_eq!((unnamed.by, unnamed.note, unnamed.reason.as_str()), (None, None, "slow down"));
+    assert!(matches!(db.last_backoff_lift(""), Err(Error::InvalidInput { .. })));
 }
 
 /// Found by the reference model: a back-off's `since` (when it was last set) was the queue's
