@@ -212,6 +212,9 @@ fn one_round(o: &BenchOptions, out: &mut Sink<'_>) -> CliResult<()> {
         // One producer, one enqueue per job, then a pool of one worker on those jobs,
         // beside the raw loop with one operation per transaction.
         raw_loop(o, 1, out)?;
+        // The cheapest raw insert: one autocommit statement per job, no explicit transaction.
+        let autocommit = s::raw_enqueue_per_commit(&o.fresh("raw_autocommit"), n, o.sync)?;
+        out(Figure::rate("raw_sqlite/intake/autocommit", autocommit))?;
         let queue = s::open(&o.fresh("one_per_call"), o.sync, 3)?;
         let (rate, latency) = s::enqueue_one_per_call(&queue, n)?;
         out(Figure::rate("fenceq/intake/enqueue_1_per_call", rate))?;
@@ -379,6 +382,12 @@ fn ratio_specs(o: &BenchOptions) -> Vec<RatioSpec> {
     };
     let mut specs = vec![
         spec("intake 1/call ÷ raw 1/tx", "fenceq/intake/enqueue_1_per_call", "raw_sqlite/intake/1_per_tx", Some(0.9)),
+        spec(
+            "intake 1/call ÷ raw autocommit INSERT",
+            "fenceq/intake/enqueue_1_per_call",
+            "raw_sqlite/intake/autocommit",
+            Some(0.85),
+        ),
         spec(
             "intake batch 100 ÷ raw 100/tx",
             "fenceq/intake/enqueue_batch_100",

@@ -230,8 +230,9 @@ pub fn raw_claim_64_settle_64(path: &Path, jobs: u64) -> CliResult<f64> {
     Ok(done as f64 / started.elapsed().as_secs_f64())
 }
 
-/// Raw single-row INSERTs, one autocommit statement each, from one thread (the `FULL`
-/// baseline: one commit, so one sync, per job).
+/// Raw single-row INSERTs, one autocommit statement each, from one thread: the cheapest raw
+/// intake (no `BEGIN`, no `COMMIT` statement), and the `FULL` baseline (one commit, so one
+/// sync, per job).
 pub fn raw_enqueue_per_commit(path: &Path, jobs: u64, sync: Synchronous) -> CliResult<f64> {
     let conn = raw_connection(path, sync)?;
     let started = Instant::now();
