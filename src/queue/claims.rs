@@ -62,9 +62,10 @@ impl<S: Store> Queue<S> {
         results.pop().unwrap_or_else(|| Err(Error::domain("internal: renew_all gave no result")))
     }
 
-    /// Renews many leases in one transaction (a worker pool's heartbeat round): one result
-    /// per token, in order. A token that lost its job gets `OwnershipLost` without failing
-    /// the others.
+    /// Renews many leases in one transaction: one result per token, in order. A token that
+    /// lost its job gets `OwnershipLost` without failing the others. On PostgreSQL each
+    /// renewal holds its job's row until the commit, so a settle of one of the jobs waits for
+    /// the whole call; a worker pool's heartbeat renews its leases one call each for that.
     ///
     /// # Errors
     ///

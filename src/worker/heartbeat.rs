@@ -1,5 +1,10 @@
-//! The heartbeat: renews every lease the pool holds (running or prefetched) in one
-//! transaction per round, and marks a lease lost when its renewal is refused.
+//! The heartbeat: renews every lease the pool holds (running or prefetched), each in a
+//! transaction of its own, and marks a lease lost when its renewal is refused.
+//!
+//! One transaction per lease, not one per round: on a store with row locks (PostgreSQL) a
+//! renewal holds its job's row until it commits, so a round in one transaction would hold
+//! every row it renewed while it waits for the next (a settle in progress, a busy server),
+//! and every settle of those jobs would wait for the whole round.
 //!
 //! Apart because it runs on its own thread and clock, and touches only the in-flight set and
 //! the leases, never the job channel.
@@ -15,7 +20,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Renews every in-flight lease in one transaction per round until told to stop.
+/// Renews every in-flight lease, one transaction each, once per `every`, until told to stop.
 pub(super) fn heartbeat<S: Store>(shared: &Shared<S>, every: Duration, stop: Receiver<()>) {
     loop {
         select! {
@@ -31,41 +36,44 @@ pub(super) fn heartbeat<S: Store>(shared: &Shared<S>, every: Duration, stop: Rec
             })
             .map(|(token, lease)| (*token, lease.clone()))
             .collect();
-        if in_flight.is_empty() {
-            continue;
-        }
-        let tokens: Vec<ClaimToken> = in_flight.iter().map(|(t, _)| *t).collect();
-        match shared.queue.renew_all(&tokens, shared.lease) {
-            Ok(results) => {
-                for ((token, lease), result) in in_flight.iter().zip(results) {
-                    match result {
-                        Ok(until) => lease.until.store(until, Ordering::SeqCst),
-                        // Settled (or being or been completed by its handler, or handed back)
-                        // while this round ran: nothing was lost. `completing` is read first:
-                        // the handler sets `completed` before it clears `completing`, so one
-                        // of the two is seen.
-                        Err(_)
-                            if lease.completing.load(Ordering::SeqCst)
-                                || lease.completed.load(Ordering::SeqCst)
-                                || lease.let_go()
-                                || !shared.in_flight.lock().contains_key(token) => {}
-                        // The row still carries this exact claim and is completed: the handler
-                        // completed it with the attempt's own token (`Queue::complete_with`).
-                        Err(Error::OwnershipLost { reason: LostReason::NotRunning(JobState::Completed), .. }) => {
-                            lease.completed.store(true, Ordering::SeqCst);
-                        }
-                        Err(e) => {
-                            lease.lost.store(true, Ordering::SeqCst);
-                            bump(&shared.counters.renewals_failed);
-                            tracing::warn!(job = %token.id, attempt = token.attempt, error = %e, "lease lost");
-                        }
-                    }
+        for (token, lease) in &in_flight {
+            let renewed = shared.queue.renew_all(std::slice::from_ref(token), shared.lease).and_then(|mut results| {
+                results.pop().ok_or_else(|| Error::domain("internal: renew_all gave no result"))
+            });
+            match renewed {
+                Ok(Ok(until)) => lease.until.store(until, Ordering::SeqCst),
+                Ok(Err(refused)) => refusal(shared, token, lease, refused),
+                // A storage error (the store down, busy past its timeout): the rest of the
+                // round would wait the same way, so it ends here and the next round tries again.
+                Err(e) => {
+                    bump(&shared.counters.errors);
+                    tracing::error!(queue = %shared.queue_name, error = %e, "heartbeat round failed");
+                    break;
                 }
             }
-            Err(e) => {
-                bump(&shared.counters.errors);
-                tracing::error!(queue = %shared.queue_name, error = %e, "heartbeat round failed");
-            }
+        }
+    }
+}
+
+/// What a refused renewal of `token` means for its lease.
+fn refusal<S: Store>(shared: &Shared<S>, token: &ClaimToken, lease: &Lease, refused: Error) {
+    match refused {
+        // Settled (or being or been completed by its handler, or handed back) while this
+        // round ran: nothing was lost. `completing` is read first: the handler sets
+        // `completed` before it clears `completing`, so one of the two is seen.
+        _ if lease.completing.load(Ordering::SeqCst)
+            || lease.completed.load(Ordering::SeqCst)
+            || lease.let_go()
+            || !shared.in_flight.lock().contains_key(token) => {}
+        // The row still carries this exact claim and is completed: the handler completed it
+        // with the attempt's own token (`Queue::complete_with`).
+        Error::OwnershipLost { reason: LostReason::NotRunning(JobState::Completed), .. } => {
+            lease.completed.store(true, Ordering::SeqCst);
+        }
+        e => {
+            lease.lost.store(true, Ordering::SeqCst);
+            bump(&shared.counters.renewals_failed);
+            tracing::warn!(job = %token.id, attempt = token.attempt, error = %e, "lease lost");
         }
     }
 }

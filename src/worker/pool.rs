@@ -1,5 +1,5 @@
 //! The worker pool: one dispatcher thread, worker threads that run the handler, and a
-//! heartbeat thread that renews every in-flight lease in one transaction per round.
+//! heartbeat thread that renews every in-flight lease, one short transaction each.
 //!
 //! The dispatcher settles and claims in one request: every attempt that finished since its
 //! last round is settled, and as many jobs as there are free slots (workers plus prefetch)

@@ -795,6 +795,69 @@ fn a_heartbeat_round_that_waited_for_a_row_lock_does_not_revive_a_lease_seen_exp
     assert!(matches!(late, Err(Error::OwnershipLost { .. })), "the refused token settled after all: {late:?}");
 }
 
+/// Found by the long-horizon bench (`fenceq-bench --only long_horizon`): a pool's heartbeat
+/// renewed every lease in one transaction, so while one renewal waited for a job's row (a
+/// settle in progress, a busy server) the round held every row it had renewed until then, and
+/// settles of those jobs stalled for seconds behind the whole round. The heartbeat now renews
+/// each lease in a transaction of its own: while it waits for one row, it holds no other.
+#[test]
+fn a_heartbeat_waiting_for_one_jobs_row_holds_no_other() {
+    let Some(s) = Scratch::new() else { return };
+    let q = s.open();
+    let ids: Vec<i64> =
+        q.enqueue_batch((0..8u8).map(|n| NewJob::new("q", vec![n]))).unwrap().iter().map(|e| e.id().0).collect();
+    let (started_tx, started) = std::sync::mpsc::channel::<()>();
+    let (release_tx, release) = std::sync::mpsc::channel::<()>();
+    let release = std::sync::Mutex::new(release);
+    let pool = WorkerPool::builder(q.clone(), "q")
+        .workers(8)
+        .lease(Duration::from_secs(30))
+        .renew_every(Duration::from_millis(50))
+        .handler(move |_| {
+            started_tx.send(()).unwrap();
+            release.lock().unwrap().recv_timeout(Duration::from_secs(120)).expect("released");
+            Outcome::Complete
+        })
+        .start()
+        .unwrap();
+    for _ in 0..ids.len() {
+        started.recv_timeout(Duration::from_secs(60)).expect("every job's handler started");
+    }
+    // Another transaction holds one job's row, as a settle in progress would.
+    let held = ids[3];
+    let mut holder = s.raw();
+    let holder_pid = scalar(&mut holder, "SELECT pg_backend_pid()::bigint AS n");
+    holder.batch_execute(&format!("BEGIN; SELECT 1 FROM fenceq_jobs WHERE id = {held} FOR UPDATE")).unwrap();
+    let mut watcher = s.raw();
+    wait_for("a heartbeat renewal to wait for the held row", WAIT_BOUND, || {
+        let blocked =
+            format!("SELECT count(*) AS n FROM pg_stat_activity WHERE {holder_pid} = ANY(pg_blocking_pids(pid))");
+        scalar(&mut watcher, &blocked) > 0
+    });
+    // Nothing else runs (every handler waits, nothing is pending): a row lock on any other
+    // job would be the waiting heartbeat's.
+    let others: Vec<String> = ids.iter().filter(|&&id| id != held).map(i64::to_string).collect();
+    let mut prober = s.raw();
+    let probe = prober.batch_execute(&format!(
+        "BEGIN; SELECT 1 FROM fenceq_jobs WHERE id IN ({}) FOR UPDATE NOWAIT; ROLLBACK",
+        others.join(", ")
+    ));
+    if probe.is_err() {
+        let _ = prober.batch_execute("ROLLBACK");
+    }
+    holder.batch_execute("ROLLBACK").unwrap();
+    for _ in 0..ids.len() {
+        release_tx.send(()).unwrap();
+    }
+    assert!(probe.is_ok(), "the waiting heartbeat held another job's row: {probe:?}");
+    assert!(pool.wait_drained(Duration::from_secs(60)).unwrap(), "every job settled");
+    let report = pool.shutdown(Duration::from_secs(30)).unwrap();
+    assert!(report.still_running.is_empty());
+    for id in ids {
+        assert_eq!(q.job(fenceq::JobId(id)).unwrap().unwrap().state, fenceq::JobState::Completed, "job {id}");
+    }
+}
+
 /// The same run's other way to revive a refused token: the heartbeat round renews x (live
 /// at its instant) and goes on to the next token, whose row lock makes it wait, so x's
 /// renewal is written but not committed. An owned check of x meanwhile, at a later instant
