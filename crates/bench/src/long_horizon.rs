@@ -18,12 +18,13 @@
 //!
 //! Per phase it reports the offered, enqueued and completed rates, pickup p50/p95/p99/max
 //! (HDR, by the phase the job was enqueued in), the enqueue call's p99, `Queue::stats()`
-//! timed once a second (median, max), and at the phase's end `pgstattuple`'s dead tuples and
-//! the sizes of `fenceq_jobs` and each of its indexes, with the autovacuum and checkpoint
-//! counts. A separate connection samples `pg_stat_activity` every [`SAMPLE_EVERY`]: the
-//! wait events of the pool's busy backends (`wait_event_type:wait_event`; `CPU` for an
-//! active backend without one, `idle in transaction` between the statements of a
-//! transaction) give each phase's top [`TOP_WAITS`]. Every second whose jobs' pickup p99
+//! timed once a second (median, max), `pgstattuple`'s dead tuples every
+//! [`PGSTATTUPLE_EVERY`] seconds, and at the phase's end the sizes of `fenceq_jobs` and each of
+//! its indexes, with the autovacuum and checkpoint counts. A separate connection samples `pg_stat_activity` every [`SAMPLE_EVERY`]: the
+//! wait events of the pool's busy backends (`wait_event_type:wait_event`; `CPU` and the
+//! start of the statement for an active backend without one, `idle in transaction` between
+//! the statements of a transaction, and for a lock wait the backends that hold it up) give
+//! each phase's top [`TOP_WAITS`]. Every second whose jobs' pickup p99
 //! exceeds [`SPIKE_P99`] is listed with the wait events sampled in it, so that a tail spike
 //! can be placed in time.
 //!
@@ -100,8 +101,9 @@ const TABLE_ACTIVITY: &str = "SELECT n_dead_tup, autovacuum_count FROM pg_stat_u
 const CHECKPOINTS_BEFORE_17: &str = "SELECT checkpoints_timed + checkpoints_req AS n FROM pg_stat_bgwriter";
 const CHECKPOINTS_SINCE_17: &str = "SELECT num_timed + num_requested AS n FROM pg_stat_checkpointer";
 /// The pool's busy backends (its `application_name`) and whether an autovacuum worker runs
-/// in this database. A lock wait names the start of the statement that waits and what
-/// holds it up: each blocking backend's name, state and the start of its last statement.
+/// in this database. A backend on the CPU (active without a wait event) names the start of
+/// its statement; a lock wait names the start of the statement that waits and what holds it
+/// up: each blocking backend's name, state and the start of its last statement.
 const ACTIVITY_SAMPLE: &str = "SELECT (a.backend_type = 'autovacuum worker') AS autovacuum,
             CASE WHEN a.state = 'idle in transaction' THEN 'idle in transaction'
                  WHEN a.wait_event_type = 'Lock' THEN
@@ -112,7 +114,8 @@ const ACTIVITY_SAMPLE: &str = "SELECT (a.backend_type = 'autovacuum worker') AS 
                                     || ' ' || b.state || ' (' || left(regexp_replace(b.query, '\\s+', ' ', 'g'), 40) || ')',
                                     '; ')
                          FROM pg_stat_activity b WHERE b.pid = ANY (pg_blocking_pids(a.pid))), '?')
-                 ELSE coalesce(a.wait_event_type || ':' || a.wait_event, 'CPU') END AS event
+                 WHEN a.wait_event IS NULL THEN 'CPU (' || left(regexp_replace(a.query, '\\s+', ' ', 'g'), 30) || ')'
+                 ELSE a.wait_event_type || ':' || a.wait_event END AS event
      FROM pg_stat_activity a
      WHERE a.datname = current_database()
        AND ((a.application_name = $1 AND a.state IN ('active', 'idle in transaction'))
@@ -133,16 +136,18 @@ pub struct Settings {
     pub workers: usize,
     /// Seconds of each phase, in [`Phase::ALL`]'s order (0 leaves it out).
     pub phase_secs: [u64; 4],
+    /// The pool's lease (its heartbeat renews every third of it).
+    pub lease: Duration,
 }
 
 impl Settings {
-    /// `--horizon-rate`, `--horizon-workers` and `--phase-secs` (one value for every phase,
-    /// or four: clean, idle in transaction, readers, recovery).
+    /// `--horizon-rate`, `--horizon-workers`, `--phase-secs` (one value for every phase,
+    /// or four: clean, idle in transaction, readers, recovery) and `--horizon-lease-secs`.
     ///
     /// # Errors
     ///
     /// A `--phase-secs` of another length, or one whose phases are all 0.
-    pub fn new(rate: u64, workers: u64, phase_secs: &[u64]) -> CliResult<Settings> {
+    pub fn new(rate: u64, workers: u64, phase_secs: &[u64], lease_secs: u64) -> CliResult<Settings> {
         let phase_secs = match *phase_secs {
             [all] => [all; 4],
             [clean, idle, readers, recovery] => [clean, idle, readers, recovery],
@@ -155,7 +160,7 @@ impl Settings {
         if phase_secs.iter().all(|&s| s == 0) {
             return Err(fail("--phase-secs: at least one phase longer than 0 s"));
         }
-        Ok(Settings { rate, workers: workers as usize, phase_secs })
+        Ok(Settings { rate, workers: workers as usize, phase_secs, lease: Duration::from_secs(lease_secs) })
     }
 
     fn total_secs(&self) -> u64 {
@@ -484,6 +489,7 @@ fn measure(
         let shared = shared.clone();
         WorkerPool::builder(queue.clone(), QUEUE)
             .workers(settings.workers)
+            .lease(settings.lease)
             .handler(move |attempt| {
                 shared.picked_up(attempt.payload());
                 std::thread::sleep(HANDLER_SLEEP);
@@ -941,6 +947,7 @@ fn settings_json(settings: &Settings, server: &Server) -> Value {
         "offered_per_s": settings.rate,
         "workers": settings.workers,
         "phase_secs": settings.phase_secs,
+        "lease_secs": settings.lease.as_secs(),
         "server_version": server.version,
         "autovacuum": server.autovacuum,
     })
@@ -1117,10 +1124,11 @@ fn print_report(
     }
     ctx.out.table(&table)?;
     ctx.out.line(format!(
-        "offered {} jobs/s, {} workers, handler {} ms, payload {} B, batches of up to {} every {} ms; on {db} \
-         (PostgreSQL {}, autovacuum={}); nothing pruned during the run",
+        "offered {} jobs/s, {} workers (lease {} s), handler {} ms, payload {} B, batches of up to {} every {} ms; \
+         on {db} (PostgreSQL {}, autovacuum={}); nothing pruned during the run",
         settings.rate,
         settings.workers,
+        settings.lease.as_secs(),
         HANDLER_SLEEP.as_millis(),
         PAYLOAD_BYTES,
         MAX_BATCH,

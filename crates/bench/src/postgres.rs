@@ -211,7 +211,12 @@ pub fn run(args: &BenchArgs, ctx: &mut Context) -> CliResult<()> {
     }
     let server = bench.server_settings()?;
     if args.only.iter().any(|o| o == crate::report::LONG_HORIZON) {
-        let settings = crate::long_horizon::Settings::new(args.horizon_rate, args.horizon_workers, &args.phase_secs)?;
+        let settings = crate::long_horizon::Settings::new(
+            args.horizon_rate,
+            args.horizon_workers,
+            &args.phase_secs,
+            args.horizon_lease_secs,
+        )?;
         let url = bench.url.clone();
         let result = crate::long_horizon::run(&mut |what| bench.scratch(what), &url, &settings, ctx);
         let dropped = bench.drop_schemas();

@@ -75,6 +75,10 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_values_t = [60, 90, 60, 60],
           value_parser = clap::value_parser!(u64).range(0..=3600))]
     pub phase_secs: Vec<u64>,
+    /// The long_horizon step's lease, seconds (the pool's heartbeat renews every third of it;
+    /// the pool's default is 30).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub horizon_lease_secs: u64,
 }
 
 impl BenchArgs {
