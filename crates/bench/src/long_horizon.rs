@@ -114,7 +114,7 @@ const ACTIVITY_SAMPLE: &str = "SELECT (a.backend_type = 'autovacuum worker') AS 
                                     || ' ' || b.state || ' (' || left(regexp_replace(b.query, '\\s+', ' ', 'g'), 40) || ')',
                                     '; ')
                          FROM pg_stat_activity b WHERE b.pid = ANY (pg_blocking_pids(a.pid))), '?')
-                 WHEN a.wait_event IS NULL THEN 'CPU (' || left(regexp_replace(a.query, '\\s+', ' ', 'g'), 30) || ')'
+                 WHEN a.wait_event IS NULL THEN 'CPU (' || left(regexp_replace(a.query, '\\s+', ' ', 'g'), 50) || ')'
                  ELSE a.wait_event_type || ':' || a.wait_event END AS event
      FROM pg_stat_activity a
      WHERE a.datname = current_database()
