@@ -38,6 +38,8 @@
 
 mod guards;
 mod held_rate;
+#[cfg(feature = "postgres")]
+mod long_horizon;
 mod output;
 mod pickup;
 #[cfg(feature = "postgres")]

@@ -198,7 +198,7 @@ pub fn run(args: &BenchArgs, ctx: &mut Context) -> CliResult<()> {
         created: Vec::new(),
     };
     // The steps measured on their own, outside the table's columns.
-    const ONE_OFF: [&str; 2] = ["rate", "pickup"];
+    const ONE_OFF: [&str; 3] = ["rate", "pickup", crate::report::LONG_HORIZON];
     let selected = |step: &str| args.only.is_empty() || args.only.iter().any(|o| o == step);
     if let Some(other) = args
         .only
@@ -206,10 +206,23 @@ pub fn run(args: &BenchArgs, ctx: &mut Context) -> CliResult<()> {
         .find(|o| !Column::ALL.iter().any(|c| c.steps().contains(&o.as_str())) && !ONE_OFF.contains(&o.as_str()))
     {
         return Err(fail(format!(
-            "--only {other}: not measured on PostgreSQL (steps there: intake, pool, end_to_end, flow, rate, pickup)"
+            "--only {other}: not measured on PostgreSQL (steps there: intake, pool, end_to_end, flow, rate, pickup, long_horizon)"
         )));
     }
     let server = bench.server_settings()?;
+    if args.only.iter().any(|o| o == crate::report::LONG_HORIZON) {
+        let settings = crate::long_horizon::Settings::new(
+            args.horizon_rate,
+            args.horizon_workers,
+            &args.phase_secs,
+            args.horizon_lease_secs,
+        )?;
+        let url = bench.url.clone();
+        let result = crate::long_horizon::run(&mut |what| bench.scratch(what), &url, &settings, ctx);
+        let dropped = bench.drop_schemas();
+        result?;
+        return dropped;
+    }
     if args.only.iter().any(|o| o == "pickup") {
         let sizes = (bench.url.clone(), bench.jobs, bench.workers, bench.rounds);
         let result =

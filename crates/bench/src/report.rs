@@ -18,6 +18,9 @@ pub enum SyncArg {
     Full,
 }
 
+/// The `--only` step of the long-horizon scenario (PostgreSQL only: `long_horizon.rs`).
+pub(crate) const LONG_HORIZON: &str = "long_horizon";
+
 /// The bench's own options (beside `--db`, `--schema` and `--json`).
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -51,7 +54,9 @@ pub struct BenchArgs {
     /// Run only these steps (comma-separated): intake, pool, end_to_end, webhook, claim,
     /// batch_1000, full, guards, latency, flow (the pool under limits it never reaches; with
     /// latency, the claim on a queue of groups), rate (a rate held by four processes), pickup
-    /// (enqueue to handler at a fixed rate, the producer in this process and in another).
+    /// (enqueue to handler at a fixed rate, the producer in this process and in another),
+    /// long_horizon (PostgreSQL only, never in a run without --only: minutes of a fixed rate
+    /// through a clean phase, an idle-in-transaction session, readers and a recovery).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Measure only these schema variants in the guards step (comma-separated; all when
@@ -59,13 +64,28 @@ pub struct BenchArgs {
     /// --toggle-collect='*guards::measure*'` count its instructions per phase.
     #[arg(long, value_delimiter = ',')]
     pub guard: Vec<String>,
+    /// The long_horizon step's offered rate, jobs/s (one producer, batched).
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub horizon_rate: u64,
+    /// The long_horizon step's workers (one pool).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub horizon_workers: u64,
+    /// The long_horizon step's phases, seconds: clean,idle_in_transaction,readers,recovery
+    /// (one value for every phase; 0 leaves a phase out).
+    #[arg(long, value_delimiter = ',', default_values_t = [60, 90, 60, 60],
+          value_parser = clap::value_parser!(u64).range(0..=3600))]
+    pub phase_secs: Vec<u64>,
+    /// The long_horizon step's lease, seconds (the pool's heartbeat renews every third of it;
+    /// the pool's default is 30).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub horizon_lease_secs: u64,
 }
 
 impl BenchArgs {
     /// Runs every round; with --json one JSON line per figure of each round as it is
     /// measured, then one line per summary; else tables at the end.
     pub fn run(self, ctx: &mut Context) -> CliResult<()> {
-        if let Some(unknown) = self.only.iter().find(|o| !STEPS.contains(&o.as_str())) {
+        if let Some(unknown) = self.only.iter().find(|o| !STEPS.contains(&o.as_str()) && *o != LONG_HORIZON) {
             return Err(fail(format!("--only: no step named {unknown:?} (steps: {})", STEPS.join(", "))));
         }
         let variants: Vec<&str> = guards::variants().iter().map(|v| v.name).collect();
@@ -75,6 +95,9 @@ impl BenchArgs {
         #[cfg(feature = "postgres")]
         if ctx.is_postgres() {
             return crate::postgres::run(&self, ctx);
+        }
+        if self.only.iter().any(|o| o == LONG_HORIZON) {
+            return Err(fail("--only long_horizon runs on PostgreSQL only: give a postgres:// --db"));
         }
         let dir = ctx.db.clone().unwrap_or_else(rounds::default_dir);
         let options = BenchOptions {

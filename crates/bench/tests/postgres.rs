@@ -205,3 +205,46 @@ fn the_pickup_step_on_postgres_reports_each_figure_and_leaves_no_schema() {
     }
     assert!(s.schemas().is_empty(), "scratch schemas left behind: {:?}", s.schemas());
 }
+
+#[test]
+fn the_long_horizon_step_reports_every_phase_and_leaves_no_schema() {
+    let Some(s) = Scratch::new() else { return };
+    let refused = s.run(&["--only", "long_horizon", "--phase-secs", "1,2"]);
+    assert_eq!(refused.code, Some(1), "stdout: {}", refused.stdout);
+    assert!(refused.stderr.contains("--phase-secs"), "{}", refused.stderr);
+    let args =
+        ["--json", "--only", "long_horizon", "--phase-secs", "1", "--horizon-rate", "200", "--horizon-workers", "2"];
+    let lines = s.run(&args).json_lines();
+    let (figures, goals): (Vec<&Value>, Vec<&Value>) = lines.iter().partition(|l| l.get("summary").is_none());
+    let value = |phase: &str, metric: &str| -> f64 {
+        let scenario = format!("postgres/long_horizon/{phase}/{metric}");
+        let line = figures.iter().find(|l| l["scenario"] == scenario.as_str());
+        line.unwrap_or_else(|| panic!("no {scenario} in {lines:?}"))["value"].as_f64().unwrap()
+    };
+    // In order of first appearance (the spike seconds, if any, come after every phase).
+    let mut phases: Vec<&str> = Vec::new();
+    for phase in figures.iter().map(|l| l["phase"].as_str().unwrap()) {
+        if !phases.contains(&phase) {
+            phases.push(phase);
+        }
+    }
+    assert_eq!(phases, ["clean", "idle_in_transaction", "readers", "recovery"]);
+    for phase in phases {
+        assert_eq!(value(phase, "offered"), 200.0);
+        assert!(value(phase, "seconds") >= 1.0, "{phase}");
+        assert!(value(phase, "enqueued") > 0.0 && value(phase, "completed") > 0.0, "{phase}");
+        assert!(value(phase, "picked_up") >= 1.0, "{phase}");
+        let (p50, p95, p99) = (value(phase, "pickup_p50"), value(phase, "pickup_p95"), value(phase, "pickup_p99"));
+        assert!(0.0 < p50 && p50 <= p95 && p95 <= p99, "{phase}: {p50} {p95} {p99}");
+        assert!(value(phase, "table_bytes") > 0.0, "{phase}");
+        assert!(value(phase, "dead_tuples") >= 0.0, "{phase}");
+        assert!(value(phase, "index_bytes/fenceq_jobs_claim") > 0.0, "{phase}");
+        assert!(value(phase, "stats_max") >= value(phase, "stats_median"), "{phase}");
+        assert!(value(phase, "rows") >= 1.0, "{phase}");
+    }
+    assert!(value("readers", "reader_transactions") >= 4.0);
+    let goal_names: Vec<&str> = goals.iter().map(|g| g["goal"].as_str().unwrap()).collect();
+    assert!(goal_names.contains(&"clean: dead tuples, most pgstattuple counted"), "{goal_names:?}");
+    assert!(goals.iter().all(|g| g["met"].is_boolean()), "{goals:?}");
+    assert!(s.schemas().is_empty(), "scratch schemas left behind: {:?}", s.schemas());
+}
