@@ -285,7 +285,7 @@ impl Store for PostgresStore {
         let groups = rows.iter().filter_map(|r| r.group.release_due()).collect();
         release_groups(tx, groups, now)?;
         let mut completed: std::collections::HashSet<(i64, i32, uuid::Uuid)> =
-            rows.into_iter().map(|r| (r.id, r.attempt, r.claim_id)).collect();
+            rows.into_iter().map(|r| (r.token.id, r.token.attempt, r.token.claim_id)).collect();
         // The first listing of the exact token that completed its row reports it; any other
         // (a repeat, another token of the job) is what its own call would find: not owned.
         Ok(tokens.iter().map(|t| completed.remove(&(t.id.0, attempt(t.attempt), t.claim_id.0))).collect())
@@ -1283,14 +1283,21 @@ impl GroupRow {
     }
 }
 
+/// A claim token's columns (`id`, `attempt`, `claim_id`) as a statement returns them.
+#[derive(QueryableByName)]
+pub(super) struct TokenRow {
+    #[diesel(sql_type = BigInt)]
+    pub(super) id: i64,
+    #[diesel(sql_type = Integer)]
+    pub(super) attempt: i32,
+    #[diesel(sql_type = SqlUuid)]
+    pub(super) claim_id: uuid::Uuid,
+}
+
 #[derive(QueryableByName)]
 struct CompletedRow {
-    #[diesel(sql_type = BigInt)]
-    id: i64,
-    #[diesel(sql_type = Integer)]
-    attempt: i32,
-    #[diesel(sql_type = SqlUuid)]
-    claim_id: uuid::Uuid,
+    #[diesel(embed)]
+    token: TokenRow,
     #[diesel(embed)]
     group: GroupRow,
 }

@@ -4,6 +4,7 @@
 //! limited claim's reads of the starts log read a few rows (or the rate's count), not the log;
 //! the batched settle reads its rows by key, not the index of running rows.
 
+use super::jobs::TokenRow;
 use super::statements::{
     CLAIM, COMPLETE_MANY_IF_OWNED, COMPLETIONS_PER_MINUTE, GROUP_NEEDS_RELEASE, KEPT_STARTS, QUEUE_STARTS,
     RELEASE_GROUP,
@@ -240,16 +241,7 @@ fn the_batched_settle_reads_its_rows_by_key_not_the_running_rows_index() {
          ANALYZE fenceq_jobs;",
     )
     .unwrap();
-    #[derive(QueryableByName)]
-    struct Running {
-        #[diesel(sql_type = BigInt)]
-        id: i64,
-        #[diesel(sql_type = Integer)]
-        attempt: i32,
-        #[diesel(sql_type = SqlUuid)]
-        claim_id: uuid::Uuid,
-    }
-    let running: Vec<Running> =
+    let running: Vec<TokenRow> =
         sql_query("SELECT id, attempt, claim_id FROM fenceq_jobs WHERE state = 'running'").load(&mut raw).unwrap();
     assert_eq!(running.len(), 64);
     let mut plan = Vec::new();
