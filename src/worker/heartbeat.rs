@@ -37,12 +37,10 @@ pub(super) fn heartbeat<S: Store>(shared: &Shared<S>, every: Duration, stop: Rec
             .map(|(token, lease)| (*token, lease.clone()))
             .collect();
         for (token, lease) in &in_flight {
-            let renewed = shared.queue.renew_all(std::slice::from_ref(token), shared.lease).and_then(|mut results| {
-                results.pop().ok_or_else(|| Error::domain("internal: renew_all gave no result"))
-            });
-            match renewed {
-                Ok(Ok(until)) => lease.until.store(until, Ordering::SeqCst),
-                Ok(Err(refused)) => refusal(shared, token, lease, refused),
+            // A renewal answers `OwnershipLost` for its token; any other error is the store's.
+            match shared.queue.renew(token, shared.lease) {
+                Ok(until) => lease.until.store(until, Ordering::SeqCst),
+                Err(refused @ Error::OwnershipLost { .. }) => refusal(shared, token, lease, refused),
                 // A storage error (the store down, busy past its timeout): the rest of the
                 // round would wait the same way, so it ends here and the next round tries again.
                 Err(e) => {
