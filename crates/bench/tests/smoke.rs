@@ -15,6 +15,7 @@ const PER_ROUND: &[&str] = &[
     "raw_sqlite/process/1_per_tx",
     "raw_sqlite/end_to_end/1_per_tx",
     "raw_sqlite/latency/insert_commit",
+    "raw_sqlite/intake/autocommit",
     "fenceq/intake/enqueue_1_per_call",
     "fenceq/latency/enqueue",
     "fenceq/process/1_worker",
@@ -168,6 +169,7 @@ fn every_bench_scenario_runs_in_every_round_and_is_summarised_once() {
     let target =
         |name: &str| ratios.iter().find(|r| r["ratio"] == name).unwrap_or_else(|| panic!("{name}"))["target"].clone();
     assert_eq!(target("intake 1/call ÷ raw 1/tx"), 0.9);
+    assert_eq!(target("intake 1/call ÷ raw autocommit INSERT"), 0.85);
     assert_eq!(target("intake batch 100 ÷ raw 100/tx"), 0.8);
     assert_eq!(target("claim_batch 64 ÷ raw batched claim"), 0.8);
     assert_eq!(target("webhook ÷ raw end to end 100/tx"), 0.6);
