@@ -656,7 +656,7 @@ pub type Wake = std::sync::Arc<dyn Fn(Option<&str>) + Send + Sync>;
 /// one list for every store, so that a version number means the same change everywhere.
 /// Each store pairs it with its own dialect's files, `schema/<store>/NNNN_<name>.sql`
 /// ([`migrations`]).
-pub(crate) const MIGRATION_NAMES: [&str; 12] = [
+pub(crate) const MIGRATION_NAMES: [&str; 13] = [
     "create_jobs",
     "add_claim_id",
     "durable_exhaustion",
@@ -669,6 +669,7 @@ pub(crate) const MIGRATION_NAMES: [&str; 12] = [
     "schedule_specs",
     "counted_starts",
     "backoff_lifts",
+    "settled_counts",
 ];
 
 /// The schema version this build writes and understands, in every store.

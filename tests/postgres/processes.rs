@@ -583,6 +583,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (10, "schedule_specs", include_str!("../../schema/postgres/0010_schedule_specs.sql")),
     (11, "counted_starts", include_str!("../../schema/postgres/0011_counted_starts.sql")),
     (12, "backoff_lifts", include_str!("../../schema/postgres/0012_backoff_lifts.sql")),
+    (13, "settled_counts", include_str!("../../schema/postgres/0013_settled_counts.sql")),
 ];
 
 /// Creates `schema` at version `level`, as an older build left it, with rows in every

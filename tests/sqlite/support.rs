@@ -94,6 +94,7 @@ pub const SCHEMA: [&str; 12] = [
     include_str!("../../schema/sqlite/0010_schedule_specs.sql"),
     include_str!("../../schema/sqlite/0011_counted_starts.sql"),
     include_str!("../../schema/sqlite/0012_backoff_lifts.sql"),
+    include_str!("../../schema/sqlite/0013_settled_counts.sql"),
 ];
 
 /// Writes a database as a build of schema `version` left it, with three rows of `queue`

@@ -28,6 +28,7 @@ pub(crate) const MIGRATIONS: [Migration; MIGRATION_NAMES.len()] = migrations([
     include_str!("../../../schema/postgres/0010_schedule_specs.sql"),
     include_str!("../../../schema/postgres/0011_counted_starts.sql"),
     include_str!("../../../schema/postgres/0012_backoff_lifts.sql"),
+    include_str!("../../../schema/postgres/0013_settled_counts.sql"),
 ]);
 
 /// The schema version this build writes and understands (the same as SQLite's).
