@@ -578,3 +578,100 @@ fn every_owned_write_that_waited_for_a_renewal_is_judged_by_the_renewed_lease() 
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
+
+#[derive(QueryableByName, Debug, PartialEq)]
+struct SettledCount {
+    #[diesel(sql_type = Text)]
+    queue: String,
+    #[diesel(sql_type = Text)]
+    state: String,
+    #[diesel(sql_type = BigInt)]
+    count: i64,
+}
+
+/// The kept counts of settled rows, summed over their shards, against a count of the rows.
+fn kept_and_counted(raw: &mut PgConnection) -> (Vec<SettledCount>, Vec<SettledCount>) {
+    let kept = sql_query(
+        "SELECT queue, state, sum(count)::bigint AS count FROM fenceq_settled_counts
+         GROUP BY queue, state HAVING sum(count) <> 0 ORDER BY queue, state",
+    )
+    .load(raw)
+    .unwrap();
+    let counted = sql_query(
+        "SELECT queue, CASE WHEN state = 'exhausted' THEN 'acknowledged' ELSE state END AS state, count(*) AS count
+         FROM fenceq_jobs
+         WHERE state IN ('completed', 'cancelled') OR (state = 'exhausted' AND acknowledged_at IS NOT NULL)
+         GROUP BY 1, 2 ORDER BY 1, 2",
+    )
+    .load(raw)
+    .unwrap();
+    (kept, counted)
+}
+
+/// Schema 13 (`settled_counts`): `stats()` reads the settled states from counts the
+/// statements keep, not from the rows. The rows an older build settled are counted once by
+/// the upgrade, so `stats()` is the same across it; afterwards every statement that settles,
+/// acknowledges, replays or prunes keeps the counts equal to a count of the rows.
+#[test]
+fn schema_13_counts_the_settled_rows_written_before_it_and_every_settle_after() {
+    let Some(s) = Scratch::new() else { return };
+    let q = s.open();
+    let one_attempt = |queue: &str| NewJob::new(queue, b"x".to_vec()).max_attempts(1);
+    for queue in ["q", "r"] {
+        for _ in 0..6 {
+            q.enqueue(one_attempt(queue)).unwrap();
+        }
+    }
+    // In q: three completed (one of them through the batched settle), one cancelled, two
+    // exhausted, one of them acknowledged. In r: one completed, one cancelled.
+    let jobs = q.claim_batch("q", "w", LEASE, 6).unwrap();
+    q.complete(&jobs[0].token()).unwrap();
+    q.complete_all(&[jobs[1].token(), jobs[2].token()]).unwrap();
+    q.cancel(jobs[3].id()).unwrap();
+    q.exhaust(&jobs[4].token(), "gave up").unwrap();
+    q.exhaust(&jobs[5].token(), "gave up").unwrap();
+    q.acknowledge(&jobs[5].token()).unwrap();
+    q.acknowledge(&jobs[5].token()).unwrap(); // a repeat counts nothing
+    let r = q.claim_batch("r", "w", LEASE, 2).unwrap();
+    q.complete(&r[0].token()).unwrap();
+    q.cancel(r[1].id()).unwrap();
+    let before = q.stats().unwrap();
+    assert_eq!(
+        (before.queue("q").completed, before.queue("q").cancelled, before.queue("q").exhausted_acknowledged),
+        (3, 1, 1)
+    );
+    assert_eq!((before.queue("q").exhausted_unacknowledged, before.queue("r").pending), (1, 4));
+    let mut raw = s.raw();
+    let (kept, counted) = kept_and_counted(&mut raw);
+    assert_eq!(kept, counted);
+    drop(q);
+
+    // What a build of schema 12 leaves: the same rows, no counts.
+    raw.batch_execute("DROP TABLE fenceq_settled_counts; DELETE FROM fenceq_schema_version WHERE version = 13")
+        .unwrap();
+    let q = s.open();
+    assert_eq!(q.schema_version().unwrap(), SCHEMA_VERSION);
+    assert_eq!(q.stats().unwrap(), before, "the upgrade counted the rows settled before it");
+    let (kept, counted) = kept_and_counted(&mut raw);
+    assert_eq!(kept, counted);
+
+    // After it: a replay of the acknowledged exhaustion and an acknowledgement of the other,
+    // a resolved unknown, then retention deletes every settled row.
+    q.replay(jobs[5].id()).unwrap();
+    q.acknowledge_all("q", None).unwrap();
+    let unknown = q.claim("r", "w", LEASE).unwrap().unwrap();
+    q.mark_unknown(&unknown.token(), "timed out").unwrap();
+    q.resolve(&unknown.token(), fenceq::Resolution::Complete).unwrap();
+    let (kept, counted) = kept_and_counted(&mut raw);
+    assert_eq!(kept, counted);
+    let stats = q.stats().unwrap();
+    assert_eq!((stats.queue("q").exhausted_acknowledged, stats.queue("q").pending), (1, 1));
+    assert_eq!(stats.queue("r").completed, 2);
+    s.clock.advance(Duration::from_secs(3600));
+    let pruned = q.prune(&fenceq::Retention { older_than: Duration::from_secs(60), batch_size: 2 }).unwrap();
+    assert_eq!(pruned.settled + pruned.acknowledged, 8, "{pruned:?}");
+    let (kept, counted) = kept_and_counted(&mut raw);
+    assert_eq!((kept, counted), (vec![], vec![]));
+    let stats = q.stats().unwrap();
+    assert_eq!((stats.queue("q").completed, stats.queue("r").cancelled, stats.queue("q").pending), (0, 0, 1));
+}

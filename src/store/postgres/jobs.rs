@@ -420,13 +420,13 @@ impl Store for PostgresStore {
     fn prune_settled(tx: &PgTx, batch: Batch) -> Result<u64> {
         let Batch { until: horizon, limit: limit_ } = batch;
         let query = bound(PRUNE_SETTLED).bind::<BigInt, _>(horizon).bind::<BigInt, _>(limit(limit_));
-        Ok(count(tx, query)? as u64)
+        Ok(count_u64(tx.writing(|conn| query.one::<N>(conn))?.n))
     }
 
     fn prune_acknowledged(tx: &PgTx, batch: Batch) -> Result<u64> {
         let Batch { until: horizon, limit: limit_ } = batch;
         let query = bound(PRUNE_ACKNOWLEDGED).bind::<BigInt, _>(horizon).bind::<BigInt, _>(limit(limit_));
-        Ok(count(tx, query)? as u64)
+        Ok(count_u64(tx.writing(|conn| query.one::<N>(conn))?.n))
     }
 
     fn prune_preview(tx: &PgTx, horizon: i64) -> Result<(u64, u64)> {

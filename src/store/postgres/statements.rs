@@ -79,6 +79,35 @@ macro_rules! wake_listeners {
     };
 }
 
+/// A transition that moves rows into or out of a settled state, with the move of its counts
+/// (`fenceq_settled_counts`, read by `STATS`) in the same statement: `$ctes` ends with `moved`,
+/// the transition, whose `RETURNING` names each row's `counted_state` ('completed',
+/// 'cancelled', 'acknowledged', or NULL for a row that moves no count) and `counted` (+1 or
+/// -1). The counts are added to one shard per (queue, state), picked at random, so that
+/// concurrent settles rarely wait for each other's counter row; they are written in key order,
+/// so that two statements never take two counter rows in opposite orders. The statement then
+/// returns `$returning` of every moved row.
+macro_rules! counting_settled {
+    ($ctes:expr, $returning:expr) => {
+        concat!(
+            "WITH ",
+            $ctes,
+            ",
+    counted AS (
+        INSERT INTO fenceq_settled_counts AS c (queue, state, shard, count)
+        SELECT queue, counted_state, floor(random() * 64)::smallint, sum(counted)
+        FROM   moved
+        WHERE  counted_state IS NOT NULL
+        GROUP  BY queue, counted_state
+        ORDER  BY queue, counted_state
+        ON CONFLICT (queue, state, shard) DO UPDATE SET count = c.count + EXCLUDED.count)
+    SELECT ",
+            $returning,
+            " FROM moved"
+        )
+    };
+}
+
 stmt! {
     /// The channel a listener of this connection's schema listens on (see `wake_listeners!`).
     CHANNEL = "SELECT left('fenceq_' || current_schema(), 63) AS channel";
@@ -274,16 +303,21 @@ stmt! {
         owned_by_token!()
     );
 
-    COMPLETE_IF_OWNED = concat!(
-        "UPDATE fenceq_jobs
+    COMPLETE_IF_OWNED = counting_settled!(
+        concat!(
+            "moved AS (
+    UPDATE fenceq_jobs
     SET    state = 'completed', lease_until = NULL, settled_at = $4, ",
-        release_due!(),
-        "
+            release_due!(),
+            "
     WHERE  ",
-        owned_by_token!(),
-        unless_held_elsewhere!(),
-        "
+            owned_by_token!(),
+            unless_held_elsewhere!(),
+            "
     RETURNING ",
+            group_returned!(),
+            ", 'completed' AS counted_state, 1 AS counted)"
+        ),
         group_returned!()
     );
 
@@ -297,7 +331,8 @@ stmt! {
     /// with the test written plainly, it read that whole index and filtered it by id. Under an
     /// old snapshot (a transaction left open) that index keeps an entry for every job that ran
     /// since, which vacuum may not remove, and each settle then read them all.
-    COMPLETE_MANY_IF_OWNED = "
+    COMPLETE_MANY_IF_OWNED = counting_settled!(
+        "moved AS (
     UPDATE fenceq_jobs AS j
     SET    state = 'completed', lease_until = NULL, settled_at = $4,
            group_release_due = (j.group_name IS NOT NULL)
@@ -307,7 +342,10 @@ stmt! {
       AND  j.id IN (SELECT f.id FROM fenceq_jobs AS f
                     WHERE f.id = ANY($1) AND CASE WHEN f.state = 'running' THEN true ELSE false END
                     FOR UPDATE SKIP LOCKED)
-    RETURNING j.id, j.attempt, j.claim_id, j.queue, j.group_name, j.group_release_due";
+    RETURNING j.id, j.attempt, j.claim_id, j.queue, j.group_name, j.group_release_due,
+              'completed' AS counted_state, 1 AS counted)",
+        "id, attempt, claim_id, queue, group_name, group_release_due"
+    );
 
     /// Back to pending at `$5` with error `$6` while attempts are left (the constraint
     /// `pending_has_attempts_left` enforces it too).
@@ -388,31 +426,44 @@ stmt! {
     );
 
     /// Idempotent: a repeat changes nothing, not even the recorded decision (`$5` decision, `$6`
-    /// by, `$7` note).
-    ACKNOWLEDGE_IF_EXHAUSTED = concat!(
-        "
-    UPDATE fenceq_jobs
-    SET    acknowledged_at = coalesce(acknowledged_at, $4), ",
-        release_due!(),
-        ",
-           decision      = CASE WHEN acknowledged_at IS NULL THEN $5 ELSE decision END,
-           decided_at    = CASE WHEN acknowledged_at IS NULL THEN $4 ELSE decided_at END,
-           decided_by    = CASE WHEN acknowledged_at IS NULL THEN $6 ELSE decided_by END,
-           decision_note = CASE WHEN acknowledged_at IS NULL THEN $7 ELSE decision_note END
+    /// by, `$7` note), nor the count of acknowledged rows. The row is locked first (`old`), so
+    /// that whether it was acknowledged before is read from the version this statement changes.
+    ACKNOWLEDGE_IF_EXHAUSTED = counting_settled!(
+        concat!(
+            "old AS (
+    SELECT id, acknowledged_at IS NULL AS unacknowledged FROM fenceq_jobs
     WHERE  id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'exhausted'
-    RETURNING ",
+    FOR UPDATE),
+    moved AS (
+    UPDATE fenceq_jobs AS j
+    SET    acknowledged_at = coalesce(j.acknowledged_at, $4), ",
+            release_due!(),
+            ",
+           decision      = CASE WHEN j.acknowledged_at IS NULL THEN $5 ELSE j.decision END,
+           decided_at    = CASE WHEN j.acknowledged_at IS NULL THEN $4 ELSE j.decided_at END,
+           decided_by    = CASE WHEN j.acknowledged_at IS NULL THEN $6 ELSE j.decided_by END,
+           decision_note = CASE WHEN j.acknowledged_at IS NULL THEN $7 ELSE j.decision_note END
+    FROM   old
+    WHERE  j.id = old.id AND j.attempt = $2 AND j.claim_id = $3 AND j.state = 'exhausted'
+    RETURNING j.queue, j.group_name, j.group_release_due,
+              CASE WHEN old.unacknowledged THEN 'acknowledged' END AS counted_state, 1 AS counted)"
+        ),
         group_returned!()
     );
 
-    RESOLVE_COMPLETE_IF_UNKNOWN = concat!(
-        "
+    RESOLVE_COMPLETE_IF_UNKNOWN = counting_settled!(
+        concat!(
+            "moved AS (
     UPDATE fenceq_jobs
     SET    state = 'completed', settled_at = $4, ",
-        release_due!(),
-        ",
+            release_due!(),
+            ",
            decision = $5, decided_at = $4, decided_by = $6, decision_note = $7
     WHERE  id = $1 AND attempt = $2 AND claim_id = $3 AND state = 'unknown'
     RETURNING ",
+            group_returned!(),
+            ", 'completed' AS counted_state, 1 AS counted)"
+        ),
         group_returned!()
     );
 
@@ -448,54 +499,75 @@ stmt! {
 // Operators' changes by id: `$1` id, `$2` now, `$3` decision, `$4` by, `$5` note.
 
 stmt! {
-    ACKNOWLEDGE_JOB_IF_UNACKNOWLEDGED = concat!(
-        "
+    ACKNOWLEDGE_JOB_IF_UNACKNOWLEDGED = counting_settled!(
+        concat!(
+            "moved AS (
     UPDATE fenceq_jobs
     SET    acknowledged_at = $2, decision = $3, decided_at = $2, decided_by = $4, decision_note = $5, ",
-        release_due!(),
-        "
+            release_due!(),
+            "
     WHERE  id = $1 AND state = 'exhausted' AND acknowledged_at IS NULL
     RETURNING ",
+            group_returned!(),
+            ", 'acknowledged' AS counted_state, 1 AS counted)"
+        ),
         group_returned!()
     );
 
     /// A held job cancelled ends no hold (the expressions of `SET` read the row as it was), so
     /// its release is not due: cancelling a held job never waits for its group's lock.
-    CANCEL_IF_ACTIVE = concat!(
-        "
+    CANCEL_IF_ACTIVE = counting_settled!(
+        concat!(
+            "moved AS (
     UPDATE fenceq_jobs
     SET    state = 'cancelled', lease_until = NULL, wait_until = NULL, settled_at = $2,
            group_release_due = (group_name IS NOT NULL AND NOT group_held), group_held = false,
            decision = $3, decided_at = $2, decided_by = $4, decision_note = $5
     WHERE  id = $1 AND state IN ('pending', 'waiting', 'running')
     RETURNING ",
+            group_returned!(),
+            ", 'cancelled' AS counted_state, 1 AS counted)"
+        ),
         group_returned!()
     );
 
     /// Dead-letter redrive: a fresh attempt budget (and snooze count), due now (waking the
-    /// queue's listeners); the claim id keeps old tokens dead.
-    REPLAY_IF_EXHAUSTED = concat!(
-        "
-    UPDATE fenceq_jobs
+    /// queue's listeners); the claim id keeps old tokens dead. The row is locked first (`old`),
+    /// so that whether it leaves the count of acknowledged rows is read from the version this
+    /// statement changes.
+    REPLAY_IF_EXHAUSTED = counting_settled!(
+        concat!(
+            "old AS (
+    SELECT id, acknowledged_at IS NOT NULL AS acknowledged FROM fenceq_jobs
+    WHERE  id = $1 AND state = 'exhausted'
+    FOR UPDATE),
+    moved AS (
+    UPDATE fenceq_jobs AS j
     SET    state = 'pending', attempt = 0, snoozes = 0, run_at = $2, settled_at = NULL,
            exhausted_at = NULL, acknowledged_at = NULL, ",
-        reentry_held!(),
-        ",
+            reentry_held!(),
+            ",
            decision = $3, decided_at = $2, decided_by = $4, decision_note = $5
-    WHERE  id = $1 AND state = 'exhausted'
+    FROM   old
+    WHERE  j.id = old.id AND j.state = 'exhausted'
     RETURNING ",
-        wake_listeners!("queue"),
-        " AS woke, ",
-        group_returned!()
+            wake_listeners!("j.queue"),
+            " AS woke, j.queue, j.group_name, j.group_release_due,
+              CASE WHEN old.acknowledged THEN 'acknowledged' END AS counted_state, -1 AS counted)"
+        ),
+        concat!("woke, ", group_returned!())
     );
 
     /// Every unacknowledged exhaustion of queue `$1` (`$2` now, `$3` decision, `$4` by, `$5` note).
-    ACKNOWLEDGE_ALL = "
+    ACKNOWLEDGE_ALL = counting_settled!(
+        "moved AS (
     UPDATE fenceq_jobs
     SET    acknowledged_at = $2, decision = $3, decided_at = $2, decided_by = $4, decision_note = $5,
            group_release_due = (group_name IS NOT NULL)
     WHERE  queue = $1 AND state = 'exhausted' AND acknowledged_at IS NULL
-    RETURNING id, queue, group_name, group_release_due";
+    RETURNING id, queue, group_name, group_release_due, 'acknowledged' AS counted_state, 1 AS counted)",
+        "id, queue, group_name, group_release_due"
+    );
 
     /// Up to `$2` expired leases (at `$1`): back to pending with attempts left, else exhausted.
     /// Rows held by an owned write are skipped (`SKIP LOCKED`): that write extends the lease as
@@ -543,19 +615,29 @@ stmt! {
     WHERE  j.id = expired.id AND j.state = 'waiting' AND j.wait_until <= $1
     RETURNING j.queue, j.group_name, j.group_release_due";
 
-    PRUNE_SETTLED = "
+    /// Returns how many rows it deleted (`n`).
+    PRUNE_SETTLED = counting_settled!(
+        "moved AS (
     DELETE FROM fenceq_jobs
     WHERE  id IN (SELECT id FROM fenceq_jobs
                   WHERE  state IN ('completed', 'cancelled') AND settled_at <= $1
                   LIMIT  $2)
-      AND  state IN ('completed', 'cancelled') AND settled_at <= $1";
+      AND  state IN ('completed', 'cancelled') AND settled_at <= $1
+    RETURNING queue, state AS counted_state, -1 AS counted)",
+        "count(*) AS n"
+    );
 
-    PRUNE_ACKNOWLEDGED = "
+    /// Returns how many rows it deleted (`n`).
+    PRUNE_ACKNOWLEDGED = counting_settled!(
+        "moved AS (
     DELETE FROM fenceq_jobs
     WHERE  id IN (SELECT id FROM fenceq_jobs
                   WHERE  state = 'exhausted' AND acknowledged_at IS NOT NULL AND acknowledged_at <= $1
                   LIMIT  $2)
-      AND  state = 'exhausted' AND acknowledged_at IS NOT NULL AND acknowledged_at <= $1";
+      AND  state = 'exhausted' AND acknowledged_at IS NOT NULL AND acknowledged_at <= $1
+    RETURNING queue, 'acknowledged' AS counted_state, -1 AS counted)",
+        "count(*) AS n"
+    );
 
     EXHAUSTIONS = "
     SELECT id, attempt, claim_id, queue, key, payload, last_error AS reason, exhausted_at AS at
@@ -706,12 +788,38 @@ stmt! {
     IDENTITY = "
     SELECT state, attempt, claim_id, lease_until, wait_until FROM fenceq_jobs WHERE id = $1";
 
+    /// The live states counted from their rows, each read through its own partial index (the
+    /// settled rows, kept for days, are never read), and the settled states from their kept
+    /// counts (`fenceq_settled_counts`). Held pending jobs of groups are counted from the
+    /// groups' index, beside the claimable ones of the claim index.
     STATS = "
-    SELECT queue, state, acknowledged_at IS NOT NULL AS acknowledged, count(*) AS count,
-           min(run_at) AS min_run_at,
-           count(*) FILTER (WHERE state = 'running' AND lease_until <= $1) AS expired
-    FROM   fenceq_jobs
-    GROUP  BY queue, state, acknowledged_at IS NOT NULL
+    WITH live AS (
+        SELECT queue, 'pending' AS state, run_at, NULL::bigint AS lease_until
+        FROM   fenceq_jobs WHERE state = 'pending' AND NOT group_held
+        UNION ALL
+        SELECT queue, 'pending', run_at, NULL
+        FROM   fenceq_jobs
+        WHERE  group_name IS NOT NULL AND state IN ('pending', 'running', 'waiting', 'unknown', 'exhausted')
+          AND  group_held AND state = 'pending'
+        UNION ALL
+        SELECT queue, 'running', NULL, lease_until FROM fenceq_jobs WHERE state = 'running'
+        UNION ALL
+        SELECT queue, 'waiting', NULL, NULL FROM fenceq_jobs WHERE state = 'waiting'
+        UNION ALL
+        SELECT queue, 'unknown', NULL, NULL FROM fenceq_jobs WHERE state = 'unknown'
+        UNION ALL
+        SELECT queue, 'exhausted', NULL, NULL FROM fenceq_jobs WHERE state = 'exhausted' AND acknowledged_at IS NULL
+    )
+    SELECT queue, state, false AS acknowledged, count(*) AS count, min(run_at) AS min_run_at,
+           count(*) FILTER (WHERE lease_until <= $1) AS expired
+    FROM   live
+    GROUP  BY queue, state
+    UNION ALL
+    SELECT queue, CASE WHEN state = 'acknowledged' THEN 'exhausted' ELSE state END,
+           state = 'acknowledged', sum(count)::bigint, NULL, 0
+    FROM   fenceq_settled_counts
+    GROUP  BY queue, state
+    HAVING sum(count) <> 0
     ORDER  BY queue";
 }
 
