@@ -81,7 +81,7 @@ pub fn snapshot(path: &std::path::Path) -> Vec<RowSnapshot> {
 }
 
 /// The schema files, in order, as a build of each version wrote them.
-pub const SCHEMA: [&str; 12] = [
+pub const SCHEMA: [&str; 13] = [
     include_str!("../../schema/sqlite/0001_create_jobs.sql"),
     include_str!("../../schema/sqlite/0002_add_claim_id.sql"),
     include_str!("../../schema/sqlite/0003_durable_exhaustion.sql"),
