@@ -292,3 +292,21 @@ fn limit_statements_search_their_indexes() {
     let latest = plan(&conn, KEPT_STARTS.sql).join("\n");
     assert!(latest.contains("SEARCH fenceq_starts USING PRIMARY KEY (queue=?)"), "{latest}");
 }
+
+/// Each statement that moves a count reaches its row through the primary key of
+/// `fenceq_settled_counts` (and a job's row through the jobs' primary key).
+#[test]
+fn settled_counts_move_through_their_primary_key() {
+    let conn = migrated();
+    for statement in [COUNT_SETTLED, COUNT_SETTLED_JOB, UNCOUNT_SETTLED, EXHAUSTED_JOB] {
+        let steps = plan(&conn, statement.sql);
+        let text = steps.join("\n");
+        assert!(!steps.iter().any(|s| s.starts_with("SCAN")), "{}: {text}", statement.name);
+        if statement.name == "UNCOUNT_SETTLED" {
+            assert!(text.contains("SEARCH fenceq_settled_counts USING PRIMARY KEY (queue=? AND state=?)"), "{text}");
+        }
+        if statement.name == "COUNT_SETTLED_JOB" || statement.name == "EXHAUSTED_JOB" {
+            assert!(text.contains("SEARCH fenceq_jobs USING INTEGER PRIMARY KEY (rowid=?)"), "{text}");
+        }
+    }
+}

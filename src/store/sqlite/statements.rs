@@ -485,18 +485,21 @@ stmt! {
       AND  state = 'waiting' AND wait_until <= :now
     RETURNING queue, group_name";
 
+    /// Returns each deleted row's queue and state, for `UNCOUNT_SETTLED`.
     PRUNE_SETTLED = "
     DELETE FROM fenceq_jobs
     WHERE  id IN (SELECT id FROM fenceq_jobs
                   WHERE  state IN ('completed', 'cancelled') AND settled_at <= :horizon
-                  LIMIT  :limit)";
+                  LIMIT  :limit)
+    RETURNING queue, state";
 
     PRUNE_ACKNOWLEDGED = "
     DELETE FROM fenceq_jobs
     WHERE  id IN (SELECT id FROM fenceq_jobs
                   WHERE  state = 'exhausted' AND acknowledged_at IS NOT NULL
                     AND  acknowledged_at <= :horizon
-                  LIMIT  :limit)";
+                  LIMIT  :limit)
+    RETURNING queue";
 
     EXHAUSTIONS = "
     SELECT id, attempt, claim_id, queue, key, payload, last_error, exhausted_at
@@ -899,4 +902,36 @@ stmt! {
     SELECT queue, lifted_at, lifted_by, lift_note, lifted_reason
     FROM   fenceq_queue_flow
     WHERE  queue = :queue AND lifted_at IS NOT NULL";
+}
+
+// The counts of settled rows (`fenceq_settled_counts`, read by `STATS`): every transition
+// into or out of `completed`, `cancelled` or exhausted-and-acknowledged (`'acknowledged'`)
+// moves its queue's count by the rows it moved, in its own transaction. Explicit statements
+// beside the transition, not triggers, so that the hot path pays only for what it writes (a
+// batch adds once per queue, not once per row).
+stmt! {
+    /// Adds `:n` rows of `:queue` to the count of `:state`, making the count at its first row.
+    COUNT_SETTLED = "
+    INSERT INTO fenceq_settled_counts (queue, state, count) VALUES (:queue, :state, :n)
+    ON CONFLICT (queue, state) DO UPDATE SET count = count + excluded.count";
+
+    /// Adds job `:id`, which a transition just settled in `:state`, to its queue's count: the
+    /// queue is read from the row the transition wrote (one probe of the primary key).
+    COUNT_SETTLED_JOB = "
+    INSERT INTO fenceq_settled_counts (queue, state, count)
+    SELECT queue, :state, 1 FROM fenceq_jobs WHERE id = :id
+    ON CONFLICT (queue, state) DO UPDATE SET count = count + excluded.count";
+
+    /// Takes `:n` rows of `:queue` off the count of `:state`. A separate `UPDATE`, not an
+    /// upsert of `-:n`: SQLite checks an upsert's inserted row (`count >= 0`) before it looks
+    /// for the conflict. `changes()` is 0 when there was no count to take from, which the
+    /// caller reports as an error, as the CHECK does a count that would go below zero.
+    UNCOUNT_SETTLED = "
+    UPDATE fenceq_settled_counts SET count = count - :n WHERE queue = :queue AND state = :state";
+
+    /// Job `:id`'s queue and whether it is acknowledged, while it is exhausted: read before an
+    /// acknowledgement by token (which repeats without change) and before a replay, which
+    /// leaves no trace of whether the row was acknowledged.
+    EXHAUSTED_JOB = "
+    SELECT queue, acknowledged_at IS NOT NULL FROM fenceq_jobs WHERE id = :id AND state = 'exhausted'";
 }
