@@ -599,11 +599,57 @@ stmt! {
     IDENTITY = "
     SELECT state, attempt, claim_id, lease_until, wait_until FROM fenceq_jobs WHERE id = :id";
 
+    /// Counts per queue and state (and for `exhausted`, acknowledged or not), in queue order,
+    /// without reading a settled row: retention keeps those for days, so they outnumber the
+    /// live ones by far. Each live state is counted from its own partial index (each branch
+    /// repeats its index's `WHERE` terms, which SQLite's planner matches literally), and the
+    /// settled states are read from `fenceq_settled_counts`, which the transitions keep in step.
+    ///
+    /// Pending rows are in two indexes: the claim's (`group_held = 0`) and the group index
+    /// (held rows, which the CHECK `held_only_pending_in_group` keeps pending); one row per
+    /// queue sums both, with the earliest `run_at` of either. `expired` is 0 outside
+    /// `running`, and a settled count has no `min_run_at` (nothing reads it). No row for a
+    /// count of 0, as when every row was counted.
     STATS = "
-    SELECT queue, state, acknowledged_at IS NOT NULL, count(*), min(run_at),
-           sum(state = 'running' AND lease_until <= :now)
+    SELECT queue, 'pending', 0, sum(n), min(first_run_at), 0
+    FROM   (SELECT queue, count(*) AS n, min(run_at) AS first_run_at
+            FROM   fenceq_jobs
+            WHERE  state = 'pending' AND group_held = 0
+            GROUP  BY queue
+            UNION ALL
+            SELECT queue, count(*), min(run_at)
+            FROM   fenceq_jobs
+            WHERE  group_name IS NOT NULL
+              AND  (state = 'pending' OR state = 'running' OR state = 'waiting' OR state = 'unknown'
+                    OR state = 'exhausted')
+              AND  group_held = 1 AND state = 'pending'
+            GROUP  BY queue)
+    GROUP  BY queue
+    UNION ALL
+    SELECT queue, 'running', 0, count(*), min(run_at), sum(lease_until <= :now)
     FROM   fenceq_jobs
-    GROUP  BY queue, state, acknowledged_at IS NOT NULL
+    WHERE  state = 'running'
+    GROUP  BY queue
+    UNION ALL
+    SELECT queue, 'waiting', 0, count(*), min(run_at), 0
+    FROM   fenceq_jobs
+    WHERE  state = 'waiting'
+    GROUP  BY queue
+    UNION ALL
+    SELECT queue, 'unknown', 0, count(*), min(run_at), 0
+    FROM   fenceq_jobs
+    WHERE  state = 'unknown'
+    GROUP  BY queue
+    UNION ALL
+    SELECT queue, 'exhausted', 0, count(*), min(run_at), 0
+    FROM   fenceq_jobs
+    WHERE  state = 'exhausted' AND acknowledged_at IS NULL
+    GROUP  BY queue
+    UNION ALL
+    SELECT queue, CASE WHEN state = 'acknowledged' THEN 'exhausted' ELSE state END, state = 'acknowledged',
+           count, NULL, 0
+    FROM   fenceq_settled_counts
+    WHERE  count > 0
     ORDER  BY queue";
 
     /// Completions per minute in `:from..:until`. The `state IN (...)` term repeats the settled
