@@ -52,6 +52,7 @@ mod pool_settle;
 mod power_loss;
 #[cfg(feature = "schedule")]
 mod schedule;
+mod settled_counts;
 mod stale_workers;
 mod stress;
 mod upgrade_race;

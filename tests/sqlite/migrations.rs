@@ -272,3 +272,74 @@ fn schema_11_counts_the_starts_recorded_before_it_one_each() {
     conn.execute("UPDATE fenceq_queue_flow SET lifted_at = 1, lifted_reason = '429' WHERE queue = 'q'", []).unwrap();
     assert_integrity(&conn);
 }
+
+/// Schema 13 keeps counts of the settled rows, which `stats` reads instead of the rows: the
+/// upgrade counts the rows settled before it (completed, cancelled, exhausted and
+/// acknowledged; not the unacknowledged exhaustions, which stay counted from their rows),
+/// so that `stats` reports after it what the count of the rows reported before it.
+#[test]
+fn schema_13_counts_the_settled_rows_written_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v12.db");
+    let conn = old_database(&path, 12, "a");
+    let settled = |queue: &str, payload: u8, state: &str, acknowledged_at: &str| {
+        format!(
+            "INSERT INTO fenceq_jobs (queue, payload, state, run_at, attempt, max_attempts, created_at, settled_at,
+                                      claim_id, exhausted_at, acknowledged_at)
+             VALUES ('{queue}', x'{payload:02x}', '{state}', {T0}, 1, 1, {T0}, {T0}, randomblob(16),
+                     CASE WHEN '{state}' = 'exhausted' THEN {T0} END, {acknowledged_at});"
+        )
+    };
+    let mut sql = String::new();
+    for (queue, completed, cancelled, acknowledged, unacknowledged) in [("a", 2, 1, 3, 1), ("b", 1, 2, 1, 2)] {
+        let mut payload = 0x10;
+        for (state, n, acknowledged_at) in [
+            ("completed", completed, "NULL"),
+            ("cancelled", cancelled, "NULL"),
+            ("exhausted", acknowledged, "1700000000001"),
+            ("exhausted", unacknowledged, "NULL"),
+        ] {
+            for _ in 0..n {
+                sql.push_str(&settled(queue, payload, state, acknowledged_at));
+                payload += 1;
+            }
+        }
+    }
+    conn.execute_batch(&sql).unwrap();
+    // What `stats` counted before the upgrade: the rows themselves.
+    let before = row_counts(&conn);
+    let expected = |queue: &str, counts: &[(&str, u64)]| {
+        counts.iter().map(move |(state, n)| (queue.to_owned(), (*state).to_owned(), *n)).collect::<Vec<_>>()
+    };
+    let mut wanted = expected(
+        "a",
+        &[
+            ("cancelled", 1),
+            ("completed", 3), // 2 and old_database's k-completed
+            ("exhausted_acknowledged", 3),
+            ("exhausted_unacknowledged", 1),
+            ("pending", 1),
+            ("running", 1),
+        ],
+    );
+    wanted.extend(expected(
+        "b",
+        &[("cancelled", 2), ("completed", 1), ("exhausted_acknowledged", 1), ("exhausted_unacknowledged", 2)],
+    ));
+    assert_eq!(before, wanted);
+    drop(conn);
+
+    let q = Queue::builder().path(&path).clock(fenceq::ManualClock::new(T0)).open().unwrap();
+    assert_eq!(q.schema_version().unwrap(), SCHEMA_VERSION);
+    assert_eq!(stats_counts(&q), before);
+    let conn = Connection::open(&path).unwrap();
+    assert_eq!(settled_counts(&conn), settled_row_counts(&conn));
+    assert_eq!(settled_counts(&conn).len(), 6, "three counted states in each of two queues");
+    // A count never goes below zero.
+    let refused = conn.execute("UPDATE fenceq_settled_counts SET count = -1 WHERE queue = 'a'", []);
+    assert!(refused.is_err(), "a negative count is refused");
+    let refused =
+        conn.execute("INSERT INTO fenceq_settled_counts (queue, state, count) VALUES ('c', 'exhausted', 1)", []);
+    assert!(refused.is_err(), "only the settled states are counted");
+    assert_integrity(&conn);
+}

@@ -81,7 +81,7 @@ pub fn snapshot(path: &std::path::Path) -> Vec<RowSnapshot> {
 }
 
 /// The schema files, in order, as a build of each version wrote them.
-pub const SCHEMA: [&str; 12] = [
+pub const SCHEMA: [&str; 13] = [
     include_str!("../../schema/sqlite/0001_create_jobs.sql"),
     include_str!("../../schema/sqlite/0002_add_claim_id.sql"),
     include_str!("../../schema/sqlite/0003_durable_exhaustion.sql"),
@@ -214,4 +214,63 @@ pub fn schedule_ticks(conn: &Connection) -> Vec<(String, i64, i64)> {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap()
+}
+
+// ------------------------------------------------------------------------ settled counts
+
+/// A count per (queue, state) as `stats` reports it, its zeros left out: `exhausted` split
+/// into `exhausted_acknowledged` and `exhausted_unacknowledged`, in queue then state order.
+pub type Counts = Vec<(String, String, u64)>;
+
+/// `Queue::stats()` as `Counts`.
+pub fn stats_counts(q: &Queue) -> Counts {
+    let mut out = Counts::new();
+    for s in q.stats().unwrap().queues {
+        let states = [
+            ("cancelled", s.cancelled),
+            ("completed", s.completed),
+            ("exhausted_acknowledged", s.exhausted_acknowledged),
+            ("exhausted_unacknowledged", s.exhausted_unacknowledged),
+            ("pending", s.pending),
+            ("running", s.running),
+            ("unknown", s.unknown),
+            ("waiting", s.waiting),
+        ];
+        out.extend(states.into_iter().filter(|(_, n)| *n > 0).map(|(state, n)| (s.queue.clone(), state.to_owned(), n)));
+    }
+    out
+}
+
+/// The rows themselves counted as `Counts` (the query `stats` ran before schema 13), through
+/// a raw connection.
+pub fn row_counts(conn: &Connection) -> Counts {
+    query_counts(
+        conn,
+        "SELECT queue, CASE WHEN state <> 'exhausted' THEN state
+                            WHEN acknowledged_at IS NULL THEN 'exhausted_unacknowledged'
+                            ELSE 'exhausted_acknowledged' END AS counted, count(*)
+         FROM fenceq_jobs GROUP BY queue, counted ORDER BY queue, counted",
+    )
+}
+
+/// What `fenceq_settled_counts` holds, zeros left out, through a raw connection.
+pub fn settled_counts(conn: &Connection) -> Counts {
+    query_counts(conn, "SELECT queue, state, count FROM fenceq_settled_counts WHERE count > 0 ORDER BY queue, state")
+}
+
+/// The settled rows themselves counted as `fenceq_settled_counts` counts them.
+pub fn settled_row_counts(conn: &Connection) -> Counts {
+    query_counts(
+        conn,
+        "SELECT queue, CASE WHEN state = 'exhausted' THEN 'acknowledged' ELSE state END AS counted, count(*)
+         FROM   fenceq_jobs
+         WHERE  state IN ('completed', 'cancelled') OR (state = 'exhausted' AND acknowledged_at IS NOT NULL)
+         GROUP  BY queue, counted ORDER BY queue, counted",
+    )
+}
+
+fn query_counts(conn: &Connection, sql: &str) -> Counts {
+    let mut stmt = conn.prepare(sql).unwrap();
+    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)? as u64))).unwrap();
+    rows.map(Result::unwrap).collect()
 }

@@ -203,7 +203,8 @@ impl Store for SqliteStore {
     }
 
     fn complete_if_owned(tx: &Connection, claim: TokenAt<'_>) -> Result<bool> {
-        releasing(tx, claim.token.id, owned(tx, COMPLETE_IF_OWNED, claim, &[])?)
+        let completed = owned(tx, COMPLETE_IF_OWNED, claim, &[])?;
+        releasing(tx, claim.token.id, counting(tx, claim.token.id, COMPLETED, completed)?)
     }
 
     /// One statement per piece of the list (`complete_rows`), instead of a guarded `UPDATE`
@@ -211,13 +212,14 @@ impl Store for SqliteStore {
     /// list whose row the statement completed (a repeat, as its second call would, finds it
     /// completed already). The groups of the completed rows are handed on afterwards, once
     /// each: what the calls one by one would leave, as a group is handed on only when
-    /// nothing holds it.
+    /// nothing holds it. The completed rows are counted once per queue.
     fn complete_many_if_owned(tx: &Connection, tokens: &[ClaimToken], now: i64) -> Result<Vec<bool>> {
         if tokens.len() < 2 {
             return tokens.iter().map(|token| Self::complete_if_owned(tx, TokenAt { token, now })).collect();
         }
         let mut completed = std::collections::HashSet::with_capacity(tokens.len());
         let mut groups = Vec::new();
+        let mut per_queue: Vec<(String, u64)> = Vec::new();
         in_pieces(
             tx,
             tokens,
@@ -231,12 +233,20 @@ impl Store for SqliteStore {
             |row| {
                 let claim_id: Vec<u8> = row.get(2)?;
                 completed.insert((row.get::<_, i64>(0)?, row.get::<_, u32>(1)?, ClaimId::from_blob(&claim_id)));
+                let queue = row.get_ref(3)?.as_str()?;
+                match per_queue.iter_mut().find(|(q, _)| q == queue) {
+                    Some((_, n)) => *n += 1,
+                    None => per_queue.push((queue.to_owned(), 1)),
+                }
                 if let Some(group) = row.get::<_, Option<String>>(4)? {
                     groups.push((row.get::<_, String>(3)?, group));
                 }
                 Ok(())
             },
         )?;
+        for (queue, n) in &per_queue {
+            count_settled(tx, queue, COMPLETED, *n)?;
+        }
         release_groups(tx, groups)?;
         Ok(tokens.iter().map(|t| completed.remove(&(t.id.0, t.attempt, t.claim_id))).collect())
     }
@@ -266,8 +276,14 @@ impl Store for SqliteStore {
         identified(tx, RESUME_IF_WAITING, claim, JobState::Waiting, None)
     }
 
+    /// A repeat for the same token succeeds without change, so the count moves only when the
+    /// row was unacknowledged before.
     fn acknowledge_if_exhausted(tx: &Connection, claim: TokenAt<'_>, decided: &Decided<'_>) -> Result<bool> {
+        let before = exhausted_job(tx, claim.token.id)?;
         let acknowledged = identified(tx, ACKNOWLEDGE_IF_EXHAUSTED, claim, JobState::Exhausted, Some(decided))?;
+        if let (true, Some((queue, false))) = (acknowledged, &before) {
+            count_settled(tx, queue, ACKNOWLEDGED, 1)?;
+        }
         releasing(tx, claim.token.id, acknowledged)
     }
 
@@ -282,19 +298,30 @@ impl Store for SqliteStore {
             Resolution::Retry => RESOLVE_RETRY_IF_UNKNOWN,
             Resolution::Exhaust => RESOLVE_EXHAUST_IF_UNKNOWN,
         };
-        releasing(tx, claim.token.id, identified(tx, statement, claim, JobState::Unknown, Some(decided))?)
+        let resolved = identified(tx, statement, claim, JobState::Unknown, Some(decided))?;
+        let completed = resolved && resolution == Resolution::Complete;
+        counting(tx, claim.token.id, COMPLETED, completed)?;
+        releasing(tx, claim.token.id, resolved)
     }
 
     fn cancel_if_active(tx: &Connection, decision: JobDecision<'_>) -> Result<bool> {
-        releasing(tx, decision.id, by_id(tx, CANCEL_IF_ACTIVE, decision)?)
+        let cancelled = by_id(tx, CANCEL_IF_ACTIVE, decision)?;
+        releasing(tx, decision.id, counting(tx, decision.id, CANCELLED, cancelled)?)
     }
 
+    /// A replay of an acknowledged exhaustion takes it off the count.
     fn replay_if_exhausted(tx: &Connection, decision: JobDecision<'_>) -> Result<bool> {
-        releasing(tx, decision.id, by_id(tx, REPLAY_IF_EXHAUSTED, decision)?)
+        let before = exhausted_job(tx, decision.id)?;
+        let replayed = by_id(tx, REPLAY_IF_EXHAUSTED, decision)?;
+        if let (true, Some((queue, true))) = (replayed, &before) {
+            uncount_settled(tx, queue, ACKNOWLEDGED, 1)?;
+        }
+        releasing(tx, decision.id, replayed)
     }
 
     fn acknowledge_job_if_unacknowledged(tx: &Connection, decision: JobDecision<'_>) -> Result<bool> {
-        releasing(tx, decision.id, by_id(tx, ACKNOWLEDGE_JOB_IF_UNACKNOWLEDGED, decision)?)
+        let acknowledged = by_id(tx, ACKNOWLEDGE_JOB_IF_UNACKNOWLEDGED, decision)?;
+        releasing(tx, decision.id, counting(tx, decision.id, ACKNOWLEDGED, acknowledged)?)
     }
 
     fn acknowledge_all(tx: &Connection, decision: QueueDecision<'_>) -> Result<Vec<JobId>> {
@@ -306,6 +333,9 @@ impl Store for SqliteStore {
             s.query_map(params.as_slice(), |row| row.get(0).map(JobId))?.collect::<rusqlite::Result<_>>()
         })?;
         ids.sort_unstable();
+        if !ids.is_empty() {
+            count_settled(tx, queue, ACKNOWLEDGED, ids.len() as u64)?;
+        }
         for id in &ids {
             release_group_of(tx, *id)?;
         }
@@ -376,14 +406,11 @@ impl Store for SqliteStore {
     }
 
     fn prune_settled(tx: &Connection, batch: Batch) -> Result<u64> {
-        let Batch { until: horizon, limit } = batch;
-        count(tx, PRUNE_SETTLED, named_params! { ":horizon": horizon, ":limit": limit })
+        prune_counted(tx, PRUNE_SETTLED, batch, None)
     }
 
     fn prune_acknowledged(tx: &Connection, batch: Batch) -> Result<u64> {
-        let Batch { until: horizon, limit } = batch;
-        let params = named_params! { ":horizon": horizon, ":limit": limit };
-        count(tx, PRUNE_ACKNOWLEDGED, params)
+        prune_counted(tx, PRUNE_ACKNOWLEDGED, batch, Some(ACKNOWLEDGED))
     }
 
     fn prune_preview(tx: &Connection, horizon: i64) -> Result<(u64, u64)> {
@@ -1032,6 +1059,76 @@ fn in_pieces<I>(
         run(&mut s).sql(stmt)?;
     }
     Ok(())
+}
+
+/// The states `fenceq_settled_counts` counts (its CHECK lists them); `ACKNOWLEDGED` is an
+/// exhausted row with `acknowledged_at` set.
+const COMPLETED: &str = "completed";
+const CANCELLED: &str = "cancelled";
+const ACKNOWLEDGED: &str = "acknowledged";
+
+/// After a transition that settled job `id` in the counted state `state`: counts the row when
+/// the transition changed it. Passes `changed` through.
+fn counting(tx: &Connection, id: JobId, state: &str, changed: bool) -> Result<bool> {
+    if changed {
+        on(tx, COUNT_SETTLED_JOB, |s| s.execute(named_params! { ":id": id.0, ":state": state }))?;
+    }
+    Ok(changed)
+}
+
+/// Adds `n` rows of `queue` to the count of `state`.
+fn count_settled(tx: &Connection, queue: &str, state: &str, n: u64) -> Result<()> {
+    let n = n as i64;
+    on(tx, COUNT_SETTLED, |s| s.execute(named_params! { ":queue": queue, ":state": state, ":n": n })).map(drop)
+}
+
+/// Takes `n` rows of `queue` off the count of `state`. A count that is missing (or would go
+/// below zero, which its CHECK refuses) means a transition forgot its count: an error, not
+/// a drift.
+fn uncount_settled(tx: &Connection, queue: &str, state: &str, n: u64) -> Result<()> {
+    let n = n as i64;
+    let changed = on(tx, UNCOUNT_SETTLED, |s| s.execute(named_params! { ":queue": queue, ":state": state, ":n": n }))?;
+    if changed != 1 {
+        return Err(crate::Error::domain(format!(
+            "internal: queue {queue:?} has no count of {state} rows to take {n} from"
+        )));
+    }
+    Ok(())
+}
+
+/// Runs a prune (`PRUNE_SETTLED`, `PRUNE_ACKNOWLEDGED`), which returns each deleted row's
+/// queue and, unless `state` names the one state it deletes, its state; takes the rows off
+/// their counts once per queue and state, and returns how many it deleted. The rows are
+/// summed as they come (a prune of one transaction may delete millions).
+fn prune_counted(tx: &Connection, statement: Stmt, batch: Batch, state: Option<&str>) -> Result<u64> {
+    let Batch { until: horizon, limit } = batch;
+    let mut deleted: Vec<(String, String, u64)> = Vec::new();
+    on(tx, statement, |s| {
+        let mut rows = s.query(named_params! { ":horizon": horizon, ":limit": limit })?;
+        while let Some(row) = rows.next()? {
+            let queue = row.get_ref(0)?.as_str()?;
+            let state = match state {
+                Some(state) => state,
+                None => row.get_ref(1)?.as_str()?,
+            };
+            match deleted.iter_mut().find(|(q, s, _)| q == queue && s == state) {
+                Some((_, _, n)) => *n += 1,
+                None => deleted.push((queue.to_owned(), state.to_owned(), 1)),
+            }
+        }
+        Ok(())
+    })?;
+    for (queue, state, n) in &deleted {
+        uncount_settled(tx, queue, state, *n)?;
+    }
+    Ok(deleted.iter().map(|(_, _, n)| n).sum())
+}
+
+/// `EXHAUSTED_JOB`: job `id`'s queue and whether it is acknowledged, while it is exhausted.
+fn exhausted_job(tx: &Connection, id: JobId) -> Result<Option<(String, bool)>> {
+    on(tx, EXHAUSTED_JOB, |s| {
+        s.query_row(named_params! { ":id": id.0 }, |row| Ok((row.get(0)?, row.get(1)?))).optional()
+    })
 }
 
 /// After a transition of job `id` that may have ended its hold on its group (or put it back

@@ -292,3 +292,61 @@ fn limit_statements_search_their_indexes() {
     let latest = plan(&conn, KEPT_STARTS.sql).join("\n");
     assert!(latest.contains("SEARCH fenceq_starts USING PRIMARY KEY (queue=?)"), "{latest}");
 }
+
+/// `stats` never reads a settled row: each live state is read through its own partial index
+/// (looking up the rows it lists, live rows all), and the settled ones from their counts.
+/// Retention keeps settled rows for days, so a scan of the table would read mostly them.
+/// Also where `ANALYZE` has run, on an empty queue or on one of mostly settled rows.
+#[test]
+fn stats_reads_the_partial_indexes_and_the_settled_counts() {
+    let plain = migrated();
+    let analyzed = migrated();
+    analyzed.execute_batch("ANALYZE").unwrap();
+    let settled = migrated();
+    settled
+        .execute_batch(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2000)
+             INSERT INTO fenceq_jobs (queue, payload, state, run_at, attempt, max_attempts, created_at, settled_at)
+             SELECT 'q', x'01', 'completed', i, 1, 5, i, i FROM n;
+             ANALYZE;",
+        )
+        .unwrap();
+    for conn in [&plain, &analyzed, &settled] {
+        let steps = plan(conn, STATS.sql);
+        let text = steps.join("\n");
+        for index in [
+            "fenceq_jobs_claim",
+            "fenceq_jobs_group",
+            "fenceq_jobs_lease",
+            "fenceq_jobs_wait",
+            "fenceq_jobs_unknown",
+            "fenceq_jobs_exhausted",
+        ] {
+            assert!(text.contains(&format!("INDEX {index}")), "{index}: {text}");
+        }
+        // Every access to the jobs is through one of those indexes.
+        let jobs: Vec<&String> = steps.iter().filter(|s| s.contains("fenceq_jobs ")).collect();
+        assert_eq!(jobs.len(), 6, "{text}");
+        assert!(jobs.iter().all(|s| s.contains("USING INDEX") || s.contains("USING COVERING INDEX")), "{text}");
+        assert!(!text.contains("fenceq_jobs_settled") && !text.contains("fenceq_jobs_acknowledged"), "{text}");
+        assert!(text.contains("SCAN fenceq_settled_counts"), "{text}");
+    }
+}
+
+/// Each statement that moves a count reaches its row through the primary key of
+/// `fenceq_settled_counts` (and a job's row through the jobs' primary key).
+#[test]
+fn settled_counts_move_through_their_primary_key() {
+    let conn = migrated();
+    for statement in [COUNT_SETTLED, COUNT_SETTLED_JOB, UNCOUNT_SETTLED, EXHAUSTED_JOB] {
+        let steps = plan(&conn, statement.sql);
+        let text = steps.join("\n");
+        assert!(!steps.iter().any(|s| s.starts_with("SCAN")), "{}: {text}", statement.name);
+        if statement.name == "UNCOUNT_SETTLED" {
+            assert!(text.contains("SEARCH fenceq_settled_counts USING PRIMARY KEY (queue=? AND state=?)"), "{text}");
+        }
+        if statement.name == "COUNT_SETTLED_JOB" || statement.name == "EXHAUSTED_JOB" {
+            assert!(text.contains("SEARCH fenceq_jobs USING INTEGER PRIMARY KEY (rowid=?)"), "{text}");
+        }
+    }
+}

@@ -485,18 +485,21 @@ stmt! {
       AND  state = 'waiting' AND wait_until <= :now
     RETURNING queue, group_name";
 
+    /// Returns each deleted row's queue and state, for `UNCOUNT_SETTLED`.
     PRUNE_SETTLED = "
     DELETE FROM fenceq_jobs
     WHERE  id IN (SELECT id FROM fenceq_jobs
                   WHERE  state IN ('completed', 'cancelled') AND settled_at <= :horizon
-                  LIMIT  :limit)";
+                  LIMIT  :limit)
+    RETURNING queue, state";
 
     PRUNE_ACKNOWLEDGED = "
     DELETE FROM fenceq_jobs
     WHERE  id IN (SELECT id FROM fenceq_jobs
                   WHERE  state = 'exhausted' AND acknowledged_at IS NOT NULL
                     AND  acknowledged_at <= :horizon
-                  LIMIT  :limit)";
+                  LIMIT  :limit)
+    RETURNING queue";
 
     EXHAUSTIONS = "
     SELECT id, attempt, claim_id, queue, key, payload, last_error, exhausted_at
@@ -596,11 +599,57 @@ stmt! {
     IDENTITY = "
     SELECT state, attempt, claim_id, lease_until, wait_until FROM fenceq_jobs WHERE id = :id";
 
+    /// Counts per queue and state (and for `exhausted`, acknowledged or not), in queue order,
+    /// without reading a settled row: retention keeps those for days, so they outnumber the
+    /// live ones by far. Each live state is counted from its own partial index (each branch
+    /// repeats its index's `WHERE` terms, which SQLite's planner matches literally), and the
+    /// settled states are read from `fenceq_settled_counts`, which the transitions keep in step.
+    ///
+    /// Pending rows are in two indexes: the claim's (`group_held = 0`) and the group index
+    /// (held rows, which the CHECK `held_only_pending_in_group` keeps pending); one row per
+    /// queue sums both, with the earliest `run_at` of either. `expired` is 0 outside
+    /// `running`, and a settled count has no `min_run_at` (nothing reads it). No row for a
+    /// count of 0, as when every row was counted.
     STATS = "
-    SELECT queue, state, acknowledged_at IS NOT NULL, count(*), min(run_at),
-           sum(state = 'running' AND lease_until <= :now)
+    SELECT queue, 'pending', 0, sum(n), min(first_run_at), 0
+    FROM   (SELECT queue, count(*) AS n, min(run_at) AS first_run_at
+            FROM   fenceq_jobs
+            WHERE  state = 'pending' AND group_held = 0
+            GROUP  BY queue
+            UNION ALL
+            SELECT queue, count(*), min(run_at)
+            FROM   fenceq_jobs
+            WHERE  group_name IS NOT NULL
+              AND  (state = 'pending' OR state = 'running' OR state = 'waiting' OR state = 'unknown'
+                    OR state = 'exhausted')
+              AND  group_held = 1 AND state = 'pending'
+            GROUP  BY queue)
+    GROUP  BY queue
+    UNION ALL
+    SELECT queue, 'running', 0, count(*), min(run_at), sum(lease_until <= :now)
     FROM   fenceq_jobs
-    GROUP  BY queue, state, acknowledged_at IS NOT NULL
+    WHERE  state = 'running'
+    GROUP  BY queue
+    UNION ALL
+    SELECT queue, 'waiting', 0, count(*), min(run_at), 0
+    FROM   fenceq_jobs
+    WHERE  state = 'waiting'
+    GROUP  BY queue
+    UNION ALL
+    SELECT queue, 'unknown', 0, count(*), min(run_at), 0
+    FROM   fenceq_jobs
+    WHERE  state = 'unknown'
+    GROUP  BY queue
+    UNION ALL
+    SELECT queue, 'exhausted', 0, count(*), min(run_at), 0
+    FROM   fenceq_jobs
+    WHERE  state = 'exhausted' AND acknowledged_at IS NULL
+    GROUP  BY queue
+    UNION ALL
+    SELECT queue, CASE WHEN state = 'acknowledged' THEN 'exhausted' ELSE state END, state = 'acknowledged',
+           count, NULL, 0
+    FROM   fenceq_settled_counts
+    WHERE  count > 0
     ORDER  BY queue";
 
     /// Completions per minute in `:from..:until`. The `state IN (...)` term repeats the settled
@@ -899,4 +948,36 @@ stmt! {
     SELECT queue, lifted_at, lifted_by, lift_note, lifted_reason
     FROM   fenceq_queue_flow
     WHERE  queue = :queue AND lifted_at IS NOT NULL";
+}
+
+// The counts of settled rows (`fenceq_settled_counts`, read by `STATS`): every transition
+// into or out of `completed`, `cancelled` or exhausted-and-acknowledged (`'acknowledged'`)
+// moves its queue's count by the rows it moved, in its own transaction. Explicit statements
+// beside the transition, not triggers, so that the hot path pays only for what it writes (a
+// batch adds once per queue, not once per row).
+stmt! {
+    /// Adds `:n` rows of `:queue` to the count of `:state`, making the count at its first row.
+    COUNT_SETTLED = "
+    INSERT INTO fenceq_settled_counts (queue, state, count) VALUES (:queue, :state, :n)
+    ON CONFLICT (queue, state) DO UPDATE SET count = count + excluded.count";
+
+    /// Adds job `:id`, which a transition just settled in `:state`, to its queue's count: the
+    /// queue is read from the row the transition wrote (one probe of the primary key).
+    COUNT_SETTLED_JOB = "
+    INSERT INTO fenceq_settled_counts (queue, state, count)
+    SELECT queue, :state, 1 FROM fenceq_jobs WHERE id = :id
+    ON CONFLICT (queue, state) DO UPDATE SET count = count + excluded.count";
+
+    /// Takes `:n` rows of `:queue` off the count of `:state`. A separate `UPDATE`, not an
+    /// upsert of `-:n`: SQLite checks an upsert's inserted row (`count >= 0`) before it looks
+    /// for the conflict. `changes()` is 0 when there was no count to take from, which the
+    /// caller reports as an error, as the CHECK does a count that would go below zero.
+    UNCOUNT_SETTLED = "
+    UPDATE fenceq_settled_counts SET count = count - :n WHERE queue = :queue AND state = :state";
+
+    /// Job `:id`'s queue and whether it is acknowledged, while it is exhausted: read before an
+    /// acknowledgement by token (which repeats without change) and before a replay, which
+    /// leaves no trace of whether the row was acknowledged.
+    EXHAUSTED_JOB = "
+    SELECT queue, acknowledged_at IS NOT NULL FROM fenceq_jobs WHERE id = :id AND state = 'exhausted'";
 }
