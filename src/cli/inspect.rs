@@ -16,6 +16,12 @@ pub struct StatsArgs {
     /// collector or any scraper).
     #[arg(long, value_enum, value_name = "FORMAT")]
     pub format: Option<StatsFormat>,
+
+    /// Count the settled jobs again from their rows before printing, and keep those counts
+    /// (`Queue::recount_settled`): the repair after a process of a fenceq older than schema 13
+    /// settled jobs on an upgraded database. A count of the whole table; settles wait for it.
+    #[arg(long)]
+    pub recount: bool,
 }
 
 /// How `stats` prints.
@@ -42,7 +48,13 @@ impl StatsArgs {
                 clap::Error::raw(clap::error::ErrorKind::ArgumentConflict, format!("{message}\n")).exit()
             }
         };
-        let queue = ctx.open_read_only::<S>()?;
+        let queue = if self.recount {
+            let queue = ctx.open_existing::<S>()?;
+            queue.recount_settled()?;
+            queue
+        } else {
+            ctx.open_read_only::<S>()?
+        };
         if format == StatsFormat::Prometheus {
             // The library's own rendering: stats and the pending age at one reading of the clock.
             return Ok(ctx.out.text(&queue.metrics_text()?)?);

@@ -17,6 +17,12 @@ impl<S: Store> Queue<S> {
     /// ([`QueueStats::backoff`]): one entry per queue that has rows, is paused or backs off,
     /// by name.
     ///
+    /// Cheap enough to poll: the live states are counted from their rows, each through an
+    /// index of its own, and the settled ones (completed, cancelled, acknowledged
+    /// exhaustions, which retention keeps for days) are read from counts that every settle
+    /// keeps in step, in its own transaction. See [`Queue::recount_settled`] for when those
+    /// counts need a repair.
+    ///
     /// # Errors
     ///
     /// Only read errors: `Pool` (no pooled connection came free in time), `Busy`; on an
@@ -24,6 +30,20 @@ impl<S: Store> Queue<S> {
     /// connection.
     pub fn stats(&self) -> Result<Stats> {
         self.stats_now().map(|(stats, _)| stats)
+    }
+
+    /// Counts the settled jobs again from their rows and keeps those counts, which
+    /// [`Queue::stats`] reads: the repair after a process of a fenceq older than schema 13
+    /// (which keeps no counts) settled jobs on a database a newer one had upgraded, which
+    /// leaves the counts short. Stop such processes first. A count of the whole table, in
+    /// one write transaction: settles wait for it. Returns how many settled jobs it counted.
+    ///
+    /// # Errors
+    ///
+    /// Storage errors: `Busy`, `StorageFull`, `ReadOnly` (a read-only handle); `NestedWrite`
+    /// from inside a closure holding the queue's transaction.
+    pub fn recount_settled(&self) -> Result<u64> {
+        self.store().write(|tx| S::recount_settled(tx))
     }
 
     /// The counts with expired leases judged at the store's now, which it also returns (one

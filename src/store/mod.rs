@@ -441,6 +441,14 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// Row counts per queue, state and acknowledgement, in queue order.
     fn stats(tx: &Self::Tx, now: i64) -> Result<Vec<StatsRow>>;
 
+    /// Counts the settled rows (completed, cancelled, acknowledged exhaustions) again from
+    /// the rows themselves and keeps those counts in place of the old ones (what
+    /// [`Store::stats`] reads): the repair for counts that a process of a build older than
+    /// schema 13 left behind by settling rows after the upgrade. A count of the whole table,
+    /// during which settles of other transactions wait. Returns how many settled rows it
+    /// counted.
+    fn recount_settled(tx: &Self::Tx) -> Result<u64>;
+
     /// Jobs completed (state `completed`) with `settled_at` in `from..until` (ms since the
     /// epoch), counted per whole minute of the epoch: `(minute, count)` with `minute` =
     /// `settled_at` div 60,000, in minute order, minutes without a completion left out. Read

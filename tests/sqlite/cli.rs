@@ -112,6 +112,15 @@ fn stats_counts_per_queue_and_state() {
     assert_eq!(stats["totals"]["total"], 6);
     // --json is global: it may come before the subcommand too.
     assert_eq!(run(&db, &["--json", "stats"]).json()["totals"]["total"], 6);
+
+    // Counts left short (a process of an older build settled jobs after the upgrade) are
+    // repaired by --recount, which then prints what it counted.
+    let conn = fenceq::rusqlite::Connection::open(&db).unwrap();
+    conn.execute("DELETE FROM fenceq_settled_counts", []).unwrap();
+    assert_eq!(run(&db, &["stats", "--json"]).json()["totals"]["completed"], 0);
+    let repaired = run(&db, &["stats", "--recount", "--json"]).json();
+    assert_eq!((repaired["totals"]["completed"].as_u64(), repaired["totals"]["total"].as_u64()), (Some(1), Some(6)));
+    assert_eq!(run(&db, &["stats", "--json"]).json()["totals"]["completed"], 1);
 }
 
 #[test]

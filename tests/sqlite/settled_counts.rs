@@ -114,4 +114,12 @@ fn a_prune_that_finds_an_uncounted_row_fails_and_deletes_nothing() {
     let retention = Retention { older_than: Duration::from_secs(60), ..Retention::default() };
     assert!(q.prune(&retention).is_err());
     assert_eq!(row_counts(&conn), vec![("q".to_owned(), "completed".to_owned(), 1)]);
+    assert_eq!(q.stats().unwrap().queue("q").completed, 0, "the uncounted row is not in the counts");
+
+    // The repair: a recount from the rows, after which the prune goes through.
+    assert_eq!(q.recount_settled().unwrap(), 1);
+    assert_eq!(q.stats().unwrap().queue("q").completed, 1);
+    assert_eq!(q.prune(&retention).unwrap().settled, 1);
+    assert_eq!(row_counts(&conn), vec![]);
+    assert_eq!(q.stats().unwrap().queue("q").completed, 0);
 }

@@ -47,6 +47,7 @@ mod postgres;
 mod report;
 mod rounds;
 mod scenarios;
+mod stats;
 
 use clap::Parser;
 pub use held_rate::{child as held_rate_child, CHILD_ENV as HELD_RATE_CHILD_ENV};

@@ -198,7 +198,7 @@ pub fn run(args: &BenchArgs, ctx: &mut Context) -> CliResult<()> {
         created: Vec::new(),
     };
     // The steps measured on their own, outside the table's columns.
-    const ONE_OFF: [&str; 3] = ["rate", "pickup", crate::report::LONG_HORIZON];
+    const ONE_OFF: [&str; 4] = ["rate", "pickup", crate::report::LONG_HORIZON, crate::stats::STEP];
     let selected = |step: &str| args.only.is_empty() || args.only.iter().any(|o| o == step);
     if let Some(other) = args
         .only
@@ -206,7 +206,7 @@ pub fn run(args: &BenchArgs, ctx: &mut Context) -> CliResult<()> {
         .find(|o| !Column::ALL.iter().any(|c| c.steps().contains(&o.as_str())) && !ONE_OFF.contains(&o.as_str()))
     {
         return Err(fail(format!(
-            "--only {other}: not measured on PostgreSQL (steps there: intake, pool, end_to_end, flow, rate, pickup, long_horizon)"
+            "--only {other}: not measured on PostgreSQL (steps there: intake, pool, end_to_end, flow, rate, pickup, long_horizon, stats)"
         )));
     }
     let server = bench.server_settings()?;
@@ -219,6 +219,12 @@ pub fn run(args: &BenchArgs, ctx: &mut Context) -> CliResult<()> {
         )?;
         let url = bench.url.clone();
         let result = crate::long_horizon::run(&mut |what| bench.scratch(what), &url, &settings, ctx);
+        let dropped = bench.drop_schemas();
+        result?;
+        return dropped;
+    }
+    if args.only.iter().any(|o| o == crate::stats::STEP) {
+        let result = bench.stats(args, ctx);
         let dropped = bench.drop_schemas();
         result?;
         return dropped;
@@ -567,6 +573,19 @@ impl Bench {
     }
 
     /// Drops every scratch schema this run created.
+    /// The stats step on a scratch schema of its own.
+    fn stats(&mut self, args: &BenchArgs, ctx: &mut Context) -> CliResult<()> {
+        let schema = self.scratch("stats")?;
+        let queue = self.open(&schema, 4)?;
+        let mut raw = self.connect(Some(&schema))?;
+        let sql = crate::stats::whole_table_count(queue.now_ms());
+        let mut whole_table = || -> CliResult<()> {
+            raw.batch_execute(&sql).context(|| "the whole-table count".to_string())?;
+            Ok(())
+        };
+        crate::stats::run(&queue, args.stats_rows, self.rounds, &mut whole_table, ctx)
+    }
+
     fn drop_schemas(&mut self) -> CliResult<()> {
         if self.created.is_empty() {
             return Ok(());

@@ -64,6 +64,10 @@ pub struct BenchArgs {
     /// --toggle-collect='*guards::measure*'` count its instructions per phase.
     #[arg(long, value_delimiter = ',')]
     pub guard: Vec<String>,
+    /// The stats step's settled rows (`--only stats`, on either store): `Queue::stats()` with
+    /// this many completed jobs kept, beside the whole-table count it ran before.
+    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1000..=10_000_000))]
+    pub stats_rows: u64,
     /// The long_horizon step's offered rate, jobs/s (one producer, batched).
     #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub horizon_rate: u64,
@@ -85,7 +89,8 @@ impl BenchArgs {
     /// Runs every round; with --json one JSON line per figure of each round as it is
     /// measured, then one line per summary; else tables at the end.
     pub fn run(self, ctx: &mut Context) -> CliResult<()> {
-        if let Some(unknown) = self.only.iter().find(|o| !STEPS.contains(&o.as_str()) && *o != LONG_HORIZON) {
+        let one_off = |o: &str| o == LONG_HORIZON || o == crate::stats::STEP;
+        if let Some(unknown) = self.only.iter().find(|o| !STEPS.contains(&o.as_str()) && !one_off(o)) {
             return Err(fail(format!("--only: no step named {unknown:?} (steps: {})", STEPS.join(", "))));
         }
         let variants: Vec<&str> = guards::variants().iter().map(|v| v.name).collect();
@@ -100,6 +105,9 @@ impl BenchArgs {
             return Err(fail("--only long_horizon runs on PostgreSQL only: give a postgres:// --db"));
         }
         let dir = ctx.db.clone().unwrap_or_else(rounds::default_dir);
+        if self.only.iter().any(|o| o == crate::stats::STEP) {
+            return stats_on_sqlite(&self, &dir, ctx);
+        }
         let options = BenchOptions {
             jobs: self.jobs,
             workers: self.workers as usize,
@@ -146,6 +154,29 @@ fn settings(o: &BenchOptions) -> Value {
 
 fn round2(v: f64) -> f64 {
     (v * 100.0).round() / 100.0
+}
+
+/// The stats step on a fresh file in `dir` (removed after unless `--db` named the directory).
+fn stats_on_sqlite(args: &BenchArgs, dir: &std::path::Path, ctx: &mut Context) -> CliResult<()> {
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join("stats.db");
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    let queue = fenceq::Queue::builder().path(&path).synchronous(Synchronous::Normal).open()?;
+    let raw = fenceq::rusqlite::Connection::open(&path)?;
+    let sql = crate::stats::whole_table_count(queue.now_ms());
+    let mut whole_table = || -> CliResult<()> {
+        let mut statement = raw.prepare_cached(&sql)?;
+        let mut rows = statement.query([])?;
+        while rows.next()?.is_some() {}
+        Ok(())
+    };
+    let result = crate::stats::run(&queue, args.stats_rows, args.rounds as usize, &mut whole_table, ctx);
+    if ctx.db.is_none() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    result
 }
 
 fn round_json(round: usize, f: &Figure, o: &BenchOptions) -> Value {

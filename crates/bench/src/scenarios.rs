@@ -101,7 +101,7 @@ pub struct Latency {
 }
 
 impl Latency {
-    fn of(mut micros: Vec<f64>) -> Latency {
+    pub(crate) fn of(mut micros: Vec<f64>) -> Latency {
         micros.sort_by(f64::total_cmp);
         let at = |q: f64| micros.get(((micros.len().max(1) - 1) as f64 * q).round() as usize).copied().unwrap_or(0.0);
         Latency { p50: at(0.5), p99: at(0.99) }

@@ -477,6 +477,12 @@ impl Store for PostgresStore {
             .collect()
     }
 
+    fn recount_settled(tx: &PgTx) -> Result<u64> {
+        tx.writing(|conn| bound(LOCK_SETTLED_COUNTS).execute(conn))?;
+        let query = bound(RECOUNT_SETTLED);
+        Ok(count_u64(tx.writing(|conn| query.one::<N>(conn))?.n))
+    }
+
     fn due_or_running(tx: &PgTx, queue: &str, now: i64) -> Result<u64> {
         let query = bound(DUE_OR_RUNNING).bind::<Text, _>(queue).bind::<BigInt, _>(now);
         Ok(count_u64(tx.with(|conn| query.one::<N>(conn))?.n))

@@ -792,6 +792,25 @@ stmt! {
     /// settled rows, kept for days, are never read), and the settled states from their kept
     /// counts (`fenceq_settled_counts`). Held pending jobs of groups are counted from the
     /// groups' index, beside the claimable ones of the claim index.
+    /// The first step of a recount: settles of other transactions wait from here to the end
+    /// of the recount's transaction (each settle's statement takes its lock on the counts at
+    /// its start, before it changes a row), so that the count of the rows that follows sees
+    /// every settle that added to a count, and none adds to the counts it writes.
+    LOCK_SETTLED_COUNTS = "LOCK TABLE fenceq_settled_counts IN EXCLUSIVE MODE";
+
+    /// The counts replaced by a count of the rows, in shard 0 (as the upgrade writes them).
+    /// Returns how many settled rows there are (`n`).
+    RECOUNT_SETTLED = "
+    WITH forgotten AS (DELETE FROM fenceq_settled_counts),
+    counted AS (
+        INSERT INTO fenceq_settled_counts (queue, state, shard, count)
+        SELECT queue, CASE WHEN state = 'exhausted' THEN 'acknowledged' ELSE state END, 0, count(*)
+        FROM   fenceq_jobs
+        WHERE  state IN ('completed', 'cancelled') OR (state = 'exhausted' AND acknowledged_at IS NOT NULL)
+        GROUP  BY 1, 2
+        RETURNING count)
+    SELECT coalesce(sum(count), 0)::bigint AS n FROM counted";
+
     STATS = "
     WITH live AS (
         SELECT queue, 'pending' AS state, run_at, NULL::bigint AS lease_until

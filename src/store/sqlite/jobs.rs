@@ -413,6 +413,12 @@ impl Store for SqliteStore {
         prune_counted(tx, PRUNE_ACKNOWLEDGED, batch, Some(ACKNOWLEDGED))
     }
 
+    fn recount_settled(tx: &Connection) -> Result<u64> {
+        on(tx, FORGET_SETTLED_COUNTS, |s| s.execute([]))?;
+        let counts: Vec<i64> = on(tx, RECOUNT_SETTLED, |s| s.query_map([], |row| row.get(0))?.collect())?;
+        Ok(counts.into_iter().map(|n| n as u64).sum())
+    }
+
     fn prune_preview(tx: &Connection, horizon: i64) -> Result<(u64, u64)> {
         on(tx, PRUNE_PREVIEW, |s| {
             s.query_row(named_params! { ":horizon": horizon }, |row| {

@@ -975,6 +975,20 @@ stmt! {
     UNCOUNT_SETTLED = "
     UPDATE fenceq_settled_counts SET count = count - :n WHERE queue = :queue AND state = :state";
 
+    /// The first step of a recount (`Store::recount_settled`): the counts forgotten, in the
+    /// writer's transaction, so no settle comes between this and `RECOUNT_SETTLED`.
+    FORGET_SETTLED_COUNTS = "DELETE FROM fenceq_settled_counts";
+
+    /// The counts of the settled rows, counted from the rows (as the upgrade counts them);
+    /// returns each count written.
+    RECOUNT_SETTLED = "
+    INSERT INTO fenceq_settled_counts (queue, state, count)
+    SELECT queue, CASE WHEN state = 'exhausted' THEN 'acknowledged' ELSE state END, count(*)
+    FROM   fenceq_jobs
+    WHERE  state IN ('completed', 'cancelled') OR (state = 'exhausted' AND acknowledged_at IS NOT NULL)
+    GROUP  BY 1, 2
+    RETURNING count";
+
     /// Job `:id`'s queue and whether it is acknowledged, while it is exhausted: read before an
     /// acknowledgement by token (which repeats without change) and before a replay, which
     /// leaves no trace of whether the row was acknowledged.
