@@ -63,18 +63,20 @@ pub(crate) fn whole_table_count(now: i64) -> String {
     )
 }
 
-/// Fills `queue` with `rows` settled jobs, then runs `rounds` rounds, printing each figure as
-/// it is measured and the medians at the end.
+/// Fills `queue` with `rows` settled jobs, runs `after_fill` (PostgreSQL: a vacuum, the state
+/// autovacuum leaves the table in once it has caught up), then runs `rounds` rounds, printing
+/// each figure as it is measured and the medians at the end.
 pub(crate) fn run<S: Store>(
     queue: &Queue<S>,
     rows: u64,
     rounds: usize,
-    whole_table: &mut dyn FnMut() -> CliResult<()>,
+    (after_fill, whole_table): (&mut dyn FnMut() -> CliResult<()>, &mut dyn FnMut() -> CliResult<()>),
     ctx: &mut Context,
 ) -> CliResult<()> {
     let started = Instant::now();
     fill(queue, rows)?;
     let filled_secs = started.elapsed().as_secs_f64();
+    after_fill()?;
     let mut ratios = Vec::new();
     let mut p50s = (Vec::new(), Vec::new());
     for round in 1..=rounds.max(1) {
