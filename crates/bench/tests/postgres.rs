@@ -248,3 +248,20 @@ fn the_long_horizon_step_reports_every_phase_and_leaves_no_schema() {
     assert!(goals.iter().all(|g| g["met"].is_boolean()), "{goals:?}");
     assert!(s.schemas().is_empty(), "scratch schemas left behind: {:?}", s.schemas());
 }
+
+#[test]
+fn the_stats_step_on_postgres_reports_both_figures_in_each_round_and_leaves_no_schema() {
+    let Some(s) = Scratch::new() else { return };
+    let lines = s.run(&["--json", "--only", "stats", "--stats-rows", "2000", "--rounds", "2"]).json_lines();
+    let scenarios: Vec<&str> = lines.iter().filter_map(|l| l["scenario"].as_str()).collect();
+    let pair = ["fenceq/stats/2000_settled", "whole_table_count/stats/2000_settled"];
+    assert_eq!(scenarios, [pair, pair].concat());
+    for line in lines.iter().filter(|l| l.get("scenario").is_some()) {
+        let (p50, p99) = (line["value"].as_f64().unwrap(), line["p99_us"].as_f64().unwrap());
+        assert!(p50 > 0.0 && p50 <= p99, "{line}");
+    }
+    let summary = lines.last().unwrap();
+    assert_eq!((summary["summary"].as_str(), summary["settled_rows"].as_u64()), (Some("stats"), Some(2000)));
+    assert!(summary["ratio_median"].as_f64().unwrap() > 0.0, "{summary}");
+    assert!(s.schemas().is_empty(), "scratch schemas left behind: {:?}", s.schemas());
+}

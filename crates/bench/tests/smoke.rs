@@ -215,6 +215,25 @@ fn only_runs_the_named_steps_and_refuses_unknown_ones() {
 }
 
 #[test]
+fn the_stats_step_reports_both_figures_in_each_round_and_a_summary() {
+    let (out, dir) = bench(&["--json", "--only", "stats", "--stats-rows", "2000", "--rounds", "2"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let scenarios: Vec<&str> = lines.iter().filter_map(|l| l["scenario"].as_str()).collect();
+    let pair = ["fenceq/stats/2000_settled", "whole_table_count/stats/2000_settled"];
+    assert_eq!(scenarios, [pair, pair].concat());
+    for line in lines.iter().filter(|l| l.get("scenario").is_some()) {
+        let (p50, p99) = (line["value"].as_f64().unwrap(), line["p99_us"].as_f64().unwrap());
+        assert!(p50 > 0.0 && p50 <= p99, "{line}");
+    }
+    let summary = lines.last().unwrap();
+    assert_eq!((summary["summary"].as_str(), summary["settled_rows"].as_u64()), (Some("stats"), Some(2000)));
+    assert!(summary["ratio_median"].as_f64().unwrap() > 0.0, "{summary}");
+    assert!(dir.path().join("stats.db").exists(), "the scratch file stays in the --db directory");
+}
+
+#[test]
 fn a_postgres_db_or_a_schema_without_one_is_refused_on_one_line() {
     let dir = tempfile::tempdir().unwrap();
     let run = |args: &[&str]| {
