@@ -6,6 +6,9 @@
 //! it says it skipped, except under `CI=true`, where it fails.
 #![cfg(feature = "postgres")]
 
+#[path = "common/stats_step.rs"]
+mod stats_step;
+
 use assert_cmd::Command;
 use diesel::connection::SimpleConnection;
 use diesel::sql_types::Text;
@@ -253,15 +256,6 @@ fn the_long_horizon_step_reports_every_phase_and_leaves_no_schema() {
 fn the_stats_step_on_postgres_reports_both_figures_in_each_round_and_leaves_no_schema() {
     let Some(s) = Scratch::new() else { return };
     let lines = s.run(&["--json", "--only", "stats", "--stats-rows", "2000", "--rounds", "2"]).json_lines();
-    let scenarios: Vec<&str> = lines.iter().filter_map(|l| l["scenario"].as_str()).collect();
-    let pair = ["fenceq/stats/2000_settled", "whole_table_count/stats/2000_settled"];
-    assert_eq!(scenarios, [pair, pair].concat());
-    for line in lines.iter().filter(|l| l.get("scenario").is_some()) {
-        let (p50, p99) = (line["value"].as_f64().unwrap(), line["p99_us"].as_f64().unwrap());
-        assert!(p50 > 0.0 && p50 <= p99, "{line}");
-    }
-    let summary = lines.last().unwrap();
-    assert_eq!((summary["summary"].as_str(), summary["settled_rows"].as_u64()), (Some("stats"), Some(2000)));
-    assert!(summary["ratio_median"].as_f64().unwrap() > 0.0, "{summary}");
+    stats_step::assert_stats_step(&lines);
     assert!(s.schemas().is_empty(), "scratch schemas left behind: {:?}", s.schemas());
 }

@@ -4,6 +4,9 @@
 //! ratio and peer comparison once, its median within its spread (the numbers themselves are
 //! for `cargo run --release -p fenceq-bench`).
 
+#[path = "common/stats_step.rs"]
+mod stats_step;
+
 use assert_cmd::Command;
 use serde_json::Value;
 
@@ -220,16 +223,7 @@ fn the_stats_step_reports_both_figures_in_each_round_and_a_summary() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let lines: Vec<Value> =
         String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let scenarios: Vec<&str> = lines.iter().filter_map(|l| l["scenario"].as_str()).collect();
-    let pair = ["fenceq/stats/2000_settled", "whole_table_count/stats/2000_settled"];
-    assert_eq!(scenarios, [pair, pair].concat());
-    for line in lines.iter().filter(|l| l.get("scenario").is_some()) {
-        let (p50, p99) = (line["value"].as_f64().unwrap(), line["p99_us"].as_f64().unwrap());
-        assert!(p50 > 0.0 && p50 <= p99, "{line}");
-    }
-    let summary = lines.last().unwrap();
-    assert_eq!((summary["summary"].as_str(), summary["settled_rows"].as_u64()), (Some("stats"), Some(2000)));
-    assert!(summary["ratio_median"].as_f64().unwrap() > 0.0, "{summary}");
+    stats_step::assert_stats_step(&lines);
     assert!(dir.path().join("stats.db").exists(), "the scratch file stays in the --db directory");
 }
 
