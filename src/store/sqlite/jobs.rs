@@ -1088,15 +1088,17 @@ fn count_settled(tx: &Connection, queue: &str, state: &str, n: u64) -> Result<()
     on(tx, COUNT_SETTLED, |s| s.execute(named_params! { ":queue": queue, ":state": state, ":n": n })).map(drop)
 }
 
-/// Takes `n` rows of `queue` off the count of `state`. A count that is missing (or would go
-/// below zero, which its CHECK refuses) means a transition forgot its count: an error, not
-/// a drift.
+/// Takes `n` rows of `queue` off the count of `state`. A count that is missing or smaller
+/// than `n` means rows were settled without being counted (by a build older than schema 13,
+/// or by hand): an error that names the repair, not a drift.
 fn uncount_settled(tx: &Connection, queue: &str, state: &str, n: u64) -> Result<()> {
     let n = n as i64;
     let changed = on(tx, UNCOUNT_SETTLED, |s| s.execute(named_params! { ":queue": queue, ":state": state, ":n": n }))?;
     if changed != 1 {
         return Err(crate::Error::domain(format!(
-            "internal: queue {queue:?} has no count of {state} rows to take {n} from"
+            "queue {queue:?} counts fewer {state} rows than the {n} this takes off: rows were settled without \
+             being counted (by a fenceq older than schema 13, or by hand); `fenceq stats --recount` \
+             (Queue::recount_settled) counts them again"
         )));
     }
     Ok(())

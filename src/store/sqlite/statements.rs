@@ -970,10 +970,10 @@ stmt! {
 
     /// Takes `:n` rows of `:queue` off the count of `:state`. A separate `UPDATE`, not an
     /// upsert of `-:n`: SQLite checks an upsert's inserted row (`count >= 0`) before it looks
-    /// for the conflict. `changes()` is 0 when there was no count to take from, which the
-    /// caller reports as an error, as the CHECK does a count that would go below zero.
+    /// for the conflict. `changes()` is 0 when the count is missing or smaller than `:n`
+    /// (rows the counts never had), which the caller reports as an error.
     UNCOUNT_SETTLED = "
-    UPDATE fenceq_settled_counts SET count = count - :n WHERE queue = :queue AND state = :state";
+    UPDATE fenceq_settled_counts SET count = count - :n WHERE queue = :queue AND state = :state AND count >= :n";
 
     /// The first step of a recount (`Store::recount_settled`): the counts forgotten, in the
     /// writer's transaction, so no settle comes between this and `RECOUNT_SETTLED`.
