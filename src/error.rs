@@ -212,6 +212,19 @@ pub enum Error {
         /// The count the change found.
         found: u64,
     },
+    /// The kept counts of settled rows (what `stats` reads) hold fewer rows of a queue and
+    /// state than a prune (or a replay of an acknowledged exhaustion) was about to take off:
+    /// rows were settled without being counted, by a process of a fenceq older than schema
+    /// 13 still running after the upgrade, or by hand. Nothing was changed. Repair with [`Queue::recount_settled`](crate::Queue::recount_settled)
+    /// (`fenceq stats --recount`), then try again. SQLite only: PostgreSQL's counts are
+    /// spread over shards that may each go below zero.
+    #[error("queue {queue:?} counts fewer {state} rows than it holds: rows were settled without being counted (by a fenceq older than schema 13, or by hand); repair with `fenceq stats --recount` (Queue::recount_settled)")]
+    SettledCountsShort {
+        /// The queue.
+        queue: String,
+        /// The counted state: `completed`, `cancelled` or `acknowledged`.
+        state: String,
+    },
     /// `resume` came after the park's deadline: the wait expired (whether or not the reaper
     /// has exhausted the job yet). Nothing was written.
     #[error("job {id}'s wait expired at {deadline} (ms since the epoch); it can no longer be resumed")]

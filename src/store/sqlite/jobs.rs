@@ -1095,11 +1095,7 @@ fn uncount_settled(tx: &Connection, queue: &str, state: &str, n: u64) -> Result<
     let n = n as i64;
     let changed = on(tx, UNCOUNT_SETTLED, |s| s.execute(named_params! { ":queue": queue, ":state": state, ":n": n }))?;
     if changed != 1 {
-        return Err(crate::Error::domain(format!(
-            "queue {queue:?} counts fewer {state} rows than the {n} this takes off: rows were settled without \
-             being counted (by a fenceq older than schema 13, or by hand); `fenceq stats --recount` \
-             (Queue::recount_settled) counts them again"
-        )));
+        return Err(crate::Error::SettledCountsShort { queue: queue.to_string(), state: state.to_string() });
     }
     Ok(())
 }
