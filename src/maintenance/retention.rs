@@ -51,7 +51,9 @@ impl<S: Store> Queue<S> {
     /// `InvalidInput` (nothing deleted) when `retention.batch_size` is not in 1..=100,000.
     /// Storage errors: `Busy`, `StorageFull`, `ReadOnly`; `NestedWrite` from inside a
     /// closure holding the queue's transaction (or an in-memory queue's `with_connection`).
-    /// Batches committed before a storage error stay deleted.
+    /// Batches committed before a storage error stay deleted. `SettledCountsShort` (SQLite)
+    /// when a batch meets rows the counts `stats` reads never had: that batch deletes
+    /// nothing; repair with [`Queue::recount_settled`].
     pub fn prune(&self, retention: &Retention) -> Result<PruneReport> {
         retention.check()?;
         let horizon = self.store_now()?.saturating_sub(duration_ms(retention.older_than));

@@ -127,9 +127,10 @@ impl<S: Store> Queue<S> {
     /// # Errors
     ///
     /// `NotFound` when no row has this id, `InvalidState` when the job is not exhausted
-    /// (acknowledged or not). Storage errors: `Busy`, `StorageFull`, `ReadOnly`;
-    /// `NestedWrite` from inside a closure holding the queue's transaction (or an in-memory
-    /// queue's `with_connection`).
+    /// (acknowledged or not); `SettledCountsShort` (SQLite, nothing changed) when the counts
+    /// `stats` reads never had the acknowledged row. Storage errors: `Busy`, `StorageFull`,
+    /// `ReadOnly`; `NestedWrite` from inside a closure holding the queue's transaction (or an
+    /// in-memory queue's `with_connection`).
     pub fn replay(&self, id: JobId) -> Result<()> {
         self.unnamed().replay(id)
     }
