@@ -4,12 +4,12 @@
 -- statement that moves a row into or out of one of these states moves its count in the same
 -- transaction.
 --
--- A count is split over 64 shards, each statement adding to one shard it picks at random: a
--- counter row is locked from its update to the commit, so one row per (queue, state) would
--- serialise every completion of the queue through its commit's flush. A shard may go below
--- zero (a row counted into one shard is pruned from another); the sum over the shards is the
--- count. The small fill factor keeps each shard's updates on its own page (heap-only updates
--- that need no new index entry).
+-- A count is split over 64 shards, each statement adding to one that no other transaction
+-- holds (statements.rs, `counting_settled!`): a counter row is locked from its update to the
+-- commit, so one row per (queue, state) would serialise every completion of the queue through
+-- its commit's flush. A shard may go below zero (a row counted into one shard is pruned from
+-- another); the sum over the shards is the count. The small fill factor keeps each shard's
+-- updates on its own page (heap-only updates that need no new index entry).
 CREATE TABLE fenceq_settled_counts (
     queue TEXT     NOT NULL,
     state TEXT     NOT NULL CONSTRAINT settled_count_state CHECK (state IN ('completed', 'cancelled', 'acknowledged')),

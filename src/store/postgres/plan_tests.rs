@@ -3,12 +3,12 @@
 //! overview's completions per minute read the hour asked for, not every settled row; a
 //! limited claim's reads of the starts log read a few rows (or the rate's count), not the log;
 //! the batched settle reads its rows by key, not the index of running rows; `stats` reads no
-//! settled row.
+//! settled row; and a settle never waits for another's count of settled rows.
 
 use super::jobs::TokenRow;
 use super::statements::{
-    CLAIM, COMPLETE_MANY_IF_OWNED, COMPLETIONS_PER_MINUTE, GROUP_NEEDS_RELEASE, KEPT_STARTS, QUEUE_STARTS,
-    RELEASE_GROUP, STATS,
+    CLAIM, COMPLETE_IF_OWNED, COMPLETE_MANY_IF_OWNED, COMPLETIONS_PER_MINUTE, GROUP_NEEDS_RELEASE, KEPT_STARTS,
+    QUEUE_STARTS, RELEASE_GROUP, STATS,
 };
 use diesel::connection::SimpleConnection;
 use diesel::sql_types::{Array, BigInt, Integer, Text, Uuid as SqlUuid};
@@ -313,5 +313,45 @@ fn stats_reads_no_settled_row() {
     assert_eq!((stats.pending, stats.running, stats.completed), (100, 20, 40000));
     assert_eq!((stats.cancelled, stats.exhausted_acknowledged, stats.oldest_pending_run_at), (10000, 10000, Some(1)));
     drop(queue);
+    raw.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE")).unwrap();
+}
+
+/// A settle never waits for another transaction's count of settled rows, as it never waits
+/// for another's job row: while one transaction has completed a job and not yet committed
+/// (its counter shard locked), 200 completions of other jobs of the queue, each in its own
+/// transaction, under a lock timeout of 200 ms, all go through. With the shard picked at
+/// random and no more, about 96 % of such runs had one wait for the held shard and fail.
+#[test]
+fn a_settle_never_waits_for_another_transactions_count() {
+    let Some(url) = server() else { return };
+    let (schema, queue, mut holder) = scratch(&url);
+    for _ in 0..201 {
+        queue.enqueue(crate::NewJob::new("q", b"x".to_vec())).unwrap();
+    }
+    let jobs = queue.claim_batch("q", "w", Duration::from_secs(600), 201).unwrap();
+    let complete = |conn: &mut PgConnection, job: &crate::Claimed| {
+        let token = job.token();
+        sql_query(COMPLETE_IF_OWNED.sql)
+            .bind::<BigInt, _>(token.id.0)
+            .bind::<Integer, _>(token.attempt as i32)
+            .bind::<SqlUuid, _>(token.claim_id.0)
+            .bind::<BigInt, _>(queue.now_ms())
+            .execute(conn)
+    };
+    holder.batch_execute("BEGIN").unwrap();
+    assert_eq!(complete(&mut holder, &jobs[0]).unwrap(), 1);
+    let mut other = PgConnection::establish(&url).unwrap();
+    other.batch_execute(&format!("SET search_path TO \"{schema}\"; SET lock_timeout = '200ms'")).unwrap();
+    for job in &jobs[1..] {
+        assert_eq!(complete(&mut other, job).unwrap(), 1, "job {:?} waited for the held count", job.id());
+    }
+    holder.batch_execute("COMMIT").unwrap();
+    assert_eq!(queue.stats().unwrap().queue("q").completed, 201);
+    drop(queue);
+    raw_drop(&url, &schema);
+}
+
+fn raw_drop(url: &str, schema: &str) {
+    let mut raw = PgConnection::establish(url).unwrap();
     raw.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE")).unwrap();
 }

@@ -83,10 +83,15 @@ macro_rules! wake_listeners {
 /// (`fenceq_settled_counts`, read by `STATS`) in the same statement: `$ctes` ends with `moved`,
 /// the transition, whose `RETURNING` names each row's `counted_state` ('completed',
 /// 'cancelled', 'acknowledged', or NULL for a row that moves no count) and `counted` (+1 or
-/// -1). The counts are added to one shard per (queue, state), picked at random, so that
-/// concurrent settles rarely wait for each other's counter row; they are written in key order,
-/// so that two statements never take two counter rows in opposite orders. The statement then
-/// returns `$returning` of every moved row.
+/// -1). The statement then returns `$returning` of every moved row.
+///
+/// A settle never waits for another's count, as it never waits for another's job row
+/// (`unless_held_elsewhere!`): a counter row stays locked until its transaction ends, so the
+/// statement writes to a shard no other transaction holds. It takes the first shard, from a
+/// random start, whose transaction-scoped advisory lock (keyed by the schema) it can take
+/// without waiting; every writer of a count but the recount (which locks the table) holds the
+/// shard's advisory lock until it ends. A transaction that holds one already gets its own
+/// shard again. With all 64 taken, it waits for shard 0.
 macro_rules! counting_settled {
     ($ctes:expr, $returning:expr) => {
         concat!(
@@ -95,7 +100,13 @@ macro_rules! counting_settled {
             ",
     counted AS (
         INSERT INTO fenceq_settled_counts AS c (queue, state, shard, count)
-        SELECT queue, counted_state, floor(random() * 64)::smallint, sum(counted)
+        SELECT queue, counted_state,
+               coalesce((SELECT s FROM (SELECT (r.start + g) % 64 AS s
+                                        FROM   (SELECT floor(random() * 64)::int AS start) AS r,
+                                               generate_series(0, 63) AS g) AS shards
+                         WHERE  pg_try_advisory_xact_lock(hashtext('fenceq settled counts ' || current_schema()), s)
+                         LIMIT  1), 0)::smallint,
+               sum(counted)
         FROM   moved
         WHERE  counted_state IS NOT NULL
         GROUP  BY queue, counted_state
