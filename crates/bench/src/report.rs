@@ -159,11 +159,8 @@ fn round2(v: f64) -> f64 {
 /// The stats step on a fresh file in `dir` (removed after unless `--db` named the directory).
 fn stats_on_sqlite(args: &BenchArgs, dir: &std::path::Path, ctx: &mut Context) -> CliResult<()> {
     std::fs::create_dir_all(dir)?;
-    let path = dir.join("stats.db");
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-    }
-    let queue = fenceq::Queue::builder().path(&path).synchronous(Synchronous::Normal).open()?;
+    let path = rounds::fresh_in(dir, "stats");
+    let queue = crate::scenarios::open(&path, Synchronous::Normal, 2)?;
     let raw = fenceq::rusqlite::Connection::open(&path)?;
     let sql = crate::stats::whole_table_count(queue.now_ms());
     let mut whole_table = || -> CliResult<()> {

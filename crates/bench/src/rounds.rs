@@ -11,7 +11,7 @@ use crate::guards;
 use crate::scenarios::{self as s, Figure, Latency};
 use crate::CliResult;
 use fenceq::Synchronous;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// Bench settings.
@@ -182,6 +182,16 @@ pub fn run(options: &BenchOptions, mut report: impl FnMut(usize, &Figure) -> Cli
     Ok(summarise(options, &rounds, &once, started.elapsed().as_secs_f64()))
 }
 
+/// A fresh scratch database path `dir/name.db` (any earlier file of that name, with its WAL
+/// and shared-memory files, removed).
+pub(crate) fn fresh_in(dir: &Path, name: &str) -> PathBuf {
+    let path = dir.join(format!("{name}.db"));
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    path
+}
+
 impl BenchOptions {
     fn selected(&self, step: &str) -> bool {
         self.only.is_empty() || self.only.iter().any(|o| step.contains(o.as_str()))
@@ -189,11 +199,7 @@ impl BenchOptions {
 
     /// A fresh scratch database path (any earlier file of that name removed).
     fn fresh(&self, name: &str) -> PathBuf {
-        let path = self.dir.join(format!("{name}.db"));
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-        }
-        path
+        fresh_in(&self.dir, name)
     }
 
     /// Callers of the `FULL` scenarios.

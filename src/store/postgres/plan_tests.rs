@@ -348,10 +348,5 @@ fn a_settle_never_waits_for_another_transactions_count() {
     holder.batch_execute("COMMIT").unwrap();
     assert_eq!(queue.stats().unwrap().queue("q").completed, 201);
     drop(queue);
-    raw_drop(&url, &schema);
-}
-
-fn raw_drop(url: &str, schema: &str) {
-    let mut raw = PgConnection::establish(url).unwrap();
-    raw.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE")).unwrap();
+    holder.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE")).unwrap();
 }
