@@ -90,6 +90,18 @@ trait WithQueue<T> {
     fn run<S: Store>(self, queue: Queue<S>) -> CliResult<T>;
 }
 
+/// What the scenario holds: the queue's rate (starts per second), the seconds measured, and
+/// how many groups the jobs go into (0: none).
+#[derive(Debug, Clone, Copy)]
+pub struct HeldRate {
+    /// Starts per second.
+    pub limit: u32,
+    /// Seconds measured.
+    pub secs: u64,
+    /// Groups of the jobs, each with a rate as high as the queue's (0: no groups).
+    pub groups: u32,
+}
+
 /// The scenario's result: how close the processes came to the limit, and the most starts any
 /// window held. Fails if a window held more than the limit, or a job did not run once.
 ///
@@ -97,10 +109,11 @@ trait WithQueue<T> {
 ///
 /// The store's errors, a child that failed or outran its bound, a job that did not start
 /// exactly once, and a window over the limit.
-pub fn run(target: &Target, limit: u32, secs: u64) -> CliResult<Figure> {
+pub fn run(target: &Target, held: HeldRate) -> CliResult<Figure> {
+    let HeldRate { limit, secs, groups } = held;
     // One more second of backlog than is measured: work is pending through the whole run.
     let jobs = u64::from(limit) * (secs + 1);
-    target.with_queue(Prepare { limit, jobs })?;
+    target.with_queue(Prepare { limit, jobs, groups })?;
     let bound = Duration::from_secs(secs * 4 + 120);
     let deadline = Instant::now() + bound;
     let children: Vec<Worker> = (0..PROCESSES).map(|_| Worker::spawn(target)).collect::<CliResult<_>>()?;
@@ -127,23 +140,40 @@ pub fn run(target: &Target, limit: u32, secs: u64) -> CliResult<Figure> {
     let measured = secs as i64 * 1000;
     let in_run = starts.iter().filter(|&&at| at < first + measured).count();
     let held = 100.0 * in_run as f64 / (f64::from(limit) * secs as f64);
-    Ok(Figure::of(format!("fenceq/flow/rate_{limit}_per_s_{PROCESSES}_processes_{secs}_s"), held, "%_of_limit")
-        .with("starts_in_run", in_run as f64)
-        .with("most_in_any_1s", most as f64)
-        .with("limit", f64::from(limit)))
+    let in_groups = if groups > 0 { format!("_{groups}_groups") } else { String::new() };
+    Ok(Figure::of(
+        format!("fenceq/flow/rate_{limit}_per_s_{PROCESSES}_processes_{secs}_s{in_groups}"),
+        held,
+        "%_of_limit",
+    )
+    .with("starts_in_run", in_run as f64)
+    .with("most_in_any_1s", most as f64)
+    .with("limit", f64::from(limit)))
 }
 
-/// The parent's set-up: the queue's rate, then the backlog.
+/// The parent's set-up: the queue's rate (and its groups'), then the backlog.
 struct Prepare {
     limit: u32,
     jobs: u64,
+    groups: u32,
 }
 
 impl WithQueue<()> for Prepare {
     fn run<S: Store>(self, queue: Queue<S>) -> CliResult<()> {
-        let limits = Limits { rate: Some(Rate::new(self.limit, WINDOW)), ..Limits::default() };
-        queue.set_limits(QUEUE, &limits)?;
-        crate::scenarios::enqueue_in_batches(&queue, self.jobs, 1000)?;
+        let rate = Rate::new(self.limit, WINDOW);
+        let group_rates = if self.groups > 0 { vec![rate] } else { Vec::new() };
+        queue.set_limits(QUEUE, &Limits { rate: Some(rate), group_rates, ..Limits::default() })?;
+        if self.groups == 0 {
+            crate::scenarios::enqueue_in_batches(&queue, self.jobs, 1000)?;
+            return Ok(());
+        }
+        let groups = u64::from(self.groups);
+        let mut j = 0;
+        while j < self.jobs {
+            let end = (j + 1000).min(self.jobs);
+            queue.enqueue_batch((j..end).map(|j| crate::scenarios::job(j).group(format!("g{}", j % groups))))?;
+            j = end;
+        }
         Ok(())
     }
 }

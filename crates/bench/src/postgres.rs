@@ -621,7 +621,10 @@ impl Bench {
     fn held_rate(&mut self, args: &BenchArgs) -> CliResult<crate::scenarios::Figure> {
         let schema = self.scratch("fq_held_rate")?;
         let target = crate::held_rate::Target::Postgres { url: self.url.clone(), schema };
-        crate::held_rate::run(&target, args.rate_limit, args.rate_secs)
+        crate::held_rate::run(
+            &target,
+            crate::held_rate::HeldRate { limit: args.rate_limit, secs: args.rate_secs, groups: args.rate_groups },
+        )
     }
 
     fn open(&self, schema: &str, pool: usize) -> CliResult<Queue<PostgresStore>> {

@@ -47,6 +47,11 @@ pub struct BenchArgs {
     /// lasts one second longer).
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub rate_secs: u64,
+    /// Groups of the held-rate step's jobs (0: none). With groups, the jobs go round-robin
+    /// into that many groups and each group has a rate as high as the queue's, which never
+    /// holds a job back alone: every claim takes the claim of a queue with group rates.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    pub rate_groups: u32,
     /// Interleaved rounds: every ratio is computed within a round, and the report gives the
     /// median and spread (min, max) over the rounds.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=100))]
@@ -118,6 +123,7 @@ impl BenchArgs {
             latency_rows: self.latency_rows,
             rate_limit: self.rate_limit,
             rate_secs: self.rate_secs,
+            rate_groups: self.rate_groups,
             rounds: self.rounds as usize,
             only: self.only,
             guards: self.guard,

@@ -29,6 +29,8 @@ pub struct BenchOptions {
     pub rate_limit: u32,
     /// The held-rate step's measured seconds.
     pub rate_secs: u64,
+    /// The held-rate step's groups (0: none).
+    pub rate_groups: u32,
     /// Interleaved rounds.
     pub rounds: usize,
     /// Run only the steps whose names contain one of these (all when empty).
@@ -175,7 +177,7 @@ pub fn run(options: &BenchOptions, mut report: impl FnMut(usize, &Figure) -> Cli
     }
     if options.selected("rate") {
         let target = crate::held_rate::Target::Sqlite(options.fresh("held_rate"));
-        let figure = crate::held_rate::run(&target, options.rate_limit, options.rate_secs)?;
+        let figure = crate::held_rate::run(&target, options.held_rate())?;
         report(0, &figure)?;
         once.push(figure);
     }
@@ -193,6 +195,11 @@ pub(crate) fn fresh_in(dir: &Path, name: &str) -> PathBuf {
 }
 
 impl BenchOptions {
+    /// The held-rate step's settings.
+    fn held_rate(&self) -> crate::held_rate::HeldRate {
+        crate::held_rate::HeldRate { limit: self.rate_limit, secs: self.rate_secs, groups: self.rate_groups }
+    }
+
     fn selected(&self, step: &str) -> bool {
         self.only.is_empty() || self.only.iter().any(|o| step.contains(o.as_str()))
     }

@@ -541,15 +541,35 @@ fn check_rates(runs: &[Run]) -> String {
     let achieved = all.len() as f64 * RATE.1 as f64 / (last - first + RATE.1 as i64) as f64;
     assert!(
         achieved >= 0.9 * f64::from(RATE.0),
-        "{achieved:.1} starts per window while work was pending, under 90 % of {}",
-        RATE.0
+        "{achieved:.1} starts per window while work was pending, under 90 % of {}; {}",
+        RATE.0,
+        rate_profile(&all, RATE.1 as i64)
     );
     format!(
-        "; limits held: at most {most} starts in any {} ms (limit {}), per group at most {group_most:?}          (limits {GROUP_RATES:?}); {achieved:.1} per window achieved over {} ms",
+        "; limits held: at most {most} starts in any {} ms (limit {}), per group at most {group_most:?}          (limits {GROUP_RATES:?}); {achieved:.1} per window achieved over {} ms; {}",
         RATE.1,
         RATE.0,
-        last - first
+        last - first,
+        rate_profile(&all, RATE.1 as i64)
     )
+}
+
+/// Where a run's starts went, for a rate that was not reached: the starts in each window
+/// from the first, and the longest gaps between consecutive starts with their instants.
+fn rate_profile(sorted: &[i64], window: i64) -> String {
+    let first = sorted[0];
+    let mut per_window: Vec<usize> = Vec::new();
+    for &at in sorted {
+        let slot = ((at - first) / window) as usize;
+        if per_window.len() <= slot {
+            per_window.resize(slot + 1, 0);
+        }
+        per_window[slot] += 1;
+    }
+    let mut gaps: Vec<(i64, i64)> = sorted.windows(2).map(|w| (w[1] - w[0], w[0] - first)).collect();
+    gaps.sort_unstable_by(|a, b| b.cmp(a));
+    gaps.truncate(5);
+    format!("starts per window from the first: {per_window:?}; longest gaps (ms, at ms): {gaps:?}")
 }
 
 /// [`Scenario::Running`]: never more handlers at once than the running limit, and the limit
