@@ -1,6 +1,8 @@
-//! A claim of a queue with limits, written once for every store on the primitives of
-//! [`Store`]: the store's claim hands a limited queue here (its own claim statement finds no
-//! job of a queue with limits), and this runs in the claim's transaction.
+//! A claim of a queue with limits, written once on the primitives of [`Store`]: SQLite's
+//! claim hands a limited queue here (its own claim statement finds no job of a queue with
+//! limits), and this runs in the claim's transaction. PostgreSQL runs the same steps, in the
+//! same order, in its schema's functions (`fenceq_claim_limited`, `fenceq_claim_grouped`),
+//! so that the queue's lock is held for one round trip; the kit's model judges both.
 //!
 //! Under the queue's limit lock ([`Store::lock_limits`]), so that no two claims count one
 //! window at once: the running limit and the queue's rate give how many may start now; the

@@ -297,8 +297,9 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// `lease_until`. A live lease is never handed out. A paused queue
     /// ([`Store::pause_queue`]) claims nothing, nor does a queue whose back-off
     /// ([`Store::back_off_queue_of`]) ends after `now`; both checks are part of the claim's
-    /// own read. A queue with limits ([`Store::set_limits`]) is claimed by
-    /// the store-independent limited claim (`store::limits`), which hands out nothing that would break one.
+    /// own read. A queue with limits ([`Store::set_limits`]) is claimed by the limited
+    /// claim's steps (`store::limits`; on PostgreSQL the same steps in the schema's
+    /// functions), which hand out nothing that would break one.
     fn claim(tx: &Self::Tx, request: ClaimRequest<'_>) -> Result<Claims>;
 
     /// Moves the lease of the exact live claim `claim.token` to `lease_until`.
@@ -664,7 +665,7 @@ pub type Wake = std::sync::Arc<dyn Fn(Option<&str>) + Send + Sync>;
 /// one list for every store, so that a version number means the same change everywhere.
 /// Each store pairs it with its own dialect's files, `schema/<store>/NNNN_<name>.sql`
 /// ([`migrations`]).
-pub(crate) const MIGRATION_NAMES: [&str; 13] = [
+pub(crate) const MIGRATION_NAMES: [&str; 14] = [
     "create_jobs",
     "add_claim_id",
     "durable_exhaustion",
@@ -678,6 +679,7 @@ pub(crate) const MIGRATION_NAMES: [&str; 13] = [
     "counted_starts",
     "backoff_lifts",
     "settled_counts",
+    "grouped_claim",
 ];
 
 /// The schema version this build writes and understands, in every store.

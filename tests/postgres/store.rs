@@ -647,8 +647,11 @@ fn schema_13_counts_the_settled_rows_written_before_it_and_every_settle_after() 
     drop(q);
 
     // What a build of schema 12 leaves: the same rows, no counts.
-    raw.batch_execute("DROP TABLE fenceq_settled_counts; DELETE FROM fenceq_schema_version WHERE version = 13")
-        .unwrap();
+    raw.batch_execute(
+        "DROP TABLE fenceq_settled_counts; DROP FUNCTION fenceq_claim_grouped;
+         DELETE FROM fenceq_schema_version WHERE version >= 13",
+    )
+    .unwrap();
     let q = s.open();
     assert_eq!(q.schema_version().unwrap(), SCHEMA_VERSION);
     assert_eq!(q.stats().unwrap(), before, "the upgrade counted the rows settled before it");

@@ -12,7 +12,7 @@ use crate::report::{
     BackoffLift, CheckpointReport, CommitStats, GroupHead, GroupSummary, PausedQueue, QueueBackoff, ReapReport,
     ScheduleRecord,
 };
-use crate::store::limits::{claim_limited, limit_rows, limits_by_queue, limits_of, rate_opens_at};
+use crate::store::limits::{limit_rows, limits_by_queue, limits_of, rate_opens_at};
 use crate::store::{
     Batch, ClaimRequest, Claims, Decided, GroupsRequest, Identity, JobDecision, KeptStarts, NewRow, OwnedLease,
     PageRequest, QueueBackoffAt, QueueDecision, ScheduleDefinition, ScheduleTick, SnoozeAt, StatsRow, Stmt, Store,
@@ -211,8 +211,8 @@ impl Store for PostgresStore {
     }
 
     /// One statement (`CLAIM`); the claimed rows are sorted into claim order here. A queue
-    /// with limits, which `CLAIM` leaves alone, is claimed by `CLAIM_LIMITED` in one call when
-    /// its limits are queue-wide only, else by `store::limits` in a transaction.
+    /// with limits, which `CLAIM` leaves alone, is claimed in one more call: `CLAIM_LIMITED`
+    /// when its limits are queue-wide only, else `CLAIM_GROUPED`.
     fn claim(tx: &PgTx, request: ClaimRequest<'_>) -> Result<Claims> {
         let query = claim_query(CLAIM, request);
         let rows = tx.writing(|conn| query.load::<ClaimRow>(conn))?;
@@ -222,7 +222,7 @@ impl Store for PostgresStore {
                 return claim_queue_limited(tx, request, &limits);
             }
             if !limits.is_empty() {
-                return tx.in_own_transaction(|tx| claim_limited::<Self>(tx, request, &limits));
+                return claim_grouped(tx, request, &limits);
             }
         }
         Ok(Claims::of(claimed_in_order(rows)))
@@ -1403,6 +1403,48 @@ fn claim_queue_limited(tx: &PgTx, request: ClaimRequest<'_>, limits: &Limits) ->
         None => None,
     };
     Ok(Claims { jobs: Vec::new(), limit_opens_at })
+}
+
+/// The claim of a queue with group rates: the schema's `fenceq_claim_grouped`, which runs
+/// `store::limits::claim_limited`'s steps on the server, under the same lock, in one round
+/// trip (the steps' own round trips, several per candidate, held the lock that serialises the
+/// queue's claims across processes). A claim that took nothing is told by the function when
+/// the limit that held it back opens.
+fn claim_grouped(tx: &PgTx, request: ClaimRequest<'_>, limits: &Limits) -> Result<Claims> {
+    let (counts, windows): (Vec<i64>, Vec<i64>) =
+        limits.group_rates.iter().map(|r| (i64::from(r.count), r.window_ms())).unzip();
+    let query = claim_query(CLAIM_GROUPED, request)
+        .bind::<Nullable<BigInt>, _>(limits.rate.map(|r| i64::from(r.count)))
+        .bind::<Nullable<BigInt>, _>(limits.rate.map(|r| r.window_ms()))
+        .bind::<Nullable<BigInt>, _>(limits.max_running.map(i64::from))
+        .bind::<Array<BigInt>, _>(counts)
+        .bind::<Array<BigInt>, _>(windows);
+    let rows = tx.writing(|conn| query.load::<GroupedClaimRow>(conn))?;
+    let limit_opens_at = rows.iter().find_map(|r| r.opens_at);
+    let claimed: Vec<ClaimRow> = rows.into_iter().filter_map(|r| r.claimed).collect();
+    Ok(Claims {
+        limit_opens_at: if claimed.is_empty() { limit_opens_at } else { None },
+        jobs: claimed_in_order(claimed),
+    })
+}
+
+/// A row of `CLAIM_GROUPED`: a claimed job, or (with every column of one NULL) the instant a
+/// limit that held the claim back opens.
+struct GroupedClaimRow {
+    claimed: Option<ClaimRow>,
+    opens_at: Option<i64>,
+}
+
+impl QueryableByName<Pg> for GroupedClaimRow {
+    fn build<'a>(row: &impl diesel::row::NamedRow<'a, Pg>) -> diesel::deserialize::Result<Self> {
+        let opens_at = diesel::row::NamedRow::get::<Nullable<BigInt>, Option<i64>>(row, "opens_at")?;
+        let id = diesel::row::NamedRow::get::<Nullable<BigInt>, Option<i64>>(row, "id")?;
+        let claimed = match id {
+            Some(_) => Some(ClaimRow::build(row)?),
+            None => None,
+        };
+        Ok(GroupedClaimRow { claimed, opens_at })
+    }
 }
 
 /// Claimed rows in claim order (priority, then run_at, then id), as the store hands them out.

@@ -1054,6 +1054,15 @@ stmt! {
            claim_id, group_name
     FROM   fenceq_claim_limited($1, $2, $3, $4, $5, $6, $7, $8)";
 
+    /// The claim of a queue with group rates, in one call of the schema's function
+    /// (`schema/postgres/0014_grouped_claim.sql`): `CLAIM_LIMITED`'s eight, then `$9` and
+    /// `$10` the group rates' counts and windows. A claim that took nothing may return one row
+    /// of NULLs but `opens_at`, the instant a limit that held it back opens again.
+    CLAIM_GROUPED = "
+    SELECT id, queue, key, payload, priority, run_at, attempt, max_attempts, lease_until, last_error,
+           claim_id, group_name, opens_at
+    FROM   fenceq_claim_grouped($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+
     /// How many starts the queue has recorded and not yet forgotten, and the latest of them
     /// (the end of `fenceq_starts_queue`'s range of the queue).
     KEPT_STARTS = "

@@ -1,0 +1,5 @@
+-- Nothing on SQLite: PostgreSQL's 0014 moves the claim of a queue with group rates into one
+-- server-side call, as its 0009 did for queue-wide limits, to shorten the time the queue's lock
+-- is held between processes. SQLite's claims run on the queue's one writer, in process, where
+-- the same claim (`store::limits::claim_limited`) costs no round trips. The version exists so
+-- that a number means the same schema on both stores.
