@@ -19,6 +19,11 @@
 -- function sees a fresh snapshot, so every count read after the lock includes every claim that
 -- committed before this one took it.
 --
+-- Each count of a window reads the starts latest first: that order is the index's, so the
+-- planner reads the index and stops at the rate's count. Without it, a `LIMIT` made a
+-- sequential scan look cheap, and a group with fewer starts than its rate's count (the usual
+-- case) had the scan read the whole log.
+--
 -- Arguments: those of `fenceq_claim_limited`, then the group rates as two arrays of equal
 -- length (counts, windows in ms). Returns the claimed rows as `CLAIM` does, with `opens_at`
 -- NULL; a claim that took nothing returns instead one row whose columns are all NULL but
@@ -67,7 +72,8 @@ BEGIN
     IF p_rate_count IS NOT NULL AND kept + allowed > p_rate_count THEN
         SELECT count(*) INTO starts
         FROM  (SELECT 1 FROM fenceq_starts AS s
-               WHERE s.queue = p_queue AND s.at > now_ms - p_rate_window LIMIT p_rate_count) AS w;
+               WHERE s.queue = p_queue AND s.at > now_ms - p_rate_window
+               ORDER BY s.at DESC LIMIT p_rate_count) AS w;
         allowed := LEAST(allowed, GREATEST(p_rate_count - starts, 0));
         IF starts >= p_rate_count THEN
             SELECT s.at + p_rate_window INTO rate_opens FROM fenceq_starts AS s
@@ -104,7 +110,7 @@ BEGIN
                     FROM  (SELECT 1 FROM fenceq_starts AS s
                            WHERE s.queue = p_queue AND s.group_name = candidate.group_name
                              AND s.group_name IS NOT NULL AND s.at > now_ms - p_group_windows[i]
-                           LIMIT p_group_counts[i]) AS w;
+                           ORDER BY s.at DESC LIMIT p_group_counts[i]) AS w;
                     IF starts >= p_group_counts[i] THEN
                         SELECT s.at + p_group_windows[i] INTO rate_at FROM fenceq_starts AS s
                         WHERE  s.queue = p_queue AND s.group_name = candidate.group_name

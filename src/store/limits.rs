@@ -1,10 +1,11 @@
-//! A claim of a queue with limits, written once on the primitives of [`Store`]: SQLite's
-//! claim hands a limited queue here (its own claim statement finds no job of a queue with
-//! limits), and this runs in the claim's transaction. PostgreSQL runs the same steps, in the
-//! same order, in its schema's functions (`fenceq_claim_limited`, `fenceq_claim_grouped`),
-//! so that the queue's lock is held for one round trip; the kit's model judges both.
+//! A claim of a queue with limits, written once on the primitives of [`Store`] and
+//! [`ClaimSteps`]: SQLite's claim hands a limited queue here (its own claim statement finds
+//! no job of a queue with limits), and this runs in the claim's transaction. PostgreSQL runs
+//! the same steps, in the same order, in its schema's functions (`fenceq_claim_limited`,
+//! `fenceq_claim_grouped`), so that the queue's lock is held for one round trip; the kit's
+//! model judges both.
 //!
-//! Under the queue's limit lock ([`Store::lock_limits`]), so that no two claims count one
+//! Under the queue's limit lock ([`ClaimSteps::lock_limits`]), so that no two claims count one
 //! window at once: the running limit and the queue's rate give how many may start now; the
 //! claimable jobs are read in claim order, a job whose group has spent one of its rates is
 //! passed over (and deferred until that rate opens, so that later claims do not read it
@@ -12,9 +13,9 @@
 //! Nothing that would break a limit is handed out: the starts recorded in the window plus
 //! those of this claim never exceed a rate's count.
 
-use super::{ClaimRequest, Claims, KeptStarts, Store};
+use super::{ClaimRequest, Claims, Store};
 use crate::error::Result;
-use crate::job::JobId;
+use crate::job::{Claimed, JobId};
 use crate::limits::{opens_at, Limits, Rate};
 use crate::report::Throttled;
 
@@ -22,8 +23,53 @@ use crate::report::Throttled;
 /// whose rates are not spent behind those of groups whose rates are.
 const EXTRA_CANDIDATES: u32 = 32;
 
+/// The steps of a limited claim that only [`claim_limited`] takes, each in the claim's
+/// transaction: a store whose round trips cost nothing (SQLite, in process) claims a limited
+/// queue with them; PostgreSQL runs the same steps inside its schema's functions instead.
+pub(crate) trait ClaimSteps: Store {
+    /// Serialises the limited claims of `queue` until the transaction ends.
+    fn lock_limits(tx: &Self::Tx, queue: &str) -> Result<()>;
+
+    /// The starts of `queue` recorded and not yet forgotten: how many (every window's starts
+    /// are among them) and the latest, read together as a limited claim needs both.
+    fn kept_starts(tx: &Self::Tx, queue: &str) -> Result<KeptStarts>;
+
+    /// Up to `limit` claimable jobs of the queue, in claim order, with their groups (as
+    /// [`Store::claim`] would choose them, limits aside; nothing is claimed).
+    fn claim_candidates(tx: &Self::Tx, request: ClaimRequest<'_>) -> Result<Vec<(JobId, Option<String>)>>;
+
+    /// Claims the chosen `ids` as [`Store::claim`] claims, each only if it is still claimable.
+    fn claim_ids(tx: &Self::Tx, ids: &[JobId], request: ClaimRequest<'_>) -> Result<Vec<Claimed>>;
+
+    /// Records the start of each claimed job at `now`, and forgets the starts of the queue
+    /// at or before `forget_before`.
+    fn record_starts(tx: &Self::Tx, claimed: &[Claimed], now: i64, forget_before: i64) -> Result<()>;
+
+    /// Moves a pending job's `run_at` on to `at` (never back): a head whose group's rate is
+    /// spent waits out of the claim's way until the rate opens.
+    fn defer_pending(tx: &Self::Tx, id: JobId, at: i64) -> Result<()>;
+
+    /// [`Store::window_starts`] for the starts of one group of `queue`.
+    fn group_window_starts(
+        tx: &Self::Tx,
+        queue: &str,
+        group: &str,
+        since: i64,
+        most: u32,
+    ) -> Result<(u64, Option<i64>)>;
+}
+
+/// The starts a queue keeps ([`ClaimSteps::kept_starts`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct KeptStarts {
+    /// How many are recorded and not yet forgotten.
+    pub(crate) count: u64,
+    /// The latest of them, if any.
+    pub(crate) latest: Option<i64>,
+}
+
 /// Claims up to `request.limit` jobs of a queue with `limits`, breaking none.
-pub(crate) fn claim_limited<S: Store>(tx: &S::Tx, request: ClaimRequest<'_>, limits: &Limits) -> Result<Claims> {
+pub(crate) fn claim_limited<S: ClaimSteps>(tx: &S::Tx, request: ClaimRequest<'_>, limits: &Limits) -> Result<Claims> {
     S::lock_limits(tx, request.queue)?;
     let kept = match limits.counts_starts() {
         true => S::kept_starts(tx, request.queue)?,
@@ -40,7 +86,7 @@ pub(crate) fn claim_limited<S: Store>(tx: &S::Tx, request: ClaimRequest<'_>, lim
     // While the queue keeps fewer starts than a rate's count leaves room for this claim, no
     // window of the rate can stop it: no window need be counted.
     if let Some(rate) = limits.rate.filter(|rate| kept.count + u64::from(allowed) > u64::from(rate.count)) {
-        let (starts, opens_then) = window::<S>(tx, queue, None, rate, now)?;
+        let (starts, opens_then) = window::<S>(tx, queue, rate, now)?;
         let room = u64::from(rate.count).saturating_sub(starts);
         allowed = allowed.min(u32::try_from(room).unwrap_or(u32::MAX));
         opens = opens_then;
@@ -104,7 +150,7 @@ pub(crate) fn throttled<S: Store>(tx: &S::Tx, queue: &str, limits: &Limits, now:
     let running = S::running_count(tx, queue)?;
     let by_running = limits.max_running.is_some_and(|max| running >= u64::from(max));
     let by_rate = match limits.rate {
-        Some(rate) => window::<S>(tx, queue, None, rate, now)?.1,
+        Some(rate) => window::<S>(tx, queue, rate, now)?.1,
         None => None,
     };
     let mut spent: Vec<String> = Vec::new();
@@ -131,24 +177,31 @@ pub(crate) fn throttled<S: Store>(tx: &S::Tx, queue: &str, limits: &Limits, now:
 /// its claims elsewhere (PostgreSQL's function) asks.
 #[cfg(feature = "postgres")]
 pub(crate) fn rate_opens_at<S: Store>(tx: &S::Tx, queue: &str, rate: Rate, now: i64) -> Result<Option<i64>> {
-    Ok(window::<S>(tx, queue, None, rate, now)?.1)
+    Ok(window::<S>(tx, queue, rate, now)?.1)
 }
 
 /// When the group's spent rate opens again, or `None` when every group rate has room.
-fn group_opens_at<S: Store>(tx: &S::Tx, queue: &str, group: &str, now: i64, limits: &Limits) -> Result<Option<i64>> {
+fn group_opens_at<S: ClaimSteps>(
+    tx: &S::Tx,
+    queue: &str,
+    group: &str,
+    now: i64,
+    limits: &Limits,
+) -> Result<Option<i64>> {
     let mut latest: Option<i64> = None;
     for rate in &limits.group_rates {
-        if let (_, Some(at)) = window::<S>(tx, queue, Some(group), *rate, now)? {
+        let (starts, countth) =
+            S::group_window_starts(tx, queue, group, now.saturating_sub(rate.window_ms()), rate.count)?;
+        if let Some(at) = opens_at(starts, countth, *rate) {
             latest = Some(latest.map_or(at, |l| l.max(at)));
         }
     }
     Ok(latest)
 }
 
-/// The window of `rate` ending at `now`, for the queue (or one group of it): how many starts
-/// it holds (counted up to the rate's count), and when it opens again if it is full.
-fn window<S: Store>(tx: &S::Tx, queue: &str, group: Option<&str>, rate: Rate, now: i64) -> Result<(u64, Option<i64>)> {
-    let (starts, countth) = S::window_starts(tx, queue, group, now.saturating_sub(rate.window_ms()), rate.count)?;
+/// The window of the queue's `rate` ending at `now`: how many starts it holds (counted up to the rate's count), and when it opens again if it is full.
+fn window<S: Store>(tx: &S::Tx, queue: &str, rate: Rate, now: i64) -> Result<(u64, Option<i64>)> {
+    let (starts, countth) = S::window_starts(tx, queue, now.saturating_sub(rate.window_ms()), rate.count)?;
     Ok((starts, opens_at(starts, countth, rate)))
 }
 

@@ -507,20 +507,13 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// Every queue with limits, by name.
     fn all_limits(tx: &Self::Tx) -> Result<Vec<(String, Limits)>>;
 
-    // What a limited claim (`store::limits`) reads and writes, each in the claim's
-    // transaction.
-
-    /// Serialises the limited claims of `queue` until the transaction ends (PostgreSQL: the
-    /// queue's `fenceq_queue_flow` row, locked; SQLite: the writer's lock already does).
-    fn lock_limits(tx: &Self::Tx, queue: &str) -> Result<()>;
+    // What a limited claim and `stats` read of a queue's limits, each in the caller's
+    // transaction (a store that claims with the shared steps of `store::limits` implements
+    // the rest of them there, in `ClaimSteps`).
 
     /// The running attempts of `queue` (live or expired leases: an expired one's worker may
     /// still be at work until a reclaim replaces it).
     fn running_count(tx: &Self::Tx, queue: &str) -> Result<u64>;
-
-    /// The starts of `queue` recorded and not yet forgotten: how many (every window's starts
-    /// are among them) and the latest, read together as a limited claim needs both.
-    fn kept_starts(tx: &Self::Tx, queue: &str) -> Result<KeptStarts>;
 
     /// The groups of `queue` with `count` or more starts recorded after `since`: those whose
     /// rate of `count` per window from `since` is spent (for `stats`).
@@ -531,31 +524,11 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// opens (for `stats`).
     fn deferred_heads(tx: &Self::Tx, queue: &str, groups: &[String], now: i64) -> Result<(u64, Option<i64>)>;
 
-    /// How many starts of `queue` (of one group of it, with `group`) were recorded after
-    /// `since`, counting no further than `most`, and when there are `most` or more, the
-    /// `most`-th latest of them: what a window of a rate of `most` needs to know.
-    fn window_starts(
-        tx: &Self::Tx,
-        queue: &str,
-        group: Option<&str>,
-        since: i64,
-        most: u32,
-    ) -> Result<(u64, Option<i64>)>;
+    /// How many starts of `queue` were recorded after `since`, counting no further than
+    /// `most`, and when there are `most` or more, the `most`-th latest of them: what a window
+    /// of a rate of `most` needs to know.
+    fn window_starts(tx: &Self::Tx, queue: &str, since: i64, most: u32) -> Result<(u64, Option<i64>)>;
 
-    /// Up to `limit` claimable jobs of the queue, in claim order, with their groups (as
-    /// [`Store::claim`] would choose them, limits aside; nothing is claimed).
-    fn claim_candidates(tx: &Self::Tx, request: ClaimRequest<'_>) -> Result<Vec<(JobId, Option<String>)>>;
-
-    /// Claims the chosen `ids` as [`Store::claim`] claims, each only if it is still claimable.
-    fn claim_ids(tx: &Self::Tx, ids: &[JobId], request: ClaimRequest<'_>) -> Result<Vec<Claimed>>;
-
-    /// Records the start of each claimed job at `now`, and forgets the starts of the queue
-    /// at or before `forget_before`.
-    fn record_starts(tx: &Self::Tx, claimed: &[Claimed], now: i64, forget_before: i64) -> Result<()>;
-
-    /// Moves a pending job's `run_at` on to `at` (never back): a head whose group's rate is
-    /// spent waits out of the claim's way until the rate opens.
-    fn defer_pending(tx: &Self::Tx, id: JobId, at: i64) -> Result<()>;
     // ------------------------------------------------------------ snoozes and queue back-off
 
     /// `running` → `pending` at `snooze.run_at` without spending an attempt, while the job
@@ -754,15 +727,6 @@ pub struct GroupsRequest<'a> {
     pub after: (&'a str, &'a str),
     /// At most this many groups.
     pub limit: u32,
-}
-
-/// The starts a queue keeps ([`Store::kept_starts`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct KeptStarts {
-    /// How many are recorded and not yet forgotten.
-    pub count: u64,
-    /// The latest of them, if any.
-    pub latest: Option<i64>,
 }
 
 /// What a claim asks for ([`Store::claim`]): up to `limit` due jobs of `queue` at `now`, each

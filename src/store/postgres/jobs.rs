@@ -14,9 +14,8 @@ use crate::report::{
 };
 use crate::store::limits::{limit_rows, limits_by_queue, limits_of, rate_opens_at};
 use crate::store::{
-    Batch, ClaimRequest, Claims, Decided, GroupsRequest, Identity, JobDecision, KeptStarts, NewRow, OwnedLease,
-    PageRequest, QueueBackoffAt, QueueDecision, ScheduleDefinition, ScheduleTick, SnoozeAt, StatsRow, Stmt, Store,
-    TokenAt,
+    Batch, ClaimRequest, Claims, Decided, GroupsRequest, Identity, JobDecision, NewRow, OwnedLease, PageRequest,
+    QueueBackoffAt, QueueDecision, ScheduleDefinition, ScheduleTick, SnoozeAt, StatsRow, Stmt, Store, TokenAt,
 };
 use diesel::pg::Pg;
 use diesel::query_builder::{BoxedSqlQuery, SqlQuery};
@@ -559,71 +558,17 @@ impl Store for PostgresStore {
         ))
     }
 
-    /// The queue's flow-control row, locked until the claim's transaction ends.
-    fn lock_limits(tx: &PgTx, queue: &str) -> Result<()> {
-        let query = bound(LOCK_LIMITS).bind::<Text, _>(queue);
-        tx.writing(|conn| query.load::<NRow>(conn)).map(drop)
-    }
-
     fn running_count(tx: &PgTx, queue: &str) -> Result<u64> {
         let query = bound(RUNNING_COUNT).bind::<Text, _>(queue);
         Ok(count_u64(tx.with(|conn| query.one::<N>(conn))?.n))
     }
 
     /// One round trip: the count (up to `most`) and the `most`-th latest start.
-    fn window_starts(tx: &PgTx, queue: &str, group: Option<&str>, since: i64, most: u32) -> Result<(u64, Option<i64>)> {
-        let query = match group {
-            None => bound(QUEUE_STARTS),
-            Some(_) => bound(GROUP_STARTS),
-        }
-        .bind::<Text, _>(queue)
-        .bind::<BigInt, _>(since)
-        .bind::<BigInt, _>(i64::from(most));
-        let query = match group {
-            None => query,
-            Some(group) => query.bind::<Text, _>(group),
-        };
+    fn window_starts(tx: &PgTx, queue: &str, since: i64, most: u32) -> Result<(u64, Option<i64>)> {
+        let query =
+            bound(QUEUE_STARTS).bind::<Text, _>(queue).bind::<BigInt, _>(since).bind::<BigInt, _>(i64::from(most));
         let row = tx.with(|conn| query.one::<WindowRow>(conn))?;
         Ok((count_u64(row.n), row.countth))
-    }
-
-    fn claim_candidates(tx: &PgTx, request: ClaimRequest<'_>) -> Result<Vec<(JobId, Option<String>)>> {
-        let ClaimRequest { queue, now, limit: limit_, .. } = request;
-        let query =
-            bound(CLAIM_CANDIDATES).bind::<Text, _>(queue).bind::<BigInt, _>(now).bind::<BigInt, _>(limit(limit_));
-        let rows = tx.with(|conn| query.load::<CandidateRow>(conn))?;
-        Ok(rows.into_iter().map(|r| (JobId(r.id), r.group_name)).collect())
-    }
-
-    fn claim_ids(tx: &PgTx, ids: &[JobId], request: ClaimRequest<'_>) -> Result<Vec<Claimed>> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let ClaimRequest { worker, now, lease_until, .. } = request;
-        let query = bound(CLAIM_IDS)
-            .bind::<Array<BigInt>, _>(ids.iter().map(|id| id.0).collect::<Vec<i64>>())
-            .bind::<Text, _>(worker)
-            .bind::<BigInt, _>(now)
-            .bind::<BigInt, _>(lease_until);
-        let rows = tx.writing(|conn| query.load::<ClaimRow>(conn))?;
-        Ok(claimed_in_order(rows))
-    }
-
-    fn record_starts(tx: &PgTx, claimed: &[Claimed], now: i64, forget_before: i64) -> Result<()> {
-        let Some(first) = claimed.first() else { return Ok(()) };
-        let query = bound(RECORD_STARTS)
-            .bind::<Text, _>(first.queue.as_str())
-            .bind::<Array<BigInt>, _>(claimed.iter().map(|c| c.token.id.0).collect::<Vec<i64>>())
-            .bind::<Array<Nullable<Text>>, _>(claimed.iter().map(|c| c.group.clone()).collect::<Vec<Option<String>>>())
-            .bind::<BigInt, _>(now)
-            .bind::<BigInt, _>(forget_before);
-        tx.writing(|conn| query.execute(conn)).map(drop)
-    }
-
-    fn kept_starts(tx: &PgTx, queue: &str) -> Result<KeptStarts> {
-        let query = bound(KEPT_STARTS).bind::<Text, _>(queue);
-        let row = tx.with(|conn| query.one::<KeptRow>(conn))?;
-        Ok(KeptStarts { count: count_u64(row.n), latest: row.at })
     }
 
     fn spent_groups(tx: &PgTx, queue: &str, since: i64, count: u32) -> Result<Vec<String>> {
@@ -636,11 +581,6 @@ impl Store for PostgresStore {
         let query = bound(DEFERRED_HEADS).bind::<Text, _>(queue).bind::<Array<Text>, _>(groups).bind::<BigInt, _>(now);
         let row = tx.with(|conn| query.one::<HeadsRow>(conn))?;
         Ok((count_u64(row.n), row.at))
-    }
-
-    fn defer_pending(tx: &PgTx, id: JobId, at: i64) -> Result<()> {
-        let query = bound(DEFER_PENDING).bind::<BigInt, _>(id.0).bind::<BigInt, _>(at);
-        tx.writing(|conn| query.execute(conn)).map(drop)
     }
 
     fn set_group_policy(tx: &PgTx, queue: &str, policy: GroupPolicy, now: i64) -> Result<()> {
@@ -926,14 +866,6 @@ struct ClaimRow {
 
 #[derive(QueryableByName)]
 struct HeadsRow {
-    #[diesel(sql_type = BigInt)]
-    n: i64,
-    #[diesel(sql_type = Nullable<BigInt>)]
-    at: Option<i64>,
-}
-
-#[derive(QueryableByName)]
-struct KeptRow {
     #[diesel(sql_type = BigInt)]
     n: i64,
     #[diesel(sql_type = Nullable<BigInt>)]
@@ -1481,21 +1413,6 @@ struct QueueLimitRow {
     queue: String,
     #[diesel(embed)]
     limit: LimitRow,
-}
-
-#[derive(QueryableByName)]
-struct NRow {
-    #[diesel(sql_type = Integer)]
-    #[allow(dead_code)]
-    n: i32,
-}
-
-#[derive(QueryableByName)]
-struct CandidateRow {
-    #[diesel(sql_type = BigInt)]
-    id: i64,
-    #[diesel(sql_type = Nullable<Text>)]
-    group_name: Option<String>,
 }
 
 #[derive(QueryableByName)]

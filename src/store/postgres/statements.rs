@@ -973,77 +973,21 @@ stmt! {
     INSERT INTO fenceq_queue_flow (queue, updated_at) VALUES ($1, $2)
     ON CONFLICT (queue) DO UPDATE SET updated_at = EXCLUDED.updated_at";
 
-    /// The lock that serialises the limited claims of a queue, across processes.
-    LOCK_LIMITS = "
-    SELECT 1 AS n FROM fenceq_queue_flow WHERE queue = $1 FOR UPDATE";
-
     RUNNING_COUNT = "
     SELECT count(*) AS n FROM fenceq_jobs WHERE queue = $1 AND state = 'running'";
 
     /// The queue's starts after `$2`, counted up to `$3` (the count stops there), and the
     /// `$3`-th latest of them when there are that many: the `CASE` runs that second read (an
-    /// init plan) only for a full window, as SQLite's store reads it only then.
+    /// init plan) only for a full window, as SQLite's store reads it only then. The count
+    /// reads latest first, the index's order, so that no `LIMIT` makes a sequential scan of
+    /// the log look cheaper than the index.
     QUEUE_STARTS = "
     SELECT w.n,
            CASE WHEN w.n >= $3 THEN
                (SELECT at FROM fenceq_starts WHERE queue = $1 AND at > $2 ORDER BY at DESC OFFSET $3 - 1 LIMIT 1)
            END AS countth
-    FROM  (SELECT count(*) AS n FROM (SELECT 1 FROM fenceq_starts WHERE queue = $1 AND at > $2 LIMIT $3) AS s) AS w";
-
-    /// The same for group `$4` of the queue.
-    GROUP_STARTS = "
-    SELECT w.n,
-           CASE WHEN w.n >= $3 THEN
-               (SELECT at FROM fenceq_starts
-                WHERE  queue = $1 AND group_name = $4 AND group_name IS NOT NULL AND at > $2
-                ORDER  BY at DESC OFFSET $3 - 1 LIMIT 1)
-           END AS countth
-    FROM  (SELECT count(*) AS n FROM (SELECT 1 FROM fenceq_starts
-                                      WHERE queue = $1 AND group_name = $4 AND group_name IS NOT NULL AND at > $2
-                                      LIMIT $3) AS s) AS w";
-
-    /// `CLAIM`'s choice without the claim (`$2` now, `$3` limit), with each job's group.
-    CLAIM_CANDIDATES = "
-    SELECT id, group_name FROM (
-        (SELECT id, priority, run_at, group_name
-         FROM   fenceq_jobs
-         WHERE  queue = $1 AND state = 'pending' AND NOT group_held AND run_at <= $2
-         ORDER  BY priority DESC, run_at, id
-         LIMIT  $3)
-        UNION ALL
-        (SELECT id, priority, run_at, group_name
-         FROM   fenceq_jobs
-         WHERE  queue = $1 AND state = 'running' AND lease_until <= $2 AND attempt < max_attempts
-         ORDER  BY priority DESC, run_at, id
-         LIMIT  $3)
-    ) AS candidates
-    WHERE NOT EXISTS (SELECT 1 FROM fenceq_queues WHERE queue = $1 AND paused_at IS NOT NULL)
-      AND NOT EXISTS (SELECT 1 FROM fenceq_queue_flow WHERE queue = $1 AND backoff_until > $2)
-    ORDER BY priority DESC, run_at, id
-    LIMIT $3";
-
-    /// Claims the jobs of the array `$1` that are still claimable at `$3` (`$2` worker, `$4`
-    /// lease end), as `CLAIM` does.
-    CLAIM_IDS = "
-    UPDATE fenceq_jobs AS j
-    SET    state = 'running', attempt = j.attempt + 1, claim_id = gen_random_uuid(), worker = $2,
-           lease_until = $4, heartbeat_at = $3, wait_until = NULL
-    WHERE  j.id = ANY($1)
-      AND  ((j.state = 'pending' AND NOT j.group_held AND j.run_at <= $3)
-            OR (j.state = 'running' AND j.lease_until <= $3 AND j.attempt < j.max_attempts))
-    RETURNING j.id, j.queue, j.key, j.payload, j.priority, j.run_at, j.attempt, j.max_attempts,
-              j.lease_until, j.last_error, j.claim_id, j.group_name";
-
-    /// The starts of the arrays `$2` ids, `$3` groups at `$4`; forgets the queue's starts at or
-    /// before `$5`; and keeps the queue's count of its starts (`starts_kept`) in step.
-    RECORD_STARTS = "
-    WITH forgotten AS (DELETE FROM fenceq_starts WHERE queue = $1 AND at <= $5 RETURNING 1),
-         recorded AS (INSERT INTO fenceq_starts (queue, group_name, at, job_id)
-                      SELECT $1, g, $4, id FROM unnest($2::bigint[], $3::text[]) AS s(id, g)
-                      RETURNING 1)
-    UPDATE fenceq_queue_flow
-    SET    starts_kept = starts_kept + (SELECT count(*) FROM recorded) - (SELECT count(*) FROM forgotten)
-    WHERE  queue = $1";
+    FROM  (SELECT count(*) AS n FROM (SELECT 1 FROM fenceq_starts WHERE queue = $1 AND at > $2
+                                      ORDER BY at DESC LIMIT $3) AS s) AS w";
 
     /// The claim of a queue whose limits are queue-wide only, in one call of the schema's
     /// function (`schema/postgres/0009_limited_claim.sql`): `$1` queue, `$2` now, `$3` limit,
@@ -1063,12 +1007,6 @@ stmt! {
            claim_id, group_name, opens_at
     FROM   fenceq_claim_grouped($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
 
-    /// How many starts the queue has recorded and not yet forgotten, and the latest of them
-    /// (the end of `fenceq_starts_queue`'s range of the queue).
-    KEPT_STARTS = "
-    SELECT coalesce((SELECT starts_kept FROM fenceq_queue_flow WHERE queue = $1), 0) AS n,
-           (SELECT max(at) FROM fenceq_starts WHERE queue = $1) AS at";
-
     /// Groups of queue `$1` with `$3` or more starts after `$2`, through the starts' group
     /// index.
     SPENT_GROUPS = "
@@ -1082,11 +1020,6 @@ stmt! {
     SELECT count(*) AS n, min(j.run_at) AS at FROM unnest($2::text[]) AS g(name)
     JOIN   fenceq_jobs AS j ON j.queue = $1 AND j.group_name = g.name AND NOT j.group_held
     WHERE  j.state = 'pending' AND j.run_at > $3";
-
-
-    /// `$1` id, `$2` instant.
-    DEFER_PENDING = "
-    UPDATE fenceq_jobs SET run_at = GREATEST(run_at, $2) WHERE id = $1 AND state = 'pending'";
 }
 
 // Snoozes and queue back-off.

@@ -11,10 +11,10 @@ use crate::limits::Limits;
 use crate::report::{
     BackoffLift, CheckpointReport, CommitStats, GroupHead, GroupSummary, PausedQueue, QueueBackoff, ReapReport,
 };
-use crate::store::limits::{claim_limited, limit_rows, limits_by_queue, limits_of};
+use crate::store::limits::{claim_limited, limit_rows, limits_by_queue, limits_of, ClaimSteps, KeptStarts};
 use crate::store::{
-    Batch, ClaimRequest, Claims, Decided, GroupsRequest, Identity, JobDecision, KeptStarts, NewRow, OwnedLease,
-    PageRequest, QueueBackoffAt, QueueDecision, ScheduleTick, SnoozeAt, StatsRow, Stmt, Store, TokenAt,
+    Batch, ClaimRequest, Claims, Decided, GroupsRequest, Identity, JobDecision, NewRow, OwnedLease, PageRequest,
+    QueueBackoffAt, QueueDecision, ScheduleTick, SnoozeAt, StatsRow, Stmt, Store, TokenAt,
 };
 use rusqlite::{named_params, CachedStatement, Connection, OptionalExtension, Row, ToSql};
 use std::collections::hash_map::{Entry, HashMap};
@@ -543,137 +543,13 @@ impl Store for SqliteStore {
         Ok(limits_by_queue(rows))
     }
 
-    /// The writer's lock already serialises every claim.
-    fn lock_limits(_tx: &Connection, _queue: &str) -> Result<()> {
-        Ok(())
-    }
-
     fn running_count(tx: &Connection, queue: &str) -> Result<u64> {
         on(tx, RUNNING_COUNT, |s| s.query_row(named_params! { ":queue": queue }, |row| row.get::<_, i64>(0)))
             .map(|n| n as u64)
     }
 
-    fn window_starts(
-        tx: &Connection,
-        queue: &str,
-        group: Option<&str>,
-        since: i64,
-        most: u32,
-    ) -> Result<(u64, Option<i64>)> {
-        let (count, latest_first) = match group {
-            None => (QUEUE_STARTS, QUEUE_STARTS_LATEST_FIRST),
-            Some(_) => (GROUP_STARTS, GROUP_STARTS_LATEST_FIRST),
-        };
-        let mut params: Params<'_> = vec![(":queue", &queue), (":since", &since)];
-        if let Some(group) = &group {
-            params.push((":group", group));
-        }
-        let mut counted = params.clone();
-        counted.push((":most", &most));
-        let starts: i64 = on(tx, count, |s| s.query_row(counted.as_slice(), |row| row.get(0)))?;
-        if starts < i64::from(most) {
-            return Ok((starts as u64, None));
-        }
-        // A row may hold several starts: sum them from the latest until they reach `most`.
-        let at = on(tx, latest_first, |s| {
-            let mut rows = s.query(params.as_slice())?;
-            let mut summed = 0i64;
-            while let Some(row) = rows.next()? {
-                summed += row.get::<_, i64>(1)?;
-                if summed >= i64::from(most) {
-                    return row.get(0).map(Some);
-                }
-            }
-            Ok(None)
-        })?;
-        Ok((starts as u64, at))
-    }
-
-    fn claim_candidates(tx: &Connection, request: ClaimRequest<'_>) -> Result<Vec<(JobId, Option<String>)>> {
-        let ClaimRequest { queue, now, limit, .. } = request;
-        on(tx, CLAIM_CANDIDATES, |s| {
-            s.query_map(named_params! { ":queue": queue, ":now": now, ":limit": limit }, |row| {
-                Ok((JobId(row.get(0)?), row.get(3)?))
-            })?
-            .collect::<rusqlite::Result<_>>()
-        })
-    }
-
-    /// Within the writer's transaction nothing changed since the selection. One job: its
-    /// `UPDATE` and a read by id (`CLAIM_UPDATE`, `CLAIM_READ`); more: one statement per piece
-    /// of the list (`claim_rows`), its rows put back in the selection's order.
-    fn claim_ids(tx: &Connection, ids: &[JobId], request: ClaimRequest<'_>) -> Result<Vec<Claimed>> {
-        if ids.len() > 1 {
-            return claim_in_pieces(tx, ids, request);
-        }
-        let ClaimRequest { worker, now, lease_until, .. } = request;
-        let mut claimed = Vec::with_capacity(ids.len());
-        for &id in ids {
-            let claim_id = ClaimId::generate();
-            on(tx, CLAIM_UPDATE, |s| {
-                s.execute(rusqlite::params![id.0, claim_id.0.as_bytes().as_slice(), worker, now, lease_until])
-            })?;
-            claimed.push(on(tx, CLAIM_READ, |s| s.query_row([id.0], |row| claimed_row(row, id, claim_id)))?);
-        }
-        Ok(claimed)
-    }
-
-    /// One row per group of the claim (and one for its jobs without a group), holding how
-    /// many of its jobs started: a claim of many jobs of one group writes one entry.
-    fn record_starts(tx: &Connection, claimed: &[Claimed], now: i64, forget_before: i64) -> Result<()> {
-        let queue = claimed.first().map(|job| job.queue.as_str()).unwrap_or_default();
-        let mut rows: Vec<(&Claimed, i64)> = Vec::new();
-        let mut row_of_group: HashMap<Option<&str>, usize> = HashMap::new();
-        for job in claimed {
-            match row_of_group.entry(job.group.as_deref()) {
-                Entry::Occupied(row) => rows[*row.get()].1 += 1,
-                Entry::Vacant(row) => {
-                    row.insert(rows.len());
-                    rows.push((job, 1));
-                }
-            }
-        }
-        if let [(job, starts)] = rows.as_slice() {
-            on(tx, RECORD_START, |s| {
-                s.execute(named_params! {
-                    ":queue": job.queue, ":group": job.group, ":at": now, ":claim_id": job.token.claim_id.0.as_bytes().as_slice(),
-                    ":id": job.token.id.0, ":attempt": job.token.attempt, ":starts": starts
-                })
-            })?;
-        } else {
-            // Every job of one claim is of one queue (the claim's).
-            in_pieces(
-                tx,
-                &rows,
-                record_start_rows,
-                &[&queue, &now],
-                |s, at, (job, starts)| {
-                    s.raw_bind_parameter(at, job.token.id.0)?;
-                    s.raw_bind_parameter(at + 1, job.token.claim_id.0.as_bytes().as_slice())?;
-                    s.raw_bind_parameter(at + 2, job.token.attempt)?;
-                    s.raw_bind_parameter(at + 3, job.group.as_deref())?;
-                    s.raw_bind_parameter(at + 4, starts)
-                },
-                |_| Ok(()),
-            )?;
-        }
-        let forgotten: i64 = on(tx, FORGET_STARTS, |s| {
-            s.query_map(named_params! { ":queue": queue, ":before": forget_before }, |row| row.get::<_, i64>(0))?
-                .sum::<rusqlite::Result<i64>>()
-        })?;
-        let recorded = claimed.len() as i64;
-        on(tx, COUNT_STARTS_KEPT, |s| {
-            s.execute(named_params! { ":queue": queue, ":recorded": recorded, ":forgotten": forgotten })
-        })
-        .map(drop)
-    }
-
-    fn kept_starts(tx: &Connection, queue: &str) -> Result<KeptStarts> {
-        on(tx, KEPT_STARTS, |s| {
-            s.query_row(named_params! { ":queue": queue }, |row| {
-                Ok(KeptStarts { count: row.get::<_, i64>(0)?.max(0) as u64, latest: row.get(1)? })
-            })
-        })
+    fn window_starts(tx: &Connection, queue: &str, since: i64, most: u32) -> Result<(u64, Option<i64>)> {
+        window_starts_in(tx, queue, None, since, most)
     }
 
     fn spent_groups(tx: &Connection, queue: &str, since: i64, count: u32) -> Result<Vec<String>> {
@@ -699,10 +575,6 @@ impl Store for SqliteStore {
             }
         }
         Ok((heads, first))
-    }
-
-    fn defer_pending(tx: &Connection, id: JobId, at: i64) -> Result<()> {
-        on(tx, DEFER_PENDING, |s| s.execute(named_params! { ":id": id.0, ":at": at })).map(drop)
     }
 
     fn set_group_policy(tx: &Connection, queue: &str, policy: GroupPolicy, now: i64) -> Result<()> {
@@ -798,6 +670,151 @@ impl Store for SqliteStore {
             .optional()
         })
     }
+}
+
+impl ClaimSteps for SqliteStore {
+    /// The writer's lock already serialises every claim.
+    fn lock_limits(_tx: &Connection, _queue: &str) -> Result<()> {
+        Ok(())
+    }
+
+    fn kept_starts(tx: &Connection, queue: &str) -> Result<KeptStarts> {
+        on(tx, KEPT_STARTS, |s| {
+            s.query_row(named_params! { ":queue": queue }, |row| {
+                Ok(KeptStarts { count: row.get::<_, i64>(0)?.max(0) as u64, latest: row.get(1)? })
+            })
+        })
+    }
+
+    fn claim_candidates(tx: &Connection, request: ClaimRequest<'_>) -> Result<Vec<(JobId, Option<String>)>> {
+        let ClaimRequest { queue, now, limit, .. } = request;
+        on(tx, CLAIM_CANDIDATES, |s| {
+            s.query_map(named_params! { ":queue": queue, ":now": now, ":limit": limit }, |row| {
+                Ok((JobId(row.get(0)?), row.get(3)?))
+            })?
+            .collect::<rusqlite::Result<_>>()
+        })
+    }
+
+    /// Within the writer's transaction nothing changed since the selection. One job: its
+    /// `UPDATE` and a read by id (`CLAIM_UPDATE`, `CLAIM_READ`); more: one statement per piece
+    /// of the list (`claim_rows`), its rows put back in the selection's order.
+    fn claim_ids(tx: &Connection, ids: &[JobId], request: ClaimRequest<'_>) -> Result<Vec<Claimed>> {
+        if ids.len() > 1 {
+            return claim_in_pieces(tx, ids, request);
+        }
+        let ClaimRequest { worker, now, lease_until, .. } = request;
+        let mut claimed = Vec::with_capacity(ids.len());
+        for &id in ids {
+            let claim_id = ClaimId::generate();
+            on(tx, CLAIM_UPDATE, |s| {
+                s.execute(rusqlite::params![id.0, claim_id.0.as_bytes().as_slice(), worker, now, lease_until])
+            })?;
+            claimed.push(on(tx, CLAIM_READ, |s| s.query_row([id.0], |row| claimed_row(row, id, claim_id)))?);
+        }
+        Ok(claimed)
+    }
+
+    /// One row per group of the claim (and one for its jobs without a group), holding how
+    /// many of its jobs started: a claim of many jobs of one group writes one entry.
+    fn record_starts(tx: &Connection, claimed: &[Claimed], now: i64, forget_before: i64) -> Result<()> {
+        let queue = claimed.first().map(|job| job.queue.as_str()).unwrap_or_default();
+        let mut rows: Vec<(&Claimed, i64)> = Vec::new();
+        let mut row_of_group: HashMap<Option<&str>, usize> = HashMap::new();
+        for job in claimed {
+            match row_of_group.entry(job.group.as_deref()) {
+                Entry::Occupied(row) => rows[*row.get()].1 += 1,
+                Entry::Vacant(row) => {
+                    row.insert(rows.len());
+                    rows.push((job, 1));
+                }
+            }
+        }
+        if let [(job, starts)] = rows.as_slice() {
+            on(tx, RECORD_START, |s| {
+                s.execute(named_params! {
+                    ":queue": job.queue, ":group": job.group, ":at": now, ":claim_id": job.token.claim_id.0.as_bytes().as_slice(),
+                    ":id": job.token.id.0, ":attempt": job.token.attempt, ":starts": starts
+                })
+            })?;
+        } else {
+            // Every job of one claim is of one queue (the claim's).
+            in_pieces(
+                tx,
+                &rows,
+                record_start_rows,
+                &[&queue, &now],
+                |s, at, (job, starts)| {
+                    s.raw_bind_parameter(at, job.token.id.0)?;
+                    s.raw_bind_parameter(at + 1, job.token.claim_id.0.as_bytes().as_slice())?;
+                    s.raw_bind_parameter(at + 2, job.token.attempt)?;
+                    s.raw_bind_parameter(at + 3, job.group.as_deref())?;
+                    s.raw_bind_parameter(at + 4, starts)
+                },
+                |_| Ok(()),
+            )?;
+        }
+        let forgotten: i64 = on(tx, FORGET_STARTS, |s| {
+            s.query_map(named_params! { ":queue": queue, ":before": forget_before }, |row| row.get::<_, i64>(0))?
+                .sum::<rusqlite::Result<i64>>()
+        })?;
+        let recorded = claimed.len() as i64;
+        on(tx, COUNT_STARTS_KEPT, |s| {
+            s.execute(named_params! { ":queue": queue, ":recorded": recorded, ":forgotten": forgotten })
+        })
+        .map(drop)
+    }
+
+    fn defer_pending(tx: &Connection, id: JobId, at: i64) -> Result<()> {
+        on(tx, DEFER_PENDING, |s| s.execute(named_params! { ":id": id.0, ":at": at })).map(drop)
+    }
+
+    fn group_window_starts(
+        tx: &Connection,
+        queue: &str,
+        group: &str,
+        since: i64,
+        most: u32,
+    ) -> Result<(u64, Option<i64>)> {
+        window_starts_in(tx, queue, Some(group), since, most)
+    }
+}
+/// The starts of `queue` (of one group of it, with `group`) in a window: `Store::window_starts`
+/// and `ClaimSteps::group_window_starts`.
+fn window_starts_in(
+    tx: &Connection,
+    queue: &str,
+    group: Option<&str>,
+    since: i64,
+    most: u32,
+) -> Result<(u64, Option<i64>)> {
+    let (count, latest_first) = match group {
+        None => (QUEUE_STARTS, QUEUE_STARTS_LATEST_FIRST),
+        Some(_) => (GROUP_STARTS, GROUP_STARTS_LATEST_FIRST),
+    };
+    let mut params: Params<'_> = vec![(":queue", &queue), (":since", &since)];
+    if let Some(group) = &group {
+        params.push((":group", group));
+    }
+    let mut counted = params.clone();
+    counted.push((":most", &most));
+    let starts: i64 = on(tx, count, |s| s.query_row(counted.as_slice(), |row| row.get(0)))?;
+    if starts < i64::from(most) {
+        return Ok((starts as u64, None));
+    }
+    // A row may hold several starts: sum them from the latest until they reach `most`.
+    let at = on(tx, latest_first, |s| {
+        let mut rows = s.query(params.as_slice())?;
+        let mut summed = 0i64;
+        while let Some(row) = rows.next()? {
+            summed += row.get::<_, i64>(1)?;
+            if summed >= i64::from(most) {
+                return row.get(0).map(Some);
+            }
+        }
+        Ok(None)
+    })?;
+    Ok((starts as u64, at))
 }
 
 fn backoff_from_row(row: &Row<'_>) -> rusqlite::Result<QueueBackoff> {
@@ -996,7 +1013,7 @@ fn claimed_row(row: &Row<'_>, id: JobId, claim_id: ClaimId) -> rusqlite::Result<
     })
 }
 
-/// `Store::claim_ids` for two jobs or more: each gets a fresh claim id, bound beside its id.
+/// `ClaimSteps::claim_ids` for two jobs or more: each gets a fresh claim id, bound beside its id.
 fn claim_in_pieces(tx: &Connection, ids: &[JobId], request: ClaimRequest<'_>) -> Result<Vec<Claimed>> {
     let ClaimRequest { worker, now, lease_until, .. } = request;
     let chosen: Vec<(JobId, ClaimId)> = ids.iter().map(|&id| (id, ClaimId::generate())).collect();
