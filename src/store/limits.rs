@@ -199,7 +199,8 @@ fn group_opens_at<S: ClaimSteps>(
     Ok(latest)
 }
 
-/// The window of the queue's `rate` ending at `now`: how many starts it holds (counted up to the rate's count), and when it opens again if it is full.
+/// The window of the queue's `rate` ending at `now`: how many starts it holds (counted up to
+/// the rate's count), and when it opens again if it is full.
 fn window<S: Store>(tx: &S::Tx, queue: &str, rate: Rate, now: i64) -> Result<(u64, Option<i64>)> {
     let (starts, countth) = S::window_starts(tx, queue, now.saturating_sub(rate.window_ms()), rate.count)?;
     Ok((starts, opens_at(starts, countth, rate)))
