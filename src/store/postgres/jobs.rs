@@ -1314,6 +1314,16 @@ fn claim_query<'q>(statement: Stmt, request: ClaimRequest<'q>) -> Bound<'q> {
         .bind::<BigInt, _>(lease_until)
 }
 
+/// `statement` with the eight parameters both limited claims take: `claim_query`'s five, then
+/// the queue's rate (`$6` count, `$7` window; both NULL without one) and its running limit
+/// (`$8`, NULL without one).
+fn limited_claim_query<'q>(statement: Stmt, request: ClaimRequest<'q>, limits: &Limits) -> Bound<'q> {
+    claim_query(statement, request)
+        .bind::<Nullable<BigInt>, _>(limits.rate.map(|r| i64::from(r.count)))
+        .bind::<Nullable<BigInt>, _>(limits.rate.map(|r| r.window_ms()))
+        .bind::<Nullable<BigInt>, _>(limits.max_running.map(i64::from))
+}
+
 /// The claim of a queue whose limits are queue-wide only (a rate, a running limit): the
 /// schema's `fenceq_claim_limited`, which runs `store::limits::claim_limited`'s steps for such
 /// a queue on the server, under the same lock, in one round trip, so that the lock that
@@ -1322,10 +1332,7 @@ fn claim_query<'q>(statement: Stmt, request: ClaimRequest<'q>) -> Bound<'q> {
 /// after the claim: advisory, as the pool only sleeps until then and claims again).
 fn claim_queue_limited(tx: &PgTx, request: ClaimRequest<'_>, limits: &Limits) -> Result<Claims> {
     let ClaimRequest { queue, now, .. } = request;
-    let query = claim_query(CLAIM_LIMITED, request)
-        .bind::<Nullable<BigInt>, _>(limits.rate.map(|r| i64::from(r.count)))
-        .bind::<Nullable<BigInt>, _>(limits.rate.map(|r| r.window_ms()))
-        .bind::<Nullable<BigInt>, _>(limits.max_running.map(i64::from));
+    let query = limited_claim_query(CLAIM_LIMITED, request, limits);
     let rows = tx.writing(|conn| query.load::<ClaimRow>(conn))?;
     if !rows.is_empty() {
         return Ok(Claims::of(claimed_in_order(rows)));
@@ -1345,10 +1352,7 @@ fn claim_queue_limited(tx: &PgTx, request: ClaimRequest<'_>, limits: &Limits) ->
 fn claim_grouped(tx: &PgTx, request: ClaimRequest<'_>, limits: &Limits) -> Result<Claims> {
     let (counts, windows): (Vec<i64>, Vec<i64>) =
         limits.group_rates.iter().map(|r| (i64::from(r.count), r.window_ms())).unzip();
-    let query = claim_query(CLAIM_GROUPED, request)
-        .bind::<Nullable<BigInt>, _>(limits.rate.map(|r| i64::from(r.count)))
-        .bind::<Nullable<BigInt>, _>(limits.rate.map(|r| r.window_ms()))
-        .bind::<Nullable<BigInt>, _>(limits.max_running.map(i64::from))
+    let query = limited_claim_query(CLAIM_GROUPED, request, limits)
         .bind::<Array<BigInt>, _>(counts)
         .bind::<Array<BigInt>, _>(windows);
     let rows = tx.writing(|conn| query.load::<GroupedClaimRow>(conn))?;
