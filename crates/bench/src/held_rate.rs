@@ -163,18 +163,15 @@ impl WithQueue<()> for Prepare {
         let rate = Rate::new(self.limit, WINDOW);
         let group_rates = if self.groups > 0 { vec![rate] } else { Vec::new() };
         queue.set_limits(QUEUE, &Limits { rate: Some(rate), group_rates, ..Limits::default() })?;
-        if self.groups == 0 {
-            crate::scenarios::enqueue_in_batches(&queue, self.jobs, 1000)?;
-            return Ok(());
-        }
         let groups = u64::from(self.groups);
-        let mut j = 0;
-        while j < self.jobs {
-            let end = (j + 1000).min(self.jobs);
-            queue.enqueue_batch((j..end).map(|j| crate::scenarios::job(j).group(format!("g{}", j % groups))))?;
-            j = end;
-        }
-        Ok(())
+        let job = |j: u64| match groups {
+            0 => crate::scenarios::job(j),
+            _ => crate::scenarios::job(j).group(format!("g{}", j % groups)),
+        };
+        crate::scenarios::in_batches(self.jobs, 1000, |range| {
+            queue.enqueue_batch(range.map(job))?;
+            Ok(())
+        })
     }
 }
 

@@ -12,7 +12,7 @@
 
 use crate::report::{spread_json, BenchArgs};
 use crate::rounds::Spread;
-use crate::scenarios::{enqueue_from_threads, enqueue_in_batches, job, payload};
+use crate::scenarios::{enqueue_from_threads, enqueue_in_batches, in_batches, job, payload};
 use crate::{fail, CliResult, Context, ResultExt};
 use fenceq::diesel::connection::SimpleConnection;
 use fenceq::diesel::sql_types::{Array, BigInt, Bytea, Text};
@@ -588,7 +588,7 @@ impl Bench {
         let mut whole_table = || -> CliResult<()> {
             raw.borrow_mut().batch_execute(&sql).context(|| "the whole-table count".to_string())
         };
-        crate::stats::run(&queue, args.stats_rows, self.rounds, (&mut vacuum, &mut whole_table), ctx)
+        crate::stats::run(&queue, args.stats_rows, self.rounds, Some(&mut vacuum), &mut whole_table, ctx)
     }
 
     fn drop_schemas(&mut self) -> CliResult<()> {
@@ -688,12 +688,7 @@ impl Bench {
                 let started = Instant::now();
                 if per_tx == 1 {
                     // One operation is one 100-row statement, in its own transaction.
-                    let mut j = 0;
-                    while j < jobs {
-                        let end = (j + 100).min(jobs);
-                        insert_many(&mut conn, j..end)?;
-                        j = end;
-                    }
+                    in_batches(jobs, 100, |range| insert_many(&mut conn, range).map(drop))?;
                 } else {
                     in_transactions(&mut conn, jobs, per_tx, |conn, j| insert(conn, j).map(|_| ()))?;
                 }
@@ -702,12 +697,7 @@ impl Bench {
             Column::Process1 | Column::ProcessW => {
                 let workers = if column == Column::Process1 { 1 } else { self.workers };
                 let mut conn = self.connect(Some(schema))?;
-                let mut j = 0;
-                while j < jobs {
-                    let end = (j + 5000).min(jobs);
-                    insert_many(&mut conn, j..end)?;
-                    j = end;
-                }
+                in_batches(jobs, 5000, |range| insert_many(&mut conn, range).map(drop))?;
                 drop(conn);
                 self.raw_workers(schema, per_tx, workers, None)
             }

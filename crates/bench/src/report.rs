@@ -175,10 +175,7 @@ fn stats_on_sqlite(args: &BenchArgs, dir: &std::path::Path, ctx: &mut Context) -
         while rows.next()?.is_some() {}
         Ok(())
     };
-    let mut nothing_after_fill = || -> CliResult<()> { Ok(()) };
-    let hooks: (&mut dyn FnMut() -> CliResult<()>, &mut dyn FnMut() -> CliResult<()>) =
-        (&mut nothing_after_fill, &mut whole_table);
-    let result = crate::stats::run(&queue, args.stats_rows, args.rounds as usize, hooks, ctx);
+    let result = crate::stats::run(&queue, args.stats_rows, args.rounds as usize, None, &mut whole_table, ctx);
     if ctx.db.is_none() {
         let _ = std::fs::remove_dir_all(dir);
     }

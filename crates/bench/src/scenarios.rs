@@ -265,15 +265,25 @@ pub fn enqueue_one_per_call(queue: &Queue, jobs: u64) -> CliResult<(f64, Latency
     Ok((jobs as f64 / started.elapsed().as_secs_f64(), Latency::of(micros)))
 }
 
-/// One thread calling `enqueue_batch` with `batch` jobs per call, on either store. Jobs/s.
-pub fn enqueue_in_batches<S: fenceq::store::Store>(queue: &Queue<S>, jobs: u64, batch: u64) -> CliResult<f64> {
-    let started = Instant::now();
+/// Runs `each` on the job numbers `0..jobs` in consecutive ranges of `batch` (the last one
+/// shorter), in order, stopping at the first error.
+pub fn in_batches(jobs: u64, batch: u64, mut each: impl FnMut(std::ops::Range<u64>) -> CliResult<()>) -> CliResult<()> {
     let mut j = 0;
     while j < jobs {
         let end = (j + batch).min(jobs);
-        queue.enqueue_batch((j..end).map(job))?;
+        each(j..end)?;
         j = end;
     }
+    Ok(())
+}
+
+/// One thread calling `enqueue_batch` with `batch` jobs per call, on either store. Jobs/s.
+pub fn enqueue_in_batches<S: fenceq::store::Store>(queue: &Queue<S>, jobs: u64, batch: u64) -> CliResult<f64> {
+    let started = Instant::now();
+    in_batches(jobs, batch, |range| {
+        queue.enqueue_batch(range.map(job))?;
+        Ok(())
+    })?;
     Ok(jobs as f64 / started.elapsed().as_secs_f64())
 }
 
@@ -384,13 +394,10 @@ pub fn claim_batch_settle(path: &Path, jobs: u64) -> CliResult<f64> {
 }
 
 fn fill(queue: &Queue, jobs: u64) -> CliResult<()> {
-    let mut j = 0;
-    while j < jobs {
-        let end = (j + 5000).min(jobs);
-        queue.enqueue_batch((j..end).map(|i| NewJob::new("bench", payload(i))))?;
-        j = end;
-    }
-    Ok(())
+    in_batches(jobs, 5000, |range| {
+        queue.enqueue_batch(range.map(|i| NewJob::new("bench", payload(i))))?;
+        Ok(())
+    })
 }
 
 /// A queue kept at a number of pending jobs, for claim-latency samples.
@@ -414,12 +421,10 @@ impl LatencyQueue {
     /// `i % groups`): only each group's head is claimable, the rest are held back.
     pub fn grouped(path: &Path, pending: u64, groups: u64) -> CliResult<LatencyQueue> {
         let latency = LatencyQueue { queue: open(path, Synchronous::Normal, 2)?, groups: Some(groups), next: 0.into() };
-        let mut j = 0;
-        while j < pending {
-            let end = (j + 5000).min(pending);
-            latency.queue.enqueue_batch((j..end).map(|i| latency.job(i)))?;
-            j = end;
-        }
+        in_batches(pending, 5000, |range| {
+            latency.queue.enqueue_batch(range.map(|i| latency.job(i)))?;
+            Ok(())
+        })?;
         latency.next.set(pending);
         Ok(latency)
     }

@@ -26,10 +26,9 @@ const FILL_BATCH: u32 = 1000;
 /// running beside them.
 fn fill<S: Store>(queue: &Queue<S>, rows: u64) -> CliResult<()> {
     let lease = Duration::from_secs(3600);
-    let mut settled = 0;
-    while settled < rows {
-        let n = (rows - settled).min(u64::from(FILL_BATCH));
-        queue.enqueue_batch((0..n).map(|j| NewJob::new("bench", payload(settled + j))))?;
+    crate::scenarios::in_batches(rows, u64::from(FILL_BATCH), |range| {
+        let n = range.end - range.start;
+        queue.enqueue_batch(range.map(|j| NewJob::new("bench", payload(j))))?;
         let mut claimed = 0;
         while claimed < n {
             let jobs = queue.claim_batch("bench", "fill", lease, (n - claimed) as u32)?;
@@ -42,8 +41,8 @@ fn fill<S: Store>(queue: &Queue<S>, rows: u64) -> CliResult<()> {
                 result?;
             }
         }
-        settled += n;
-    }
+        Ok(())
+    })?;
     queue.enqueue_batch((0..1032).map(|j| NewJob::new("bench", payload(j))))?;
     queue.claim_batch("bench", "fill", lease, 32)?;
     let stats = queue.stats()?.queue("bench");
@@ -63,20 +62,23 @@ pub(crate) fn whole_table_count(now: i64) -> String {
     )
 }
 
-/// Fills `queue` with `rows` settled jobs, runs `after_fill` (PostgreSQL: a vacuum, the state
-/// autovacuum leaves the table in once it has caught up), then runs `rounds` rounds, printing
-/// each figure as it is measured and the medians at the end.
+/// Fills `queue` with `rows` settled jobs, runs `after_fill` if any (PostgreSQL: a vacuum, the
+/// state autovacuum leaves the table in once it has caught up), then runs `rounds` rounds,
+/// printing each figure as it is measured and the medians at the end.
 pub(crate) fn run<S: Store>(
     queue: &Queue<S>,
     rows: u64,
     rounds: usize,
-    (after_fill, whole_table): (&mut dyn FnMut() -> CliResult<()>, &mut dyn FnMut() -> CliResult<()>),
+    after_fill: Option<&mut dyn FnMut() -> CliResult<()>>,
+    whole_table: &mut dyn FnMut() -> CliResult<()>,
     ctx: &mut Context,
 ) -> CliResult<()> {
     let started = Instant::now();
     fill(queue, rows)?;
     let filled_secs = started.elapsed().as_secs_f64();
-    after_fill()?;
+    if let Some(after_fill) = after_fill {
+        after_fill()?;
+    }
     let mut ratios = Vec::new();
     let mut p50s = (Vec::new(), Vec::new());
     for round in 1..=rounds.max(1) {
