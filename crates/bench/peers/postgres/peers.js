@@ -184,6 +184,21 @@ class Case {
     }
   }
 
+  /**
+   * The end of a pool's run: feeds its jobs (`produce`, when the column has a producer), waits
+   * until the handler has seen all `jobs` (`handled`, a `counter`; `whose` names them) and
+   * until `doneSql` says the peer's table holds the last completion (`isDone` on its row),
+   * then returns the rate since `started`. Throws when the handler saw another number of jobs.
+   */
+  async drained({ produce, handled, jobs, started, whose, doneSql, doneParams, isDone }) {
+    if (produce) await produce();
+    await this.wait(handled.all, `${whose} ${jobs} jobs`);
+    await this.until(doneSql, doneParams, isDone, 'the last completion');
+    const result = rate(jobs, started);
+    if (handled.handled !== jobs) throw new Error(`the handler saw ${handled.handled} jobs for ${jobs} jobs`);
+    return result;
+  }
+
   async cleanup() {
     this.aborted = true;
     const errors = [];
@@ -281,17 +296,16 @@ async function graphileCase(column, options, kase) {
     );
     kase.defer('stopping the runner', () => running.stop());
     running.promise.catch((e) => kase.fail(new Error(`graphile-worker's runner failed: ${e.message}`)));
-    if (produce) await produce();
-    await kase.wait(handled.all, `the runner's ${jobs} jobs`);
-    await kase.until(
-      `SELECT count(*)::int AS left FROM ${quote(schema)}._private_jobs`,
-      [],
-      (row) => row.left === 0,
-      'the last completion',
-    );
-    const result = rate(jobs, started);
-    if (handled.handled !== jobs) throw new Error(`the handler ran ${handled.handled} times for ${jobs} jobs`);
-    return result;
+    return kase.drained({
+      produce,
+      handled,
+      jobs,
+      started,
+      whose: "the runner's",
+      doneSql: `SELECT count(*)::int AS left FROM ${quote(schema)}._private_jobs`,
+      doneParams: [],
+      isDone: (row) => row.left === 0,
+    });
   };
 
   switch (column) {
@@ -361,17 +375,16 @@ async function pgbossCase(column, options, kase) {
       ),
       'starting the workers',
     );
-    if (produce) await produce();
-    await kase.wait(handled.all, `the workers' ${jobs} jobs`);
-    await kase.until(
-      `SELECT count(*) FILTER (WHERE state = 'completed')::int AS done FROM ${quote(schema)}.job WHERE name = $1`,
-      [queue],
-      (row) => row.done >= jobs,
-      'the last completion',
-    );
-    const result = rate(jobs, started);
-    if (handled.handled !== jobs) throw new Error(`the handler saw ${handled.handled} jobs for ${jobs} jobs`);
-    return result;
+    return kase.drained({
+      produce,
+      handled,
+      jobs,
+      started,
+      whose: "the workers'",
+      doneSql: `SELECT count(*) FILTER (WHERE state = 'completed')::int AS done FROM ${quote(schema)}.job WHERE name = $1`,
+      doneParams: [queue],
+      isDone: (row) => row.done >= jobs,
+    });
   };
 
   switch (column) {
