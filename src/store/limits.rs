@@ -5,11 +5,12 @@
 //! `fenceq_claim_grouped`), so that the queue's lock is held for one round trip; the kit's
 //! model judges both.
 //!
-//! Under the queue's limit lock ([`ClaimSteps::lock_limits`]), so that no two claims count one
-//! window at once: the running limit and the queue's rate give how many may start now; the
-//! claimable jobs are read in claim order, a job whose group has spent one of its rates is
-//! passed over (and deferred until that rate opens, so that later claims do not read it
-//! again); the chosen jobs are claimed and their starts recorded at the claim's instant.
+//! In a write transaction no other overlaps (SQLite's one writer; PostgreSQL's functions lock
+//! the queue's `fenceq_queue_flow` row), so that no two claims count one window at once: the
+//! running limit and the queue's rate give how many may start now; the claimable jobs are
+//! read in claim order, a job whose group has spent one of its rates is passed over (and
+//! deferred until that rate opens, so that later claims do not read it again); the chosen
+//! jobs are claimed and their starts recorded at the claim's instant.
 //! Nothing that would break a limit is handed out: the starts recorded in the window plus
 //! those of this claim never exceed a rate's count.
 
@@ -24,12 +25,11 @@ use crate::report::Throttled;
 const EXTRA_CANDIDATES: u32 = 32;
 
 /// The steps of a limited claim that only [`claim_limited`] takes, each in the claim's
-/// transaction: a store whose round trips cost nothing (SQLite, in process) claims a limited
-/// queue with them; PostgreSQL runs the same steps inside its schema's functions instead.
+/// transaction: a store whose round trips cost nothing and whose write transactions never
+/// overlap (SQLite, in process, on its one writer) claims a limited queue with them;
+/// PostgreSQL runs the same steps inside its schema's functions instead, under the queue's
+/// row lock.
 pub(crate) trait ClaimSteps: Store {
-    /// Serialises the limited claims of `queue` until the transaction ends.
-    fn lock_limits(tx: &Self::Tx, queue: &str) -> Result<()>;
-
     /// The starts of `queue` recorded and not yet forgotten: how many (every window's starts
     /// are among them) and the latest, read together as a limited claim needs both.
     fn kept_starts(tx: &Self::Tx, queue: &str) -> Result<KeptStarts>;
@@ -70,7 +70,6 @@ pub(crate) struct KeptStarts {
 
 /// Claims up to `request.limit` jobs of a queue with `limits`, breaking none.
 pub(crate) fn claim_limited<S: ClaimSteps>(tx: &S::Tx, request: ClaimRequest<'_>, limits: &Limits) -> Result<Claims> {
-    S::lock_limits(tx, request.queue)?;
     let kept = match limits.counts_starts() {
         true => S::kept_starts(tx, request.queue)?,
         false => KeptStarts::default(),

@@ -673,11 +673,6 @@ impl Store for SqliteStore {
 }
 
 impl ClaimSteps for SqliteStore {
-    /// The writer's lock already serialises every claim.
-    fn lock_limits(_tx: &Connection, _queue: &str) -> Result<()> {
-        Ok(())
-    }
-
     fn kept_starts(tx: &Connection, queue: &str) -> Result<KeptStarts> {
         on(tx, KEPT_STARTS, |s| {
             s.query_row(named_params! { ":queue": queue }, |row| {
