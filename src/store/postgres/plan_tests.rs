@@ -10,6 +10,7 @@ use super::statements::{
     CLAIM, COMPLETE_IF_OWNED, COMPLETE_MANY_IF_OWNED, COMPLETIONS_PER_MINUTE, GROUP_NEEDS_RELEASE, QUEUE_STARTS,
     RELEASE_GROUP, STATS,
 };
+use crate::store::Stmt;
 use diesel::connection::SimpleConnection;
 use diesel::sql_types::{Array, BigInt, Integer, Text, Uuid as SqlUuid};
 use diesel::{sql_query, Connection, PgConnection, QueryableByName, RunQueryDsl};
@@ -36,6 +37,12 @@ fn scratch(url: &str) -> (String, crate::Queue<super::PostgresStore>, PgConnecti
     let mut raw = PgConnection::establish(url).unwrap();
     raw.batch_execute(&format!("SET search_path TO \"{schema}\";")).unwrap();
     (schema, queue, raw)
+}
+
+/// `statement` under `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF)`, for its binds: the plan it
+/// ran, with each node's actual rows and loops (an `ANALYZE` runs the statement).
+fn explain(statement: Stmt) -> diesel::query_builder::SqlQuery {
+    sql_query(format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {}", statement.sql))
 }
 
 #[derive(QueryableByName)]
@@ -86,7 +93,7 @@ fn the_claim_reads_a_few_rows_not_every_due_row() {
     let mut plan = Vec::new();
     // EXPLAIN ANALYZE runs the claim: in a transaction that is rolled back.
     let _ = raw.transaction::<(), diesel::result::Error, _>(|conn| {
-        plan = sql_query(format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {}", CLAIM.sql))
+        plan = explain(CLAIM)
             .bind::<Text, _>("q")
             .bind::<BigInt, _>(now)
             .bind::<BigInt, _>(1_i64)
@@ -132,15 +139,14 @@ fn completions_per_minute_read_the_hour_not_the_table() {
     )
     .unwrap();
     let from = 10_000 * 60_000_i64;
-    let plan: Vec<String> =
-        sql_query(format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {}", COMPLETIONS_PER_MINUTE.sql))
-            .bind::<BigInt, _>(from)
-            .bind::<BigInt, _>(from + 3_600_000)
-            .load::<Plan>(&mut raw)
-            .unwrap()
-            .into_iter()
-            .map(|p| p.line)
-            .collect();
+    let plan: Vec<String> = explain(COMPLETIONS_PER_MINUTE)
+        .bind::<BigInt, _>(from)
+        .bind::<BigInt, _>(from + 3_600_000)
+        .load::<Plan>(&mut raw)
+        .unwrap()
+        .into_iter()
+        .map(|p| p.line)
+        .collect();
     let shown = plan.join("\n");
     assert!(shown.contains("fenceq_jobs_settled"), "reads the settled index:\n{shown}");
     let most = most_rows_of_any_node(&plan);
@@ -167,7 +173,7 @@ fn a_groups_release_reads_a_few_rows_not_its_backlog() {
     for statement in [GROUP_NEEDS_RELEASE, RELEASE_GROUP] {
         let mut plan = Vec::new();
         let _ = raw.transaction::<(), diesel::result::Error, _>(|conn| {
-            plan = sql_query(format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {}", statement.sql))
+            plan = explain(statement)
                 .bind::<Text, _>("q")
                 .bind::<Text, _>("chat")
                 .load::<Plan>(conn)?
@@ -197,7 +203,7 @@ fn a_window_of_the_starts_log_is_counted_up_to_the_rates_count() {
          ANALYZE fenceq_starts;",
     )
     .unwrap();
-    let window: Vec<String> = sql_query(format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {}", QUEUE_STARTS.sql))
+    let window: Vec<String> = explain(QUEUE_STARTS)
         .bind::<Text, _>("q")
         .bind::<BigInt, _>(0)
         .bind::<BigInt, _>(30)
@@ -320,7 +326,7 @@ fn the_batched_settle_reads_its_rows_by_key_not_the_running_rows_index() {
     let mut settled = 0;
     // EXPLAIN ANALYZE runs the settle: in a transaction that is rolled back.
     let _ = raw.transaction::<(), diesel::result::Error, _>(|conn| {
-        plan = sql_query(format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {}", COMPLETE_MANY_IF_OWNED.sql))
+        plan = explain(COMPLETE_MANY_IF_OWNED)
             .bind::<Array<BigInt>, _>(running.iter().map(|r| r.id).collect::<Vec<_>>())
             .bind::<Array<Integer>, _>(running.iter().map(|r| r.attempt).collect::<Vec<_>>())
             .bind::<Array<SqlUuid>, _>(running.iter().map(|r| r.claim_id).collect::<Vec<_>>())
@@ -370,13 +376,8 @@ fn stats_reads_no_settled_row() {
     .unwrap();
     // Vacuumed, as autovacuum keeps a table: the visibility map lets index-only scans skip the heap.
     raw.batch_execute("VACUUM ANALYZE fenceq_jobs").unwrap();
-    let plan: Vec<String> = sql_query(format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {}", STATS.sql))
-        .bind::<BigInt, _>(1_i64)
-        .load::<Plan>(&mut raw)
-        .unwrap()
-        .into_iter()
-        .map(|p| p.line)
-        .collect();
+    let plan: Vec<String> =
+        explain(STATS).bind::<BigInt, _>(1_i64).load::<Plan>(&mut raw).unwrap().into_iter().map(|p| p.line).collect();
     let shown = plan.join("\n");
     assert!(!shown.contains("Seq Scan on fenceq_jobs"), "stats scanned the table:\n{shown}");
     assert!(most_rows_of_any_node(&plan) <= 120, "stats read settled rows:\n{shown}");
