@@ -546,7 +546,8 @@ fn check_rates(runs: &[Run]) -> String {
         rate_profile(&all, RATE.1 as i64)
     );
     format!(
-        "; limits held: at most {most} starts in any {} ms (limit {}), per group at most {group_most:?}          (limits {GROUP_RATES:?}); {achieved:.1} per window achieved over {} ms; {}",
+        "; limits held: at most {most} starts in any {} ms (limit {}), per group at most {group_most:?} \
+         (limits {GROUP_RATES:?}); {achieved:.1} per window achieved over {} ms; {}",
         RATE.1,
         RATE.0,
         last - first,
