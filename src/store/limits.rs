@@ -10,7 +10,8 @@
 //! running limit and the queue's rate give how many may start now; the claimable jobs are
 //! read in claim order, a job whose group has spent one of its rates is passed over (and
 //! deferred until that rate opens, so that later claims do not read it again); the chosen
-//! jobs are claimed and their starts recorded at the claim's instant.
+//! jobs are claimed and their starts recorded at the claim's instant, and the job held behind
+//! each in its group is deferred until the group's rates this start spent open.
 //! Nothing that would break a limit is handed out: the starts recorded in the window plus
 //! those of this claim never exceed a rate's count.
 
@@ -48,6 +49,11 @@ pub(crate) trait ClaimSteps: Store {
     /// Moves a pending job's `run_at` on to `at` (never back): a head whose group's rate is
     /// spent waits out of the claim's way until the rate opens.
     fn defer_pending(tx: &Self::Tx, id: JobId, at: i64) -> Result<()>;
+
+    /// Moves the `run_at` of the next job held behind `group`'s holder on to `at` (never
+    /// back), when it is pending: a group whose claim spent its rate is next claimable when
+    /// that rate opens, and waits in that order among the groups that wait.
+    fn defer_group_next(tx: &Self::Tx, queue: &str, group: &str, at: i64) -> Result<()>;
 
     /// [`Store::window_starts`] for the starts of one group of `queue`.
     fn group_window_starts(
@@ -117,6 +123,18 @@ pub(crate) fn claim_limited<S: ClaimSteps>(tx: &S::Tx, request: ClaimRequest<'_>
     let jobs = S::claim_ids(tx, &chosen, request)?;
     if limits.counts_starts() && !jobs.is_empty() {
         S::record_starts(tx, &jobs, now, now.saturating_sub(limits.longest_window_ms()))?;
+    }
+    // Claims read heads in (priority, run_at, id) order. A head released at its enqueue
+    // instant would sort before every head a claim deferred, so groups served recently would
+    // keep passing groups that waited longer. Deferring each claimed group's next job here, by
+    // the rates this start spent, queues the heads of spent groups in the order their groups
+    // last started.
+    if !limits.group_rates.is_empty() {
+        for group in jobs.iter().filter_map(|job| job.group.as_deref()) {
+            if let Some(at) = group_opens_at::<S>(tx, queue, group, now, limits)? {
+                S::defer_group_next(tx, queue, group, at)?;
+            }
+        }
     }
     let limit_opens_at = if jobs.is_empty() { opens.or(group_opens) } else { None };
     Ok(Claims { jobs, limit_opens_at })

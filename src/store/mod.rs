@@ -638,7 +638,7 @@ pub type Wake = std::sync::Arc<dyn Fn(Option<&str>) + Send + Sync>;
 /// one list for every store, so that a version number means the same change everywhere.
 /// Each store pairs it with its own dialect's files, `schema/<store>/NNNN_<name>.sql`
 /// ([`migrations`]).
-pub(crate) const MIGRATION_NAMES: [&str; 14] = [
+pub(crate) const MIGRATION_NAMES: [&str; 15] = [
     "create_jobs",
     "add_claim_id",
     "durable_exhaustion",
@@ -653,6 +653,7 @@ pub(crate) const MIGRATION_NAMES: [&str; 14] = [
     "backoff_lifts",
     "settled_counts",
     "grouped_claim",
+    "fair_group_claims",
 ];
 
 /// The schema version this build writes and understands, in every store.

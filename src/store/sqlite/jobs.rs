@@ -764,6 +764,10 @@ impl ClaimSteps for SqliteStore {
         on(tx, DEFER_PENDING, |s| s.execute(named_params! { ":id": id.0, ":at": at })).map(drop)
     }
 
+    fn defer_group_next(tx: &Connection, queue: &str, group: &str, at: i64) -> Result<()> {
+        on(tx, DEFER_GROUP_NEXT, |s| s.execute(named_params! { ":queue": queue, ":group": group, ":at": at })).map(drop)
+    }
+
     fn group_window_starts(
         tx: &Connection,
         queue: &str,

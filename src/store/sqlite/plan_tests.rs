@@ -241,12 +241,13 @@ fn batched_statements_probe_the_primary_key_per_listed_job() {
 }
 
 /// A group's decisions read its live jobs through `fenceq_jobs_group`, never the table: the
-/// holder probe of a grouped enqueue and of a release, and the release's choice of the
-/// group's next job, whatever the group's history or backlog.
+/// holder probe of a grouped enqueue and of a release, and the choice of the group's next
+/// job by a release and by a limited claim's deferral, whatever the group's history or
+/// backlog.
 #[test]
 fn group_statements_search_the_group_index() {
     let conn = migrated();
-    for statement in [ENQUEUE_IN_GROUP, RELEASE_GROUP, HELD_GROUPS] {
+    for statement in [ENQUEUE_IN_GROUP, RELEASE_GROUP, HELD_GROUPS, DEFER_GROUP_NEXT] {
         let steps = plan(&conn, statement.sql);
         let text = steps.join("\n");
         let probe = if statement.name == "HELD_GROUPS" {

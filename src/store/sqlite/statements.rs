@@ -880,6 +880,17 @@ stmt! {
 
     DEFER_PENDING = "
     UPDATE fenceq_jobs SET run_at = max(run_at, :at) WHERE id = :id AND state = 'pending'";
+
+    /// `DEFER_PENDING` for the group's next held job (the one `RELEASE_GROUP` would release),
+    /// found through the group index.
+    DEFER_GROUP_NEXT = "
+    UPDATE fenceq_jobs SET run_at = max(run_at, :at)
+    WHERE id = (SELECT n.id FROM fenceq_jobs AS n
+                WHERE n.queue = :queue AND n.group_name = :group AND n.group_held = 1
+                  AND (n.state = 'pending' OR n.state = 'running' OR n.state = 'waiting' OR n.state = 'unknown'
+                       OR n.state = 'exhausted')
+                ORDER BY n.id LIMIT 1)
+      AND state = 'pending'";
 }
 
 stmt! {

@@ -26,6 +26,7 @@ pub fn rules<H: Harness>() -> Vec<Rule<H>> {
         under_random_load_no_window_ever_holds_more_starts_than_its_limit,
         stats_shows_due_jobs_a_limit_holds_back_and_when_it_opens,
         stats_shows_group_heads_waiting_out_their_groups_rate,
+        a_group_that_started_earlier_is_claimed_first_once_both_rates_open,
     ]
 }
 
@@ -308,9 +309,11 @@ fn stats_shows_due_jobs_a_limit_holds_back_and_when_it_opens<H: Harness>(h: &H) 
     assert_eq!(db.stats().unwrap().queue("q").throttled, None);
 }
 
-/// A group whose rate is spent has its next head deferred until the rate opens: `stats`
-/// counts it as throttled, with the instant it is due, while other groups go on; once the
-/// rate opens it is no longer counted.
+/// A group whose rate is spent has its next head deferred until the rate opens: by the claim
+/// that spent it (the job held behind the claimed one), or by a claim that reads a head of
+/// the spent group (a job enqueued after its group emptied). `stats` counts such heads as
+/// throttled, with the instant they are due, while other groups go on; once the rate opens
+/// they are no longer counted.
 fn stats_shows_group_heads_waiting_out_their_groups_rate<H: Harness>(h: &H) {
     let db = Db::new(h);
     let group_rate = Rate::new(1, ms(1000));
@@ -323,16 +326,49 @@ fn stats_shows_group_heads_waiting_out_their_groups_rate<H: Harness>(h: &H) {
     for c in &first {
         db.complete(&c.token()).unwrap();
     }
-    assert_eq!(db.stats().unwrap().queue("q").throttled, None, "nobody claimed the next heads yet");
+    let deferred_by_claim = Throttled { due: 0, opens_at: None, group_heads: 2, group_heads_open_at: Some(T0 + 1000) };
+    assert_eq!(
+        db.stats().unwrap().queue("q").throttled,
+        Some(deferred_by_claim),
+        "the claim that spent a's and b's rates deferred the jobs held behind their heads"
+    );
+    db.enqueue(NewJob::new("q", b"c1".to_vec()).group("c")).unwrap();
     db.advance(ms(10));
-    assert!(claim_all(&db).is_empty(), "a's and b's rates are spent: their next heads are deferred");
-    let throttled = db.stats().unwrap().queue("q").throttled.expect("two heads wait out their groups' rate");
+    assert!(claim_all(&db).is_empty(), "a's, b's and c's rates are spent: c1 is deferred as it is read");
+    let throttled = db.stats().unwrap().queue("q").throttled.expect("three heads wait out their groups' rate");
     assert_eq!(
         throttled,
-        Throttled { due: 0, opens_at: None, group_heads: 2, group_heads_open_at: Some(T0 + 1000) },
+        Throttled { due: 0, opens_at: None, group_heads: 3, group_heads_open_at: Some(T0 + 1000) },
         "deferred until the rate opens"
     );
     db.advance(ms(990));
     assert_eq!(db.stats().unwrap().queue("q").throttled, None, "the rates opened");
-    assert_eq!(claim_all(&db).len(), 2);
+    assert_eq!(claim_all(&db).len(), 3);
+}
+
+/// Groups whose rates are spent wait in the order they last started: once two groups' rates
+/// have opened, the group that started earlier is claimed first, whether or not a claim read
+/// its head while its rate was spent. (A head released at its enqueue instant and never read
+/// would otherwise sort before every head a claim had deferred, and a group served more
+/// recently would pass one that waited longer: under a queue rate that cannot serve every
+/// group each window, some groups would fall ever further behind.)
+fn a_group_that_started_earlier_is_claimed_first_once_both_rates_open<H: Harness>(h: &H) {
+    let db = Db::new(h);
+    db.set_limits("q", &Limits { group_rates: vec![Rate::new(1, ms(1000))], ..Limits::default() }).unwrap();
+    let mut ids = HashMap::new();
+    for name in ["a0", "a1", "b0", "b1"] {
+        let job = db.enqueue(NewJob::new("q", name.as_bytes().to_vec()).group(&name[..1])).unwrap();
+        ids.insert(job.id(), name);
+    }
+    let claim_one = |db: &Db<'_, H>| {
+        let claimed = db.claim("q", "w", LEASE).unwrap().expect("a job is claimable");
+        db.complete(&claimed.token()).unwrap();
+        ids[&claimed.id()]
+    };
+    assert_eq!(claim_one(&db), "a0");
+    db.advance(ms(10));
+    assert_eq!(claim_one(&db), "b0", "a's rate is spent: b goes meanwhile");
+    db.advance(ms(1000));
+    assert_eq!(claim_one(&db), "a1", "both rates opened: a started 10 ms before b");
+    assert_eq!(claim_one(&db), "b1", "then b, whose rate opened too");
 }

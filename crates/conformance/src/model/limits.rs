@@ -8,7 +8,8 @@
 //! may start now; the claimable jobs are read in claim order; a candidate whose group has spent
 //! one of its rates is passed over, and deferred (a pending one's `run_at` moved on to the
 //! instant the rate opens, never back) so that later claims do not read it again; the chosen
-//! jobs start at the claim's instant, reclaims of expired leases included. A window of a rate
+//! jobs start at the claim's instant, reclaims of expired leases included, and the job held
+//! behind each of them in its group is deferred until the rates the start spent open. A window of a rate
 //! of length T ending at `now` holds the starts recorded after `now - T`: a start at `t`
 //! occupies the half-open `[t, t + T)`. The running limit counts every running attempt,
 //! expired leases included (their workers may still be at work): a queue at its running limit
@@ -302,6 +303,7 @@ impl Model {
         let with_groups: Vec<(JobId, Option<String>)> =
             claimed.iter().map(|id| (*id, self.jobs[id].group.clone())).collect();
         self.limits.record(queue, &with_groups, now);
+        self.defer_successors(queue, &with_groups, now);
         if let Some(max) = self.limits.stored.get(queue).and_then(|l| l.max_running) {
             let running = self.jobs.values().filter(|j| j.queue == queue && j.state == JobState::Running).count();
             if !claimed.is_empty() && running > max as usize {
@@ -311,6 +313,27 @@ impl Model {
             }
         }
         self.limits.check_guarantee()
+    }
+
+    /// After a limited claim recorded its starts at `now`: the next job of each claimed job's
+    /// group (held behind it) is deferred until the group's spent rates open, as the store's
+    /// claim defers it. The claim reads heads in `(priority, run_at, id)` order; a successor
+    /// left at its enqueue instant would sort before every head deferred at a read, and groups
+    /// served recently would pass groups that waited longer. Deferred at the claim, every
+    /// head of a spent group waits in the order its group last started.
+    fn defer_successors(&mut self, queue: &str, claimed: &[(JobId, Option<String>)], now: i64) {
+        let Some(limits) = self.limits.stored.get(queue).filter(|l| !l.group_rates.is_empty()).cloned() else {
+            return;
+        };
+        for group in claimed.iter().filter_map(|(_, group)| group.as_deref()) {
+            let Some(at) = self.limits.group_opens_at(queue, group, &limits, now) else { continue };
+            let next = self.jobs.values_mut().find(|j| {
+                j.queue == queue && j.group.as_deref() == Some(group) && j.held_by_group && j.state == JobState::Pending
+            });
+            if let Some(j) = next {
+                j.run_at = j.run_at.max(at);
+            }
+        }
     }
 
     /// What `stats` shows as throttled for `queue` at `now` (the store's `throttled`): due

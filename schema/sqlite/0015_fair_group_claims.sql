@@ -1,0 +1,5 @@
+-- Nothing to change on SQLite: PostgreSQL's 0015 replaces its claim function so that a claim
+-- of a queue with group rates defers the job held behind each job it claims until the group's
+-- spent rates open. SQLite's claim (`store::limits::claim_limited`) does the same from this
+-- build on, in Rust, with no schema change. The version exists so that a number means the same
+-- schema on both stores.
