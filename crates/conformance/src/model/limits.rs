@@ -9,11 +9,11 @@
 //! one of its rates is passed over, and deferred (a pending one's `run_at` moved on to the
 //! instant the rate opens, never back) so that later claims do not read it again; the chosen
 //! jobs start at the claim's instant, reclaims of expired leases included, and the job held
-//! behind each of them in its group is deferred until the rates the start spent open. A window of a rate
-//! of length T ending at `now` holds the starts recorded after `now - T`: a start at `t`
-//! occupies the half-open `[t, t + T)`. The running limit counts every running attempt,
-//! expired leases included (their workers may still be at work): a queue at its running limit
-//! reclaims no expired lease until a settle or the reaper frees a place.
+//! behind each of them in its group is deferred until the rates the start spent open. A
+//! window of a rate of length T ending at `now` holds the starts recorded after `now - T`: a
+//! start at `t` occupies the half-open `[t, t + T)`. The running limit counts every running
+//! attempt, expired leases included (their workers may still be at work): a queue at its
+//! running limit reclaims no expired lease until a settle or the reaper frees a place.
 
 use super::reference::{dur_ms, Model};
 use crate::fixture::most_in_window;
