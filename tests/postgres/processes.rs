@@ -584,6 +584,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (11, "counted_starts", include_str!("../../schema/postgres/0011_counted_starts.sql")),
     (12, "backoff_lifts", include_str!("../../schema/postgres/0012_backoff_lifts.sql")),
     (13, "settled_counts", include_str!("../../schema/postgres/0013_settled_counts.sql")),
+    (14, "grouped_claim", include_str!("../../schema/postgres/0014_grouped_claim.sql")),
 ];
 
 /// Creates `schema` at version `level`, as an older build left it, with rows in every
