@@ -24,6 +24,7 @@ mod groups_processes;
 mod intake;
 mod notify;
 mod perf;
+mod prepared;
 mod processes;
 mod store;
 #[cfg(feature = "cli")]

@@ -2,6 +2,7 @@
 //! statement (`statements.rs`) on the connection of the transaction it was given.
 
 use super::error::PgContext;
+use super::prepared::Prepared;
 use super::statements::*;
 use super::{PgTx, PostgresStore};
 use crate::clock::Clock;
@@ -18,7 +19,6 @@ use crate::store::{
     QueueBackoffAt, QueueDecision, ScheduleDefinition, ScheduleTick, SnoozeAt, StatsRow, Stmt, Store, TokenAt,
 };
 use diesel::pg::Pg;
-use diesel::query_builder::{BoxedSqlQuery, SqlQuery};
 use diesel::query_dsl::LoadQuery;
 use diesel::serialize::ToSql;
 use diesel::sql_types::HasSqlType;
@@ -26,7 +26,7 @@ use diesel::sql_types::{Array, BigInt, Binary, Bool, Integer, Nullable, Text, Uu
 use diesel::{sql_query, OptionalExtension, PgConnection, QueryableByName, RunQueryDsl};
 use std::time::Duration;
 
-type Query<'a> = BoxedSqlQuery<'a, Pg, SqlQuery>;
+type Query<'a> = Prepared<'a>;
 
 impl Store for PostgresStore {
     type Tx = PgTx;
@@ -765,7 +765,7 @@ fn changed(tx: &PgTx, query: Bound<'_>) -> Result<bool> {
 
 /// `statement`, to bind its parameters to and run.
 fn bound<'a>(statement: Stmt) -> Bound<'a> {
-    Bound { statement, query: sql_query(statement.sql).into_boxed::<Pg>() }
+    Bound { statement, query: Prepared::new(statement.sql) }
 }
 
 /// A statement with its parameters bound: every error it raises carries its name.
@@ -775,7 +775,7 @@ struct Bound<'a> {
 }
 
 impl<'a> Bound<'a> {
-    /// Binds the next parameter (`$n`), as [`BoxedSqlQuery::bind`].
+    /// Binds the next parameter (`$n`), as [`Prepared::bind`].
     fn bind<T, V>(mut self, value: V) -> Self
     where
         Pg: HasSqlType<T>,

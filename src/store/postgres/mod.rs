@@ -55,6 +55,7 @@ pub(crate) mod options;
 pub use options::PostgresOptions;
 #[cfg(test)]
 mod plan_tests;
+mod prepared;
 pub(crate) mod statements;
 pub(crate) mod time;
 mod wire;
@@ -460,10 +461,15 @@ impl std::fmt::Debug for PostgresStore {
 #[derive(Debug)]
 struct Session {
     settings: String,
+    /// [`PostgresOptions::prepared_statements`]: off, diesel sends every statement unnamed.
+    prepared_statements: bool,
 }
 
 impl CustomizeConnection<PgConnection, diesel::r2d2::Error> for Session {
     fn on_acquire(&self, conn: &mut PgConnection) -> std::result::Result<(), diesel::r2d2::Error> {
+        if !self.prepared_statements {
+            diesel::Connection::set_prepared_statement_cache_size(conn, diesel::connection::CacheSize::Disabled);
+        }
         conn.batch_execute(&self.settings).map_err(diesel::r2d2::Error::QueryError)
     }
 }
@@ -641,7 +647,10 @@ impl PostgresStore {
             // `Manager`), so that connections a server restart broke are replaced before a
             // call uses them.
             .test_on_check_out(true)
-            .connection_customizer(Box::new(Session { settings: session.clone() }))
+            .connection_customizer(Box::new(Session {
+                settings: session.clone(),
+                prepared_statements: options.prepared_statements,
+            }))
             .error_handler(Box::new(connect_errors.clone()))
             // Without waiting for a first connection: the one made above is handed over.
             .build_unchecked(manager);

@@ -37,6 +37,7 @@ impl std::fmt::Debug for Url {
 /// - statement timeout: [`PostgresOptions::STATEMENT_TIMEOUT`] (30 seconds, fixed)
 /// - idle in transaction timeout: [`PostgresOptions::IDLE_IN_TRANSACTION_TIMEOUT`] (60
 ///   seconds, fixed)
+/// - prepared statements: on (see [`PostgresOptions::prepared_statements`])
 ///
 /// ```no_run
 /// use fenceq::{PostgresOptions, Queue};
@@ -51,6 +52,8 @@ pub struct PostgresOptions {
     pub(crate) schema: Option<String>,
     /// `None`: the URL's `connect_timeout`, else [`PostgresOptions::DEFAULT_CONNECT_TIMEOUT`].
     pub(crate) connect_timeout: Option<Duration>,
+    /// Whether each connection keeps the store's statements prepared.
+    pub(crate) prepared_statements: bool,
 }
 
 impl PostgresOptions {
@@ -75,7 +78,7 @@ impl PostgresOptions {
     /// The password never appears in errors, logs or `Debug` output; prefer a `~/.pgpass`
     /// file or `PGPASSWORD` over a password in the URL.
     pub fn new(url: impl Into<String>) -> Self {
-        PostgresOptions { url: Url(url.into()), schema: None, connect_timeout: None }
+        PostgresOptions { url: Url(url.into()), schema: None, connect_timeout: None, prepared_statements: true }
     }
 
     /// The schema the queue's tables live in (created if missing), so that the queue can
@@ -99,6 +102,18 @@ impl PostgresOptions {
     /// Opening refuses a timeout outside 1 second..=1 hour with `InvalidInput`.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = Some(timeout);
+        self
+    }
+
+    /// Whether the queue's connections keep its statements prepared (on by default): each
+    /// connection then has the server parse and plan a statement once, and runs it by name
+    /// afterwards, where the server would otherwise parse and plan every claim, settle and
+    /// clock read again. Turn it off behind a connection pooler that hands one session's
+    /// statements to another server connection, such as PgBouncer in transaction mode
+    /// before 1.21 (or later with `max_prepared_statements = 0`): the server would answer
+    /// `prepared statement "…" does not exist`.
+    pub fn prepared_statements(mut self, on: bool) -> Self {
+        self.prepared_statements = on;
         self
     }
 }
@@ -136,6 +151,12 @@ impl QueueBuilder<PostgresOptions> {
     /// Opening refuses a timeout outside 1 second..=1 hour with `InvalidInput`.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.options = self.options.connect_timeout(timeout);
+        self
+    }
+
+    /// See [`PostgresOptions::prepared_statements`].
+    pub fn prepared_statements(mut self, on: bool) -> Self {
+        self.options = self.options.prepared_statements(on);
         self
     }
 

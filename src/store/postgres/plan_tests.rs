@@ -3,7 +3,9 @@
 //! overview's completions per minute read the hour asked for, not every settled row; a
 //! window of the starts log, and the grouped claim's reads of it, stop at the rates' counts;
 //! the batched settle reads its rows by key, not the index of running rows; `stats` reads no
-//! settled row; and a settle never waits for another's count of settled rows.
+//! settled row; and a settle never waits for another's count of settled rows. Each plan is
+//! checked both as the server plans a prepared statement for a call's values and as the
+//! generic plan a connection may keep for it after five runs.
 
 use super::jobs::TokenRow;
 use super::statements::{
@@ -12,7 +14,7 @@ use super::statements::{
 };
 use crate::store::Stmt;
 use diesel::connection::SimpleConnection;
-use diesel::sql_types::{Array, BigInt, Integer, Text, Uuid as SqlUuid};
+use diesel::sql_types::{BigInt, Integer, Text, Uuid as SqlUuid};
 use diesel::{sql_query, Connection, PgConnection, QueryableByName, RunQueryDsl};
 use std::time::Duration;
 
@@ -39,10 +41,54 @@ fn scratch(url: &str) -> (String, crate::Queue<super::PostgresStore>, PgConnecti
     (schema, queue, raw)
 }
 
-/// `statement` under `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF)`, for its binds: the plan it
-/// ran, with each node's actual rows and loops (an `ANALYZE` runs the statement).
-fn explain(statement: Stmt) -> diesel::query_builder::SqlQuery {
-    sql_query(format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {}", statement.sql))
+/// How the server plans a statement the store keeps prepared: for each call's values (its
+/// first five runs), or generically, as a connection may keep it after that when the
+/// generic estimate is no worse (`plan_cache_mode = auto`).
+#[derive(Clone, Copy, Debug)]
+enum Planned {
+    ForTheValues,
+    Generic,
+}
+
+const BOTH: [Planned; 2] = [Planned::ForTheValues, Planned::Generic];
+
+/// `statement` under `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF)` with its parameters'
+/// `(type, value)`s (values written as SQL literals): the plan it ran, with each node's
+/// actual rows and loops (an `ANALYZE` runs the statement). It is prepared with those types,
+/// as the store's connections prepare it, and planned for the values or generically
+/// (`plan_cache_mode`).
+fn explain(
+    conn: &mut PgConnection,
+    statement: Stmt,
+    planned: Planned,
+    parameters: &[(&str, String)],
+) -> diesel::QueryResult<Vec<String>> {
+    let mode = match planned {
+        Planned::ForTheValues => "force_custom_plan",
+        Planned::Generic => "force_generic_plan",
+    };
+    let types: Vec<&str> = parameters.iter().map(|(t, _)| *t).collect();
+    let values: Vec<&str> = parameters.iter().map(|(_, v)| v.as_str()).collect();
+    conn.batch_execute(&format!(
+        "SET plan_cache_mode = {mode}; PREPARE fenceq_plan ({}) AS {}",
+        types.join(", "),
+        statement.sql
+    ))?;
+    let plan =
+        sql_query(format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE fenceq_plan({})", values.join(", ")))
+            .load::<Plan>(conn);
+    conn.batch_execute("DEALLOCATE fenceq_plan; RESET plan_cache_mode")?;
+    Ok(plan?.into_iter().map(|p| p.line).collect())
+}
+
+/// A text value as an SQL literal.
+fn text(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "''"))
+}
+
+/// Values as an SQL array literal.
+fn array<T: std::fmt::Display>(values: impl IntoIterator<Item = T>) -> String {
+    format!("'{{{}}}'", values.into_iter().map(|v| v.to_string()).collect::<Vec<_>>().join(","))
 }
 
 #[derive(QueryableByName)]
@@ -90,29 +136,36 @@ fn the_claim_reads_a_few_rows_not_every_due_row() {
     )
     .unwrap();
     let now = 1_000_000_i64;
-    let mut plan = Vec::new();
-    // EXPLAIN ANALYZE runs the claim: in a transaction that is rolled back.
-    let _ = raw.transaction::<(), diesel::result::Error, _>(|conn| {
-        plan = explain(CLAIM)
-            .bind::<Text, _>("q")
-            .bind::<BigInt, _>(now)
-            .bind::<BigInt, _>(1_i64)
-            .bind::<Text, _>("w")
-            .bind::<BigInt, _>(now + 60_000)
-            .load::<Plan>(conn)?
-            .into_iter()
-            .map(|p| p.line)
-            .collect();
-        Err(diesel::result::Error::RollbackTransaction)
-    });
-    let shown = plan.join("\n");
-    assert!(shown.contains("fenceq_jobs_claim"), "the pending arm reads the claim index:\n{shown}");
-    // The pause and the back-off: probes of their tables, once per claim (init plans).
-    assert!(shown.contains("fenceq_queues"), "the claim probes the pause:\n{shown}");
-    assert!(shown.contains("fenceq_queue_flow"), "the claim probes the queue's back-off:\n{shown}");
-    assert!(!shown.contains("Seq Scan on fenceq_queue_flow"), "the back-off is probed by its key:\n{shown}");
-    let most = most_rows_of_any_node(&plan);
-    assert!(most <= 100, "a node of the claim's plan saw {most} rows of 20,050 claimable:\n{shown}");
+    for planned in BOTH {
+        let mut plan = Vec::new();
+        // EXPLAIN ANALYZE runs the claim: in a transaction that is rolled back.
+        let _ = raw.transaction::<(), diesel::result::Error, _>(|conn| {
+            let parameters = [
+                ("text", text("q")),
+                ("bigint", now.to_string()),
+                ("bigint", "1".into()),
+                ("text", text("w")),
+                ("bigint", (now + 60_000).to_string()),
+            ];
+            plan = explain(conn, CLAIM, planned, &parameters)?;
+            Err(diesel::result::Error::RollbackTransaction)
+        });
+        let shown = plan.join("\n");
+        // A generic plan compares `run_at` with the parameter itself, a plan for the values
+        // with the value: the test sees the plan it asked for.
+        let generic = shown.contains("run_at <= $2");
+        assert_eq!(generic, matches!(planned, Planned::Generic), "{planned:?}:\n{shown}");
+        assert!(shown.contains("fenceq_jobs_claim"), "{planned:?}: the pending arm reads the claim index:\n{shown}");
+        // The pause and the back-off: probes of their tables, once per claim (init plans).
+        assert!(shown.contains("fenceq_queues"), "{planned:?}: the claim probes the pause:\n{shown}");
+        assert!(shown.contains("fenceq_queue_flow"), "{planned:?}: the claim probes the queue's back-off:\n{shown}");
+        assert!(
+            !shown.contains("Seq Scan on fenceq_queue_flow"),
+            "{planned:?}: the back-off is probed by its key:\n{shown}"
+        );
+        let most = most_rows_of_any_node(&plan);
+        assert!(most <= 100, "{planned:?}: a node of the claim's plan saw {most} rows of 20,050 claimable:\n{shown}");
+    }
     // The claim itself still takes the best job: the expired leases (priority 2, run_at
     // 500) come before every pending job (priority 2 at most, run_at after 1000).
     let clock = crate::ManualClock::new(now);
@@ -139,18 +192,14 @@ fn completions_per_minute_read_the_hour_not_the_table() {
     )
     .unwrap();
     let from = 10_000 * 60_000_i64;
-    let plan: Vec<String> = explain(COMPLETIONS_PER_MINUTE)
-        .bind::<BigInt, _>(from)
-        .bind::<BigInt, _>(from + 3_600_000)
-        .load::<Plan>(&mut raw)
-        .unwrap()
-        .into_iter()
-        .map(|p| p.line)
-        .collect();
-    let shown = plan.join("\n");
-    assert!(shown.contains("fenceq_jobs_settled"), "reads the settled index:\n{shown}");
-    let most = most_rows_of_any_node(&plan);
-    assert!(most <= 100, "a node saw {most} rows for an hour of 60 completions:\n{shown}");
+    for planned in BOTH {
+        let parameters = [("bigint", from.to_string()), ("bigint", (from + 3_600_000).to_string())];
+        let plan = explain(&mut raw, COMPLETIONS_PER_MINUTE, planned, &parameters).unwrap();
+        let shown = plan.join("\n");
+        assert!(shown.contains("fenceq_jobs_settled"), "{planned:?}: reads the settled index:\n{shown}");
+        let most = most_rows_of_any_node(&plan);
+        assert!(most <= 100, "{planned:?}: a node saw {most} rows for an hour of 60 completions:\n{shown}");
+    }
     drop(queue);
     raw.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE")).unwrap();
 }
@@ -170,22 +219,17 @@ fn a_groups_release_reads_a_few_rows_not_its_backlog() {
          ANALYZE fenceq_jobs;",
     )
     .unwrap();
-    for statement in [GROUP_NEEDS_RELEASE, RELEASE_GROUP] {
+    for (statement, planned) in [GROUP_NEEDS_RELEASE, RELEASE_GROUP].into_iter().flat_map(|s| BOTH.map(|p| (s, p))) {
         let mut plan = Vec::new();
         let _ = raw.transaction::<(), diesel::result::Error, _>(|conn| {
-            plan = explain(statement)
-                .bind::<Text, _>("q")
-                .bind::<Text, _>("chat")
-                .load::<Plan>(conn)?
-                .into_iter()
-                .map(|p| p.line)
-                .collect();
+            plan = explain(conn, statement, planned, &[("text", text("q")), ("text", text("chat"))])?;
             Err(diesel::result::Error::RollbackTransaction)
         });
         let shown = plan.join("\n");
-        assert!(shown.contains("fenceq_jobs_group"), "{}: reads the group index:\n{shown}", statement.name);
+        let name = statement.name;
+        assert!(shown.contains("fenceq_jobs_group"), "{name} {planned:?}: reads the group index:\n{shown}");
         let most = most_rows_of_any_node(&plan);
-        assert!(most <= 10, "{}: a node saw {most} rows of a 20,000-job backlog:\n{shown}", statement.name);
+        assert!(most <= 10, "{name} {planned:?}: a node saw {most} rows of a 20,000-job backlog:\n{shown}");
     }
     drop(queue);
     raw.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE")).unwrap();
@@ -203,17 +247,13 @@ fn a_window_of_the_starts_log_is_counted_up_to_the_rates_count() {
          ANALYZE fenceq_starts;",
     )
     .unwrap();
-    let window: Vec<String> = explain(QUEUE_STARTS)
-        .bind::<Text, _>("q")
-        .bind::<BigInt, _>(0)
-        .bind::<BigInt, _>(30)
-        .load::<Plan>(&mut raw)
-        .unwrap()
-        .into_iter()
-        .map(|p| p.line)
-        .collect();
-    let shown = window.join("\n");
-    assert!(most_rows_of_any_node(&window) <= 30, "a window of 20,000 starts counted up to 30:\n{shown}");
+    for planned in BOTH {
+        let parameters = [("text", text("q")), ("bigint", "0".into()), ("bigint", "30".into())];
+        let window = explain(&mut raw, QUEUE_STARTS, planned, &parameters).unwrap();
+        let shown = window.join("\n");
+        let most = most_rows_of_any_node(&window);
+        assert!(most <= 30, "{planned:?}: a window of 20,000 starts counted up to 30, read {most}:\n{shown}");
+    }
     drop(queue);
     raw.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE")).unwrap();
 }
@@ -322,30 +362,34 @@ fn the_batched_settle_reads_its_rows_by_key_not_the_running_rows_index() {
     let running: Vec<TokenRow> =
         sql_query("SELECT id, attempt, claim_id FROM fenceq_jobs WHERE state = 'running'").load(&mut raw).unwrap();
     assert_eq!(running.len(), 64);
-    let mut plan = Vec::new();
-    let mut settled = 0;
-    // EXPLAIN ANALYZE runs the settle: in a transaction that is rolled back.
-    let _ = raw.transaction::<(), diesel::result::Error, _>(|conn| {
-        plan = explain(COMPLETE_MANY_IF_OWNED)
-            .bind::<Array<BigInt>, _>(running.iter().map(|r| r.id).collect::<Vec<_>>())
-            .bind::<Array<Integer>, _>(running.iter().map(|r| r.attempt).collect::<Vec<_>>())
-            .bind::<Array<SqlUuid>, _>(running.iter().map(|r| r.claim_id).collect::<Vec<_>>())
-            .bind::<BigInt, _>(1_i64)
-            .load::<Plan>(conn)?
-            .into_iter()
-            .map(|p| p.line)
-            .collect();
-        settled = plan
-            .iter()
-            .find(|line| line.trim_start_matches([' ', '-', '>']).starts_with("Update on"))
-            .map_or(0, |line| most_rows_of_any_node(std::slice::from_ref(line)));
-        Err(diesel::result::Error::RollbackTransaction)
-    });
-    let shown = plan.join("\n");
-    assert_eq!(settled, 64, "every token settled its row:\n{shown}");
-    assert!(!shown.contains("fenceq_jobs_lease"), "the settle read the index of running rows:\n{shown}");
-    assert!(!shown.contains("Seq Scan"), "the settle scanned the table:\n{shown}");
-    assert_eq!(shown.matches("Index Scan using fenceq_jobs_pkey").count(), 2, "both reads by key:\n{shown}");
+    for planned in BOTH {
+        let mut plan = Vec::new();
+        let mut settled = 0;
+        // EXPLAIN ANALYZE runs the settle: in a transaction that is rolled back.
+        let _ = raw.transaction::<(), diesel::result::Error, _>(|conn| {
+            let parameters = [
+                ("bigint[]", array(running.iter().map(|r| r.id))),
+                ("integer[]", array(running.iter().map(|r| r.attempt))),
+                ("uuid[]", array(running.iter().map(|r| r.claim_id))),
+                ("bigint", "1".into()),
+            ];
+            plan = explain(conn, COMPLETE_MANY_IF_OWNED, planned, &parameters)?;
+            settled = plan
+                .iter()
+                .find(|line| line.trim_start_matches([' ', '-', '>']).starts_with("Update on"))
+                .map_or(0, |line| most_rows_of_any_node(std::slice::from_ref(line)));
+            Err(diesel::result::Error::RollbackTransaction)
+        });
+        let shown = plan.join("\n");
+        assert_eq!(settled, 64, "{planned:?}: every token settled its row:\n{shown}");
+        assert!(
+            !shown.contains("fenceq_jobs_lease"),
+            "{planned:?}: the settle read the index of running rows:\n{shown}"
+        );
+        assert!(!shown.contains("Seq Scan"), "{planned:?}: the settle scanned the table:\n{shown}");
+        let by_key = shown.matches("Index Scan using fenceq_jobs_pkey").count();
+        assert_eq!(by_key, 2, "{planned:?}: both reads by key:\n{shown}");
+    }
     drop(queue);
     raw.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE")).unwrap();
 }
@@ -376,11 +420,12 @@ fn stats_reads_no_settled_row() {
     .unwrap();
     // Vacuumed, as autovacuum keeps a table: the visibility map lets index-only scans skip the heap.
     raw.batch_execute("VACUUM ANALYZE fenceq_jobs").unwrap();
-    let plan: Vec<String> =
-        explain(STATS).bind::<BigInt, _>(1_i64).load::<Plan>(&mut raw).unwrap().into_iter().map(|p| p.line).collect();
-    let shown = plan.join("\n");
-    assert!(!shown.contains("Seq Scan on fenceq_jobs"), "stats scanned the table:\n{shown}");
-    assert!(most_rows_of_any_node(&plan) <= 120, "stats read settled rows:\n{shown}");
+    for planned in BOTH {
+        let plan = explain(&mut raw, STATS, planned, &[("bigint", "1".into())]).unwrap();
+        let shown = plan.join("\n");
+        assert!(!shown.contains("Seq Scan on fenceq_jobs"), "{planned:?}: stats scanned the table:\n{shown}");
+        assert!(most_rows_of_any_node(&plan) <= 120, "{planned:?}: stats read settled rows:\n{shown}");
+    }
     let stats = queue.stats().unwrap().queue("q");
     assert_eq!((stats.pending, stats.running, stats.completed), (100, 20, 40000));
     assert_eq!((stats.cancelled, stats.exhausted_acknowledged, stats.oldest_pending_run_at), (10000, 10000, Some(1)));

@@ -59,11 +59,12 @@
 //! as last measured by any of the store's transactions.
 
 use super::error::PgContext;
+use super::prepared::Prepared;
 use super::PgTx;
 use crate::clock::Clock;
 use crate::error::Result;
 use diesel::sql_types::BigInt;
-use diesel::{sql_query, QueryableByName, RunQueryDsl};
+use diesel::{QueryableByName, RunQueryDsl};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -166,7 +167,7 @@ pub(crate) fn fresh_now(tx: &PgTx, clock: &dyn Clock) -> Result<i64> {
 
 /// Reads the server's clock (µs) on `tx`'s connection, and records it as the store's anchor.
 fn read_server_clock(tx: &PgTx, clock: &dyn Clock) -> Result<(i64, Instant)> {
-    let server_us = tx.with(|conn| sql_query(SERVER_NOW.sql).get_result::<Us>(conn).pg(SERVER_NOW))?.n;
+    let server_us = tx.with(|conn| Prepared::new(SERVER_NOW.sql).get_result::<Us>(conn).pg(SERVER_NOW))?.n;
     // Anchored after the reply: the server read its clock before this instant, so the
     // extrapolation never runs ahead of it.
     let at = Instant::now();

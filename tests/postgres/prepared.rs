@@ -1,0 +1,39 @@
+//! The store keeps its statements prepared on each connection, unless told not to
+//! (`PostgresOptions::prepared_statements`, for poolers that lose a session's statements).
+
+use crate::support::{scalar, Scratch};
+use fenceq::{NewJob, PostgresStore, Queue};
+use std::time::Duration;
+
+/// Works a job through intake, claim and settle on a queue of one connection at a time,
+/// then counts the statements prepared on that connection that read or write the jobs.
+fn statements_prepared_after_a_job(queue: &Queue<PostgresStore>) -> i64 {
+    queue.enqueue(NewJob::new("q", b"x".to_vec())).unwrap();
+    let job = queue.claim("q", "w", Duration::from_secs(60)).unwrap().expect("the job");
+    queue.complete(&job.token()).unwrap();
+    assert_eq!(queue.stats().unwrap().queue("q").completed, 1);
+    queue
+        .with_connection(|tx| {
+            Ok(scalar(
+                &mut tx.conn(),
+                "SELECT count(*) AS n FROM pg_prepared_statements WHERE statement LIKE '%fenceq_jobs%'",
+            ))
+        })
+        .unwrap()
+}
+
+#[test]
+fn a_connection_keeps_the_statements_it_ran_prepared() {
+    let Some(s) = Scratch::new() else { return };
+    // One caller at a time: the pool hands the same connection back each time.
+    let queue = s.builder().pool_size(1).open_postgres().unwrap();
+    let prepared = statements_prepared_after_a_job(&queue);
+    assert!(prepared >= 3, "intake, claim, settle and stats prepared: {prepared} statements");
+}
+
+#[test]
+fn turned_off_the_statements_are_sent_unnamed() {
+    let Some(s) = Scratch::new() else { return };
+    let queue = s.builder().pool_size(1).prepared_statements(false).open_postgres().unwrap();
+    assert_eq!(statements_prepared_after_a_job(&queue), 0);
+}
