@@ -76,6 +76,8 @@ enum Column {
     Process1,
     /// Pending jobs worked through by `--workers` workers.
     ProcessW,
+    /// One producer enqueueing one per call while one worker completes them.
+    EndToEnd1,
     /// One producer enqueueing one per call while `--workers` workers complete them.
     EndToEnd,
     /// [`CALLERS`] threads enqueueing one per call at once (fenceq's intake groups; the raw
@@ -90,11 +92,12 @@ enum Column {
 const CALLERS: u64 = 16;
 
 impl Column {
-    const ALL: [Column; 7] = [
+    const ALL: [Column; 8] = [
         Column::Enqueue,
         Column::Batch,
         Column::Process1,
         Column::ProcessW,
+        Column::EndToEnd1,
         Column::EndToEnd,
         Column::Concurrent,
         Column::ProcessLimited,
@@ -106,6 +109,7 @@ impl Column {
             Column::Batch => "batch_of_100",
             Column::Process1 => "process_w1",
             Column::ProcessW => "process_wn",
+            Column::EndToEnd1 => "end_to_end_w1",
             Column::EndToEnd => "end_to_end_wn",
             Column::Concurrent => "enqueue_1_per_call_16_threads",
             Column::ProcessLimited => "process_wn_limits_never_reached",
@@ -118,6 +122,7 @@ impl Column {
             Column::Batch => "batch of 100".to_string(),
             Column::Process1 => "process W=1".to_string(),
             Column::ProcessW => format!("process W={workers}"),
+            Column::EndToEnd1 => "end to end W=1".to_string(),
             Column::EndToEnd => format!("end to end W={workers}"),
             Column::Concurrent => format!("enqueue 1/call, {CALLERS} threads"),
             Column::ProcessLimited => format!("process W={workers} under limits"),
@@ -130,7 +135,7 @@ impl Column {
     fn applies(self, row: Row) -> bool {
         match self {
             Column::ProcessLimited => row == Row::Fenceq,
-            Column::Enqueue | Column::EndToEnd | Column::Concurrent => row != Row::Raw100,
+            Column::Enqueue | Column::EndToEnd1 | Column::EndToEnd | Column::Concurrent => row != Row::Raw100,
             Column::Batch | Column::Process1 | Column::ProcessW => true,
         }
     }
@@ -141,7 +146,7 @@ impl Column {
             Column::Enqueue | Column::Batch | Column::Concurrent => &["intake"],
             Column::Process1 => &["pool"],
             Column::ProcessW => &["pool", "flow"],
-            Column::EndToEnd => &["end_to_end"],
+            Column::EndToEnd1 | Column::EndToEnd => &["end_to_end"],
             Column::ProcessLimited => &["flow"],
         }
     }
@@ -659,10 +664,11 @@ impl Bench {
                 enqueue_from_threads(&queue, jobs, CALLERS)?;
                 Ok(jobs as f64 / started.elapsed().as_secs_f64())
             }
-            Column::EndToEnd => {
-                let queue = self.open(schema, self.workers)?;
+            Column::EndToEnd1 | Column::EndToEnd => {
+                let workers = if column == Column::EndToEnd1 { 1 } else { self.workers };
+                let queue = self.open(schema, workers)?;
                 let producer = queue.clone();
-                crate::scenarios::pool_completes(&queue, jobs, self.workers, move || {
+                crate::scenarios::pool_completes(&queue, jobs, workers, move || {
                     for j in 0..jobs {
                         producer.enqueue(job(j))?;
                     }
@@ -723,9 +729,10 @@ impl Bench {
                 })?;
                 Ok(jobs as f64 / started.elapsed().as_secs_f64())
             }
-            Column::EndToEnd => {
+            Column::EndToEnd1 | Column::EndToEnd => {
+                let workers = if column == Column::EndToEnd1 { 1 } else { self.workers };
                 let producer = self.connect(Some(schema))?;
-                self.raw_workers(schema, per_tx, self.workers, Some(producer))
+                self.raw_workers(schema, per_tx, workers, Some(producer))
             }
         }
     }

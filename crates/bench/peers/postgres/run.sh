@@ -97,4 +97,4 @@ printf '\nload average (1, 5, 15 min) at each step:\n'
 cat "$out/load.txt"
 printf '\n'
 python3 "$here/summarise.py" "$out"
-printf '\nW=N is W=%s. fenceq-bench has no end to end W=1 column.\n' "$workers"
+printf '\nW=N is W=%s.\n' "$workers"
