@@ -37,3 +37,30 @@ fn turned_off_the_statements_are_sent_unnamed() {
     let queue = s.builder().pool_size(1).prepared_statements(false).open_postgres().unwrap();
     assert_eq!(statements_prepared_after_a_job(&queue), 0);
 }
+
+/// Every call is planned for its values, however often a statement runs: a generic plan,
+/// kept until the table's next `ANALYZE`, made while the table is small would scan it
+/// whole as it grows. The server counts each prepared statement's plans of either kind.
+#[test]
+fn prepared_statements_are_planned_for_each_calls_values() {
+    let Some(s) = Scratch::new() else { return };
+    let queue = s.builder().pool_size(1).open_postgres().unwrap();
+    for _ in 0..8 {
+        queue.enqueue(NewJob::new("q", b"x".to_vec())).unwrap();
+        let jobs = queue.claim_batch("q", "w", Duration::from_secs(60), 8).unwrap();
+        let tokens: Vec<_> = jobs.iter().map(|j| j.token()).collect();
+        queue.complete_all(&tokens).unwrap();
+    }
+    let (custom, generic) = queue
+        .with_connection(|tx| {
+            let mut conn = tx.conn();
+            let plans = "FROM pg_prepared_statements WHERE statement LIKE '%fenceq_jobs%'";
+            Ok((
+                scalar(&mut conn, &format!("SELECT coalesce(sum(custom_plans), 0)::bigint AS n {plans}")),
+                scalar(&mut conn, &format!("SELECT coalesce(sum(generic_plans), 0)::bigint AS n {plans}")),
+            ))
+        })
+        .unwrap();
+    assert_eq!(generic, 0, "no call ran a generic plan ({custom} custom plans)");
+    assert!(custom >= 24, "eight rounds of intake, claim and settle planned for their values: {custom}");
+}

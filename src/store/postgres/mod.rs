@@ -483,11 +483,19 @@ impl CustomizeConnection<PgConnection, diesel::r2d2::Error> for Session {
 /// its own transaction's level with `SET TRANSACTION ISOLATION LEVEL` as its first
 /// statement.) Messages in `C`, untranslated, where the role may set `lc_messages` (see
 /// `error.rs`); elsewhere the `DO` block leaves it as it is, without failing.
+///
+/// Plans for each call's values (`plan_cache_mode = force_custom_plan`) although the
+/// statements are prepared (`prepared.rs`): a generic plan is kept until the table's next
+/// `ANALYZE`, with the statistics of when it was made, and a queue's table starts empty and
+/// grows by thousands of rows a second. A plan made while it held a few dozen rows scans it
+/// whole, and every call keeps scanning it as it grows; a plan for the call's values reads
+/// the table's current size each time. The connection still parses and analyses each
+/// statement once.
 fn session_settings(options: &PostgresOptions, settings: &Settings) -> String {
     let ms = |d: Duration| d.as_millis().min(i32::MAX as u128);
     let mut sql = format!(
         "SET statement_timeout = {}; SET lock_timeout = {}; SET idle_in_transaction_session_timeout = {}; \
-         SET default_transaction_isolation = 'read committed'; \
+         SET default_transaction_isolation = 'read committed'; SET plan_cache_mode = force_custom_plan; \
          DO $$ BEGIN PERFORM set_config('lc_messages', 'C', false); \
          EXCEPTION WHEN insufficient_privilege THEN NULL; END $$;",
         ms(PostgresOptions::STATEMENT_TIMEOUT),

@@ -5,10 +5,11 @@
 //! batched settle that is most of what the server does for them while the queue is small).
 //! [`Prepared`] is a statement's fixed text with its parameters bound, which diesel's
 //! statement cache keeps as a named prepared statement of the connection, keyed by the text
-//! and the parameters' types. The server then plans it with the values of each call for its
-//! first five runs, and after that may keep a generic plan when its estimate is no worse
-//! (PostgreSQL's `plan_cache_mode = auto`); the plan tests check the hot statements' plans
-//! both ways.
+//! and the parameters' types. The store's sessions still have the server plan each call
+//! for its values (`plan_cache_mode = force_custom_plan`, see `session_settings`): what is
+//! saved is the parse and the analysis. A connection of the caller's own (`PgTx::new`) may
+//! keep a generic plan after five runs; the plan tests check the hot statements' plans both
+//! ways.
 //!
 //! The text keeps its own `$n` placeholders. diesel numbers a parameter as it is pushed and
 //! writes its placeholder where it is pushed, so the parameters are pushed, in order, into
