@@ -126,6 +126,22 @@ impl ManageConnection for Manager {
     }
 }
 
+/// The answer to a commit whose session the server ended: it may have committed.
+///
+/// libpq reports the last result it read before a connection broke as the call's result.
+/// The confirmation of a commit is the server's `ReadyForQuery`, which follows the rows and
+/// the command's completion (in autocommit the commit runs after them; `SELECT 1; COMMIT`
+/// reports the `SELECT` first). A backend ended while its commit waits for a synchronous
+/// standby (`pg_terminate_backend`, a failover) flushes what it had written with its
+/// warning and exits, and when libpq reads all of it at once it reports those rows as a
+/// success. The transaction then has committed on this server but perhaps not on the
+/// standby a failover promotes: not an acknowledged write. So a session found ended right
+/// after a commit is `commit_unknown`; this also says so, wrongly but safely, of a commit
+/// confirmed just before the server ended the session.
+fn unconfirmed_commit(statement: &'static str) -> Error {
+    Error::ConnectionLost { statement, commit_unknown: true }
+}
+
 /// True when the server has ended the session: its goodbye (`FATAL`) and the end of the
 /// stream are already here, read without waiting and without a round trip (libpq's
 /// `PQconsumeInput`, through diesel's `notifications_iter`, as the pool's check-out test).
@@ -727,9 +743,18 @@ impl PostgresStore {
     /// transaction, committed by the server as it ends, with no `BEGIN` or `COMMIT` round
     /// trip); for work that writes in one statement at most
     /// ([`Store::submit_single`](crate::store::Store::submit_single)).
+    ///
+    /// A write's success is checked as a commit's is (`unconfirmed_commit`): a session the
+    /// server has ended since may have sent the statement's rows without the commit's
+    /// confirmation.
     fn run_autocommit<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
         let tx = PgTx::pooled(self.checkout()?, &self.server_clock);
-        let result = self.demoted(&tx, f(&tx));
+        let result = match self.demoted(&tx, f(&tx)) {
+            Ok(_) if tx.wrote.get() && tx.with(|conn| Ok(session_ended(conn)))? => {
+                Err(unconfirmed_commit("autocommit"))
+            }
+            result => result,
+        };
         tx.discard_if_lost(&result);
         if result.is_ok() {
             self.transactions.fetch_add(1, Ordering::Relaxed);
@@ -766,7 +791,10 @@ impl PostgresStore {
                     error::Phase::CommitNotSent => {
                         Err(Error::ConnectionLost { statement: "COMMIT", commit_unknown: false })
                     }
-                    _ => conn.batch_execute("SELECT 1; COMMIT").pg("COMMIT"),
+                    _ => match conn.batch_execute("SELECT 1; COMMIT").pg("COMMIT") {
+                        Ok(()) if session_ended(conn) => Err(unconfirmed_commit("COMMIT")),
+                        sent => sent,
+                    },
                 }
                 .map_err(|e| error::lost_in(phase, e));
                 match committed {
