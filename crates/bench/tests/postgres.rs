@@ -115,13 +115,17 @@ fn the_bench_on_postgres_reports_every_cell_beside_its_raw_loop() {
         "batch_of_100",
         "process_w1",
         "process_wn",
+        "end_to_end_w1",
         "end_to_end_wn",
         "enqueue_1_per_call_16_threads",
         "process_wn_limits_never_reached",
     ] {
         for row in ["raw_sql/1_op_per_tx", "raw_sql/100_ops_per_tx", "fenceq"] {
             let raw_batch_only = row == "raw_sql/100_ops_per_tx"
-                && matches!(column, "enqueue_1_per_call" | "end_to_end_wn" | "enqueue_1_per_call_16_threads");
+                && matches!(
+                    column,
+                    "enqueue_1_per_call" | "end_to_end_w1" | "end_to_end_wn" | "enqueue_1_per_call_16_threads"
+                );
             let fenceq_only = row != "fenceq" && column == "process_wn_limits_never_reached";
             if !raw_batch_only && !fenceq_only {
                 cells.push(format!("postgres/{row}/{column}"));
