@@ -140,6 +140,15 @@ impl Column {
         }
     }
 
+    /// The pool's workers in this column: one in the W=1 columns, else `--workers`.
+    fn workers(self, workers: usize) -> usize {
+        if matches!(self, Column::Process1 | Column::EndToEnd1) {
+            1
+        } else {
+            workers
+        }
+    }
+
     /// The `--only` steps that select this column (as the SQLite bench names its steps).
     fn steps(self) -> &'static [&'static str] {
         match self {
@@ -650,7 +659,7 @@ impl Bench {
             }
             Column::Batch => enqueue_in_batches(&self.open(schema, 1)?, jobs, 100),
             Column::Process1 | Column::ProcessW | Column::ProcessLimited => {
-                let workers = if column == Column::Process1 { 1 } else { self.workers };
+                let workers = column.workers(self.workers);
                 let queue = self.open(schema, workers)?;
                 if column == Column::ProcessLimited {
                     queue.set_limits("bench", &crate::scenarios::limits_never_reached())?;
@@ -665,7 +674,7 @@ impl Bench {
                 Ok(jobs as f64 / started.elapsed().as_secs_f64())
             }
             Column::EndToEnd1 | Column::EndToEnd => {
-                let workers = if column == Column::EndToEnd1 { 1 } else { self.workers };
+                let workers = column.workers(self.workers);
                 let queue = self.open(schema, workers)?;
                 let producer = queue.clone();
                 crate::scenarios::pool_completes(&queue, jobs, workers, move || {
@@ -701,7 +710,7 @@ impl Bench {
                 Ok(jobs as f64 / started.elapsed().as_secs_f64())
             }
             Column::Process1 | Column::ProcessW => {
-                let workers = if column == Column::Process1 { 1 } else { self.workers };
+                let workers = column.workers(self.workers);
                 let mut conn = self.connect(Some(schema))?;
                 in_batches(jobs, 5000, |range| insert_many(&mut conn, range).map(drop))?;
                 drop(conn);
@@ -730,7 +739,7 @@ impl Bench {
                 Ok(jobs as f64 / started.elapsed().as_secs_f64())
             }
             Column::EndToEnd1 | Column::EndToEnd => {
-                let workers = if column == Column::EndToEnd1 { 1 } else { self.workers };
+                let workers = column.workers(self.workers);
                 let producer = self.connect(Some(schema))?;
                 self.raw_workers(schema, per_tx, workers, Some(producer))
             }
