@@ -6,7 +6,7 @@ use super::retry::retry_conflicts;
 use super::Queue;
 use crate::error::{Error, Result};
 use crate::job::{ClaimToken, Claimed};
-use crate::store::{ClaimRequest, OwnedLease, Store, TokenAt};
+use crate::store::{FreshClaim, OwnedLease, Store, TokenAt};
 use crate::validate::{check_claim, check_lease};
 use std::time::{Duration, Instant};
 
@@ -40,9 +40,7 @@ impl<S: Store> Queue<S> {
         retry_conflicts(|| {
             let (queue, worker, shared) = (queue.to_string(), worker.to_string(), self.shared.clone());
             self.store().submit_single(move |tx| {
-                let now = shared.fresh_now_in(tx)?;
-                let lease_until = now.saturating_add(lease_ms);
-                let claims = S::claim(tx, ClaimRequest { queue: &queue, worker: &worker, now, lease_until, limit })?;
+                let claims = shared.claim_in(tx, FreshClaim { queue: &queue, worker: &worker, lease_ms, limit })?;
                 Ok(shared.claimed(&queue, claims))
             })
         })

@@ -108,9 +108,10 @@ impl<S: Store> Shared<S> {
         S::now(tx, &*self.clock)
     }
 
-    /// [`Shared::now_in`] read afresh ([`Store::fresh_now`]): what claims judge due jobs by.
-    pub(crate) fn fresh_now_in(&self, tx: &S::Tx) -> Result<i64> {
-        S::fresh_now(tx, &*self.clock)
+    /// A claim judged by the queue's clock read afresh ([`Store::claim_fresh`]): a claim must
+    /// find due what other processes made due.
+    pub(crate) fn claim_in(&self, tx: &S::Tx, request: crate::store::FreshClaim<'_>) -> Result<crate::store::Claims> {
+        S::claim_fresh(tx, &*self.clock, request)
     }
 }
 

@@ -9,7 +9,7 @@ use super::Queue;
 use crate::clock::duration_ms;
 use crate::error::{Error, Result};
 use crate::job::{Backoff, BackoffScope, ClaimToken, Claimed, JobState, Retried, Snooze};
-use crate::store::{ClaimRequest, QueueBackoffAt, SnoozeAt, Store, TokenAt};
+use crate::store::{FreshClaim, QueueBackoffAt, SnoozeAt, Store, TokenAt};
 use crate::validate::{check_claim, check_park_timeout, check_snooze_delay, clip};
 use std::sync::Arc;
 use std::time::Duration;
@@ -343,17 +343,21 @@ impl<S: Store> Queue<S> {
         if limit == 0 {
             return Ok((self.settle_many(items)?, Vec::new()));
         }
+        if items.is_empty() {
+            // The claim alone writes once: on PostgreSQL that is one statement in autocommit,
+            // without the `BEGIN` and `COMMIT` round trips of a transaction (a pool woken for
+            // one job waits for each of them).
+            return Ok((Vec::new(), self.claim_batch(queue, worker, lease, limit)?));
+        }
         let lease_ms = check_claim(queue, worker, lease, limit)?;
         let items = Arc::new(items);
         retry_conflicts(|| {
             let (items, shared) = (items.clone(), self.shared.clone());
             let (queue, worker) = (queue.to_string(), worker.to_string());
             self.store().submit(move |tx| {
-                // Read afresh: the claim must find due what other processes made due.
-                let now = shared.fresh_now_in(tx)?;
-                let lease_until = now.saturating_add(lease_ms);
-                let settled = settle_each::<S>(tx, &items, now, &|tx: &S::Tx| shared.now_in(tx))?;
-                let claims = S::claim(tx, ClaimRequest { queue: &queue, worker: &worker, now, lease_until, limit })?;
+                let now = |tx: &S::Tx| shared.now_in(tx);
+                let settled = settle_each::<S>(tx, &items, now(tx)?, &now)?;
+                let claims = shared.claim_in(tx, FreshClaim { queue: &queue, worker: &worker, lease_ms, limit })?;
                 Ok((settled, shared.claimed(&queue, claims)))
             })
         })

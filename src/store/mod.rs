@@ -302,6 +302,20 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// functions), which hand out nothing that would break one.
     fn claim(tx: &Self::Tx, request: ClaimRequest<'_>) -> Result<Claims>;
 
+    /// [`Store::claim`] judged by the store's clock read afresh ([`Store::fresh_now`]), each
+    /// lease `request.lease_ms` long from that instant: what the queue's claims run. A store
+    /// whose clock read is a round trip of its own may read it inside the claim's statement
+    /// instead (PostgreSQL does, with the system clock). The default reads the clock, then
+    /// claims.
+    ///
+    /// # Errors
+    ///
+    /// [`Store::fresh_now`]'s and [`Store::claim`]'s.
+    fn claim_fresh(tx: &Self::Tx, clock: &dyn Clock, request: FreshClaim<'_>) -> Result<Claims> {
+        let now = Self::fresh_now(tx, clock)?;
+        Self::claim(tx, request.at(now))
+    }
+
     /// Moves the lease of the exact live claim `claim.token` to `lease_until`.
     fn renew_if_owned(tx: &Self::Tx, claim: TokenAt<'_>, lease_until: i64) -> Result<bool>;
 
@@ -728,6 +742,29 @@ pub struct GroupsRequest<'a> {
     pub after: (&'a str, &'a str),
     /// At most this many groups.
     pub limit: u32,
+}
+
+/// What a claim judged by the store's own clock asks for ([`Store::claim_fresh`]): up to
+/// `limit` due jobs of `queue`, each leased to `worker` for `lease_ms` from the claim's
+/// instant.
+#[derive(Debug, Clone, Copy)]
+pub struct FreshClaim<'a> {
+    /// The queue to claim from.
+    pub queue: &'a str,
+    /// Who claims (`Job::worker`).
+    pub worker: &'a str,
+    /// Each lease's length, in ms.
+    pub lease_ms: i64,
+    /// How many jobs at most.
+    pub limit: u32,
+}
+
+impl<'a> FreshClaim<'a> {
+    /// The same claim judged at `now`.
+    pub fn at(self, now: i64) -> ClaimRequest<'a> {
+        let FreshClaim { queue, worker, lease_ms, limit } = self;
+        ClaimRequest { queue, worker, now, lease_until: now.saturating_add(lease_ms), limit }
+    }
 }
 
 /// What a claim asks for ([`Store::claim`]): up to `limit` due jobs of `queue` at `now`, each

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use crate::support::Scratch;
+use crate::support::{scalar, Scratch};
 
 const MINUTES_10: i64 = 10 * 60 * 1000;
 const LEASE: Duration = Duration::from_secs(60);
@@ -113,6 +113,44 @@ fn a_host_whose_clock_is_minutes_fast_cannot_take_a_live_lease_another_host_hold
         assert_eq!(claimed.lease_until, lease_until_of(&holder, id), "{name}: the claim returns the row's end");
         holder.complete(&claimed.token()).unwrap();
     }
+}
+
+/// A claim that takes a job reads the server's clock inside its own statement, not in a
+/// round trip before it: sixteen claims on one connection run the store's clock read only
+/// when its reading has aged out (once a second), where each claim used to run it. Each
+/// lease still ends the lease's length after the server's clock at the claim, and the
+/// claim's reading keeps the store's anchor fresh for the settles after it.
+#[test]
+fn a_claim_reads_the_servers_clock_in_its_own_statement() {
+    let Some(s) = Scratch::new() else { return };
+    let q = s.builder().pool_size(1).open_postgres().unwrap();
+    let mut raw = s.raw();
+    let lease_ms = LEASE.as_millis() as i64;
+    let started = Instant::now();
+    for i in 0..16 {
+        q.enqueue(NewJob::new("q", vec![i])).unwrap();
+        let (before, claimed, after) = between(&mut raw, || q.claim("q", "w", LEASE).unwrap().expect("the job"));
+        assert!(
+            (before + lease_ms - READ_LAG_MS..=after + lease_ms).contains(&claimed.lease_until),
+            "claim {i}: the lease ends {} ms after the server's now, not the lease's {lease_ms}",
+            claimed.lease_until - before
+        );
+        q.complete(&claimed.token()).unwrap();
+    }
+    let elapsed_s = started.elapsed().as_secs() as i64;
+    let reads = q
+        .with_connection(|tx| {
+            Ok(scalar(
+                &mut tx.conn(),
+                "SELECT coalesce(sum(custom_plans + generic_plans), 0)::bigint AS n FROM pg_prepared_statements
+                 WHERE statement LIKE '%clock_timestamp%' AND statement NOT LIKE '%fenceq_jobs%'",
+            ))
+        })
+        .unwrap();
+    assert!(
+        reads <= 1 + elapsed_s,
+        "16 claims in {elapsed_s} s ran the store's own clock read {reads} times (one, and one more per second)"
+    );
 }
 
 /// A host ten minutes slow would keep renewing and settling a lease long after it ended if

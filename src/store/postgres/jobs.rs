@@ -15,8 +15,9 @@ use crate::report::{
 };
 use crate::store::limits::{limit_rows, limits_by_queue, limits_of, rate_opens_at};
 use crate::store::{
-    Batch, ClaimRequest, Claims, Decided, GroupsRequest, Identity, JobDecision, NewRow, OwnedLease, PageRequest,
-    QueueBackoffAt, QueueDecision, ScheduleDefinition, ScheduleTick, SnoozeAt, StatsRow, Stmt, Store, TokenAt,
+    Batch, ClaimRequest, Claims, Decided, FreshClaim, GroupsRequest, Identity, JobDecision, NewRow, OwnedLease,
+    PageRequest, QueueBackoffAt, QueueDecision, ScheduleDefinition, ScheduleTick, SnoozeAt, StatsRow, Stmt, Store,
+    TokenAt,
 };
 use diesel::pg::Pg;
 use diesel::query_dsl::LoadQuery;
@@ -213,18 +214,31 @@ impl Store for PostgresStore {
     /// with limits, which `CLAIM` leaves alone, is claimed in one more call: `CLAIM_LIMITED`
     /// when its limits are queue-wide only, else `CLAIM_GROUPED`.
     fn claim(tx: &PgTx, request: ClaimRequest<'_>) -> Result<Claims> {
-        let query = claim_query(CLAIM, request);
+        let ClaimRequest { queue, worker, now, lease_until, limit } = request;
+        let query = plain_claim_query(queue, worker, Some(now), lease_until.saturating_sub(now), limit);
         let rows = tx.writing(|conn| query.load::<ClaimRow>(conn))?;
         if rows.is_empty() {
-            let limits = Self::limits(tx, request.queue)?;
-            if !limits.is_empty() && limits.group_rates.is_empty() {
-                return claim_queue_limited(tx, request, &limits);
-            }
-            if !limits.is_empty() {
-                return claim_grouped(tx, request, &limits);
-            }
+            return claim_under_limits(tx, queue, || Ok(request));
         }
         Ok(Claims::of(claimed_in_order(rows)))
+    }
+
+    /// With the system clock, `CLAIM` reads the server's clock itself (no round trip for the
+    /// read), and the read becomes the transaction's reading and the store's anchor, as
+    /// [`Store::fresh_now`]'s does. A queue with limits reads it first, then claims (see
+    /// [`PostgresStore::claim`]). An injected clock is read here and claims as `claim` does.
+    fn claim_fresh(tx: &PgTx, clock: &dyn Clock, request: FreshClaim<'_>) -> Result<Claims> {
+        if !clock.is_host_clock() {
+            return Self::claim(tx, request.at(clock.now_ms()));
+        }
+        let FreshClaim { queue, worker, lease_ms, limit } = request;
+        let query = plain_claim_query(queue, worker, None, lease_ms, limit);
+        let rows = tx.writing(|conn| query.load::<ReadClaimRow>(conn))?;
+        let Some(read_us) = rows.first().map(|r| r.read_us) else {
+            return claim_under_limits(tx, queue, || Ok(request.at(Self::fresh_now(tx, clock)?)));
+        };
+        super::time::took_reading(tx, clock, read_us);
+        Ok(Claims::of(claimed_in_order(rows.into_iter().map(|r| r.claimed).collect())))
     }
 
     fn renew_if_owned(tx: &PgTx, claim: TokenAt<'_>, lease_until: i64) -> Result<bool> {
@@ -1302,8 +1316,45 @@ struct GroupsPageRow {
     head_acknowledged_at: Option<i64>,
 }
 
-/// `statement` with a claim's first five parameters bound (`$1` queue, `$2` now, `$3` limit,
-/// `$4` worker, `$5` lease end), as `CLAIM` and `CLAIM_LIMITED` take them.
+/// `CLAIM` with its parameters bound: `$1` queue, `$2` the claim's instant (NULL: the server's
+/// clock, read by the statement), `$3` limit, `$4` worker, `$5` the lease's length in ms.
+fn plain_claim_query<'q>(queue: &'q str, worker: &'q str, now: Option<i64>, lease_ms: i64, limit_: u32) -> Bound<'q> {
+    bound(CLAIM)
+        .bind::<Text, _>(queue)
+        .bind::<Nullable<BigInt>, _>(now)
+        .bind::<BigInt, _>(limit(limit_))
+        .bind::<Text, _>(worker)
+        .bind::<BigInt, _>(lease_ms)
+}
+
+/// A row of `CLAIM` judged by the server's clock: the claimed job and the statement's read of
+/// the clock (µs).
+#[derive(QueryableByName)]
+struct ReadClaimRow {
+    #[diesel(embed)]
+    claimed: ClaimRow,
+    #[diesel(sql_type = BigInt)]
+    read_us: i64,
+}
+
+/// After a `CLAIM` that took nothing: a queue with limits (which `CLAIM` leaves alone) is
+/// claimed by `CLAIM_LIMITED` when its limits are queue-wide only, else by `CLAIM_GROUPED`,
+/// judged as `at` says (read only for such a queue).
+fn claim_under_limits<'q>(tx: &PgTx, queue: &str, at: impl FnOnce() -> Result<ClaimRequest<'q>>) -> Result<Claims> {
+    let limits = PostgresStore::limits(tx, queue)?;
+    if limits.is_empty() {
+        return Ok(Claims::of(Vec::new()));
+    }
+    let request = at()?;
+    if limits.group_rates.is_empty() {
+        claim_queue_limited(tx, request, &limits)
+    } else {
+        claim_grouped(tx, request, &limits)
+    }
+}
+
+/// `statement` with a limited claim's first five parameters bound (`$1` queue, `$2` now, `$3`
+/// limit, `$4` worker, `$5` lease end), as `CLAIM_LIMITED` and `CLAIM_GROUPED` take them.
 fn claim_query<'q>(statement: Stmt, request: ClaimRequest<'q>) -> Bound<'q> {
     let ClaimRequest { queue, worker, now, lease_until, limit: limit_ } = request;
     bound(statement)

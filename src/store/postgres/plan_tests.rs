@@ -63,6 +63,18 @@ fn explain(
     planned: Planned,
     parameters: &[(&str, String)],
 ) -> diesel::QueryResult<Vec<String>> {
+    explain_with(conn, "ANALYZE, COSTS OFF, TIMING OFF", statement, planned, parameters)
+}
+
+/// [`explain`] with the `EXPLAIN` options given (`VERBOSE` shows each node's output
+/// expressions, where a generic plan keeps its parameters).
+fn explain_with(
+    conn: &mut PgConnection,
+    options: &str,
+    statement: Stmt,
+    planned: Planned,
+    parameters: &[(&str, String)],
+) -> diesel::QueryResult<Vec<String>> {
     let mode = match planned {
         Planned::ForTheValues => "force_custom_plan",
         Planned::Generic => "force_generic_plan",
@@ -74,9 +86,7 @@ fn explain(
         types.join(", "),
         statement.sql
     ))?;
-    let plan =
-        sql_query(format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE fenceq_plan({})", values.join(", ")))
-            .load::<Plan>(conn);
+    let plan = sql_query(format!("EXPLAIN ({options}) EXECUTE fenceq_plan({})", values.join(", "))).load::<Plan>(conn);
     conn.batch_execute("DEALLOCATE fenceq_plan; RESET plan_cache_mode")?;
     Ok(plan?.into_iter().map(|p| p.line).collect())
 }
@@ -136,35 +146,40 @@ fn the_claim_reads_a_few_rows_not_every_due_row() {
     )
     .unwrap();
     let now = 1_000_000_i64;
-    for planned in BOTH {
+    // Judged at an instant given, and at the server's clock read by the statement (NULL).
+    for (instant, planned) in [Some(now), None].into_iter().flat_map(|at| BOTH.map(|planned| (at, planned))) {
+        let parameters = [
+            ("text", text("q")),
+            ("bigint", instant.map_or("NULL".into(), |at| at.to_string())),
+            ("bigint", "1".into()),
+            ("text", text("w")),
+            ("bigint", "60000".into()),
+        ];
+        let case = format!("{planned:?}, instant {instant:?}");
+        // A generic plan keeps the parameter in the clock's read; a plan for the values has
+        // folded it away (the instant given, or NULL): the test sees the plan it asked for.
+        let outputs = explain_with(&mut raw, "VERBOSE, COSTS OFF", CLAIM, planned, &parameters).unwrap().join("\n");
+        let generic = outputs.contains("COALESCE($2");
+        assert_eq!(generic, matches!(planned, Planned::Generic), "{case}:\n{outputs}");
         let mut plan = Vec::new();
         // EXPLAIN ANALYZE runs the claim: in a transaction that is rolled back.
         let _ = raw.transaction::<(), diesel::result::Error, _>(|conn| {
-            let parameters = [
-                ("text", text("q")),
-                ("bigint", now.to_string()),
-                ("bigint", "1".into()),
-                ("text", text("w")),
-                ("bigint", (now + 60_000).to_string()),
-            ];
             plan = explain(conn, CLAIM, planned, &parameters)?;
             Err(diesel::result::Error::RollbackTransaction)
         });
         let shown = plan.join("\n");
-        // A generic plan compares `run_at` with the parameter itself, a plan for the values
-        // with the value: the test sees the plan it asked for.
-        let generic = shown.contains("run_at <= $2");
-        assert_eq!(generic, matches!(planned, Planned::Generic), "{planned:?}:\n{shown}");
-        assert!(shown.contains("fenceq_jobs_claim"), "{planned:?}: the pending arm reads the claim index:\n{shown}");
+        assert!(shown.contains("fenceq_jobs_claim"), "{case}: the pending arm reads the claim index:\n{shown}");
         // The pause and the back-off: probes of their tables, once per claim (init plans).
-        assert!(shown.contains("fenceq_queues"), "{planned:?}: the claim probes the pause:\n{shown}");
-        assert!(shown.contains("fenceq_queue_flow"), "{planned:?}: the claim probes the queue's back-off:\n{shown}");
+        assert!(shown.contains("fenceq_queues"), "{case}: the claim probes the pause:\n{shown}");
+        assert!(shown.contains("fenceq_queue_flow"), "{case}: the claim probes the queue's back-off:\n{shown}");
         assert!(
             !shown.contains("Seq Scan on fenceq_queue_flow"),
-            "{planned:?}: the back-off is probed by its key:\n{shown}"
+            "{case}: the back-off is probed by its key:\n{shown}"
         );
+        // One read of the clock for every use of it.
+        assert_eq!(shown.matches("CTE clock").count(), 1, "{case}: the clock is read once:\n{shown}");
         let most = most_rows_of_any_node(&plan);
-        assert!(most <= 100, "{planned:?}: a node of the claim's plan saw {most} rows of 20,050 claimable:\n{shown}");
+        assert!(most <= 100, "{case}: a node of the claim's plan saw {most} rows of 20,050 claimable:\n{shown}");
     }
     // The claim itself still takes the best job: the expired leases (priority 2, run_at
     // 500) come before every pending job (priority 2 at most, run_at after 1000).

@@ -213,10 +213,18 @@ stmt! {
     SELECT id FROM fenceq_jobs WHERE queue = $1 AND key = $2";
 
     /// The claim, one statement: up to `$3` claimable jobs of queue `$1` in priority, run_at, id
-    /// order (due pending jobs, and running jobs whose lease ended at or before `$2` with
-    /// attempts left), locked and skipping rows another transaction holds (`FOR UPDATE SKIP
+    /// order (due pending jobs, and running jobs whose lease ended at or before the claim's
+    /// instant), locked and skipping rows another transaction holds (`FOR UPDATE SKIP
     /// LOCKED`: a concurrent claimer, or an owned write that locked its row); the `UPDATE`
-    /// claims each with a fresh claim id (`gen_random_uuid()`), returning the claimed rows.
+    /// claims each with a fresh claim id (`gen_random_uuid()`) and a lease `$5` ms long from
+    /// the claim's instant, returning the claimed rows.
+    ///
+    /// The claim's instant is `$2` (ms), or, when `$2` is NULL, the server's clock read by the
+    /// statement itself (`clock`, materialised: one read for every use): a claim judged by the
+    /// server's clock needs no round trip of its own to read it (see `time.rs`). The read
+    /// comes after the statement's snapshot, so every job the claim can see was made due
+    /// before it. Each row returns the read in µs (`read_us`), which the store keeps as its
+    /// reading of the server's clock.
     ///
     /// The two kinds of claimable row are two arms, each with its own `LIMIT`, merged and cut to
     /// `$3` again: pending rows are read in the order of the partial index `fenceq_jobs_claim`
@@ -234,22 +242,27 @@ stmt! {
     /// is never handed out. `RETURNING` order is unspecified; the store sorts.
     ///
     /// A paused queue (`fenceq_queues`), or one backing off (`fenceq_queue_flow`, a back-off that
-    /// ends after `$2`), claims nothing: each `NOT EXISTS` names no column of the jobs, so the planner makes it an init plan, one probe of `fenceq_queues`' primary key,
+    /// ends after the claim's instant), claims nothing: each `NOT EXISTS` names no column of the
+    /// jobs, so the planner makes it an init plan, one probe of `fenceq_queues`' primary key,
     /// and a one-time filter over the whole join, evaluated before either side: a paused claim
     /// reads no job (the CTEs run only when the join first reads them). In the arms instead, it
     /// left the join free to read a row of the table first (a hash join's first outer row).
     CLAIM = "
-    WITH pending AS (
+    WITH clock AS MATERIALIZED (
+        SELECT r.us, coalesce($2::bigint, r.us / 1000) AS now
+        FROM  (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS us) AS r
+    ), pending AS (
         SELECT id, priority, run_at
         FROM   fenceq_jobs
-        WHERE  queue = $1 AND state = 'pending' AND NOT group_held AND run_at <= $2
+        WHERE  queue = $1 AND state = 'pending' AND NOT group_held AND run_at <= (SELECT now FROM clock)
         ORDER  BY priority DESC, run_at, id
         LIMIT  $3
         FOR UPDATE SKIP LOCKED
     ), expired AS (
         SELECT id, priority, run_at
         FROM   fenceq_jobs
-        WHERE  queue = $1 AND state = 'running' AND lease_until <= $2 AND attempt < max_attempts
+        WHERE  queue = $1 AND state = 'running' AND lease_until <= (SELECT now FROM clock)
+          AND  attempt < max_attempts
         ORDER  BY priority DESC, run_at, id
         LIMIT  $3
         FOR UPDATE SKIP LOCKED
@@ -260,14 +273,15 @@ stmt! {
     )
     UPDATE fenceq_jobs AS j
     SET    state = 'running', attempt = j.attempt + 1, claim_id = gen_random_uuid(), worker = $4,
-           lease_until = $5, heartbeat_at = $2, wait_until = NULL
-    FROM   due
+           lease_until = clock.now + $5, heartbeat_at = clock.now, wait_until = NULL
+    FROM   due, clock
     WHERE  j.id = due.id
       AND  NOT EXISTS (SELECT 1 FROM fenceq_queues WHERE queue = $1 AND paused_at IS NOT NULL)
-      AND  NOT EXISTS (SELECT 1 FROM fenceq_queue_flow WHERE queue = $1 AND backoff_until > $2)
+      AND  NOT EXISTS (SELECT 1 FROM fenceq_queue_flow
+                       WHERE queue = $1 AND backoff_until > (SELECT now FROM clock))
       AND  NOT EXISTS (SELECT 1 FROM fenceq_limits WHERE queue = $1)
     RETURNING j.id, j.queue, j.key, j.payload, j.priority, j.run_at, j.attempt, j.max_attempts,
-              j.lease_until, j.last_error, j.claim_id, j.group_name";
+              j.lease_until, j.last_error, j.claim_id, j.group_name, clock.us AS read_us";
 
     /// `$5` is the new lease end (computed in Rust, saturating).
     RENEW_IF_OWNED = concat!(
