@@ -16,12 +16,13 @@
 //   {"peer":..., "version":..., "column":..., "jobs_per_s":..., ...settings}
 // Errors: one `error: ...` line on stderr and exit status 1 (2 for a usage error).
 
-import { parseArgs } from 'node:util';
-import { readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import pg from 'pg';
 import { run as graphileRun, makeWorkerUtils, Logger } from 'graphile-worker';
 import { PgBoss } from 'pg-boss';
+import {
+  CLEANUP_MS, Case, FILL_CHUNK, UsageError, bounded, chunks, counter, figureLine, listOf,
+  parseCommandLine, payload, positive, rate, runCase, runMain, versionOf as versionFrom, workersOf,
+} from '../common/case.js';
 
 const COLUMNS = [
   'enqueue_1_per_call',
@@ -37,14 +38,8 @@ const PEERS = {
   pgboss: { name: 'pg-boss', module: 'pg-boss', run: pgbossCase },
 };
 
-// Jobs per call when filling the queue before a process case (not timed).
-const FILL_CHUNK = 1000;
-// How long stopping a runner or closing a pool may take before it counts as hung.
-const CLEANUP_MS = 30_000;
 // How often the completion check asks the server, once every handler has run.
 const CONFIRM_POLL_MS = 2;
-
-class UsageError extends Error {}
 
 function usage() {
   return 'usage: node peers.js --url URL [--jobs N] [--workers W] [--only graphile,pgboss] ' +
@@ -52,93 +47,42 @@ function usage() {
 }
 
 function parseOptions(argv) {
-  let values;
-  try {
-    ({ values } = parseArgs({
-      args: argv,
-      options: {
-        url: { type: 'string' },
-        jobs: { type: 'string', default: '20000' },
-        workers: { type: 'string', default: '4' },
-        only: { type: 'string', default: 'graphile,pgboss' },
-        columns: { type: 'string', default: COLUMNS.join(',') },
-        'timeout-secs': { type: 'string', default: '600' },
-        schema: { type: 'string', default: `peers_${process.pid}` },
-        settings: { type: 'boolean', default: false },
-        help: { type: 'boolean', short: 'h', default: false },
-      },
-      strict: true,
-    }));
-  } catch (e) {
-    throw new UsageError(`${e.message}\n${usage()}`);
-  }
-  if (values.help) {
-    process.stdout.write(`${usage()}\n`);
-    process.exit(0);
-  }
+  const values = parseCommandLine(argv, {
+    usage: usage(),
+    only: 'graphile,pgboss',
+    columns: COLUMNS,
+    own: {
+      url: { type: 'string' },
+      schema: { type: 'string', default: `peers_${process.pid}` },
+    },
+  });
   const url = values.url ?? process.env.FENCEQ_POSTGRES_URL;
   if (!url) throw new UsageError(`--url is required (or FENCEQ_POSTGRES_URL)\n${usage()}`);
-  const positive = (name) => {
-    const n = Number(values[name]);
-    if (!Number.isInteger(n) || n < 1) throw new UsageError(`--${name} ${values[name]}: a positive integer`);
-    return n;
-  };
-  const only = values.only.split(',').filter(Boolean);
-  for (const peer of only) {
-    if (!PEERS[peer]) throw new UsageError(`--only ${peer}: one of ${Object.keys(PEERS).join(', ')}`);
-  }
-  const columns = values.columns.split(',').filter(Boolean);
-  for (const column of columns) {
-    if (!COLUMNS.includes(column)) throw new UsageError(`--columns ${column}: one of ${COLUMNS.join(', ')}`);
-  }
+  const only = listOf(values, 'only', Object.keys(PEERS));
+  const columns = listOf(values, 'columns', COLUMNS);
   // Schema names go into SQL as quoted identifiers: plain ones only, with room for the suffix.
   if (!/^[a-z_][a-z0-9_]{0,47}$/.test(values.schema)) {
     throw new UsageError(`--schema ${values.schema}: 1..=48 of [a-z0-9_], not starting with a digit`);
   }
   return {
     url,
-    jobs: positive('jobs'),
-    workers: positive('workers'),
+    jobs: positive(values, 'jobs'),
+    workers: positive(values, 'workers'),
     only,
     columns,
-    timeoutMs: positive('timeout-secs') * 1000,
+    timeoutMs: positive(values, 'timeout-secs') * 1000,
     prefix: values.schema,
     settingsOnly: values.settings,
   };
 }
 
-/** The same shape and size (about 100 bytes of JSON) as fenceq-bench's payload. */
-function payload(i) {
-  return { update_id: i, message: { chat: 4711, text: `hello from the benchmark, job ${String(i).padStart(10)}` } };
-}
-
+/** A peer's version, from this directory's node_modules. */
 function versionOf(module) {
-  const require = createRequire(import.meta.url);
-  // The package's own package.json, found next to its entry point.
-  let dir = require.resolve(module);
-  for (;;) {
-    const cut = dir.lastIndexOf('/node_modules/');
-    const rest = dir.slice(cut + '/node_modules/'.length).split('/');
-    const name = rest[0].startsWith('@') ? `${rest[0]}/${rest[1]}` : rest[0];
-    if (name === module) {
-      const root = dir.slice(0, cut) + '/node_modules/' + module;
-      return JSON.parse(readFileSync(`${root}/package.json`, 'utf8')).version;
-    }
-    dir = dir.slice(0, cut);
-  }
+  return versionFrom(import.meta.url, module);
 }
 
 function quote(ident) {
   return `"${ident.replaceAll('"', '""')}"`;
-}
-
-/** Rejects after `ms` with `what` in the message; `promise`'s own outcome otherwise. */
-function bounded(promise, ms, what) {
-  let timer;
-  const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} did not finish within ${Math.round(ms / 1000)} s`)), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
 function sleep(ms) {
@@ -146,32 +90,14 @@ function sleep(ms) {
 }
 
 /**
- * One case's resources and its failure channel: what to stop afterwards (newest first), a
- * deadline every wait checks, and a promise that rejects when a runner reports a fatal error
- * (raced against every wait, so such an error ends the case at once instead of at its timeout).
+ * One case (common/case.js's `Case`: its cleanups, deadline and failure channel) in its scratch
+ * schema, with the admin connection to ask the server how far the peer has got.
  */
-class Case {
+class SchemaCase extends Case {
   constructor(admin, schema, deadline) {
+    super(deadline);
     this.admin = admin;
     this.schema = schema;
-    this.deadline = deadline;
-    this.cleanups = [];
-    this.aborted = false;
-    this.failed = new Promise((_, reject) => {
-      this.fail = (error) => reject(error instanceof Error ? error : new Error(String(error)));
-    });
-    // Nobody may be waiting when a failure comes in; the next wait sees it.
-    this.failed.catch(() => {});
-  }
-
-  defer(what, cleanup) {
-    this.cleanups.push({ what, cleanup });
-  }
-
-  /** Waits for `promise`, a runner's failure or the case's deadline, whichever comes first. */
-  wait(promise, what) {
-    const left = Math.max(1, this.deadline - Date.now());
-    return bounded(Promise.race([promise, this.failed]), left, what);
   }
 
   /** Polls the server until `done(row)` holds for the row `sql` returns. */
@@ -195,58 +121,9 @@ class Case {
     await this.wait(handled.all, `${whose} ${jobs} jobs`);
     await this.until(doneSql, doneParams, isDone, 'the last completion');
     const result = rate(jobs, started);
-    if (handled.handled !== jobs) throw new Error(`the handler saw ${handled.handled} jobs for ${jobs} jobs`);
+    if (handled.count !== jobs) throw new Error(`the handler saw ${handled.count} jobs for ${jobs} jobs`);
     return result;
   }
-
-  async cleanup() {
-    this.aborted = true;
-    const errors = [];
-    for (const { what, cleanup } of this.cleanups.reverse()) {
-      try {
-        await bounded(Promise.resolve().then(cleanup), CLEANUP_MS, what);
-      } catch (e) {
-        errors.push(`${what}: ${e.message}`);
-      }
-    }
-    this.cleanups = [];
-    return errors;
-  }
-}
-
-/** Counts handler calls; `all` resolves once `target` jobs have been handled. */
-function counter(target) {
-  let resolve;
-  const all = new Promise((r) => {
-    resolve = r;
-  });
-  const c = {
-    handled: 0,
-    all,
-    hit(n = 1) {
-      c.handled += n;
-      if (c.handled >= target) resolve();
-    },
-  };
-  return c;
-}
-
-function chunks(jobs, size) {
-  const out = [];
-  for (let start = 0; start < jobs; start += size) {
-    out.push(Array.from({ length: Math.min(size, jobs - start) }, (_, k) => start + k));
-  }
-  return out;
-}
-
-/** Jobs per second of `jobs` jobs done in the time since `started`. */
-function rate(jobs, started) {
-  const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-  return { jobsPerS: jobs / seconds, seconds };
-}
-
-function workersOf(column, options) {
-  return column.endsWith('_w1') ? 1 : options.workers;
 }
 
 // ------------------------------------------------------------------------ graphile-worker
@@ -469,53 +346,28 @@ async function main() {
     for (const column of options.columns) {
       const schema = `${options.prefix}_${key}_${n++}`;
       await createSchema(schema);
-      current = new Case(admin, schema, Date.now() + options.timeoutMs);
-      let figure;
-      try {
-        figure = await current.wait(peer.run(column, options, current), `${peer.name} ${column}`);
-      } finally {
-        const errors = await current.cleanup();
-        errors.push(...(await dropCreated()));
-        current = null;
-        // A failed cleanup after a good figure is still a failed run: the server may hold a
-        // runner's leftovers.
-        if (errors.length > 0 && figure) throw new Error(errors.join('; '));
-        for (const error of errors) process.stderr.write(`warning: ${error}\n`);
-      }
-      const line = {
-        peer: peer.name,
-        version,
-        column,
-        jobs_per_s: Math.round(figure.jobsPerS * 100) / 100,
-        seconds: Math.round(figure.seconds * 1000) / 1000,
-        jobs: options.jobs,
-        workers: column.startsWith('process') || column.startsWith('end_to_end') ? workersOf(column, options) : null,
-        ...server,
-      };
+      current = new SchemaCase(admin, schema, Date.now() + options.timeoutMs);
+      // After the case's own cleanups its schema is dropped; a failed drop fails even a good
+      // case, as the server may hold a runner's leftovers.
+      const figure = await runCase(
+        current,
+        (kase) => peer.run(column, options, kase),
+        `${peer.name} ${column}`,
+        dropCreated,
+      );
+      current = null;
+      const line = { ...figureLine(peer, version, column, figure, options), ...server };
       process.stdout.write(`${JSON.stringify(line)}\n`);
     }
   }
 }
 
-async function shutdown(code, message) {
-  if (message) process.stderr.write(`error: ${message}\n`);
-  try {
-    const errors = [...((await current?.cleanup()) ?? [])];
-    if (admin) errors.push(...(await dropCreated()));
-    for (const error of errors) process.stderr.write(`warning: ${error}\n`);
-    if (admin) await bounded(admin.end(), 5_000, 'closing the admin connection').catch(() => {});
-  } finally {
-    // Whatever a library left running (timers, pools), the run is over.
-    process.exit(code);
-  }
+/** On every way out: the running case's cleanups, every schema still there, the connection. */
+async function teardown(warn) {
+  const errors = [...((await current?.cleanup()) ?? [])];
+  if (admin) errors.push(...(await dropCreated()));
+  for (const error of errors) warn(error);
+  if (admin) await bounded(admin.end(), 5_000, 'closing the admin connection').catch(() => {});
 }
 
-for (const signal of ['SIGINT', 'SIGTERM']) {
-  process.on(signal, () => shutdown(130, `interrupted by ${signal}`));
-}
-process.on('unhandledRejection', (e) => shutdown(1, `unhandled rejection: ${e?.message ?? e}`));
-
-main().then(
-  () => shutdown(0),
-  (e) => shutdown(e instanceof UsageError ? 2 : 1, e?.message ?? String(e)),
-);
+runMain(main, teardown);

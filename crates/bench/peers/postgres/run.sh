@@ -20,81 +20,52 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd -P)
-repo=$(cd "$here/../../../.." && pwd -P)
-bench="${FENCEQ_BENCH:-$repo/target/release/fenceq-bench}"
+# repo, bench, the shared options' defaults and the steps (../common/README.md).
+source "$here/../common/steps.sh"
 
-rounds=3
-jobs=20000
-workers=4
+# --help prints lines 2 to 18 of the header above (it has always stopped before the last one).
+usage_end=18
 peers=graphile,pgboss
-out=
-timeout_secs=3600
 url=
 
-die() { printf 'run.sh: %s\n' "$*" >&2; exit 1; }
-usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
-
-while [[ $# -gt 0 ]]; do
+# The one argument besides the shared options: the server's URL.
+own_option() {
     case "$1" in
-        --rounds) rounds="${2:?}"; shift 2 ;;
-        --jobs) jobs="${2:?}"; shift 2 ;;
-        --workers) workers="${2:?}"; shift 2 ;;
-        --peers) peers="${2:?}"; shift 2 ;;
-        --out) out="${2:?}"; shift 2 ;;
-        --timeout-secs) timeout_secs="${2:?}"; shift 2 ;;
-        -h|--help) usage ;;
         -*) printf 'run.sh: unknown option %s\n' "$1" >&2; usage ;;
-        *) [[ -z "$url" ]] || die "one URL only"; url="$1"; shift ;;
+        *) [[ -z "$url" ]] || die "one URL only"; url="$1"; used=1 ;;
     esac
-done
+}
+
+parse_options "$@"
 [[ -n "$url" ]] || url="${FENCEQ_POSTGRES_URL:-}"
 [[ -n "$url" ]] || { printf 'run.sh: the server URL is required (or FENCEQ_POSTGRES_URL)\n' >&2; usage; }
-for n in "$rounds" "$jobs" "$workers" "$timeout_secs"; do
-    [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "$n: a positive integer expected"
-done
+positive_integers "$rounds" "$jobs" "$workers" "$timeout_secs"
 
-[[ -d "$here/node_modules/graphile-worker" && -d "$here/node_modules/pg-boss" ]] \
-    || die "no node_modules in $here: run 'npm ci' there first"
-[[ -x "$bench" ]] \
-    || die "no $bench: build it with 'cargo build --release -p fenceq-bench --features postgres' (or set FENCEQ_BENCH)"
-command -v node >/dev/null || die "node is not on PATH"
-command -v python3 >/dev/null || die "python3 is not on PATH"
+needs 'cargo build --release -p fenceq-bench --features postgres' graphile-worker pg-boss
 
-if [[ -z "$out" ]]; then
-    out=$(mktemp -d "${TMPDIR:-/tmp}/fenceq-peers.XXXXXX")
-fi
-mkdir -p "$out"
+make_out fenceq-peers
 # Scratch schema prefixes unique to this run, so that two runs on one server never meet.
 tag="peers_$$"
-
-say() { printf '%s  %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
-load() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/load.txt"; }
 
 # The server's durability settings, printed with the run (the figures mean little without them).
 node "$here/peers.js" --url "$url" --settings | tee "$out/server.txt" \
     || die "cannot read the server's settings"
 say "rounds=$rounds jobs=$jobs workers=$workers peers=$peers; raw lines in $out"
 
-for round in $(seq 1 "$rounds"); do
-    IFS=, read -r -a peer_list <<<"$peers"
-    for peer in "${peer_list[@]}"; do
-        say "round $round: $peer"
-        load
-        timeout --kill-after=30 "$timeout_secs" node "$here/peers.js" --url "$url" --jobs "$jobs" \
-            --workers "$workers" --only "$peer" --schema "${tag}_r${round}" >"$out/r${round}-${peer}.jsonl" \
-            || die "round $round: peers.js --only $peer failed (exit $?); partial lines in $out"
-    done
-    say "round $round: fenceq"
+# load.txt has one unlabelled line before each step and one after fenceq's.
+peer_step() {
+    local round="$1" peer="$2"
     load
-    timeout --kill-after=30 "$timeout_secs" "$bench" --db "$url" --only intake,pool,end_to_end --jobs "$jobs" \
-        --workers "$workers" --json --rounds 1 --schema "fenceq_${tag}_r${round}" >"$out/r${round}-fenceq.jsonl" \
-        || die "round $round: fenceq-bench failed (exit $?); partial lines in $out"
+    step "$round" "$peer" "peers.js --only $peer" node "$here/peers.js" --url "$url" --jobs "$jobs" \
+        --workers "$workers" --only "$peer" --schema "${tag}_r${round}"
+}
+fenceq_step() {
+    local round="$1"
     load
-done
+    step "$round" fenceq fenceq-bench "$bench" --db "$url" --only intake,pool,end_to_end --jobs "$jobs" \
+        --workers "$workers" --json --rounds 1 --schema "fenceq_${tag}_r${round}"
+    load
+}
 
-say "done"
-printf '\nload average (1, 5, 15 min) at each step:\n'
-cat "$out/load.txt"
-printf '\n'
-python3 "$here/summarise.py" "$out"
-printf '\nW=N is W=%s.\n' "$workers"
+run_rounds
+report

@@ -10,20 +10,17 @@ holds one round). Each cell is "median (min-max)" over the rounds that measured 
 where the system has no such figure.
 """
 
-import json
-import re
-import statistics
 import sys
 from pathlib import Path
 
-COLUMNS = [
-    ("enqueue_1_per_call", "enqueue 1/call"),
-    ("batch_of_100", "batch of 100"),
-    ("process_w1", "process W=1"),
-    ("process_wn", "process W=N"),
-    ("end_to_end_w1", "end to end W=1"),
-    ("end_to_end_wn", "end to end W=N"),
-]
+# The shared reading and table (../common/summary.py); no bytecode written there, so that a
+# summary leaves nothing behind in the source tree.
+sys.dont_write_bytecode = True
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "common"))
+import summary  # noqa: E402
+
+# The table's columns, in peers.js's names (their labels are in summary.LABELS).
+COLUMNS = ["enqueue_1_per_call", "batch_of_100", "process_w1", "process_wn", "end_to_end_w1", "end_to_end_wn"]
 
 # fenceq-bench's rows, in the order they are shown; the raw SQL loops are reference rows.
 FENCEQ_ROWS = {
@@ -37,72 +34,37 @@ def read(directory):
     """{system: {"version": str, "cells": {column: [jobs/s per round]}}} and the settings seen."""
     systems = {}
     settings = set()
-    files = sorted(directory.glob("r*-*.jsonl"))
-    if not files:
-        sys.exit(f"error: no r<ROUND>-<SYSTEM>.jsonl files in {directory}")
-    for path in files:
-        match = re.fullmatch(r"r(\d+)-.*\.jsonl", path.name)
-        if not match:
+    for value in summary.lines(directory):
+        if "peer" in value:
+            name, version, column, figure = value["peer"], value["version"], value["column"], value["jobs_per_s"]
+        elif "scenario" in value and "summary" not in value:
+            parts = value["scenario"].split("/")
+            if parts[0] != "postgres":
+                continue
+            row, column = "/".join(parts[1:-1]), parts[-1]
+            if row not in FENCEQ_ROWS:
+                continue
+            name, version, figure = FENCEQ_ROWS[row], "this checkout", value["value"]
+        else:
             continue
-        for number, line in enumerate(path.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as e:
-                sys.exit(f"error: {path}:{number}: not JSON: {e}")
-            if "peer" in value:
-                name, version, column, figure = value["peer"], value["version"], value["column"], value["jobs_per_s"]
-            elif "scenario" in value and "summary" not in value:
-                parts = value["scenario"].split("/")
-                if parts[0] != "postgres":
-                    continue
-                row, column = "/".join(parts[1:-1]), parts[-1]
-                if row not in FENCEQ_ROWS:
-                    continue
-                name, version, figure = FENCEQ_ROWS[row], "this checkout", value["value"]
-            else:
-                continue
-            settings.add(
-                (value.get("server_version"), value.get("fsync"), value.get("synchronous_commit"), value.get("jobs"))
-            )
-            system = systems.setdefault(name, {"version": version, "cells": {}})
-            system["cells"].setdefault(column, []).append(figure)
+        settings.add(
+            (value.get("server_version"), value.get("fsync"), value.get("synchronous_commit"), value.get("jobs"))
+        )
+        summary.add(systems, name, version, column, figure)
     return systems, settings
 
 
-def cell(values):
-    if not values:
-        return "n/a"
-    median = statistics.median(values)
-    if len(values) == 1:
-        return f"{median:,.0f} (1 round)"
-    return f"{median:,.0f} ({min(values):,.0f}–{max(values):,.0f})"
-
-
-def order(name):
-    fixed = ["fenceq", "graphile-worker", "pg-boss"]
-    return (fixed.index(name) if name in fixed else len(fixed), name)
+# The rows' order: fenceq, then the peers, then every other row (the raw SQL ones) by name.
+ORDER = ["fenceq", "graphile-worker", "pg-boss"]
 
 
 def main():
-    if len(sys.argv) != 2:
-        sys.exit("usage: summarise.py DIR")
-    systems, settings = read(Path(sys.argv[1]))
+    systems, settings = read(summary.directory_argument())
     for server_version, fsync, synchronous_commit, jobs in sorted(settings, key=str):
         print(
             f"server {server_version}, fsync={fsync}, synchronous_commit={synchronous_commit}, {jobs} jobs per case"
         )
-    print()
-    print("jobs/s, median (min–max) over the rounds")
-    print()
-    print("| system | version | " + " | ".join(label for _, label in COLUMNS) + " | rounds |")
-    print("|---|---|" + "---:|" * len(COLUMNS) + "---:|")
-    for name in sorted(systems, key=order):
-        system = systems[name]
-        rounds = max(len(v) for v in system["cells"].values())
-        cells = [cell(system["cells"].get(column, [])) for column, _ in COLUMNS]
-        print(f"| {name} | {system['version']} | " + " | ".join(cells) + f" | {rounds} |")
+    summary.print_table(systems, COLUMNS, summary.ranking(ORDER, len(ORDER)))
 
 
 if __name__ == "__main__":

@@ -17,14 +17,16 @@
 //   {"peer":..., "version":..., "column":..., "jobs_per_s":..., ...settings}
 // Errors: one `error: ...` line on stderr and exit status 1 (2 for a usage error).
 
-import { parseArgs } from 'node:util';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createRequire } from 'node:module';
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
 import Database from 'better-sqlite3';
 import { better, defineQueue, defineWorker } from 'plainjob';
+import {
+  Case, FILL_CHUNK, UsageError, chunks, counter, figureLine, isPool, listOf, parseCommandLine,
+  payload, positive, rate, runCase, runMain, versionOf as versionFrom, workersOf,
+} from '../common/case.js';
 
 const COLUMNS = ['enqueue_1_per_call', 'batch_of_100', 'process_w1', 'process_wn', 'end_to_end_wn'];
 
@@ -32,18 +34,12 @@ const PEERS = {
   plainjob: { name: 'plainjob', module: 'plainjob', run: plainjobCase },
 };
 
-// Jobs per call when filling the queue before a process case (not timed).
-const FILL_CHUNK = 1000;
-// How long stopping the workers or the producer may take before it counts as hung.
-const CLEANUP_MS = 30_000;
 // A producer loop gives the event loop a turn (signals, timers) once per this many calls.
 const YIELD_EVERY = 1000;
 // plainjob's job status values (its `JobStatus` enum: Pending 0, Processing 1, Done 2, Failed 3).
 const DONE = 2;
 // PRAGMA synchronous's values, by number.
 const SYNCHRONOUS = ['OFF', 'NORMAL', 'FULL', 'EXTRA'];
-
-class UsageError extends Error {}
 
 function usage() {
   return 'usage: node peers.js [--jobs N] [--workers W] [--only plainjob] ' +
@@ -52,88 +48,37 @@ function usage() {
 }
 
 function parseOptions(argv) {
-  let values;
-  try {
-    ({ values } = parseArgs({
-      args: argv,
-      options: {
-        jobs: { type: 'string', default: '20000' },
-        workers: { type: 'string', default: '4' },
-        only: { type: 'string', default: 'plainjob' },
-        columns: { type: 'string', default: COLUMNS.join(',') },
-        'timeout-secs': { type: 'string', default: '600' },
-        dir: { type: 'string', default: tmpdir() },
-        'poll-ms': { type: 'string', default: '50' },
-        producer: { type: 'string', default: 'thread' },
-        settings: { type: 'boolean', default: false },
-        help: { type: 'boolean', short: 'h', default: false },
-      },
-      strict: true,
-    }));
-  } catch (e) {
-    throw new UsageError(`${e.message}\n${usage()}`);
-  }
-  if (values.help) {
-    process.stdout.write(`${usage()}\n`);
-    process.exit(0);
-  }
-  const positive = (name) => {
-    const n = Number(values[name]);
-    if (!Number.isInteger(n) || n < 1) throw new UsageError(`--${name} ${values[name]}: a positive integer`);
-    return n;
-  };
-  const only = values.only.split(',').filter(Boolean);
-  for (const peer of only) {
-    if (!PEERS[peer]) throw new UsageError(`--only ${peer}: one of ${Object.keys(PEERS).join(', ')}`);
-  }
-  const columns = values.columns.split(',').filter(Boolean);
-  for (const column of columns) {
-    if (!COLUMNS.includes(column)) throw new UsageError(`--columns ${column}: one of ${COLUMNS.join(', ')}`);
-  }
+  const values = parseCommandLine(argv, {
+    usage: usage(),
+    only: 'plainjob',
+    columns: COLUMNS,
+    own: {
+      dir: { type: 'string', default: tmpdir() },
+      'poll-ms': { type: 'string', default: '50' },
+      producer: { type: 'string', default: 'thread' },
+    },
+  });
+  const only = listOf(values, 'only', Object.keys(PEERS));
+  const columns = listOf(values, 'columns', COLUMNS);
   if (!['thread', 'inline'].includes(values.producer)) {
     throw new UsageError(`--producer ${values.producer}: thread or inline`);
   }
   return {
-    jobs: positive('jobs'),
-    workers: positive('workers'),
+    jobs: positive(values, 'jobs'),
+    workers: positive(values, 'workers'),
     only,
     columns,
-    timeoutMs: positive('timeout-secs') * 1000,
+    timeoutMs: positive(values, 'timeout-secs') * 1000,
     dir: values.dir,
-    pollMs: positive('poll-ms'),
+    pollMs: positive(values, 'poll-ms'),
     producer: values.producer,
     settingsOnly: values.settings,
   };
 }
 
-/** The same shape and size (about 100 bytes of JSON) as fenceq-bench's payload. */
-function payload(i) {
-  return { update_id: i, message: { chat: 4711, text: `hello from the benchmark, job ${String(i).padStart(10)}` } };
-}
-
+/** A package's version, from this directory's node_modules. */
 function versionOf(module) {
-  const require = createRequire(import.meta.url);
-  // The package's own package.json, found next to its entry point.
-  let dir = require.resolve(module);
-  for (;;) {
-    const cut = dir.lastIndexOf('/node_modules/');
-    const rest = dir.slice(cut + '/node_modules/'.length).split('/');
-    const name = rest[0].startsWith('@') ? `${rest[0]}/${rest[1]}` : rest[0];
-    if (name === module) {
-      const root = dir.slice(0, cut) + '/node_modules/' + module;
-      return JSON.parse(readFileSync(`${root}/package.json`, 'utf8')).version;
-    }
-    dir = dir.slice(0, cut);
-  }
-}
-
-/** Rejects after `ms` with `what` in the message; `promise`'s own outcome otherwise. */
-function bounded(promise, ms, what) {
-  let timer;
-  const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} did not finish within ${Math.round(ms / 1000)} s`)), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+  return versionFrom(import.meta.url, module);
 }
 
 /** One turn of the event loop (timers, signals, other threads' messages). */
@@ -209,32 +154,14 @@ function producerThread() {
 // ------------------------------------------------------------------------------- cases
 
 /**
- * One case's resources and its failure channel: what to stop afterwards (newest first), a
- * deadline every wait checks, and a promise that rejects when a worker or the producer
- * reports a fatal error (raced against every wait, so such an error ends the case at once
- * instead of at its timeout).
+ * One case (common/case.js's `Case`: its cleanups, deadline and failure channel) on its
+ * database file; `settings` is what plainjob left on the case's connection, for its line.
  */
-class Case {
+class FileCase extends Case {
   constructor(file, deadline) {
+    super(deadline);
     this.file = file;
-    this.deadline = deadline;
-    this.cleanups = [];
-    this.aborted = false;
-    this.failed = new Promise((_, reject) => {
-      this.fail = (error) => reject(error instanceof Error ? error : new Error(String(error)));
-    });
-    // Nobody may be waiting when a failure comes in; the next wait sees it.
-    this.failed.catch(() => {});
-  }
-
-  defer(what, cleanup) {
-    this.cleanups.push({ what, cleanup });
-  }
-
-  /** Waits for `promise`, a failure or the case's deadline, whichever comes first. */
-  wait(promise, what) {
-    const left = Math.max(1, this.deadline - Date.now());
-    return bounded(Promise.race([promise, this.failed]), left, what);
+    this.settings = null;
   }
 
   /**
@@ -250,55 +177,6 @@ class Case {
       throw error;
     }
   }
-
-  async cleanup() {
-    this.aborted = true;
-    const errors = [];
-    for (const { what, cleanup } of this.cleanups.reverse()) {
-      try {
-        await bounded(Promise.resolve().then(cleanup), CLEANUP_MS, what);
-      } catch (e) {
-        errors.push(`${what}: ${e.message}`);
-      }
-    }
-    this.cleanups = [];
-    return errors;
-  }
-}
-
-/** Counts calls; `all` resolves once `target` have been counted. */
-function counter(target) {
-  let resolve;
-  const all = new Promise((r) => {
-    resolve = r;
-  });
-  const c = {
-    count: 0,
-    all,
-    hit() {
-      c.count += 1;
-      if (c.count >= target) resolve();
-    },
-  };
-  return c;
-}
-
-function chunks(jobs, size) {
-  const out = [];
-  for (let start = 0; start < jobs; start += size) {
-    out.push(Array.from({ length: Math.min(size, jobs - start) }, (_, k) => start + k));
-  }
-  return out;
-}
-
-/** Jobs per second of `jobs` jobs done in the time since `started`. */
-function rate(jobs, started) {
-  const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-  return { jobsPerS: jobs / seconds, seconds };
-}
-
-function workersOf(column, options) {
-  return column.endsWith('_w1') ? 1 : options.workers;
 }
 
 // ------------------------------------------------------------------------------ plainjob
@@ -528,33 +406,27 @@ async function main() {
     const version = versionOf(peer.module);
     for (const column of options.columns) {
       const file = join(scratch, `${key}_${n++}_${column}.db`);
-      current = new Case(file, Date.now() + options.timeoutMs);
-      let figure;
-      try {
-        figure = await current.wait(peer.run(column, options, current), `${peer.name} ${column}`);
-      } finally {
-        const errors = await current.cleanup();
-        try {
-          removeCaseFiles(file);
-        } catch (e) {
-          errors.push(`removing ${file}: ${e.message}`);
-        }
-        // A failed cleanup after a good figure is still a failed run.
-        if (errors.length > 0 && figure) throw new Error(errors.join('; '));
-        for (const error of errors) process.stderr.write(`warning: ${error}\n`);
-      }
+      current = new FileCase(file, Date.now() + options.timeoutMs);
+      // After the case's own cleanups its files are removed; a failed removal fails even a
+      // good case.
+      const figure = await runCase(
+        current,
+        (kase) => peer.run(column, options, kase),
+        `${peer.name} ${column}`,
+        async () => {
+          try {
+            removeCaseFiles(file);
+            return [];
+          } catch (e) {
+            return [`removing ${file}: ${e.message}`];
+          }
+        },
+      );
       const settings = current.settings;
       current = null;
-      const pool = column.startsWith('process') || column.startsWith('end_to_end');
       const line = {
-        peer: peer.name,
-        version,
-        column,
-        jobs_per_s: Math.round(figure.jobsPerS * 100) / 100,
-        seconds: Math.round(figure.seconds * 1000) / 1000,
-        jobs: options.jobs,
-        workers: pool ? workersOf(column, options) : null,
-        poll_ms: pool ? options.pollMs : null,
+        ...figureLine(peer, version, column, figure, options),
+        poll_ms: isPool(column) ? options.pollMs : null,
         producer: column.startsWith('end_to_end') ? options.producer : null,
         journal_mode: settings.journal_mode,
         synchronous: settings.synchronous,
@@ -567,28 +439,26 @@ async function main() {
   }
 }
 
-async function shutdown(code, message) {
-  if (message) process.stderr.write(`error: ${message}\n`);
+/**
+ * On every way out: the running case's cleanups, then the scratch directory (also when the
+ * cleanups fail). Whatever a library left running (plainjob's maintenance timer, a thread),
+ * runMain's exit ends it.
+ */
+async function teardown(warn) {
   try {
     const errors = [...((await current?.cleanup()) ?? [])];
-    for (const error of errors) process.stderr.write(`warning: ${error}\n`);
+    for (const error of errors) warn(error);
   } finally {
     try {
       removeScratch();
     } catch (e) {
-      process.stderr.write(`warning: removing the scratch directory ${scratch}: ${e.message}\n`);
+      warn(`removing the scratch directory ${scratch}: ${e.message}`);
     }
-    // Whatever a library left running (plainjob's maintenance timer, a thread), the run is over.
-    process.exit(code);
   }
 }
 
 if (isMainThread) {
-  for (const signal of ['SIGINT', 'SIGTERM']) {
-    process.on(signal, () => shutdown(130, `interrupted by ${signal}`));
-  }
-  process.on('unhandledRejection', (e) => shutdown(1, `unhandled rejection: ${e?.message ?? e}`));
-  // The last resort: a scratch directory left by an exit that skipped `shutdown`.
+  // The last resort: a scratch directory left by an exit that skipped `teardown`.
   process.on('exit', () => {
     try {
       removeScratch();
@@ -596,11 +466,7 @@ if (isMainThread) {
       // Nothing more to do on the way out.
     }
   });
-
-  main().then(
-    () => shutdown(0),
-    (e) => shutdown(e instanceof UsageError ? 2 : 1, e?.message ?? String(e)),
-  );
+  runMain(main, teardown);
 } else {
   producerThread();
 }

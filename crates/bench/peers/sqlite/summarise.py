@@ -10,36 +10,40 @@ summary lines are skipped, as each file holds one round). Each cell is "median (
 over the rounds that measured it, "n/a" where the system has no such figure.
 """
 
-import json
-import re
-import statistics
 import sys
 from pathlib import Path
 
-COLUMNS = [
-    ("enqueue_1_per_call", "enqueue 1/call"),
-    ("batch_of_100", "batch of 100"),
-    ("process_w1", "process W=1"),
-    ("process_wn", "process W=N"),
-    ("end_to_end_wn", "end to end W=N"),
-]
+# The shared reading and table (../common/summary.py); no bytecode written there, so that a
+# summary leaves nothing behind in the source tree.
+sys.dont_write_bytecode = True
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "common"))
+import summary  # noqa: E402
 
-# fenceq-bench's SQLite scenarios: (row, column) by scenario name; `{w}` is the line's
-# `workers`. The raw rusqlite loops are reference rows, placed as docs/performance.md places
-# them. fenceq's end to end with 4 producers has no peer figure and is left out.
-FENCEQ_SCENARIOS = {
-    "fenceq/intake/enqueue_1_per_call": ("fenceq", "enqueue_1_per_call"),
-    "fenceq/intake/enqueue_batch_100": ("fenceq", "batch_of_100"),
-    "fenceq/process/1_worker": ("fenceq", "process_w1"),
-    "fenceq/process/{w}_workers": ("fenceq", "process_wn"),
-    "fenceq/end_to_end/1_producer_{w}_workers": ("fenceq", "end_to_end_wn"),
-    "raw_sqlite/intake/autocommit": ("raw SQLite, autocommit INSERT (reference)", "enqueue_1_per_call"),
-    "raw_sqlite/intake/1_per_tx": ("raw SQLite, 1 op/tx (reference)", "enqueue_1_per_call"),
-    "raw_sqlite/process/1_per_tx": ("raw SQLite, 1 op/tx (reference)", "process_w1"),
-    "raw_sqlite/end_to_end/1_per_tx": ("raw SQLite, 1 op/tx (reference)", "end_to_end_wn"),
-    "raw_sqlite/intake/100_per_tx": ("raw SQLite, 100 ops/tx (reference)", "batch_of_100"),
-    "raw_sqlite/process/100_per_tx": ("raw SQLite, 100 ops/tx (reference)", "process_wn"),
-    "raw_sqlite/end_to_end/100_per_tx": ("raw SQLite, 100 ops/tx (reference)", "end_to_end_wn"),
+# The table's columns, as peers.js names them (their labels are in summary.LABELS).
+COLUMNS = ["enqueue_1_per_call", "batch_of_100", "process_w1", "process_wn", "end_to_end_wn"]
+
+# fenceq-bench's SQLite scenarios by the table's row: {scenario name: column}; `{w}` is the
+# line's `workers`. The raw rusqlite loops are reference rows, placed as docs/performance.md
+# places them. fenceq's end to end with 4 producers has no peer figure and is left out.
+FENCEQ_ROWS = {
+    "fenceq": {
+        "fenceq/intake/enqueue_1_per_call": "enqueue_1_per_call",
+        "fenceq/intake/enqueue_batch_100": "batch_of_100",
+        "fenceq/process/1_worker": "process_w1",
+        "fenceq/process/{w}_workers": "process_wn",
+        "fenceq/end_to_end/1_producer_{w}_workers": "end_to_end_wn",
+    },
+    "raw SQLite, autocommit INSERT (reference)": {"raw_sqlite/intake/autocommit": "enqueue_1_per_call"},
+    "raw SQLite, 1 op/tx (reference)": {
+        "raw_sqlite/intake/1_per_tx": "enqueue_1_per_call",
+        "raw_sqlite/process/1_per_tx": "process_w1",
+        "raw_sqlite/end_to_end/1_per_tx": "end_to_end_wn",
+    },
+    "raw SQLite, 100 ops/tx (reference)": {
+        "raw_sqlite/intake/100_per_tx": "batch_of_100",
+        "raw_sqlite/process/100_per_tx": "process_wn",
+        "raw_sqlite/end_to_end/100_per_tx": "end_to_end_wn",
+    },
 }
 
 
@@ -47,9 +51,10 @@ def fenceq_cell(value):
     """(row, column) of a fenceq-bench line, or None for a scenario the table leaves out."""
     scenario = value["scenario"]
     workers = value.get("workers")
-    for pattern, target in FENCEQ_SCENARIOS.items():
-        if scenario == pattern.replace("{w}", str(workers)):
-            return target
+    for row, scenarios in FENCEQ_ROWS.items():
+        for pattern, column in scenarios.items():
+            if scenario == pattern.replace("{w}", str(workers)):
+                return row, column
     return None
 
 
@@ -57,81 +62,58 @@ def read(directory):
     """{system: {"version": str, "cells": {column: [jobs/s per round]}}} and the settings seen."""
     systems = {}
     settings = set()
-    files = sorted(directory.glob("r*-*.jsonl"))
-    if not files:
-        sys.exit(f"error: no r<ROUND>-<SYSTEM>.jsonl files in {directory}")
-    for path in files:
-        if not re.fullmatch(r"r(\d+)-.*\.jsonl", path.name):
+    for value in summary.lines(directory):
+        if "summary" in value:
+            # fenceq-bench's summaries (over its one round), its ratios and its stored peer
+            # figures: this table makes its own.
             continue
-        for number, line in enumerate(path.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as e:
-                sys.exit(f"error: {path}:{number}: not JSON: {e}")
-            if "summary" in value:
-                # fenceq-bench's summaries (over its one round), its ratios and its stored peer
-                # figures: this table makes its own.
-                continue
-            if "peer" in value:
-                name, version, column, figure = value["peer"], value["version"], value["column"], value["jobs_per_s"]
-                settings.add(
-                    (
-                        name,
-                        f"SQLite {value.get('sqlite_version')} (better-sqlite3 {value.get('better_sqlite3')}, "
-                        f"Node {value.get('node')}), journal_mode={value.get('journal_mode')}, "
-                        f"synchronous={value.get('synchronous')}",
-                        value.get("jobs"),
-                    )
+        if "peer" in value:
+            name, version, column, figure = value["peer"], value["version"], value["column"], value["jobs_per_s"]
+            settings.add(
+                (
+                    name,
+                    f"SQLite {value.get('sqlite_version')} (better-sqlite3 {value.get('better_sqlite3')}, "
+                    f"Node {value.get('node')}), journal_mode={value.get('journal_mode')}, "
+                    f"synchronous={value.get('synchronous')}",
+                    value.get("jobs"),
                 )
-                if value.get("poll_ms") is not None:
-                    settings.add((name, f"pollIntervall {value['poll_ms']} ms", value.get("jobs")))
-                if value.get("producer") is not None:
-                    producer = {"thread": "a thread of its own", "inline": "the workers' thread"}.get(
-                        value["producer"], value["producer"]
-                    )
-                    settings.add((name, f"end to end producer in {producer}", value.get("jobs")))
-            elif "scenario" in value:
-                target = fenceq_cell(value)
-                if target is None or value.get("unit") != "jobs/s":
-                    continue
-                (name, column), version, figure = target, "this checkout", value["value"]
-                settings.add(
-                    ("fenceq-bench", f"synchronous={value.get('sync')} (WAL), W={value.get('workers')}", value.get("jobs"))
+            )
+            if value.get("poll_ms") is not None:
+                settings.add((name, f"pollIntervall {value['poll_ms']} ms", value.get("jobs")))
+            if value.get("producer") is not None:
+                producer = {"thread": "a thread of its own", "inline": "the workers' thread"}.get(
+                    value["producer"], value["producer"]
                 )
-            else:
+                settings.add((name, f"end to end producer in {producer}", value.get("jobs")))
+        elif "scenario" in value:
+            target = fenceq_cell(value)
+            if target is None or value.get("unit") != "jobs/s":
                 continue
-            system = systems.setdefault(name, {"version": version, "cells": {}})
-            system["cells"].setdefault(column, []).append(figure)
+            (name, column), version, figure = target, "this checkout", value["value"]
+            settings.add(
+                ("fenceq-bench", f"synchronous={value.get('sync')} (WAL), W={value.get('workers')}", value.get("jobs"))
+            )
+        else:
+            continue
+        summary.add(systems, name, version, column, figure)
     return systems, settings
 
 
-def cell(values):
-    if not values:
-        return "n/a"
-    median = statistics.median(values)
-    if len(values) == 1:
-        return f"{median:,.0f} (1 round)"
-    return f"{median:,.0f} ({min(values):,.0f}–{max(values):,.0f})"
-
-
-def order(name):
-    fixed = [
-        "fenceq",
-        "fenceq-bench",
-        "plainjob",
-        "raw SQLite, autocommit INSERT (reference)",
-        "raw SQLite, 1 op/tx (reference)",
-        "raw SQLite, 100 ops/tx (reference)",
-    ]
-    return (fixed.index(name) if name in fixed else 1.5, name)
+# The order of the rows and of the settings lines above the table (fenceq-bench's settings
+# after fenceq's row; any other system, between fenceq-bench and plainjob, by name).
+ORDER = [
+    "fenceq",
+    "fenceq-bench",
+    "plainjob",
+    "raw SQLite, autocommit INSERT (reference)",
+    "raw SQLite, 1 op/tx (reference)",
+    "raw SQLite, 100 ops/tx (reference)",
+]
 
 
 def main():
-    if len(sys.argv) != 2:
-        sys.exit("usage: summarise.py DIR")
-    systems, settings = read(Path(sys.argv[1]))
+    systems, settings = read(summary.directory_argument())
+    order = summary.ranking(ORDER, 1.5)
     by_system = {}
     for system, setting, jobs in settings:
         entry = by_system.setdefault(system, (set(), set()))
@@ -143,16 +125,7 @@ def main():
         print(f"{system}: " + "; ".join(sorted(seen)) + f"; {counts} jobs per case")
     if len({jobs for _, _, jobs in settings}) > 1:
         print("warning: the systems ran different job counts")
-    print()
-    print("jobs/s, median (min–max) over the rounds")
-    print()
-    print("| system | version | " + " | ".join(label for _, label in COLUMNS) + " | rounds |")
-    print("|---|---|" + "---:|" * len(COLUMNS) + "---:|")
-    for name in sorted(systems, key=order):
-        system = systems[name]
-        rounds = max(len(v) for v in system["cells"].values())
-        cells = [cell(system["cells"].get(column, [])) for column, _ in COLUMNS]
-        print(f"| {name} | {system['version']} | " + " | ".join(cells) + f" | {rounds} |")
+    summary.print_table(systems, COLUMNS, order)
     if any(name.startswith("raw SQLite") for name in systems):
         print()
         print(
