@@ -115,11 +115,10 @@ fn a_host_whose_clock_is_minutes_fast_cannot_take_a_live_lease_another_host_hold
     }
 }
 
-/// A claim that takes a job reads the server's clock inside its own statement, not in a
-/// round trip before it: sixteen claims on one connection run the store's clock read only
+/// A claim reads the server's clock inside its own statement, not in a round trip before
+/// it: sixteen claims (and their settles) on one connection run the store's clock read only
 /// when its reading has aged out (once a second), where each claim used to run it. Each
-/// lease still ends the lease's length after the server's clock at the claim, and the
-/// claim's reading keeps the store's anchor fresh for the settles after it.
+/// lease still ends the lease's length after the server's clock at the claim.
 #[test]
 fn a_claim_reads_the_servers_clock_in_its_own_statement() {
     let Some(s) = Scratch::new() else { return };

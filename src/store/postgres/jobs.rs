@@ -223,22 +223,23 @@ impl Store for PostgresStore {
         Ok(Claims::of(claimed_in_order(rows)))
     }
 
-    /// With the system clock, `CLAIM` reads the server's clock itself (no round trip for the
-    /// read), and the read becomes the transaction's reading and the store's anchor, as
-    /// [`Store::fresh_now`]'s does. A queue with limits reads it first, then claims (see
-    /// [`PostgresStore::claim`]). An injected clock is read here and claims as `claim` does.
+    /// With the system clock, `CLAIM` reads the server's clock itself: no round trip for the
+    /// read. The read is the claim's alone: it is not kept as the store's reading, which
+    /// would trail the server's clock by the claim's execution and commit (its reply arrives
+    /// only after both), where the store's own read trails it by a bare round trip. A queue
+    /// with limits reads the clock first, then claims (see [`PostgresStore::claim`]). An
+    /// injected clock is read here and claims as `claim` does.
     fn claim_fresh(tx: &PgTx, clock: &dyn Clock, request: FreshClaim<'_>) -> Result<Claims> {
         if !clock.is_host_clock() {
             return Self::claim(tx, request.at(clock.now_ms()));
         }
         let FreshClaim { queue, worker, lease_ms, limit } = request;
         let query = plain_claim_query(queue, worker, None, lease_ms, limit);
-        let rows = tx.writing(|conn| query.load::<ReadClaimRow>(conn))?;
-        let Some(read_us) = rows.first().map(|r| r.read_us) else {
+        let rows = tx.writing(|conn| query.load::<ClaimRow>(conn))?;
+        if rows.is_empty() {
             return claim_under_limits(tx, queue, || Ok(request.at(Self::fresh_now(tx, clock)?)));
-        };
-        super::time::took_reading(tx, clock, read_us);
-        Ok(Claims::of(claimed_in_order(rows.into_iter().map(|r| r.claimed).collect())))
+        }
+        Ok(Claims::of(claimed_in_order(rows)))
     }
 
     fn renew_if_owned(tx: &PgTx, claim: TokenAt<'_>, lease_until: i64) -> Result<bool> {
@@ -1325,16 +1326,6 @@ fn plain_claim_query<'q>(queue: &'q str, worker: &'q str, now: Option<i64>, leas
         .bind::<BigInt, _>(limit(limit_))
         .bind::<Text, _>(worker)
         .bind::<BigInt, _>(lease_ms)
-}
-
-/// A row of `CLAIM` judged by the server's clock: the claimed job and the statement's read of
-/// the clock (µs).
-#[derive(QueryableByName)]
-struct ReadClaimRow {
-    #[diesel(embed)]
-    claimed: ClaimRow,
-    #[diesel(sql_type = BigInt)]
-    read_us: i64,
 }
 
 /// After a `CLAIM` that took nothing: a queue with limits (which `CLAIM` leaves alone) is

@@ -223,8 +223,7 @@ stmt! {
     /// statement itself (`clock`, materialised: one read for every use): a claim judged by the
     /// server's clock needs no round trip of its own to read it (see `time.rs`). The read
     /// comes after the statement's snapshot, so every job the claim can see was made due
-    /// before it. Each row returns the read in µs (`read_us`), which the store keeps as its
-    /// reading of the server's clock.
+    /// before it.
     ///
     /// The two kinds of claimable row are two arms, each with its own `LIMIT`, merged and cut to
     /// `$3` again: pending rows are read in the order of the partial index `fenceq_jobs_claim`
@@ -249,8 +248,7 @@ stmt! {
     /// left the join free to read a row of the table first (a hash join's first outer row).
     CLAIM = "
     WITH clock AS MATERIALIZED (
-        SELECT r.us, coalesce($2::bigint, r.us / 1000) AS now
-        FROM  (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS us) AS r
+        SELECT coalesce($2::bigint, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint) AS now
     ), pending AS (
         SELECT id, priority, run_at
         FROM   fenceq_jobs
@@ -281,7 +279,7 @@ stmt! {
                        WHERE queue = $1 AND backoff_until > (SELECT now FROM clock))
       AND  NOT EXISTS (SELECT 1 FROM fenceq_limits WHERE queue = $1)
     RETURNING j.id, j.queue, j.key, j.payload, j.priority, j.run_at, j.attempt, j.max_attempts,
-              j.lease_until, j.last_error, j.claim_id, j.group_name, clock.us AS read_us";
+              j.lease_until, j.last_error, j.claim_id, j.group_name";
 
     /// `$5` is the new lease end (computed in Rust, saturating).
     RENEW_IF_OWNED = concat!(

@@ -51,8 +51,11 @@
 //! the pool that process's `NOTIFY` woke would find nothing and sleep until its next poll.
 //! Read at the claim, the server's clock is past every commit the claim can see, so a job
 //! made due before is due. The claim's statement (`CLAIM`) reads the clock itself, after its
-//! snapshot, and returns the read, which becomes the store's anchor: no round trip of its
-//! own. A queue with limits reads it in a round trip before its limited claim.
+//! snapshot: no round trip of its own. That read is not kept as the anchor: its reply comes
+//! after the claim's execution and commit (a WAL flush, perhaps a synchronous standby's), so
+//! extended from its arrival it would trail the server's clock by all of that, where the
+//! store's own read ([`SERVER_NOW`]) trails by a bare round trip. A queue with limits reads the
+//! clock in a round trip before its limited claim.
 //!
 //! Outside any transaction ([`Queue::now_ms`](crate::Queue::now_ms), and the advisory
 //! [`Attempt::owner_lost`](crate::Attempt::owner_lost)) the store offers an estimate without
@@ -169,26 +172,13 @@ pub(crate) fn fresh_now(tx: &PgTx, clock: &dyn Clock) -> Result<i64> {
 /// Reads the server's clock (µs) on `tx`'s connection, and records it as the store's anchor.
 fn read_server_clock(tx: &PgTx, clock: &dyn Clock) -> Result<(i64, Instant)> {
     let server_us = tx.with(|conn| Prepared::new(SERVER_NOW.sql).get_result::<Us>(conn).pg(SERVER_NOW))?.n;
-    Ok(record_reading(tx, clock, server_us))
-}
-
-/// A reading of the server's clock (µs) that a statement of the store took itself (the
-/// claim's, `CLAIM`), kept as [`fresh_now`] keeps its own: the transaction's reading and the
-/// store's anchor.
-pub(crate) fn took_reading(tx: &PgTx, clock: &dyn Clock, server_us: i64) {
-    let read = record_reading(tx, clock, server_us);
-    tx.time.read.set(Some(read));
-}
-
-/// Records `server_us`, whose reply just arrived, as the store's anchor.
-fn record_reading(tx: &PgTx, clock: &dyn Clock, server_us: i64) -> (i64, Instant) {
     // Anchored after the reply: the server read its clock before this instant, so the
     // extrapolation never runs ahead of it.
     let at = Instant::now();
     if let Some(known) = &tx.server_clock {
         known.record(server_us, at, clock.now_ms());
     }
-    (server_us, at)
+    Ok((server_us, at))
 }
 
 /// A reading moved on by the host's monotonic time since it, in whole ms.
