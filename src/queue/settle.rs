@@ -322,10 +322,7 @@ impl<S: Store> Queue<S> {
         let items = Arc::new(items);
         retry_conflicts(|| {
             let (items, shared) = (items.clone(), self.shared.clone());
-            self.store().submit(move |tx| {
-                let now = |tx: &S::Tx| shared.now_in(tx);
-                settle_each::<S>(tx, &items, now(tx)?, &now)
-            })
+            self.store().submit(move |tx| settle_each(&shared, tx, &items))
         })
     }
 
@@ -355,8 +352,7 @@ impl<S: Store> Queue<S> {
             let (items, shared) = (items.clone(), self.shared.clone());
             let (queue, worker) = (queue.to_string(), worker.to_string());
             self.store().submit(move |tx| {
-                let now = |tx: &S::Tx| shared.now_in(tx);
-                let settled = settle_each::<S>(tx, &items, now(tx)?, &now)?;
+                let settled = settle_each(&shared, tx, &items)?;
                 let claims = shared.claim_in(tx, FreshClaim { queue: &queue, worker: &worker, lease_ms, limit })?;
                 Ok((settled, shared.claimed(&queue, claims)))
             })
@@ -477,14 +473,18 @@ pub(crate) fn exhaust_past_snooze_cap<S: Store>(
     S::exhaust_past_snooze_cap_if_owned(tx, claim, max_snoozes, &error)
 }
 
-/// Settles each item in `tx`: a guarded miss or bad input is that item's result (it changed
+/// Settles each item in `tx`, judged at the transaction's instant
+/// ([`Shared::now_in`](super::Shared::now_in), read again for an item whose row another
+/// transaction held): a guarded miss or bad input is that item's result (it changed
 /// nothing); any other error fails them all.
 fn settle_each<S: Store>(
+    shared: &super::Shared<S>,
     tx: &S::Tx,
     items: &[(ClaimToken, Settle)],
-    now: i64,
-    clock: &dyn Fn(&S::Tx) -> Result<i64>,
 ) -> Result<Vec<Result<Settled>>> {
+    let clock = |tx: &S::Tx| shared.now_in(tx);
+    let clock: &dyn Fn(&S::Tx) -> Result<i64> = &clock;
+    let now = clock(tx)?;
     if items.len() > 1 && items.iter().all(|(_, settle)| matches!(settle, Settle::Complete)) {
         // Only completions (`complete_all`, most pool rounds): the store completes them all
         // at once, and each miss is explained as `settle_in` would.

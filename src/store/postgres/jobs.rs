@@ -215,12 +215,7 @@ impl Store for PostgresStore {
     /// when its limits are queue-wide only, else `CLAIM_GROUPED`.
     fn claim(tx: &PgTx, request: ClaimRequest<'_>) -> Result<Claims> {
         let ClaimRequest { queue, worker, now, lease_until, limit } = request;
-        let query = plain_claim_query(queue, worker, Some(now), lease_until.saturating_sub(now), limit);
-        let rows = tx.writing(|conn| query.load::<ClaimRow>(conn))?;
-        if rows.is_empty() {
-            return claim_under_limits(tx, queue, || Ok(request));
-        }
-        Ok(Claims::of(claimed_in_order(rows)))
+        plain_claim(tx, queue, worker, limit, Some(now), lease_until.saturating_sub(now), || Ok(request))
     }
 
     /// With the system clock, `CLAIM` reads the server's clock itself: no round trip for the
@@ -234,12 +229,7 @@ impl Store for PostgresStore {
             return Self::claim(tx, request.at(clock.now_ms()));
         }
         let FreshClaim { queue, worker, lease_ms, limit } = request;
-        let query = plain_claim_query(queue, worker, None, lease_ms, limit);
-        let rows = tx.writing(|conn| query.load::<ClaimRow>(conn))?;
-        if rows.is_empty() {
-            return claim_under_limits(tx, queue, || Ok(request.at(Self::fresh_now(tx, clock)?)));
-        }
-        Ok(Claims::of(claimed_in_order(rows)))
+        plain_claim(tx, queue, worker, limit, None, lease_ms, || Ok(request.at(Self::fresh_now(tx, clock)?)))
     }
 
     fn renew_if_owned(tx: &PgTx, claim: TokenAt<'_>, lease_until: i64) -> Result<bool> {
@@ -1317,15 +1307,30 @@ struct GroupsPageRow {
     head_acknowledged_at: Option<i64>,
 }
 
-/// `CLAIM` with its parameters bound: `$1` queue, `$2` the claim's instant (NULL: the server's
-/// clock, read by the statement), `$3` limit, `$4` worker, `$5` the lease's length in ms.
-fn plain_claim_query<'q>(queue: &'q str, worker: &'q str, now: Option<i64>, lease_ms: i64, limit_: u32) -> Bound<'q> {
-    bound(CLAIM)
+/// One `CLAIM` of up to `limit` jobs of `queue` for `worker` (`$1`, `$3`, `$4`), judged at
+/// `now` (`$2`; NULL: the server's clock, read by the statement), each lease `lease_ms` long
+/// (`$5`); the claimed rows are sorted into claim order here. When it took nothing, a queue
+/// with limits is claimed by `claim_under_limits`, judged as `at` says.
+fn plain_claim<'q>(
+    tx: &PgTx,
+    queue: &'q str,
+    worker: &'q str,
+    limit_: u32,
+    now: Option<i64>,
+    lease_ms: i64,
+    at: impl FnOnce() -> Result<ClaimRequest<'q>>,
+) -> Result<Claims> {
+    let query = bound(CLAIM)
         .bind::<Text, _>(queue)
         .bind::<Nullable<BigInt>, _>(now)
         .bind::<BigInt, _>(limit(limit_))
         .bind::<Text, _>(worker)
-        .bind::<BigInt, _>(lease_ms)
+        .bind::<BigInt, _>(lease_ms);
+    let rows = tx.writing(|conn| query.load::<ClaimRow>(conn))?;
+    if rows.is_empty() {
+        return claim_under_limits(tx, queue, at);
+    }
+    Ok(Claims::of(claimed_in_order(rows)))
 }
 
 /// After a `CLAIM` that took nothing: a queue with limits (which `CLAIM` leaves alone) is
