@@ -26,7 +26,7 @@
 //! back, so that it settled after all; fixed in `renew_all` and `OWNED_LEASE`).
 //!
 //! `FENCEQ_PG_PROCS_JOBS` (default 10,000) sizes the paused run; `FENCEQ_PG_RACE_ITERS`
-//! (default 10) the schema races.
+//! (default: one per older schema version) the schema races.
 
 use crate::support::*;
 use fenceq::diesel::connection::SimpleConnection;
@@ -585,6 +585,8 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (12, "backoff_lifts", include_str!("../../schema/postgres/0012_backoff_lifts.sql")),
     (13, "settled_counts", include_str!("../../schema/postgres/0013_settled_counts.sql")),
     (14, "grouped_claim", include_str!("../../schema/postgres/0014_grouped_claim.sql")),
+    (15, "fair_group_claims", include_str!("../../schema/postgres/0015_fair_group_claims.sql")),
+    (16, "claim_function", include_str!("../../schema/postgres/0016_claim_function.sql")),
 ];
 
 /// Creates `schema` at version `level`, as an older build left it, with rows in every
@@ -626,7 +628,7 @@ fn lines(raw: &mut PgConnection, sql: &str, schema: &str) -> Vec<String> {
     sql_query(sql).bind::<Text, _>(schema).load::<Line>(raw).unwrap().into_iter().map(|l| l.line).collect()
 }
 
-/// The schema as a whole, without its name: versions, columns, constraints, indexes.
+/// The schema as a whole, without its name: versions, columns, constraints, indexes, functions.
 fn schema_of(url: &str, schema: &str) -> Vec<String> {
     let mut raw = raw_in(url, schema);
     let mut all = lines(
@@ -654,6 +656,13 @@ fn schema_of(url: &str, schema: &str) -> Vec<String> {
          WHERE schemaname = $1 ORDER BY indexname",
         schema,
     ));
+    all.extend(lines(
+        &mut raw,
+        "SELECT 'function ' || p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ') '
+                || md5(p.prosrc) || ' ' || coalesce(array_to_string(p.proconfig, ','), '') AS line
+         FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1 ORDER BY 1",
+        schema,
+    ));
     all
 }
 
@@ -677,11 +686,12 @@ fn rows_of(url: &str, schema: &str) -> Vec<String> {
 #[test]
 fn eight_processes_opening_an_old_schema_at_once_all_succeed_with_one_schema_and_every_row() {
     let Some(url) = server() else { return };
-    let iterations = env_or("FENCEQ_PG_RACE_ITERS", 10);
     let processes = 8;
     let started = Instant::now();
     let levels: Vec<i64> = MIGRATIONS.iter().map(|m| m.0).filter(|v| *v < SCHEMA_VERSION).collect();
     assert!(!levels.is_empty());
+    // Every older level at least once by default.
+    let iterations = env_or("FENCEQ_PG_RACE_ITERS", levels.len());
     for iteration in 0..iterations {
         let level = levels[iteration % levels.len()];
         let (raced, reference) = (Scratch::on(url.clone()), Scratch::on(url.clone()));

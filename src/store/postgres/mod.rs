@@ -506,7 +506,8 @@ impl CustomizeConnection<PgConnection, diesel::r2d2::Error> for Session {
 /// grows by thousands of rows a second. A plan made while it held a few dozen rows scans it
 /// whole, and every call keeps scanning it as it grows; a plan for the call's values reads
 /// the table's current size each time. The connection still parses and analyses each
-/// statement once.
+/// statement once. The claim is the exception: the schema's `fenceq_claim` sets its own plan
+/// mode and keeps one generic plan, whose shape its settings pin whatever the statistics.
 fn session_settings(options: &PostgresOptions, settings: &Settings) -> String {
     let ms = |d: Duration| d.as_millis().min(i32::MAX as u128);
     let mut sql = format!(

@@ -212,74 +212,26 @@ stmt! {
     FIND_BY_KEY = "
     SELECT id FROM fenceq_jobs WHERE queue = $1 AND key = $2";
 
-    /// The claim, one statement: up to `$3` claimable jobs of queue `$1` in priority, run_at, id
-    /// order (due pending jobs, and running jobs whose lease ended at or before the claim's
-    /// instant), locked and skipping rows another transaction holds (`FOR UPDATE SKIP
-    /// LOCKED`: a concurrent claimer, or an owned write that locked its row); the `UPDATE`
-    /// claims each with a fresh claim id (`gen_random_uuid()`) and a lease `$5` ms long from
-    /// the claim's instant, returning the claimed rows.
+    /// The claim of a queue with no limits, one call of the schema's `fenceq_claim`
+    /// (`schema/postgres/0016_claim_function.sql`, where its rules are written out): up to `$3`
+    /// claimable jobs of queue `$1` in priority, run_at, id order (due pending jobs, and running
+    /// jobs whose lease ended at or before the claim's instant), locked and skipping rows
+    /// another transaction holds, each claimed for worker `$4` with a fresh claim id and a
+    /// lease `$5` ms long. A paused queue, one backing off, and one with limits claim nothing.
     ///
     /// The claim's instant is `$2` (ms), or, when `$2` is NULL, the server's clock read by the
-    /// statement itself (`clock`, materialised: one read for every use): a claim judged by the
-    /// server's clock needs no round trip of its own to read it (see `time.rs`). The read
-    /// comes after the statement's snapshot, so every job the claim can see was made due
-    /// before it.
+    /// statement itself after its snapshot: a claim judged by the server's clock needs no round
+    /// trip of its own to read it (see `time.rs`).
     ///
-    /// The two kinds of claimable row are two arms, each with its own `LIMIT`, merged and cut to
-    /// `$3` again: pending rows are read in the order of the partial index `fenceq_jobs_claim`
-    /// (queue, priority DESC, run_at, id), so the scan stops after `$3` due rows (a delayed job
-    /// ahead of them is read and skipped) instead of sorting every due row, which is what one
-    /// `WHERE` with an `OR` of both kinds made the planner do (a bitmap of both partial indexes,
-    /// then a sort of all of them). Expired leases come from `fenceq_jobs_lease`, and there are
-    /// never more running rows than workers. The merged best `$3` of the two best-`$3` lists are
-    /// the best `$3` overall; an arm may lock up to `$3` rows that the cut then leaves unclaimed,
-    /// until the statement's transaction ends. CTEs rather than `WHERE id IN (subquery)`: the
-    /// planner may not keep a subquery's `LIMIT` (awa's note), and a CTE is evaluated once.
-    ///
-    /// A row that a concurrent transaction changed after the statement's snapshot is re-checked
-    /// against its arm's `WHERE` as it is locked, so a lease another claim just renewed or took
-    /// is never handed out. `RETURNING` order is unspecified; the store sorts.
-    ///
-    /// A paused queue (`fenceq_queues`), or one backing off (`fenceq_queue_flow`, a back-off that
-    /// ends after the claim's instant), claims nothing: each `NOT EXISTS` names no column of the
-    /// jobs, so the planner makes it an init plan, one probe of `fenceq_queues`' primary key,
-    /// and a one-time filter over the whole join, evaluated before either side: a paused claim
-    /// reads no job (the CTEs run only when the join first reads them). In the arms instead, it
-    /// left the join free to read a row of the table first (a hash join's first outer row).
+    /// A function rather than the statement inline: it keeps one generic plan per session,
+    /// with sequential scans, bitmap scans and sorts priced out while it runs, so the server
+    /// does not plan the claim on every call (the sessions plan the store's other statements for
+    /// each call's values), and the kept plan cannot take the shape that reads every due row.
+    /// Its rows come back in no particular order; the store sorts.
     CLAIM = "
-    WITH clock AS MATERIALIZED (
-        SELECT coalesce($2::bigint, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint) AS now
-    ), pending AS (
-        SELECT id, priority, run_at
-        FROM   fenceq_jobs
-        WHERE  queue = $1 AND state = 'pending' AND NOT group_held AND run_at <= (SELECT now FROM clock)
-        ORDER  BY priority DESC, run_at, id
-        LIMIT  $3
-        FOR UPDATE SKIP LOCKED
-    ), expired AS (
-        SELECT id, priority, run_at
-        FROM   fenceq_jobs
-        WHERE  queue = $1 AND state = 'running' AND lease_until <= (SELECT now FROM clock)
-          AND  attempt < max_attempts
-        ORDER  BY priority DESC, run_at, id
-        LIMIT  $3
-        FOR UPDATE SKIP LOCKED
-    ), due AS (
-        SELECT id FROM (SELECT * FROM pending UNION ALL SELECT * FROM expired) AS both_kinds
-        ORDER  BY priority DESC, run_at, id
-        LIMIT  $3
-    )
-    UPDATE fenceq_jobs AS j
-    SET    state = 'running', attempt = j.attempt + 1, claim_id = gen_random_uuid(), worker = $4,
-           lease_until = clock.now + $5, heartbeat_at = clock.now, wait_until = NULL
-    FROM   due, clock
-    WHERE  j.id = due.id
-      AND  NOT EXISTS (SELECT 1 FROM fenceq_queues WHERE queue = $1 AND paused_at IS NOT NULL)
-      AND  NOT EXISTS (SELECT 1 FROM fenceq_queue_flow
-                       WHERE queue = $1 AND backoff_until > (SELECT now FROM clock))
-      AND  NOT EXISTS (SELECT 1 FROM fenceq_limits WHERE queue = $1)
-    RETURNING j.id, j.queue, j.key, j.payload, j.priority, j.run_at, j.attempt, j.max_attempts,
-              j.lease_until, j.last_error, j.claim_id, j.group_name";
+    SELECT id, queue, key, payload, priority, run_at, attempt, max_attempts, lease_until, last_error,
+           claim_id, group_name
+    FROM   fenceq_claim($1, $2, $3, $4, $5)";
 
     /// `$5` is the new lease end (computed in Rust, saturating).
     RENEW_IF_OWNED = concat!(

@@ -28,6 +28,7 @@ pub(crate) const MIGRATIONS: [Migration; MIGRATION_NAMES.len()] = migrations([
     include_str!("../../../schema/sqlite/0013_settled_counts.sql"),
     include_str!("../../../schema/sqlite/0014_grouped_claim.sql"),
     include_str!("../../../schema/sqlite/0015_fair_group_claims.sql"),
+    include_str!("../../../schema/sqlite/0016_claim_function.sql"),
 ]);
 
 /// The schema version this build writes and understands.

@@ -1,0 +1,3 @@
+-- Nothing to change on SQLite: PostgreSQL's 0016 moves its plain claim into a function whose
+-- plan each session makes once. SQLite prepares the claim once per connection already. The
+-- version exists so that a number means the same schema on both stores.
