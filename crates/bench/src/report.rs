@@ -202,7 +202,7 @@ pub(crate) fn spread_json(value: &mut Value, s: &Spread, digits: f64) {
     value["rounds_measured"] = json!(s.rounds);
 }
 
-/// One line per figure (`"summary": "figure"`), ratio and peer comparison.
+/// One line per figure (`"summary": "figure"`) and ratio.
 fn summary_json(report: &Report, o: &BenchOptions) -> Vec<Value> {
     let mut lines = Vec::new();
     for f in &report.figures {
@@ -226,18 +226,6 @@ fn summary_json(report: &Report, o: &BenchOptions) -> Vec<Value> {
         spread_json(&mut value, &r.spread, 1000.0);
         value["target"] = json!(r.target);
         value["met"] = json!(r.met());
-        lines.push(value);
-    }
-    for p in &report.peers {
-        let mut value = settings(o);
-        value["summary"] = json!("peer");
-        value["peer"] = json!(p.peer);
-        value["column"] = json!(p.column);
-        value["peer_figure"] = json!(p.figure);
-        value["scenario"] = json!(p.scenario);
-        value["fenceq_median"] = json!(round2(p.fenceq));
-        value["ratio"] = json!((p.fenceq / p.figure * 1000.0).round() / 1000.0);
-        value["met"] = json!(p.fenceq > p.figure);
         lines.push(value);
     }
     let mut run = settings(o);
@@ -281,18 +269,6 @@ fn print_tables(ctx: &mut Context, report: &Report, o: &BenchOptions) -> CliResu
         ]);
     }
     ctx.out.table(&table)?;
-    if !report.peers.is_empty() {
-        let mut table = crate::output::table(&["column", "best peer (docs/performance.md)", "fenceq median", "ahead"]);
-        for p in &report.peers {
-            table.add_row(vec![
-                p.column.to_string(),
-                format!("{} {:.0}", p.peer, p.figure),
-                format!("{:.0}", p.fenceq),
-                if p.fenceq > p.figure { format!("yes ({:.2}x)", p.fenceq / p.figure) } else { "NO".into() },
-            ]);
-        }
-        ctx.out.table(&table)?;
-    }
     ctx.out.line(format!(
         "jobs={} workers={} sync={:?} latency_rows={} rounds={} in {:.0} s (WAL; ratios are within each round)",
         o.jobs, o.workers, o.sync, o.latency_rows, o.rounds, report.seconds

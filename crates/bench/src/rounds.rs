@@ -1,5 +1,6 @@
 //! The bench's plan: which scenarios run, in which order, in how many rounds, and which
-//! ratios and peer figures they are held against.
+//! ratios they are held against. Other queues are measured beside fenceq by their own
+//! harnesses (`crates/bench/peers/`), in the same run.
 //!
 //! The machines this runs on are shared and noisy (the same binary's figures swing from one
 //! minute to the next), so one run of a scenario says little and a ratio of two runs
@@ -67,15 +68,6 @@ struct RatioSpec {
     target: Option<f64>,
 }
 
-/// A peer's figure from the side-by-side table of other queues (one run of the same workload on this
-/// kind of machine), held against fenceq's median.
-struct PeerSpec {
-    peer: &'static str,
-    column: &'static str,
-    figure: f64,
-    scenario: String,
-}
-
 /// One figure over every round.
 #[derive(Debug, Clone)]
 pub struct Summary {
@@ -131,22 +123,11 @@ impl RatioSummary {
     }
 }
 
-/// fenceq's median beside a peer's figure.
-#[derive(Debug, Clone)]
-pub struct PeerSummary {
-    pub peer: &'static str,
-    pub column: &'static str,
-    pub figure: f64,
-    pub scenario: String,
-    pub fenceq: f64,
-}
-
 /// Everything a bench run measured.
 #[derive(Debug, Clone)]
 pub struct Report {
     pub figures: Vec<Summary>,
     pub ratios: Vec<RatioSummary>,
-    pub peers: Vec<PeerSummary>,
     pub seconds: f64,
 }
 
@@ -491,40 +472,6 @@ fn ratio_specs(o: &BenchOptions) -> Vec<RatioSpec> {
     specs
 }
 
-/// plainjob (Node, better-sqlite3), the fastest peer measured side by side: 20,000
-/// jobs of ~100 bytes, WAL, NORMAL, one producer, a pool of 4.
-fn peer_specs(o: &BenchOptions) -> Vec<PeerSpec> {
-    let mut peers = vec![
-        PeerSpec {
-            peer: "plainjob",
-            column: "enqueue 1/call",
-            figure: 31_671.0,
-            scenario: "fenceq/intake/enqueue_1_per_call".into(),
-        },
-        PeerSpec {
-            peer: "plainjob",
-            column: "enqueue batch of 100",
-            figure: 173_671.0,
-            scenario: "fenceq/intake/enqueue_batch_100".into(),
-        },
-    ];
-    if o.workers == 4 {
-        peers.push(PeerSpec {
-            peer: "plainjob",
-            column: "process W=4",
-            figure: 11_224.0,
-            scenario: "fenceq/process/4_workers".into(),
-        });
-        peers.push(PeerSpec {
-            peer: "plainjob",
-            column: "end to end W=4",
-            figure: 8_287.0,
-            scenario: "fenceq/end_to_end/1_producer_4_workers".into(),
-        });
-    }
-    peers
-}
-
 fn summarise(o: &BenchOptions, rounds: &[Vec<Figure>], once: &[Figure], seconds: f64) -> Report {
     let find = |round: &[Figure], name: &str| round.iter().find(|f| f.scenario == name).map(|f| f.value);
     let mut figures: Vec<Summary> = Vec::new();
@@ -568,20 +515,7 @@ fn summarise(o: &BenchOptions, rounds: &[Vec<Figure>], once: &[Figure], seconds:
             })
         })
         .collect();
-    let peers = peer_specs(o)
-        .into_iter()
-        .filter_map(|spec| {
-            let fenceq = figures.iter().find(|s| s.scenario == spec.scenario)?.spread.median;
-            Some(PeerSummary {
-                peer: spec.peer,
-                column: spec.column,
-                figure: spec.figure,
-                scenario: spec.scenario,
-                fenceq,
-            })
-        })
-        .collect();
-    Report { figures, ratios, peers, seconds }
+    Report { figures, ratios, seconds }
 }
 
 /// The scratch directory's default: a fresh directory under the system's temporary one.
