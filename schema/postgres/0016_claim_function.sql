@@ -34,8 +34,9 @@
 --   `WHERE` as it is locked (READ COMMITTED), so a lease another claim just renewed or took is
 --   never handed out.
 -- * A paused queue, a queue backing off past the instant, and a queue with limits (claimed by
---   `fenceq_claim_limited` or `fenceq_claim_grouped` instead) claim nothing: each `NOT EXISTS`
---   names no column of the jobs, so it is one probe evaluated before the join reads a job.
+--   `fenceq_claim_limited` or `fenceq_claim_grouped` instead) claim nothing, and read and lock
+--   no job: `queue_open` probes the three tables once, and each arm is gated on it (a condition that
+--   names no column of the jobs: a one-time filter evaluated before the arm's scan).
 --
 -- The rows come back in no particular order; the store sorts them. A process of the build
 -- before keeps running its inline statement, which claims the same rows the same way.
@@ -54,10 +55,16 @@ BEGIN
     RETURN QUERY
     WITH clock AS MATERIALIZED (
         SELECT coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint) AS now
+    ), queue_open AS MATERIALIZED (
+        SELECT NOT EXISTS (SELECT 1 FROM fenceq_queues AS q WHERE q.queue = p_queue AND q.paused_at IS NOT NULL)
+           AND NOT EXISTS (SELECT 1 FROM fenceq_queue_flow AS f
+                           WHERE f.queue = p_queue AND f.backoff_until > (SELECT now FROM clock))
+           AND NOT EXISTS (SELECT 1 FROM fenceq_limits AS l WHERE l.queue = p_queue) AS claimable
     ), pending AS (
         SELECT j.id, j.priority, j.run_at
         FROM   fenceq_jobs AS j
-        WHERE  j.queue = p_queue AND j.state = 'pending' AND NOT j.group_held
+        WHERE  (SELECT claimable FROM queue_open)
+          AND  j.queue = p_queue AND j.state = 'pending' AND NOT j.group_held
           AND  j.run_at <= (SELECT now FROM clock)
         ORDER  BY j.priority DESC, j.run_at, j.id
         LIMIT  p_limit
@@ -65,7 +72,8 @@ BEGIN
     ), expired AS (
         SELECT j.id, j.priority, j.run_at
         FROM   fenceq_jobs AS j
-        WHERE  j.queue = p_queue AND j.state = 'running' AND j.lease_until <= (SELECT now FROM clock)
+        WHERE  (SELECT claimable FROM queue_open)
+          AND  j.queue = p_queue AND j.state = 'running' AND j.lease_until <= (SELECT now FROM clock)
           AND  j.attempt < j.max_attempts
         ORDER  BY j.priority DESC, j.run_at, j.id
         LIMIT  p_limit
@@ -80,10 +88,6 @@ BEGIN
            lease_until = clock.now + p_lease_ms, heartbeat_at = clock.now, wait_until = NULL
     FROM   clock
     WHERE  j.id = ANY (ARRAY(SELECT due.id FROM due))
-      AND  NOT EXISTS (SELECT 1 FROM fenceq_queues AS q WHERE q.queue = p_queue AND q.paused_at IS NOT NULL)
-      AND  NOT EXISTS (SELECT 1 FROM fenceq_queue_flow AS f
-                       WHERE f.queue = p_queue AND f.backoff_until > (SELECT now FROM clock))
-      AND  NOT EXISTS (SELECT 1 FROM fenceq_limits AS l WHERE l.queue = p_queue)
     RETURNING j.id, j.queue, j.key, j.payload, j.priority, j.run_at, j.attempt, j.max_attempts,
               j.lease_until, j.last_error, j.claim_id, j.group_name;
 END

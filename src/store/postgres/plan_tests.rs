@@ -133,7 +133,8 @@ fn plan_line_parsing_reads_rows_times_loops() {
 /// (the planner scanned the table, or a bitmap of both partial indexes, and sorted every due
 /// row to keep one: 22 ms at 50,000 pending and 250 ms at 500,000); and, for a plan made on the
 /// empty table, without the function's settings (a scan of the table per claim) and when the
-/// `UPDATE` joined the claimed ids (every row read through an index to find them).
+/// `UPDATE` joined the claimed ids (every row read through an index to find them). A paused
+/// queue, and one with limits, read (and lock) no job.
 #[test]
 fn the_claim_reads_a_few_rows_not_every_due_row() {
     let Some(url) = server() else { return };
@@ -188,6 +189,27 @@ fn the_claim_reads_a_few_rows_not_every_due_row() {
             assert_eq!(jobs.scans, 0, "{case}: no scan of the jobs table");
             assert!(jobs.entries <= 100, "{case}: {} index entries read of 20,050 claimable", jobs.entries);
             assert_eq!(flow.scans, 0, "{case}: the back-off is probed by its key");
+        }
+        // Paused, then limited (claimed by the limited claims instead): the claim takes
+        // nothing and reads (so locks) no job.
+        for (why, sql) in [
+            (
+                "paused",
+                "INSERT INTO fenceq_queues (queue, paused_at, decision, decided_at) VALUES ('q', 1, 'pause', 1)",
+            ),
+            (
+                "limited",
+                "DELETE FROM fenceq_queues;
+                 INSERT INTO fenceq_limits (queue, scope, window_ms, max_count, updated_at)
+                 VALUES ('q', 'running', 0, 5, 1)",
+            ),
+        ] {
+            raw.batch_execute(sql).unwrap();
+            let case = format!("plan made on {made_on}, {why}");
+            let before = reads(&mut raw, "fenceq_jobs");
+            assert!(claim_one(&mut raw, Some(now)).is_none(), "{case}: claims nothing");
+            let jobs = reads(&mut raw, "fenceq_jobs").since(&before);
+            assert_eq!((jobs.scans, jobs.entries), (0, 0), "{case}: reads no job");
         }
         drop(queue);
         raw.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE")).unwrap();
