@@ -64,8 +64,8 @@ def read(directory):
     settings = set()
     for value in summary.lines(directory):
         if "summary" in value:
-            # fenceq-bench's summaries (over its one round), its ratios and its stored peer
-            # figures: this table makes its own.
+            # fenceq-bench's summaries (over its one round) and its ratios: this table makes
+            # its own.
             continue
         if "peer" in value:
             name, version, column, figure = value["peer"], value["version"], value["column"], value["jobs_per_s"]
