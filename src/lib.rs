@@ -73,5 +73,5 @@ pub use store::SCHEMA_VERSION;
 pub use validate::{MAX_BATCH, MAX_ERROR_LEN, MAX_KEY_LEN, MAX_LEASE, MAX_NAME_LEN, NUL_SHOWN_AS};
 pub use worker::{
     Attempt, Outcome, PoolCounters, ShutdownReport, WorkerPool, WorkerPoolBuilder, ADAPTIVE_PREFETCH_CEILING,
-    MAX_PREFETCH,
+    MAX_PREFETCH, MAX_ROUNDS_IN_FLIGHT,
 };

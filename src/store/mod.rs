@@ -132,6 +132,14 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// false: SQLite's writer already groups every request of a process.
     const GROUPS_INTAKE: bool = false;
 
+    /// How many of a worker pool's rounds (settle the finished attempts, claim for the free
+    /// slots: one request each) may be in flight at once unless the pool sets it
+    /// ([`WorkerPoolBuilder::rounds_in_flight`](crate::WorkerPoolBuilder::rounds_in_flight)):
+    /// more than one for a server store, where each round runs on a connection of its own
+    /// and the server works on them side by side. The default is 1: SQLite's one writer
+    /// runs every request in turn.
+    const POOL_ROUNDS_IN_FLIGHT: usize = 1;
+
     // ------------------------------------------------------------ transactions
 
     /// Runs `f` for reads, outside any write transaction.

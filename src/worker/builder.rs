@@ -24,6 +24,8 @@ pub(crate) const DEFAULT_POOL_LEASE: Duration = Duration::from_secs(30);
 pub(crate) const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// Most jobs a pool may prefetch; see [`WorkerPoolBuilder::prefetch`].
 pub const MAX_PREFETCH: usize = 4096;
+/// Most rounds a pool may have in flight; see [`WorkerPoolBuilder::rounds_in_flight`].
+pub const MAX_ROUNDS_IN_FLIGHT: usize = 8;
 
 /// Builder for a [`WorkerPool`]; see [`WorkerPool::builder`].
 ///
@@ -33,6 +35,8 @@ pub const MAX_PREFETCH: usize = 4096;
 /// - a lease of 30 seconds, renewed every third of it
 /// - an idle poll every second (an enqueue through the same `Queue` wakes the pool at once)
 /// - prefetch: twice the workers, adaptive (see [`WorkerPoolBuilder::prefetch`])
+/// - rounds in flight: the store's (1 on SQLite, 2 on PostgreSQL; see
+///   [`WorkerPoolBuilder::rounds_in_flight`])
 /// - worker id `"{queue}-{pid}"`
 /// - [`RetryPolicy::default`]
 /// - at most 100 snoozes per job ([`DEFAULT_MAX_SNOOZES`]; see [`WorkerPoolBuilder::max_snoozes`])
@@ -45,6 +49,7 @@ pub struct WorkerPoolBuilder<S: Store = DefaultStore> {
     renew_every: Option<Duration>,
     pub(super) poll_interval: Duration,
     pub(super) prefetch: Option<usize>,
+    pub(super) rounds_in_flight: usize,
     pub(super) worker_id: String,
     pub(super) retry_policy: RetryPolicy,
     pub(super) max_snoozes: u32,
@@ -113,6 +118,25 @@ impl<S: Store> WorkerPoolBuilder<S> {
         self
     }
 
+    /// How many of the dispatcher's rounds may be in flight at once (1..=8). A round settles
+    /// the attempts that finished since the last one and claims jobs for the free slots, in
+    /// one request of one transaction. While the queue has a backlog (the last round got
+    /// every job it asked for), with more than one in flight the attempts that finish while
+    /// a round waits for the store are settled, and their slots filled, by the next round at
+    /// once, each round on a thread and a connection of its own; otherwise the dispatcher
+    /// runs one round at a time itself, which hands a new job to a worker soonest. Rounds in
+    /// flight never claim more than the free slots between them, and a shutdown waits for
+    /// them before it hands the held jobs back.
+    ///
+    /// Defaults to the store's: 2 on PostgreSQL, where the server works on two rounds side
+    /// by side (with one, a busy pool's rate is what one server backend does per job, while
+    /// the pool's own thread waits); 1 on SQLite, whose one writer runs every request in
+    /// turn. Each round in flight holds one of the queue's connections while it runs.
+    pub fn rounds_in_flight(mut self, rounds: usize) -> Self {
+        self.rounds_in_flight = rounds;
+        self
+    }
+
     /// The worker id the pool's claims record (in the job's `worker` column and in the
     /// reaper's "lease expired (worker ..)" error). Every claim of the pool is made by its
     /// dispatcher under this one id; a live lease is never handed out again, not even to the
@@ -165,7 +189,7 @@ impl<S: Store> WorkerPoolBuilder<S> {
     /// `InvalidInput` when no handler was set or a setting is out of range: workers outside
     /// 1..=256; a queue name or worker id that is empty, longer than 128 bytes or holds a
     /// NUL; a lease outside 1 ms..=24 h; `renew_every` zero or not shorter than the lease;
-    /// a prefetch over 4,096; a zero poll interval.
+    /// a prefetch over 4,096; rounds in flight outside 1..=8; a zero poll interval.
     pub fn start(self) -> Result<WorkerPool<S>> {
         let handler = self.handler.clone().ok_or_else(|| Error::invalid("handler", "set one with .handler(..)"))?;
         if self.workers == 0 || self.workers > 256 {
@@ -179,6 +203,12 @@ impl<S: Store> WorkerPoolBuilder<S> {
         if self.prefetch.is_some_and(|jobs| jobs > MAX_PREFETCH) {
             return Err(Error::invalid("prefetch", format!("more than {MAX_PREFETCH} jobs")));
         }
+        if self.rounds_in_flight == 0 || self.rounds_in_flight > MAX_ROUNDS_IN_FLIGHT {
+            return Err(Error::invalid(
+                "rounds_in_flight",
+                format!("{} is not in 1..={MAX_ROUNDS_IN_FLIGHT}", self.rounds_in_flight),
+            ));
+        }
         if self.poll_interval.is_zero() {
             return Err(Error::invalid("poll_interval", "must not be zero"));
         }
@@ -190,6 +220,7 @@ impl<S: Store> WorkerPoolBuilder<S> {
             renew_every,
             poll_interval: self.poll_interval,
             prefetch: self.prefetch,
+            rounds_in_flight: self.rounds_in_flight,
             worker_id: self.worker_id,
             retry_policy: self.retry_policy,
             max_snoozes: self.max_snoozes,
@@ -230,6 +261,7 @@ impl<S: Store> WorkerPool<S> {
             renew_every: None,
             poll_interval: DEFAULT_POLL_INTERVAL,
             prefetch: None,
+            rounds_in_flight: S::POOL_ROUNDS_IN_FLIGHT,
             retry_policy: RetryPolicy::default(),
             max_snoozes: DEFAULT_MAX_SNOOZES,
             handler: None,

@@ -1,8 +1,13 @@
-//! The dispatcher: the one thread that claims for the pool. Each round it settles the
-//! attempts that finished since the last one and claims jobs for the free slots (workers
-//! plus prefetch) in one request, hands the claims to the workers, and sleeps until an
-//! attempt finishes, an enqueue wakes it, the poll interval passes or the pool stops; once
-//! the pool stops it hands the held jobs back.
+//! The dispatcher: the one thread that decides when and how much the pool claims. Each
+//! round settles the attempts that finished since the last one and claims jobs for the free
+//! slots (workers plus prefetch) in one request. The dispatcher runs a round itself, one at
+//! a time, which hands a job to a worker soonest; while the queue has a backlog (the last
+//! round got every job it asked for) and the pool allows more than one round in flight,
+//! round threads run them (`run_rounds`), so that the attempts that finish while one round
+//! waits for the store go out in the next at once. The
+//! dispatcher hands each round's claims to the workers, and sleeps until a round returns,
+//! an attempt finishes, an enqueue wakes it, the poll interval passes or the pool stops;
+//! once the pool stops and its rounds have returned, it hands the held jobs back.
 //!
 //! Apart from the workers and the settle path: it decides when and how much to claim, while
 //! what a round writes is the settle path's.
@@ -15,7 +20,8 @@ use super::settle::settle_and_claim;
 use super::shared::Shared;
 use crate::job::{ClaimToken, Claimed, JobId};
 use crate::store::Store;
-use crossbeam_channel::{select, Receiver, Sender, TryRecvError};
+use crossbeam_channel::{after, never, select, Receiver, Sender, TryRecvError};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,13 +41,78 @@ pub(super) struct DispatchChannels {
     pub(super) stop: Receiver<()>,
     /// The jobs handed back when the pool stopped, to the shutdown.
     pub(super) handed_back: Sender<Vec<JobId>>,
+    /// Where the dispatcher's rounds run.
+    pub(super) rounds: Rounds,
 }
 
-/// Settles finished attempts and claims jobs for free slots (workers plus prefetch), in one
-/// request per round; sleeps until an attempt finishes, an enqueue wakes it, the poll
-/// interval passes, or the pool stops. Once the pool is stopping it claims nothing more,
-/// hands back the held jobs no worker started, and returns once every worker has ended and
-/// its last attempt is settled.
+/// Where a pool's rounds run: on the dispatcher's own thread, one at a time (no hand-off
+/// between threads on the way to the store and back: the least latency), or on round
+/// threads, so that several are in flight at once.
+pub(super) enum Rounds {
+    /// One round at a time, on the dispatcher's thread.
+    Inline,
+    /// On the round threads (`run_rounds`).
+    Threads {
+        /// Rounds to the round threads (dropped when the dispatcher ends, which ends them).
+        send: Sender<RoundRequest>,
+        /// What each round did.
+        returned: Receiver<RoundReturned>,
+    },
+}
+
+/// One round for a round thread: the finished attempts to settle, and how many jobs to
+/// claim.
+pub(super) struct RoundRequest {
+    finished: Vec<(ClaimToken, Finished)>,
+    claim: usize,
+}
+
+/// What a round did: how many finished attempts it was given, how many jobs it asked for,
+/// and the claims it made (registered in flight).
+pub(super) struct RoundReturned {
+    finished: usize,
+    asked: usize,
+    claimed: Vec<(Claimed, Arc<Lease>)>,
+}
+
+/// A round thread's loop: runs each round it is sent (`settle_and_claim`) and returns what
+/// it did, until the dispatcher drops the round channel. A round that panics returns as
+/// one that claimed nothing (logged), so that the dispatcher, which waits for every round
+/// in flight before it hands the held jobs back, never waits for it forever.
+pub(super) fn run_rounds<S: Store>(
+    shared: &Shared<S>,
+    worker: &str,
+    rounds: &Receiver<RoundRequest>,
+    returned: &Sender<RoundReturned>,
+) {
+    for round in rounds.iter() {
+        let settled = round.finished.len();
+        let asked = round.claim;
+        let claimed = catch_unwind(AssertUnwindSafe(|| run_round(shared, worker, round))).unwrap_or_else(|_| {
+            bump(&shared.counters.errors);
+            tracing::error!(queue = %shared.queue_name,
+                "a dispatcher round panicked; its settles and claim may not have been written");
+            RoundReturned { finished: settled, asked, claimed: Vec::new() }
+        });
+        if returned.send(claimed).is_err() {
+            return;
+        }
+    }
+}
+
+/// Runs one round: settles its finished attempts and claims (`settle_and_claim`).
+fn run_round<S: Store>(shared: &Shared<S>, worker: &str, round: RoundRequest) -> RoundReturned {
+    let RoundRequest { finished, claim } = round;
+    let settled = finished.len();
+    RoundReturned { finished: settled, asked: claim, claimed: settle_and_claim(shared, worker, finished, claim) }
+}
+
+/// Settles finished attempts and claims jobs for free slots (workers plus prefetch), up to
+/// `rounds_in_flight` requests at once; sleeps until a round returns, an attempt finishes,
+/// an enqueue wakes it, the poll interval passes, or the pool stops. Once the pool is
+/// stopping it claims nothing more and, once its rounds in flight have returned, hands
+/// back the held jobs no worker started; it returns once every worker has ended and its
+/// last attempt is settled.
 pub(super) fn dispatch<S: Store>(
     shared: &Shared<S>,
     worker: &str,
@@ -49,13 +120,47 @@ pub(super) fn dispatch<S: Store>(
     poll: Duration,
     channels: DispatchChannels,
 ) {
-    let DispatchChannels { jobs, finished, wake, stop, handed_back } = channels;
+    let DispatchChannels { jobs, finished, wake, stop, handed_back, rounds } = channels;
+    let (rounds_in_flight, returned) = match &rounds {
+        Rounds::Inline => (1, never()),
+        Rounds::Threads { send, returned } => (send.capacity().unwrap_or(1), returned.clone()),
+    };
+    // The round the dispatcher ran itself, to take in as if a round thread returned it.
+    let mut ran: Option<RoundReturned> = None;
     let mut jobs = Some(jobs);
+    let (mut finished, mut stop) = (finished, stop);
+    let held_back = never();
+    // Claimed and not finished: held or running.
     let mut busy = 0usize;
+    // Rounds sent and not yet returned, and the jobs they asked for between them.
+    let (mut in_flight, mut asked) = (0usize, 0usize);
     let mut done: Vec<(ClaimToken, Finished)> = Vec::new();
+    // Whether the next round should claim although no attempt finished: at the start, after
+    // a round that claimed (more may be due), a wake and an idle poll.
+    let mut look = true;
+    // Whether the last round that claimed got every job it asked for: the queue has a
+    // backlog. Only then do rounds overlap (on the round threads); otherwise the dispatcher
+    // runs one round at a time itself, which hands a job to a worker soonest.
+    let mut backlog = false;
     let mut workers_gone = false;
     loop {
-        if jobs.is_some() && shared.stopping.load(Ordering::SeqCst) {
+        if let Some(round) = ran.take() {
+            in_flight -= 1;
+            asked -= round.asked;
+            if round.asked > 0 {
+                backlog = round.claimed.len() == round.asked;
+            }
+            match hand_out(shared, round, jobs.as_ref(), &mut prefetch) {
+                Some(claimed) => {
+                    busy += claimed;
+                    // There may be more due jobs.
+                    look |= claimed > 0;
+                }
+                // Every worker has ended.
+                None => return,
+            }
+        }
+        if jobs.is_some() && in_flight == 0 && shared.stopping.load(Ordering::SeqCst) {
             // Workers end once the job channel is dropped and they have skipped what it holds.
             jobs = None;
             let (taken, back) = hand_back(shared);
@@ -64,67 +169,102 @@ pub(super) fn dispatch<S: Store>(
         }
         while done.len() < SETTLE_BATCH {
             match finished.try_recv() {
-                Ok(attempt) => done.push(attempt),
+                Ok(attempt) => {
+                    busy -= 1;
+                    done.push(attempt);
+                }
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => {
                     workers_gone = true;
+                    finished = never();
                     break;
                 }
             }
         }
-        busy -= done.len();
-        let finished_now = done.len();
-        // The prefetch may have shrunk below what the workers still hold.
-        let free = if jobs.is_some() { (workers + prefetch.now()).saturating_sub(busy) } else { 0 };
-        let settled_any = !done.is_empty();
-        let claimed = settle_and_claim(shared, worker, std::mem::take(&mut done), free);
-        if settled_any {
-            *shared.rounds.lock() += 1;
-            shared.round_done.notify_all();
-        }
-        if let Some(jobs) = &jobs {
-            // Judged before this round's claims join the jobs still waiting to start.
-            prefetch.after_round(Round {
-                finished: finished_now,
-                asked: free,
-                claimed: claimed.len(),
-                waiting: jobs.len(),
-            });
-        }
-        let slots = workers + prefetch.now();
-        let claimed_any = !claimed.is_empty();
-        for claimed in claimed {
-            busy += 1;
-            // A worker is free for every claimed job, so this does not block long.
-            if jobs.as_ref().is_some_and(|jobs| jobs.send(claimed).is_err()) {
-                return;
-            }
-        }
-        if workers_gone && jobs.is_none() {
+        if workers_gone && jobs.is_none() && in_flight == 0 && done.is_empty() {
             return;
         }
-        if claimed_any && busy < slots {
-            continue; // there may be more due jobs
-        }
-        if jobs.is_none() {
-            // Stopping: only finished attempts matter now.
-            match finished.recv() {
-                Ok(attempt) => done.push(attempt),
-                Err(_) => workers_gone = true,
+        let claiming = jobs.is_some() && !shared.stopping.load(Ordering::SeqCst);
+        // The prefetch may have shrunk below what the workers still hold.
+        let free = if claiming { (workers + prefetch.now()).saturating_sub(busy + asked) } else { 0 };
+        let claim = if look || !done.is_empty() { free } else { 0 };
+        let another = in_flight == 0 || (backlog && in_flight < rounds_in_flight);
+        if another && (claim > 0 || !done.is_empty()) {
+            let round = RoundRequest { finished: std::mem::take(&mut done), claim };
+            match &rounds {
+                // The channel holds as many rounds as may be in flight: this never blocks.
+                Rounds::Threads { send, .. } if backlog || in_flight > 0 => {
+                    if send.send(round).is_err() {
+                        return;
+                    }
+                }
+                _ => ran = Some(run_round(shared, worker, round)),
+            }
+            in_flight += 1;
+            asked += claim;
+            if claim > 0 {
+                look = false;
             }
             continue;
         }
-        let wait = until_limit_opens(shared, idle_wait(shared, poll));
+        // Idle (no round in flight, nothing to settle): sleep until the poll, or sooner when
+        // a limit or a back-off ends sooner. A round in flight returns by itself.
+        let wait = if in_flight == 0 && claiming {
+            after(until_limit_opens(shared, idle_wait(shared, poll)))
+        } else {
+            never()
+        };
+        // Finished attempts wait in their channel while no other round may start: the next
+        // round takes them all at once.
+        let attempts = if another { &finished } else { &held_back };
         select! {
-            recv(stop) -> _ => {} // `stopping` is set: the next round hands the held jobs back
-            recv(finished) -> attempt => match attempt {
-                Ok(attempt) => done.push(attempt),
-                Err(_) => workers_gone = true,
+            recv(returned) -> round => {
+                // Every round thread has ended: nothing can be settled or claimed any more.
+                let Ok(round) = round else { return };
+                ran = Some(round);
+            }
+            recv(attempts) -> attempt => match attempt {
+                Ok(attempt) => {
+                    busy -= 1;
+                    done.push(attempt);
+                }
+                Err(_) => {
+                    workers_gone = true;
+                    finished = never();
+                }
             },
-            recv(wake) -> _ => {}
-            default(wait) => {}
+            recv(wake) -> _ => look = true,
+            // `stopping` is set: the loop hands the held jobs back once no round is in flight.
+            recv(stop) -> _ => stop = never(),
+            recv(wait) -> _ => look = true,
         }
     }
+}
+
+/// Takes a returned round in: counts a round that settled (the pool's waits watch the
+/// count), lets the prefetch follow it, and hands its claims to the workers. Returns how
+/// many jobs it handed out, or `None` once no worker is left to take them.
+fn hand_out<S: Store>(
+    shared: &Shared<S>,
+    round: RoundReturned,
+    jobs: Option<&Sender<(Claimed, Arc<Lease>)>>,
+    prefetch: &mut Prefetch,
+) -> Option<usize> {
+    if round.finished > 0 {
+        *shared.rounds.lock() += 1;
+        shared.round_done.notify_all();
+    }
+    let claimed = round.claimed.len();
+    // Only a round sent before the pool stopped claims, and the held jobs are handed back
+    // only once every round has returned: a round that claimed finds the channel open.
+    let Some(jobs) = jobs else { return Some(0) };
+    // Judged before this round's claims join the jobs still waiting to start.
+    prefetch.after_round(Round { finished: round.finished, asked: round.asked, claimed, waiting: jobs.len() });
+    for claimed in round.claimed {
+        // A slot is free for every claimed job, so this never blocks.
+        jobs.send(claimed).ok()?;
+    }
+    Some(claimed)
 }
 
 /// How long an idle dispatcher sleeps: the poll interval, or less when a limit held the

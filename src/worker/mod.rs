@@ -12,7 +12,7 @@ mod settle;
 mod shared;
 
 pub use attempt::{Attempt, Outcome};
-pub use builder::{WorkerPoolBuilder, MAX_PREFETCH};
+pub use builder::{WorkerPoolBuilder, MAX_PREFETCH, MAX_ROUNDS_IN_FLIGHT};
 pub(crate) use builder::{DEFAULT_POLL_INTERVAL, DEFAULT_POOL_LEASE, DEFAULT_WORKERS};
 pub use counters::PoolCounters;
 pub(crate) use pool::DEFAULT_SHUTDOWN_TIMEOUT;

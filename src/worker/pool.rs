@@ -1,11 +1,14 @@
-//! The worker pool: one dispatcher thread, worker threads that run the handler, and a
-//! heartbeat thread that renews every in-flight lease, one short transaction each.
+//! The worker pool: one dispatcher thread, round threads that run its requests, worker
+//! threads that run the handler, and a heartbeat thread that renews every in-flight lease,
+//! one short transaction each.
 //!
 //! The dispatcher settles and claims in one request: every attempt that finished since its
 //! last round is settled, and as many jobs as there are free slots (workers plus prefetch)
 //! are claimed, in the same group transaction. A finished attempt so costs one hand-off
 //! (worker to dispatcher) and no transaction of its own, and a prefetched job is waiting
-//! when a worker frees up.
+//! when a worker frees up. Up to the pool's rounds in flight run at once, one per round
+//! thread, so that on a server store the next round's settles and claim need not wait for
+//! the last round's commit.
 //!
 //! This file holds the running pool, the handle an application keeps: starting its threads,
 //! its counters and in-flight jobs, the waits for an idle or drained queue, and the
@@ -16,7 +19,7 @@
 
 use super::attempt::Lease;
 use super::counters::{Counters, PoolCounters};
-use super::dispatch::{dispatch, DispatchChannels};
+use super::dispatch::{dispatch, run_rounds, DispatchChannels, RoundRequest, RoundReturned, Rounds};
 use super::execute::{run_worker, Finished};
 use super::heartbeat::heartbeat;
 use super::prefetch::Prefetch;
@@ -100,7 +103,8 @@ impl<S: Store> WorkerPool<S> {
         let (handed_back_tx, handed_back) = bounded::<Vec<JobId>>(1);
         let (finished_tx, finished_rx) = unbounded::<(ClaimToken, Finished)>();
         let wake = settings.queue.subscribe(&settings.queue_name);
-        let mut threads = Vec::with_capacity(workers + 2);
+        let rounds_in_flight = settings.rounds_in_flight;
+        let mut threads = Vec::with_capacity(workers + rounds_in_flight + 2);
 
         for n in 0..workers {
             let shared = shared.clone();
@@ -114,6 +118,24 @@ impl<S: Store> WorkerPool<S> {
         }
         drop(job_rx);
         drop(finished_tx);
+        let rounds = if rounds_in_flight == 1 {
+            Rounds::Inline
+        } else {
+            // The channel holds as many rounds as may be in flight, one per round thread.
+            let (send, rounds_rx) = bounded::<RoundRequest>(rounds_in_flight);
+            let (returned_tx, returned) = unbounded::<RoundReturned>();
+            // Each ends once the dispatcher has ended (dropping the round channel); the
+            // dispatcher ends only once no round is in flight.
+            for n in 0..rounds_in_flight {
+                let shared = shared.clone();
+                let worker = settings.worker_id.clone();
+                let (rounds, returned) = (rounds_rx.clone(), returned_tx.clone());
+                threads.push(spawn(&format!("fenceq-round-{n}"), move || {
+                    run_rounds(&shared, &worker, &rounds, &returned);
+                })?);
+            }
+            Rounds::Threads { send, returned }
+        };
         {
             let shared = shared.clone();
             let exited = exited_tx.clone();
@@ -125,6 +147,7 @@ impl<S: Store> WorkerPool<S> {
                 wake,
                 stop: stop_dispatch_rx,
                 handed_back: handed_back_tx,
+                rounds,
             };
             threads.push(spawn("fenceq-dispatcher", move || {
                 dispatch(&shared, &worker, (workers, prefetch), poll, channels);
@@ -289,9 +312,9 @@ impl<S: Store> WorkerPool<S> {
         // Read before anything is handed back: no held job starts from here on (workers read
         // it before they start one), and the dispatcher claims nothing more.
         self.shared.stopping.store(true, Ordering::SeqCst);
-        // Closing the channel wakes the dispatcher, which hands the held jobs back, drops the
-        // job sender (so workers end once the attempts they run are done) and ends after
-        // settling the last of them.
+        // Closing the channel wakes the dispatcher, which (once its rounds in flight have
+        // returned) hands the held jobs back, drops the job sender (so workers end once the
+        // attempts they run are done) and ends after settling the last of them.
         drop(self.stop_dispatch.take());
         // Not bounded by `timeout`: a held job left claimed would wait out its lease unrun.
         // (Ends at once if the dispatcher is gone.)

@@ -28,6 +28,7 @@ pub(super) struct PoolSettings<S: Store> {
     pub(super) renew_every: Duration,
     pub(super) poll_interval: Duration,
     pub(super) prefetch: Option<usize>,
+    pub(super) rounds_in_flight: usize,
     pub(super) worker_id: String,
     pub(super) retry_policy: RetryPolicy,
     pub(super) max_snoozes: u32,

@@ -32,9 +32,12 @@ type Query<'a> = Prepared<'a>;
 impl Store for PostgresStore {
     type Tx = PgTx;
 
-    /// Concurrent enqueues share a statement: 4 to 64 threads each committing their own
-    /// reached 3,900 to 4,600 jobs/s on the development machine (`queue/intake_group.rs`).
+    /// Concurrent enqueues share a statement: each its own commit is a round trip and a WAL
+    /// flush per job (`queue/intake_group.rs`; figures in `docs/performance.md`).
     const GROUPS_INTAKE: bool = true;
+    /// Two rounds: while one waits for the server, the other's settles and claim run on a
+    /// second backend (a pool's rate is otherwise one backend's per-job work).
+    const POOL_ROUNDS_IN_FLIGHT: usize = 2;
 
     fn read<T>(&self, f: impl FnOnce(&PgTx) -> Result<T>) -> Result<T> {
         self.run_read(f)

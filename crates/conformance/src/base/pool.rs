@@ -2,10 +2,10 @@
 //! late write, panics are retried, the heartbeat keeps leases alive, outcomes settle as the
 //! handler says, an enqueue wakes an idle pool, shutdown loses nothing, prefetch stays within
 //! its slots, a failing claim never costs a finished attempt its settle, `wait_idle` and
-//! `wait_drained`; a prefetched job whose lease was lost is never started; a shutdown starts
-//! no held job and hands them back (fenced, their budget intact); a handler's own
-//! `Queue::complete_with` counts as completed; a failing claim with nothing to settle opens
-//! no other transaction.
+//! `wait_drained`; overlapping rounds claim no more than the free slots; a prefetched job
+//! whose lease was lost is never started; a shutdown starts no held job and hands them back
+//! (fenced, their budget intact); a handler's own `Queue::complete_with` counts as
+//! completed; a failing claim with nothing to settle opens no other transaction.
 //! Waits are on channels with generous bounds (hang guards), never on sleeps.
 
 use crate::fixture::{Db, HANG_GUARD, LEASE};
@@ -31,6 +31,7 @@ pub(super) fn rules<H: Harness>() -> Vec<Rule<H>> {
         several_pools_share_one_queue_handle,
         a_pool_without_a_handler_or_with_bad_settings_does_not_start,
         prefetch_claims_beyond_the_free_workers_but_never_beyond_the_slots,
+        overlapping_rounds_never_hold_more_than_the_slots,
         a_failing_claim_never_costs_a_finished_attempt_its_settle,
         a_pool_that_reclaims_its_own_stalled_job_keeps_the_new_claim,
         wait_idle_returns_once_nothing_is_due_or_running_and_reports_a_timeout,
@@ -65,13 +66,25 @@ fn eventually(mut condition: impl FnMut() -> bool, what: &str) {
 
 const NO_RETRY_DELAY: RetryPolicy = RetryPolicy { base: Duration::ZERO, max: Duration::ZERO, jitter: 0.0 };
 
+/// Also with one round in flight and with more than any store's default, so that both the
+/// serial dispatcher and overlapping rounds are run on every store.
 fn every_job_is_settled_exactly_once_with_many_workers<H: Harness>(h: &H) {
+    for rounds in [None, Some(1), Some(3)] {
+        settled_exactly_once(h, rounds);
+    }
+}
+
+fn settled_exactly_once<H: Harness>(h: &H, rounds: Option<usize>) {
     const JOBS: usize = 2000;
     let db = Db::new(h);
     db.enqueue_batch((0..JOBS).map(|i| NewJob::new("q", format!("{i}").into_bytes()))).unwrap();
     let (tx, rx) = unbounded();
-    let pool = WorkerPool::builder(db.queue.clone(), "q")
-        .workers(8)
+    let builder = WorkerPool::builder(db.queue.clone(), "q").workers(8);
+    let builder = match rounds {
+        Some(rounds) => builder.rounds_in_flight(rounds),
+        None => builder, // the store's default
+    };
+    let pool = builder
         .handler(move |a| {
             tx.send(a.token().id).unwrap();
             Outcome::Complete
@@ -327,6 +340,13 @@ fn a_pool_without_a_handler_or_with_bad_settings_does_not_start<H: Harness>(h: &
         .handler(handler)
         .start()
         .is_err());
+    for rounds in [0, fenceq::MAX_ROUNDS_IN_FLIGHT + 1] {
+        let refused = WorkerPool::builder(db.queue.clone(), "q").rounds_in_flight(rounds).handler(handler).start();
+        match refused {
+            Err(fenceq::Error::InvalidInput { what, .. }) => assert_eq!(what, "rounds_in_flight"),
+            other => panic!("rounds in flight {rounds}: {other:?}"),
+        }
+    }
 }
 
 /// A one-worker pool whose handler reports each job it starts, then waits for a release
@@ -379,6 +399,44 @@ fn prefetch_claims_beyond_the_free_workers_but_never_beyond_the_slots<H: Harness
         assert_eq!(report.counters.completed, 11, "prefetch {prefetch}: every job ran once");
         assert_eq!(db.count("completed"), 11);
     }
+}
+
+/// Rounds in flight at once claim, between them, no more than the free slots: with a fixed
+/// prefetch the pool never holds more than its workers plus the prefetch, while short
+/// handlers keep several rounds out, and every job still runs once.
+fn overlapping_rounds_never_hold_more_than_the_slots<H: Harness>(h: &H) {
+    const JOBS: usize = 600;
+    const WORKERS: usize = 2;
+    const PREFETCH: usize = 3;
+    let db = Db::new(h);
+    db.enqueue_batch((0..JOBS).map(|i| NewJob::new("q", format!("{i}").into_bytes()))).unwrap();
+    let (tx, rx) = unbounded();
+    let pool = WorkerPool::builder(db.queue.clone(), "q")
+        .workers(WORKERS)
+        .prefetch(PREFETCH)
+        .rounds_in_flight(fenceq::MAX_ROUNDS_IN_FLIGHT)
+        .handler(move |a| {
+            tx.send(a.token().id).unwrap();
+            Outcome::Complete
+        })
+        .start()
+        .unwrap();
+    let mut seen = HashSet::new();
+    let mut most = 0;
+    for _ in 0..JOBS {
+        assert!(seen.insert(recv(&rx, "a handler call")), "a job was handed out twice");
+        most = most.max(pool.in_flight().len());
+    }
+    assert!(
+        most <= WORKERS + PREFETCH,
+        "the pool held {most} claims at once, more than its {} slots",
+        WORKERS + PREFETCH
+    );
+    let report = pool.shutdown(HANG_GUARD).unwrap();
+    assert_eq!(report.counters.claimed, JOBS as u64);
+    assert_eq!(report.counters.completed, JOBS as u64);
+    assert_eq!(db.count("completed"), JOBS as i64);
+    assert!(rx.try_recv().is_err(), "no job ran twice");
 }
 
 /// The dispatcher settles and claims in one request; when the claim fails, the finished
@@ -641,16 +699,26 @@ fn release_if_owned_is_fenced_and_gives_the_attempt_back_to_the_budget<H: Harnes
 /// A pool whose workers are all busy holds its prefetched jobs; a shutdown starts none of
 /// them: it hands them back before it returns, claimable at once by another handle with the
 /// attempt given back, and reports them. No handler starts after it returned.
+/// With the store's rounds in flight and with three.
 fn shutdown_starts_no_held_job_and_hands_them_back_claimable_at_once<H: Harness>(h: &H) {
+    for rounds in [None, Some(3)] {
+        hands_back_held_jobs(h, rounds);
+    }
+}
+
+fn hands_back_held_jobs<H: Harness>(h: &H, rounds: Option<usize>) {
     const JOBS: usize = 70;
     const PREFETCH: usize = 64;
     let db = Db::new(h);
     db.enqueue_batch((0..JOBS).map(|i| NewJob::new("q", format!("{i}").into_bytes()))).unwrap();
     let (started_tx, started) = unbounded();
     let (release, released) = unbounded::<()>();
-    let pool = WorkerPool::builder(db.queue.clone(), "q")
-        .workers(2)
-        .prefetch(PREFETCH)
+    let builder = WorkerPool::builder(db.queue.clone(), "q").workers(2).prefetch(PREFETCH);
+    let builder = match rounds {
+        Some(rounds) => builder.rounds_in_flight(rounds),
+        None => builder, // the store's default
+    };
+    let pool = builder
         .handler(move |a| {
             started_tx.send(a.token().id).unwrap();
             released.recv_timeout(HANG_GUARD).unwrap();
