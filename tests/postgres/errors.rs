@@ -229,6 +229,23 @@ fn the_queues_transactions_are_read_committed_whatever_the_sessions_default() {
     assert!(q.claim("q", "w", LEASE).unwrap().is_some());
 }
 
+/// The queue's sessions never compile a statement just in time, whatever the server's
+/// defaults: here the connection asks for JIT on every statement (`jit_above_cost = 0`).
+/// A compile costs tenths of a second, paid on every call of a statement whose estimate
+/// crosses the threshold.
+#[test]
+fn sessions_never_compile_a_statement_just_in_time() {
+    let Some(s) = Scratch::new() else { return };
+    let queue = s.open_at(s.url_with("options", "-c jit=on -c jit_above_cost=0")).unwrap();
+    queue.enqueue(NewJob::new("q", b"x".to_vec())).unwrap();
+    let jit = queue
+        .with_connection(|tx| {
+            Ok(sql_query("SELECT current_setting('jit') AS value").get_result::<Shown>(&mut *tx.conn())?)
+        })
+        .unwrap();
+    assert_eq!(jit.value, "off");
+}
+
 /// A session the server keeps read-only (`default_transaction_read_only`, as on a hot
 /// standby) refuses every write: on a queue opened to write that is `Unavailable` (no server
 /// that accepts writes: retryable), on one opened read-only `ReadOnly`; reads still work.

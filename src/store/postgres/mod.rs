@@ -508,11 +508,18 @@ impl CustomizeConnection<PgConnection, diesel::r2d2::Error> for Session {
 /// the table's current size each time. The connection still parses and analyses each
 /// statement once. The claim is the exception: the schema's `fenceq_claim` sets its own plan
 /// mode and keeps one generic plan, whose shape its settings pin whatever the statistics.
+///
+/// No just-in-time compilation (`jit = off`, for an application's statements in the queue's
+/// closures too): the store's statements are short, and a compile costs the server tenths
+/// of a second, paid again on every call of a statement whose estimate crosses
+/// `jit_above_cost` (stale statistics on a table that grew, or a plan whose paths are priced
+/// out, as the claim's function showed before it turned JIT off itself).
 fn session_settings(options: &PostgresOptions, settings: &Settings) -> String {
     let ms = |d: Duration| d.as_millis().min(i32::MAX as u128);
     let mut sql = format!(
         "SET statement_timeout = {}; SET lock_timeout = {}; SET idle_in_transaction_session_timeout = {}; \
          SET default_transaction_isolation = 'read committed'; SET plan_cache_mode = force_custom_plan; \
+         SET jit = off; \
          DO $$ BEGIN PERFORM set_config('lc_messages', 'C', false); \
          EXCEPTION WHEN insufficient_privilege THEN NULL; END $$;",
         ms(PostgresOptions::STATEMENT_TIMEOUT),
