@@ -738,8 +738,9 @@ fn calls_during_an_outage_are_unavailable_within_their_busy_timeout() {
 
 /// A server that turns read-only under the queue's open connections (what a failover does to
 /// the old primary) fails each write with `Unavailable`, and discards the connection: once the
-/// server accepts writes again, the next call works instead of meeting the same read-only
-/// session (a session keeps the read-only default it started with).
+/// server accepts writes again, no session that failed a write is used again (a session
+/// keeps the read-only default it started with), so calls work again after at most one
+/// failure per session the pool held.
 #[test]
 fn a_server_turned_read_only_is_unavailable_and_its_connections_are_not_reused() {
     let Some(s) = Scratch::new() else { return };
@@ -774,6 +775,18 @@ fn a_server_turned_read_only_is_unavailable_and_its_connections_are_not_reused()
     }
     assert!(unavailable >= 4, "{unavailable} of 6 writes were Unavailable");
     raw.batch_execute(&format!("ALTER DATABASE {database} RESET default_transaction_read_only")).unwrap();
+    // A session that failed a write is never handed out again; but the pool may still hold
+    // sessions it opened while the database was read-only that no write has met yet (r2d2
+    // retries a failed connect in the background after its caller has gone), and each of
+    // those fails one write before it is discarded. So: at most one failure per connection
+    // the pool may hold (twice its size), then every write works.
+    let most = 2 * 2;
+    let mut refused = 0;
+    while let Err(e) = q.enqueue(NewJob::new("q", b"first".to_vec())) {
+        assert!(matches!(e, Error::Unavailable { .. }), "writable again: {e:?}");
+        refused += 1;
+        assert!(refused <= most, "{refused} writes met a read-only session: one is reused");
+    }
     for i in 0..4 {
         q.enqueue(NewJob::new("q", vec![i])).expect("writable again: no read-only session is reused");
     }

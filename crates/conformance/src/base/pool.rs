@@ -13,7 +13,7 @@ use crate::harness::Harness;
 use crate::Rule;
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use fenceq::store::{Store, TokenAt};
-use fenceq::{ClaimToken, JobId, JobState, NewJob, Outcome, RetryPolicy, WorkerPool};
+use fenceq::{ClaimToken, JobId, JobState, NewJob, Outcome, RetryPolicy, WorkerPool, WorkerPoolBuilder};
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -77,24 +77,13 @@ fn every_job_is_settled_exactly_once_with_many_workers<H: Harness>(h: &H) {
 fn settled_exactly_once<H: Harness>(h: &H, rounds: Option<usize>) {
     const JOBS: usize = 2000;
     let db = Db::new(h);
-    db.enqueue_batch((0..JOBS).map(|i| NewJob::new("q", format!("{i}").into_bytes()))).unwrap();
-    let (tx, rx) = unbounded();
     let builder = WorkerPool::builder(db.queue.clone(), "q").workers(8);
     let builder = match rounds {
         Some(rounds) => builder.rounds_in_flight(rounds),
         None => builder, // the store's default
     };
-    let pool = builder
-        .handler(move |a| {
-            tx.send(a.token().id).unwrap();
-            Outcome::Complete
-        })
-        .start()
-        .unwrap();
-    let mut seen = HashSet::new();
-    for _ in 0..JOBS {
-        assert!(seen.insert(recv(&rx, "a handler call")), "a job was handed out twice");
-    }
+    let (pool, rx) = reporting_pool(&db, JOBS, builder);
+    each_job_runs_once(&rx, JOBS, || {});
     let report = pool.shutdown(HANG_GUARD).unwrap();
     assert!(report.still_running.is_empty());
     assert_eq!(report.counters.claimed, JOBS as u64);
@@ -102,6 +91,35 @@ fn settled_exactly_once<H: Harness>(h: &H, rounds: Option<usize>) {
     assert_eq!(report.counters.stale_settles_rejected, 0);
     assert_eq!(db.count("completed"), JOBS as i64);
     assert!(rx.try_recv().is_err(), "no job ran twice");
+}
+
+/// Enqueues `jobs` jobs and starts `builder`'s pool with a handler that reports each job it
+/// runs, then completes it.
+fn reporting_pool<H: Harness>(
+    db: &Db<'_, H>,
+    jobs: usize,
+    builder: WorkerPoolBuilder<H::Store>,
+) -> (WorkerPool<H::Store>, Receiver<JobId>) {
+    db.enqueue_batch((0..jobs).map(|i| NewJob::new("q", format!("{i}").into_bytes()))).unwrap();
+    let (tx, rx) = unbounded();
+    let pool = builder
+        .handler(move |a| {
+            tx.send(a.token().id).unwrap();
+            Outcome::Complete
+        })
+        .start()
+        .unwrap();
+    (pool, rx)
+}
+
+/// Receives `jobs` reports of a `reporting_pool`, each of another job, calling `after_each`
+/// after each.
+fn each_job_runs_once(rx: &Receiver<JobId>, jobs: usize, mut after_each: impl FnMut()) {
+    let mut seen = HashSet::new();
+    for _ in 0..jobs {
+        assert!(seen.insert(recv(rx, "a handler call")), "a job was handed out twice");
+        after_each();
+    }
 }
 
 fn a_handler_that_outlives_its_lease_is_fenced_off_while_the_reclaiming_attempt_commits<H: Harness>(h: &H) {
@@ -409,24 +427,13 @@ fn overlapping_rounds_never_hold_more_than_the_slots<H: Harness>(h: &H) {
     const WORKERS: usize = 2;
     const PREFETCH: usize = 3;
     let db = Db::new(h);
-    db.enqueue_batch((0..JOBS).map(|i| NewJob::new("q", format!("{i}").into_bytes()))).unwrap();
-    let (tx, rx) = unbounded();
-    let pool = WorkerPool::builder(db.queue.clone(), "q")
+    let builder = WorkerPool::builder(db.queue.clone(), "q")
         .workers(WORKERS)
         .prefetch(PREFETCH)
-        .rounds_in_flight(fenceq::MAX_ROUNDS_IN_FLIGHT)
-        .handler(move |a| {
-            tx.send(a.token().id).unwrap();
-            Outcome::Complete
-        })
-        .start()
-        .unwrap();
-    let mut seen = HashSet::new();
+        .rounds_in_flight(fenceq::MAX_ROUNDS_IN_FLIGHT);
+    let (pool, rx) = reporting_pool(&db, JOBS, builder);
     let mut most = 0;
-    for _ in 0..JOBS {
-        assert!(seen.insert(recv(&rx, "a handler call")), "a job was handed out twice");
-        most = most.max(pool.in_flight().len());
-    }
+    each_job_runs_once(&rx, JOBS, || most = most.max(pool.in_flight().len()));
     assert!(
         most <= WORKERS + PREFETCH,
         "the pool held {most} claims at once, more than its {} slots",
