@@ -4,10 +4,10 @@
 //! a time, which hands a job to a worker soonest; while the queue has a backlog (the last
 //! round got every job it asked for) and the pool allows more than one round in flight,
 //! round threads run them (`run_rounds`), so that the attempts that finish while one round
-//! waits for the store go out in the next at once. The
-//! dispatcher hands each round's claims to the workers, and sleeps until a round returns,
-//! an attempt finishes, an enqueue wakes it, the poll interval passes or the pool stops;
-//! once the pool stops and its rounds have returned, it hands the held jobs back.
+//! waits for the store go out in the next at once. The dispatcher hands each round's claims
+//! to the workers, and sleeps until a round returns, an attempt finishes, an enqueue wakes
+//! it, the poll interval passes or the pool stops; once the pool stops and its rounds have
+//! returned, it hands the held jobs back.
 //!
 //! Apart from the workers and the settle path: it decides when and how much to claim, while
 //! what a round writes is the settle path's.
@@ -193,7 +193,8 @@ pub(super) fn dispatch<S: Store>(
             let round = RoundRequest { finished: std::mem::take(&mut done), claim };
             match &rounds {
                 // The channel holds as many rounds as may be in flight: this never blocks.
-                Rounds::Threads { send, .. } if backlog || in_flight > 0 => {
+                // (A round while another is in flight implies a backlog.)
+                Rounds::Threads { send, .. } if backlog => {
                     if send.send(round).is_err() {
                         return;
                     }
@@ -223,16 +224,13 @@ pub(super) fn dispatch<S: Store>(
                 let Ok(round) = round else { return };
                 ran = Some(round);
             }
-            recv(attempts) -> attempt => match attempt {
-                Ok(attempt) => {
+            recv(attempts) -> attempt => {
+                // A disconnection is the loop's `try_recv` to find.
+                if let Ok(attempt) = attempt {
                     busy -= 1;
                     done.push(attempt);
                 }
-                Err(_) => {
-                    workers_gone = true;
-                    finished = never();
-                }
-            },
+            }
             recv(wake) -> _ => look = true,
             // `stopping` is set: the loop hands the held jobs back once no round is in flight.
             recv(stop) -> _ => stop = never(),

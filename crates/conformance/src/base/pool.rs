@@ -77,11 +77,7 @@ fn every_job_is_settled_exactly_once_with_many_workers<H: Harness>(h: &H) {
 fn settled_exactly_once<H: Harness>(h: &H, rounds: Option<usize>) {
     const JOBS: usize = 2000;
     let db = Db::new(h);
-    let builder = WorkerPool::builder(db.queue.clone(), "q").workers(8);
-    let builder = match rounds {
-        Some(rounds) => builder.rounds_in_flight(rounds),
-        None => builder, // the store's default
-    };
+    let builder = with_rounds(WorkerPool::builder(db.queue.clone(), "q").workers(8), rounds);
     let (pool, rx) = reporting_pool(&db, JOBS, builder);
     each_job_runs_once(&rx, JOBS, || {});
     let report = pool.shutdown(HANG_GUARD).unwrap();
@@ -91,6 +87,14 @@ fn settled_exactly_once<H: Harness>(h: &H, rounds: Option<usize>) {
     assert_eq!(report.counters.stale_settles_rejected, 0);
     assert_eq!(db.count("completed"), JOBS as i64);
     assert!(rx.try_recv().is_err(), "no job ran twice");
+}
+
+/// `builder` with `rounds` in flight; `None` keeps the store's default.
+fn with_rounds<S: Store>(builder: WorkerPoolBuilder<S>, rounds: Option<usize>) -> WorkerPoolBuilder<S> {
+    match rounds {
+        Some(rounds) => builder.rounds_in_flight(rounds),
+        None => builder,
+    }
 }
 
 /// Enqueues `jobs` jobs and starts `builder`'s pool with a handler that reports each job it
@@ -720,11 +724,7 @@ fn hands_back_held_jobs<H: Harness>(h: &H, rounds: Option<usize>) {
     db.enqueue_batch((0..JOBS).map(|i| NewJob::new("q", format!("{i}").into_bytes()))).unwrap();
     let (started_tx, started) = unbounded();
     let (release, released) = unbounded::<()>();
-    let builder = WorkerPool::builder(db.queue.clone(), "q").workers(2).prefetch(PREFETCH);
-    let builder = match rounds {
-        Some(rounds) => builder.rounds_in_flight(rounds),
-        None => builder, // the store's default
-    };
+    let builder = with_rounds(WorkerPool::builder(db.queue.clone(), "q").workers(2).prefetch(PREFETCH), rounds);
     let pool = builder
         .handler(move |a| {
             started_tx.send(a.token().id).unwrap();
