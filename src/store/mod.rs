@@ -660,7 +660,7 @@ pub type Wake = std::sync::Arc<dyn Fn(Option<&str>) + Send + Sync>;
 /// one list for every store, so that a version number means the same change everywhere.
 /// Each store pairs it with its own dialect's files, `schema/<store>/NNNN_<name>.sql`
 /// ([`migrations`]).
-pub(crate) const MIGRATION_NAMES: [&str; 16] = [
+pub(crate) const MIGRATION_NAMES: [&str; 17] = [
     "create_jobs",
     "add_claim_id",
     "durable_exhaustion",
@@ -677,6 +677,7 @@ pub(crate) const MIGRATION_NAMES: [&str; 16] = [
     "grouped_claim",
     "fair_group_claims",
     "claim_function",
+    "stats_function",
 ];
 
 /// The schema version this build writes and understands, in every store.

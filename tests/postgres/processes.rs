@@ -587,6 +587,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (14, "grouped_claim", include_str!("../../schema/postgres/0014_grouped_claim.sql")),
     (15, "fair_group_claims", include_str!("../../schema/postgres/0015_fair_group_claims.sql")),
     (16, "claim_function", include_str!("../../schema/postgres/0016_claim_function.sql")),
+    (17, "stats_function", include_str!("../../schema/postgres/0017_stats_function.sql")),
 ];
 
 /// Creates `schema` at version `level`, as an older build left it, with rows in every

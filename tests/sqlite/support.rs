@@ -81,7 +81,7 @@ pub fn snapshot(path: &std::path::Path) -> Vec<RowSnapshot> {
 }
 
 /// The schema files, in order, as a build of each version wrote them.
-pub const SCHEMA: [&str; 16] = [
+pub const SCHEMA: [&str; 17] = [
     include_str!("../../schema/sqlite/0001_create_jobs.sql"),
     include_str!("../../schema/sqlite/0002_add_claim_id.sql"),
     include_str!("../../schema/sqlite/0003_durable_exhaustion.sql"),
@@ -98,6 +98,7 @@ pub const SCHEMA: [&str; 16] = [
     include_str!("../../schema/sqlite/0014_grouped_claim.sql"),
     include_str!("../../schema/sqlite/0015_fair_group_claims.sql"),
     include_str!("../../schema/sqlite/0016_claim_function.sql"),
+    include_str!("../../schema/sqlite/0017_stats_function.sql"),
 ];
 
 /// Writes a database as a build of schema `version` left it, with three rows of `queue`

@@ -786,34 +786,13 @@ stmt! {
         RETURNING count)
     SELECT coalesce(sum(count), 0)::bigint AS n FROM counted";
 
+    /// The live states counted from their rows, the settled ones read from their kept counts
+    /// (`$1` now, for the expired leases): a call of the schema's `fenceq_stats`, whose plan
+    /// each session makes once with bitmap and sequential scans priced out
+    /// (`schema/postgres/0017_stats_function.sql` says why), ordered by queue.
     STATS = "
-    WITH live AS (
-        SELECT queue, 'pending' AS state, run_at, NULL::bigint AS lease_until
-        FROM   fenceq_jobs WHERE state = 'pending' AND NOT group_held
-        UNION ALL
-        SELECT queue, 'pending', run_at, NULL
-        FROM   fenceq_jobs
-        WHERE  group_name IS NOT NULL AND state IN ('pending', 'running', 'waiting', 'unknown', 'exhausted')
-          AND  group_held AND state = 'pending'
-        UNION ALL
-        SELECT queue, 'running', NULL, lease_until FROM fenceq_jobs WHERE state = 'running'
-        UNION ALL
-        SELECT queue, 'waiting', NULL, NULL FROM fenceq_jobs WHERE state = 'waiting'
-        UNION ALL
-        SELECT queue, 'unknown', NULL, NULL FROM fenceq_jobs WHERE state = 'unknown'
-        UNION ALL
-        SELECT queue, 'exhausted', NULL, NULL FROM fenceq_jobs WHERE state = 'exhausted' AND acknowledged_at IS NULL
-    )
-    SELECT queue, state, false AS acknowledged, count(*) AS count, min(run_at) AS min_run_at,
-           count(*) FILTER (WHERE lease_until <= $1) AS expired
-    FROM   live
-    GROUP  BY queue, state
-    UNION ALL
-    SELECT queue, CASE WHEN state = 'acknowledged' THEN 'exhausted' ELSE state END,
-           state = 'acknowledged', sum(count)::bigint, NULL, 0
-    FROM   fenceq_settled_counts
-    GROUP  BY queue, state
-    HAVING sum(count) <> 0
+    SELECT queue, state, acknowledged, count, min_run_at, expired
+    FROM   fenceq_stats($1)
     ORDER  BY queue";
 }
 

@@ -29,6 +29,7 @@ pub(crate) const MIGRATIONS: [Migration; MIGRATION_NAMES.len()] = migrations([
     include_str!("../../../schema/sqlite/0014_grouped_claim.sql"),
     include_str!("../../../schema/sqlite/0015_fair_group_claims.sql"),
     include_str!("../../../schema/sqlite/0016_claim_function.sql"),
+    include_str!("../../../schema/sqlite/0017_stats_function.sql"),
 ]);
 
 /// The schema version this build writes and understands.

@@ -1,0 +1,4 @@
+-- Nothing to change on SQLite: PostgreSQL's 0017 moves the counts `stats` reads into a
+-- function whose plan each session makes once, with bitmap scans priced out. SQLite prepares
+-- the statement once per connection and reads partial indexes with plain index scans already.
+-- The version exists so that a number means the same schema on both stores.
