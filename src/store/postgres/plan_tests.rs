@@ -1,13 +1,14 @@
 //! The hot statements' plans against a real server (`FENCEQ_POSTGRES_URL`; skipped without
 //! one, failing under `CI=true`): the claim honours its `LIMIT` instead of reading every due
-//! row, whatever the table held when its session made its plan; the
-//! overview's completions per minute read the hour asked for, not every settled row; a
-//! window of the starts log, and the grouped claim's reads of it, stop at the rates' counts;
-//! the batched settle reads its rows by key, not the index of running rows; `stats` reads no
-//! settled row; and a settle never waits for another's count of settled rows. Each statement's
-//! plan is checked both as the server plans a prepared statement for a call's values and as
-//! the generic plan a connection may keep for it after five runs; the claim (a function that
-//! keeps a generic plan of its own) by what the server counts it read.
+//! row, whatever the table held when its session made its plan; the overview's completions
+//! per minute read the hour asked for, not every settled row; a window of the starts log, and
+//! the grouped claim's reads of it, stop at the rates' counts; the batched settle reads its
+//! rows by key, not the index of running rows; `stats` reads no settled row, and reads the
+//! index entries of a job that ran only once; and a settle never waits for another's count of
+//! settled rows. Each statement's plan is checked both as the server plans a prepared
+//! statement for a call's values and as the generic plan a connection may keep for it after
+//! five runs; the claim and `stats` (functions that keep a generic plan of their own) by what
+//! the server counts they read.
 
 use super::jobs::TokenRow;
 use super::statements::{
