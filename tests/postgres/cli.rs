@@ -644,6 +644,27 @@ fn count(s: &Value, name: &str) -> u64 {
     s[name].as_u64().unwrap_or_else(|| panic!("{name} is not a count in {s:#}"))
 }
 
+/// The demo's exhausted jobs in the scratch schema, with their attempts and last errors: what
+/// a failing count of exhaustions shows.
+fn exhausted_jobs(s: &Scratch) -> Vec<(Option<String>, i32, Option<String>)> {
+    #[derive(QueryableByName)]
+    struct Exhausted {
+        #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+        key: Option<String>,
+        #[diesel(sql_type = diesel::sql_types::Integer)]
+        attempt: i32,
+        #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+        last_error: Option<String>,
+    }
+    let rows: Vec<Exhausted> = sql_query(format!(
+        "SELECT key, attempt, last_error FROM \"{}\".fenceq_jobs WHERE state = 'exhausted' ORDER BY id",
+        s.schema
+    ))
+    .load(&mut s.raw())
+    .unwrap();
+    rows.into_iter().map(|r| (r.key, r.attempt, r.last_error)).collect()
+}
+
 #[test]
 fn the_demo_on_postgres_accounts_for_every_recorded_update() {
     let Some(s) = Scratch::new() else { return };
@@ -656,7 +677,13 @@ fn the_demo_on_postgres_accounts_for_every_recorded_update() {
     assert_eq!(n("acknowledged"), n("exhausted"), "{doc:#}");
     assert_eq!(doc["adds_up"], true, "{doc:#}");
     assert_eq!((n("updates"), n("duplicates_dropped")), (1000, 1000 / 7));
-    assert_eq!((n("completed"), n("exhausted"), n("unknown")), (997, 2, 1));
+    assert_eq!(
+        (n("completed"), n("exhausted"), n("unknown")),
+        (997, 2, 1),
+        "exhausted (key, attempt, last error): {:?}; retries {}",
+        exhausted_jobs(&s),
+        n("retries")
+    );
     assert_eq!(n("stale_writes_rejected"), 2, "the stalled worker's reply and settle");
     assert!(n("retries") >= 100 + 2 * 2, "{doc:#}");
     assert_eq!(doc["db"], format!("{} (schema {})", s.url, s.schema));
