@@ -9,11 +9,11 @@
 -- the last vacuum (every job claimed leaves one in the claim index, every job settled one in
 -- the index of running jobs), and unlike an index scan it never marks such an entry dead for
 -- the scans after it. So each `stats` call read every job that ran since the last vacuum,
--- tens of thousands of rows at a steady load (figures in `docs/performance.md`). Here bitmap scans and sequential scans are priced out while the
--- function runs (the `SET` clauses hold only inside it): each live state is read by an index
--- scan of its own index, whatever the table held when the plan was made, and the first scan
--- that meets an entry whose row no transaction can still see marks it, so later calls skip it
--- without visiting the table. Planning, which took longer than the reads (six branches), is
+-- tens of thousands of rows at a steady load (figures in `docs/performance.md`). Here bitmap
+-- scans and sequential scans are priced out while the function runs (the `SET` clauses hold
+-- only inside it): each live state is read by an index scan of its own index, whatever the
+-- table held when the plan was made, and the first scan that meets an entry whose row no
+-- transaction can still see marks it, so later calls skip it without visiting the table. Planning, which took longer than the reads (six branches), is
 -- done once per session. Pricing paths out adds a huge constant to the plan's cost, above
 -- `jit_above_cost`: `jit = off` keeps the server from compiling the plan on every call.
 --

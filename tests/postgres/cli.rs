@@ -13,7 +13,7 @@
 
 use assert_cmd::Command;
 use fenceq::diesel::connection::SimpleConnection;
-use fenceq::diesel::sql_types::{BigInt, Text};
+use fenceq::diesel::sql_types::{BigInt, Integer, Nullable, Text};
 use fenceq::diesel::{sql_query, Connection, PgConnection, QueryableByName, RunQueryDsl};
 use fenceq::{JobId, JobState, NewJob, PostgresStore, Queue, SCHEMA_VERSION};
 use serde_json::Value;
@@ -649,11 +649,11 @@ fn count(s: &Value, name: &str) -> u64 {
 fn exhausted_jobs(s: &Scratch) -> Vec<(Option<String>, i32, Option<String>)> {
     #[derive(QueryableByName)]
     struct Exhausted {
-        #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+        #[diesel(sql_type = Nullable<Text>)]
         key: Option<String>,
-        #[diesel(sql_type = diesel::sql_types::Integer)]
+        #[diesel(sql_type = Integer)]
         attempt: i32,
-        #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+        #[diesel(sql_type = Nullable<Text>)]
         last_error: Option<String>,
     }
     let rows: Vec<Exhausted> = sql_query(format!(

@@ -469,10 +469,17 @@ fn the_batched_settle_reads_its_rows_by_key_not_the_running_rows_index() {
     raw.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE")).unwrap();
 }
 
+/// The live rows of the stats tests: 100 pending (`run_at` 1 to 100) and 20 running under a
+/// lease that never ends.
+const STATS_LIVE: &str = "
+    INSERT INTO fenceq_jobs (queue, payload, run_at, max_attempts, created_at)
+    SELECT 'q', '\\x00', i, 3, 0 FROM generate_series(1, 100) AS i;
+    INSERT INTO fenceq_jobs (queue, payload, state, attempt, worker, lease_until, claim_id, run_at, max_attempts, created_at)
+    SELECT 'q', '\\x00', 'running', 1, 'w', 9000000000000, gen_random_uuid(), 0, 3, 0 FROM generate_series(1, 20);";
+
 /// The settled rows of the stats tests: 40,000 completed, 10,000 cancelled and 10,000
-/// acknowledged exhaustions, with their kept counts; and the live ones: 100 pending (`run_at`
-/// 1 to 100) and 20 running under a lease that never ends.
-const STATS_FILL: &str = "
+/// acknowledged exhaustions, with their kept counts.
+const STATS_SETTLED: &str = "
     INSERT INTO fenceq_jobs (queue, payload, state, attempt, run_at, max_attempts, created_at, settled_at)
     SELECT 'q', '\\x00', 'completed', 1, 0, 3, 0, 5 FROM generate_series(1, 40000);
     INSERT INTO fenceq_jobs (queue, payload, state, attempt, run_at, max_attempts, created_at, settled_at)
@@ -480,10 +487,6 @@ const STATS_FILL: &str = "
     INSERT INTO fenceq_jobs (queue, payload, state, attempt, claim_id, run_at, max_attempts, created_at, settled_at,
                              exhausted_at, acknowledged_at)
     SELECT 'q', '\\x00', 'exhausted', 3, gen_random_uuid(), 0, 3, 0, 5, 5, 6 FROM generate_series(1, 10000);
-    INSERT INTO fenceq_jobs (queue, payload, run_at, max_attempts, created_at)
-    SELECT 'q', '\\x00', i, 3, 0 FROM generate_series(1, 100) AS i;
-    INSERT INTO fenceq_jobs (queue, payload, state, attempt, worker, lease_until, claim_id, run_at, max_attempts, created_at)
-    SELECT 'q', '\\x00', 'running', 1, 'w', 9000000000000, gen_random_uuid(), 0, 3, 0 FROM generate_series(1, 20);
     INSERT INTO fenceq_settled_counts (queue, state, shard, count)
     VALUES ('q', 'completed', 0, 40000), ('q', 'cancelled', 7, 10000), ('q', 'acknowledged', 63, 10000);";
 
@@ -504,10 +507,11 @@ fn stats_reads_no_settled_row() {
     let Some(url) = server() else { return };
     let three = "INSERT INTO fenceq_jobs (queue, payload, run_at, max_attempts, created_at)
                  SELECT 'q', '\\x00', 1000 + i, 3, 0 FROM generate_series(1, 3) AS i;";
+    let fill = [STATS_SETTLED, STATS_LIVE].concat();
     for (made_on, before_plan, after_plan, pending) in [
-        ("an empty table", "", STATS_FILL, 100),
-        ("three pending jobs", three, STATS_FILL, 103),
-        ("every row", STATS_FILL, "", 100),
+        ("an empty table", "", fill.as_str(), 100),
+        ("three pending jobs", three, &fill, 103),
+        ("every row", &fill, "", 100),
     ] {
         let (schema, queue, mut raw) = scratch(&url);
         // No `ANALYZE` but the test's own: the session keeps its plan until the statistics change.
@@ -549,14 +553,9 @@ fn stats_reads_no_settled_row() {
 fn stats_reads_the_entries_of_jobs_that_ran_once() {
     let Some(url) = server() else { return };
     let (schema, queue, mut raw) = scratch(&url);
-    raw.batch_execute(
-        "ALTER TABLE fenceq_jobs SET (autovacuum_enabled = off);
-         INSERT INTO fenceq_jobs (queue, payload, run_at, max_attempts, created_at)
-         SELECT 'q', '\\x00', i, 3, 0 FROM generate_series(1, 100) AS i;
-         INSERT INTO fenceq_jobs (queue, payload, state, attempt, worker, lease_until, claim_id, run_at, max_attempts, created_at)
-         SELECT 'q', '\\x00', 'running', 1, 'w', 9000000000000, gen_random_uuid(), 0, 3, 0 FROM generate_series(1, 20);
-         ANALYZE fenceq_jobs;",
-    )
+    raw.batch_execute(&format!(
+        "ALTER TABLE fenceq_jobs SET (autovacuum_enabled = off); {STATS_LIVE} ANALYZE fenceq_jobs;"
+    ))
     .unwrap();
     // Each step its own transaction, as the queue's claims and settles are.
     for step in [
@@ -572,9 +571,9 @@ fn stats_reads_the_entries_of_jobs_that_ran_once() {
     wait_for_every_older_snapshot(&mut raw);
     let before = reads(&mut raw, "fenceq_jobs");
     stats_on(&mut raw);
-    let first = reads(&mut raw, "fenceq_jobs").since(&before);
+    let after_first = reads(&mut raw, "fenceq_jobs");
     stats_on(&mut raw);
-    let second = reads(&mut raw, "fenceq_jobs").since(&before).since(&first);
+    let (first, second) = (after_first.since(&before), reads(&mut raw, "fenceq_jobs").since(&after_first));
     assert_eq!((first.scans, second.scans), (0, 0), "stats scanned the table");
     assert!(first.entries >= 5000, "the first call read the 5,000 jobs' entries: read {}", first.entries);
     assert!(second.entries <= 120, "the second call read {} entries for 120 live jobs", second.entries);
@@ -586,25 +585,15 @@ fn stats_reads_the_entries_of_jobs_that_ran_once() {
 /// begun before now: until then, a row such a session may still see is not dead to every
 /// transaction, and no scan may mark its index entries.
 fn wait_for_every_older_snapshot(raw: &mut PgConnection) {
-    #[derive(QueryableByName)]
-    struct Xid {
-        #[diesel(sql_type = Text)]
-        xid: String,
-    }
-    #[derive(QueryableByName)]
-    struct Older {
-        #[diesel(sql_type = BigInt)]
-        n: i64,
-    }
-    let now: Xid = sql_query("SELECT pg_current_xact_id()::text AS xid").get_result(raw).unwrap();
+    let now: Line = sql_query("SELECT pg_current_xact_id()::text AS line").get_result(raw).unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let older: Older = sql_query(
+        let older: N = sql_query(
             "SELECT count(*) AS n FROM pg_stat_activity
              WHERE  datname = current_database() AND pid <> pg_backend_pid()
                AND  (age(backend_xmin) >= age($1::xid) OR age(backend_xid) >= age($1::xid))",
         )
-        .bind::<Text, _>(&now.xid)
+        .bind::<Text, _>(&now.line)
         .get_result(raw)
         .unwrap();
         if older.n == 0 {
