@@ -429,8 +429,10 @@ fn settle_once<S: Store>(
             if S::retry_if_owned(tx, claim, run_at, error)? {
                 return Ok(Ok(Settled::Retried(run_at)));
             }
-            // Either no attempts are left or the token is stale; exhaust tells them apart.
-            (S::exhaust_if_owned(tx, claim, error)?, Settled::Exhausted)
+            // Either no attempts are left, or the token is stale, or (on a server store)
+            // another transaction held the row; the exhaustion, guarded by the count, tells
+            // the first apart.
+            (S::exhaust_out_of_attempts_if_owned(tx, claim, error)?, Settled::Exhausted)
         }
         Settle::Exhaust(error) => (S::exhaust_if_owned(tx, claim, &clip(error))?, Settled::Exhausted),
         Settle::Unknown(evidence) => (S::mark_unknown_if_owned(tx, claim, &clip(evidence))?, Settled::Unknown),

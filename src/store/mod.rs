@@ -362,6 +362,13 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// `running` → unacknowledged `exhausted`, keeping the token.
     fn exhaust_if_owned(tx: &Self::Tx, claim: TokenAt<'_>, error: &str) -> Result<bool>;
 
+    /// [`Store::exhaust_if_owned`], only when no attempt is left (`attempt >= max_attempts`):
+    /// the exhaustion of a retry that [`Store::retry_if_owned`] did not schedule. Guarded by
+    /// the count as well as the token, so that a retry that missed for another reason
+    /// (another transaction held the row, and let it go before this statement) never
+    /// exhausts a job with attempts left.
+    fn exhaust_out_of_attempts_if_owned(tx: &Self::Tx, claim: TokenAt<'_>, error: &str) -> Result<bool>;
+
     /// `running` → `unknown`.
     fn mark_unknown_if_owned(tx: &Self::Tx, claim: TokenAt<'_>, evidence: &str) -> Result<bool>;
 

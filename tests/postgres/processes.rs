@@ -871,6 +871,67 @@ fn a_heartbeat_waiting_for_one_jobs_row_holds_no_other() {
     }
 }
 
+/// Found by the PostgreSQL demo (one run in 20 to 45): a job whose handler asked for a retry
+/// on its first attempt of three ended exhausted. A settle's retry skips a row another
+/// transaction holds (a heartbeat renewing the lease), and the exhaustion that follows a
+/// missed retry (meant for a job out of attempts) ran next; with the row let go in between,
+/// it exhausted a job that had attempts left. Here a statement-level trigger (it fires even
+/// for an `UPDATE` that changed no row) stops the settle's session after its first statement
+/// until the test has let the row go: the next statement then finds the row free. The retry
+/// must still be scheduled.
+#[test]
+fn a_retry_that_skipped_a_held_row_never_exhausts_a_job_with_attempts_left() {
+    let Some(s) = Scratch::new() else { return };
+    let q = s.open();
+    q.enqueue(NewJob::new("q", b"x".to_vec()).max_attempts(3)).unwrap();
+    let token = q.claim("q", "w", Duration::from_secs(30)).unwrap().expect("the job").token();
+    let mut setup = s.raw();
+    setup
+        .batch_execute(
+            "CREATE TABLE settle_gate (armed boolean NOT NULL);
+             INSERT INTO settle_gate VALUES (true);
+             CREATE FUNCTION stop_once_after_an_update() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 DELETE FROM settle_gate WHERE armed;
+                 IF FOUND THEN
+                     PERFORM pg_advisory_xact_lock(4242);
+                 END IF;
+                 RETURN NULL;
+             END $$;
+             CREATE TRIGGER stop_once AFTER UPDATE ON fenceq_jobs
+                 FOR EACH STATEMENT EXECUTE FUNCTION stop_once_after_an_update();",
+        )
+        .unwrap();
+    let mut gate = s.raw();
+    let gate_pid = scalar(&mut gate, "SELECT pg_backend_pid()::bigint AS n");
+    gate.batch_execute("SELECT pg_advisory_lock(4242)").unwrap();
+    // Another transaction holds the row, as a heartbeat's renewal in progress would.
+    let mut holder = s.raw();
+    holder.batch_execute(&format!("BEGIN; SELECT 1 FROM fenceq_jobs WHERE id = {} FOR UPDATE", token.id.0)).unwrap();
+    let retrying = {
+        let q = q.clone();
+        std::thread::spawn(move || q.retry(&token, Duration::from_millis(5), "telegram 502 bad gateway"))
+    };
+    let mut watcher = s.raw();
+    wait_for("the settle's first statement to stop at the gate", WAIT_BOUND, || {
+        let stopped =
+            format!("SELECT count(*) AS n FROM pg_stat_activity WHERE {gate_pid} = ANY(pg_blocking_pids(pid))");
+        scalar(&mut watcher, &stopped) > 0
+    });
+    holder.batch_execute("ROLLBACK").unwrap();
+    gate.batch_execute("SELECT pg_advisory_unlock(4242)").unwrap();
+    let retried = retrying.join().unwrap();
+    let job = q.job(token.id).unwrap().unwrap();
+    assert!(
+        matches!(retried, Ok(fenceq::Retried::Scheduled(_))),
+        "a retry on attempt 1 of 3 ended {retried:?}: the job is {:?} ({:?})",
+        job.state,
+        job.last_error
+    );
+    assert_eq!((job.state, job.attempt), (fenceq::JobState::Pending, 1));
+    assert_eq!(scalar(&mut watcher, "SELECT count(*) AS n FROM settle_gate"), 0, "the gate stopped the settle");
+}
+
 /// The same run's other way to revive a refused token: the heartbeat round renews x (live
 /// at its instant) and goes on to the next token, whose row lock makes it wait, so x's
 /// renewal is written but not committed. An owned check of x meanwhile, at a later instant

@@ -307,6 +307,10 @@ impl Store for PostgresStore {
         releasing(tx, token_query(EXHAUST_IF_OWNED, claim).bind::<Text, _>(error), claim.now)
     }
 
+    fn exhaust_out_of_attempts_if_owned(tx: &PgTx, claim: TokenAt<'_>, error: &str) -> Result<bool> {
+        releasing(tx, token_query(EXHAUST_OUT_OF_ATTEMPTS_IF_OWNED, claim).bind::<Text, _>(error), claim.now)
+    }
+
     fn mark_unknown_if_owned(tx: &PgTx, claim: TokenAt<'_>, evidence: &str) -> Result<bool> {
         let query = token_query(MARK_UNKNOWN_IF_OWNED, claim).bind::<Text, _>(evidence);
         releasing(tx, query, claim.now)

@@ -350,6 +350,22 @@ stmt! {
         group_returned!()
     );
 
+    /// A retry out of attempts (`$5` the error): `EXHAUST_IF_OWNED` only when no attempt is
+    /// left, so that a retry that skipped a held row never exhausts a job with attempts left.
+    EXHAUST_OUT_OF_ATTEMPTS_IF_OWNED = concat!(
+        "UPDATE fenceq_jobs
+    SET    state = 'exhausted', lease_until = NULL, last_error = $5,
+           settled_at = $4, exhausted_at = $4, acknowledged_at = NULL, ",
+        release_due!(),
+        "
+    WHERE  attempt >= max_attempts AND ",
+        owned_by_token!(),
+        unless_held_elsewhere!(),
+        "
+    RETURNING ",
+        group_returned!()
+    );
+
     MARK_UNKNOWN_IF_OWNED = concat!(
         "UPDATE fenceq_jobs
     SET    state = 'unknown', lease_until = NULL, last_error = $5, settled_at = $4, ",

@@ -259,6 +259,10 @@ impl Store for SqliteStore {
         releasing(tx, claim.token.id, owned(tx, EXHAUST_IF_OWNED, claim, &[(":error", &error)])?)
     }
 
+    fn exhaust_out_of_attempts_if_owned(tx: &Connection, claim: TokenAt<'_>, error: &str) -> Result<bool> {
+        releasing(tx, claim.token.id, owned(tx, EXHAUST_OUT_OF_ATTEMPTS_IF_OWNED, claim, &[(":error", &error)])?)
+    }
+
     fn mark_unknown_if_owned(tx: &Connection, claim: TokenAt<'_>, evidence: &str) -> Result<bool> {
         releasing(tx, claim.token.id, owned(tx, MARK_UNKNOWN_IF_OWNED, claim, &[(":error", &evidence)])?)
     }

@@ -193,6 +193,7 @@ fn point_operations_use_the_primary_key_or_an_index() {
         COMPLETIONS_PER_MINUTE,
         SNOOZE_IF_OWNED,
         EXHAUST_PAST_SNOOZE_CAP_IF_OWNED,
+        EXHAUST_OUT_OF_ATTEMPTS_IF_OWNED,
         BACK_OFF_QUEUE_OF,
         QUEUE_BACKOFF,
         CLEAR_QUEUE_BACKOFF,

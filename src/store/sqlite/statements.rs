@@ -334,6 +334,16 @@ stmt! {
         owned_by_token!()
     );
 
+    /// A retry out of attempts: `EXHAUST_IF_OWNED` only when no attempt is left (the same
+    /// guard as PostgreSQL's, where a retry can miss a row another transaction holds).
+    EXHAUST_OUT_OF_ATTEMPTS_IF_OWNED = concat!(
+        "UPDATE fenceq_jobs
+    SET    state = 'exhausted', lease_until = NULL, last_error = :error,
+           settled_at = :now, exhausted_at = :now, acknowledged_at = NULL
+    WHERE  attempt >= max_attempts AND ",
+        owned_by_token!()
+    );
+
     MARK_UNKNOWN_IF_OWNED = concat!(
         "UPDATE fenceq_jobs
     SET    state = 'unknown', lease_until = NULL, last_error = :error, settled_at = :now
