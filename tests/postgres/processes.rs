@@ -932,6 +932,89 @@ fn a_retry_that_skipped_a_held_row_never_exhausts_a_job_with_attempts_left() {
     assert_eq!(scalar(&mut watcher, "SELECT count(*) AS n FROM settle_gate"), 0, "the gate stopped the settle");
 }
 
+/// The same hazard in general: every outcome a handler can return, settled by a pool whose
+/// jobs' rows other sessions keep locking and letting go (as heartbeats, operators' reads
+/// `FOR UPDATE` and other processes' settles do), so that settles skip held rows in every
+/// interleaving the server gives. Whatever the interleaving, each job ends as its handler
+/// said: a retry or a snooze with attempts left is never an exhaustion, and nothing is lost.
+#[test]
+fn settles_that_meet_rows_locked_and_let_go_end_as_their_handlers_said() {
+    const JOBS: usize = 2_000;
+    const LOCKERS: usize = 2;
+    let Some(s) = Scratch::new() else { return };
+    let q = s.open();
+    q.enqueue_batch((0..JOBS).map(|n| NewJob::new("q", n.to_string().into_bytes()).max_attempts(3))).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let lockers: Vec<_> = (0..LOCKERS)
+        .map(|_| {
+            let (mut conn, stop) = (s.raw(), stop.clone());
+            std::thread::spawn(move || {
+                let mut locked_rounds = 0u64;
+                // Bounded: the pool drains long before; `stop` ends it sooner.
+                for _ in 0..2_000_000 {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let running = attempts(
+                        &mut conn,
+                        "SELECT id, attempt FROM fenceq_jobs WHERE state = 'running' ORDER BY random() LIMIT 4",
+                    );
+                    if running.is_empty() {
+                        continue;
+                    }
+                    // One row per transaction: a locker that waits holds nothing, so it is
+                    // never part of a deadlock with the pool.
+                    for row in running {
+                        conn.batch_execute(&format!(
+                            "BEGIN; SELECT 1 FROM fenceq_jobs WHERE id = {} FOR UPDATE; COMMIT",
+                            row.id
+                        ))
+                        .unwrap();
+                    }
+                    locked_rounds += 1;
+                }
+                locked_rounds
+            })
+        })
+        .collect();
+    let pool = WorkerPool::builder(q.clone(), "q")
+        .workers(4)
+        .lease(Duration::from_secs(60))
+        .renew_every(Duration::from_millis(5))
+        .handler(|a| {
+            let n: usize = std::str::from_utf8(a.payload()).unwrap().parse().unwrap();
+            match (n % 5, a.attempt()) {
+                (1, 1) | (3, 1 | 2) => Outcome::retry_after(Duration::ZERO, "transient"),
+                (2, 1) => Outcome::snooze(Duration::ZERO),
+                (4, _) => Outcome::Unknown("the reply may have gone out".into()),
+                _ => Outcome::Complete,
+            }
+        })
+        .start()
+        .unwrap();
+    let drained = pool.wait_drained(RUN_BOUND);
+    stop.store(true, Ordering::SeqCst);
+    let locked_rounds: u64 = lockers.into_iter().map(|l| l.join().unwrap()).sum();
+    assert!(drained.unwrap(), "the queue drained within {RUN_BOUND:?}");
+    pool.shutdown(WAIT_BOUND).unwrap();
+    assert!(locked_rounds > 0, "no session ever locked a running job's row");
+    let mut raw = s.raw();
+    let wrong: Vec<_> = attempts(
+        &mut raw,
+        "SELECT id, attempt FROM fenceq_jobs
+         WHERE state <> CASE WHEN convert_from(payload, 'UTF8')::int % 5 = 4 THEN 'unknown' ELSE 'completed' END
+         ORDER BY id",
+    )
+    .into_iter()
+    .map(|r| {
+        let job = q.job(fenceq::JobId(r.id)).unwrap().unwrap();
+        (String::from_utf8_lossy(&job.payload).into_owned(), job.state, job.attempt, job.last_error)
+    })
+    .collect();
+    assert_eq!(scalar(&mut raw, "SELECT count(*) AS n FROM fenceq_jobs"), JOBS as i64, "every job is kept");
+    assert!(wrong.is_empty(), "jobs not ended as their handlers said (payload, state, attempt, error): {wrong:?}");
+}
+
 /// The same run's other way to revive a refused token: the heartbeat round renews x (live
 /// at its instant) and goes on to the next token, whose row lock makes it wait, so x's
 /// renewal is written but not committed. An owned check of x meanwhile, at a later instant
