@@ -932,87 +932,173 @@ fn a_retry_that_skipped_a_held_row_never_exhausts_a_job_with_attempts_left() {
     assert_eq!(scalar(&mut watcher, "SELECT count(*) AS n FROM settle_gate"), 0, "the gate stopped the settle");
 }
 
-/// The same hazard in general: every outcome a handler can return, settled by a pool whose
-/// jobs' rows other sessions keep locking and letting go (as heartbeats, operators' reads
-/// `FOR UPDATE` and other processes' settles do), so that settles skip held rows in every
-/// interleaving the server gives. Whatever the interleaving, each job ends as its handler
-/// said: a retry or a snooze with attempts left is never an exhaustion, and nothing is lost.
+/// Sessions that keep locking running jobs' rows and letting them go (as heartbeats,
+/// operators' reads `FOR UPDATE` and other processes' settles do), so that a pool's settles
+/// skip held rows in every interleaving the server gives.
+struct Lockers {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<u64>>,
+}
+
+impl Lockers {
+    fn start(s: &Scratch, sessions: usize) -> Lockers {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let threads = (0..sessions)
+            .map(|_| {
+                let (mut conn, stop) = (s.raw(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut locked = 0u64;
+                    // Bounded: the pool drains long before; `stop` ends it sooner.
+                    for _ in 0..2_000_000 {
+                        if stop.load(Ordering::SeqCst) {
+                            break;
+                        }
+                        let running = attempts(
+                            &mut conn,
+                            "SELECT id, attempt FROM fenceq_jobs WHERE state = 'running' ORDER BY random() LIMIT 4",
+                        );
+                        // One row per transaction: a locker that waits holds nothing, so it
+                        // is never part of a deadlock with the pool.
+                        for row in running {
+                            conn.batch_execute(&format!(
+                                "BEGIN; SELECT 1 FROM fenceq_jobs WHERE id = {} FOR UPDATE; COMMIT",
+                                row.id
+                            ))
+                            .unwrap();
+                            locked += 1;
+                        }
+                    }
+                    locked
+                })
+            })
+            .collect();
+        Lockers { stop, threads }
+    }
+
+    /// Stops every session; how many times they locked a running job's row.
+    fn stop(self) -> u64 {
+        self.stop.store(true, Ordering::SeqCst);
+        self.threads.into_iter().map(|t| t.join().unwrap()).sum()
+    }
+}
+
+/// What the stress tests' handler answers for job `n` at `attempt`: retries with attempts
+/// left (on the first, and on the first two of three), a snooze, an unknown, completions.
+fn outcome_of(n: usize, attempt: u32, unknowns: bool) -> Outcome {
+    match (n % 5, attempt) {
+        (1, 1) | (3, 1 | 2) => Outcome::retry_after(Duration::ZERO, "transient"),
+        (2, 1) => Outcome::snooze(Duration::ZERO),
+        (4, _) if unknowns => Outcome::Unknown("the reply may have gone out".into()),
+        _ => Outcome::Complete,
+    }
+}
+
+/// The jobs of queue `q` whose end is not `expected` (a SQL expression of the row), with
+/// their payload, state, attempt and last error.
+fn not_ended_as(s: &Scratch, q: &Queue<fenceq::PostgresStore>, expected: &str) -> Vec<impl std::fmt::Debug> {
+    let mut raw = s.raw();
+    let sql = format!("SELECT id, attempt FROM fenceq_jobs WHERE state <> {expected} ORDER BY id");
+    attempts(&mut raw, &sql)
+        .into_iter()
+        .map(|r| {
+            let job = q.job(fenceq::JobId(r.id)).unwrap().unwrap();
+            (String::from_utf8_lossy(&job.payload).into_owned(), job.state, job.attempt, job.last_error)
+        })
+        .collect()
+}
+
+/// The same hazard in general: every outcome a handler can return, settled by a pool while
+/// other sessions lock its jobs' rows and let them go. Whatever the interleaving, each job
+/// ends as its handler said: a retry or a snooze with attempts left is never an exhaustion,
+/// and nothing is lost.
 #[test]
 fn settles_that_meet_rows_locked_and_let_go_end_as_their_handlers_said() {
     const JOBS: usize = 2_000;
-    const LOCKERS: usize = 2;
     let Some(s) = Scratch::new() else { return };
     let q = s.open();
     q.enqueue_batch((0..JOBS).map(|n| NewJob::new("q", n.to_string().into_bytes()).max_attempts(3))).unwrap();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let lockers: Vec<_> = (0..LOCKERS)
-        .map(|_| {
-            let (mut conn, stop) = (s.raw(), stop.clone());
-            std::thread::spawn(move || {
-                let mut locked_rounds = 0u64;
-                // Bounded: the pool drains long before; `stop` ends it sooner.
-                for _ in 0..2_000_000 {
-                    if stop.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    let running = attempts(
-                        &mut conn,
-                        "SELECT id, attempt FROM fenceq_jobs WHERE state = 'running' ORDER BY random() LIMIT 4",
-                    );
-                    if running.is_empty() {
-                        continue;
-                    }
-                    // One row per transaction: a locker that waits holds nothing, so it is
-                    // never part of a deadlock with the pool.
-                    for row in running {
-                        conn.batch_execute(&format!(
-                            "BEGIN; SELECT 1 FROM fenceq_jobs WHERE id = {} FOR UPDATE; COMMIT",
-                            row.id
-                        ))
-                        .unwrap();
-                    }
-                    locked_rounds += 1;
-                }
-                locked_rounds
-            })
-        })
-        .collect();
+    let lockers = Lockers::start(&s, 2);
     let pool = WorkerPool::builder(q.clone(), "q")
         .workers(4)
         .lease(Duration::from_secs(60))
         .renew_every(Duration::from_millis(5))
         .handler(|a| {
             let n: usize = std::str::from_utf8(a.payload()).unwrap().parse().unwrap();
-            match (n % 5, a.attempt()) {
-                (1, 1) | (3, 1 | 2) => Outcome::retry_after(Duration::ZERO, "transient"),
-                (2, 1) => Outcome::snooze(Duration::ZERO),
-                (4, _) => Outcome::Unknown("the reply may have gone out".into()),
-                _ => Outcome::Complete,
-            }
+            outcome_of(n, a.attempt(), true)
         })
         .start()
         .unwrap();
     let drained = pool.wait_drained(RUN_BOUND);
-    stop.store(true, Ordering::SeqCst);
-    let locked_rounds: u64 = lockers.into_iter().map(|l| l.join().unwrap()).sum();
+    let locked = lockers.stop();
     assert!(drained.unwrap(), "the queue drained within {RUN_BOUND:?}");
     pool.shutdown(WAIT_BOUND).unwrap();
-    assert!(locked_rounds > 0, "no session ever locked a running job's row");
-    let mut raw = s.raw();
-    let wrong: Vec<_> = attempts(
-        &mut raw,
-        "SELECT id, attempt FROM fenceq_jobs
-         WHERE state <> CASE WHEN convert_from(payload, 'UTF8')::int % 5 = 4 THEN 'unknown' ELSE 'completed' END
-         ORDER BY id",
-    )
-    .into_iter()
-    .map(|r| {
-        let job = q.job(fenceq::JobId(r.id)).unwrap().unwrap();
-        (String::from_utf8_lossy(&job.payload).into_owned(), job.state, job.attempt, job.last_error)
-    })
-    .collect();
-    assert_eq!(scalar(&mut raw, "SELECT count(*) AS n FROM fenceq_jobs"), JOBS as i64, "every job is kept");
+    assert!(locked > 0, "no session ever locked a running job's row");
+    assert_eq!(scalar(&mut s.raw(), "SELECT count(*) AS n FROM fenceq_jobs"), JOBS as i64, "every job is kept");
+    let wrong = not_ended_as(
+        &s,
+        &q,
+        "CASE WHEN convert_from(payload, 'UTF8')::int % 5 = 4 THEN 'unknown' ELSE 'completed' END",
+    );
     assert!(wrong.is_empty(), "jobs not ended as their handlers said (payload, state, attempt, error): {wrong:?}");
+}
+
+/// And with groups: the same outcomes (no unknowns, which would hold their groups) on jobs
+/// of six groups, while other sessions lock and let go their rows. Each group still runs one
+/// job at a time, in enqueue order (a retried or snoozed head runs again before the next),
+/// and every job completes.
+#[test]
+fn grouped_settles_that_meet_rows_locked_and_let_go_keep_each_groups_order() {
+    const JOBS: usize = 1_200;
+    const GROUPS: usize = 6;
+    let Some(s) = Scratch::new() else { return };
+    let q = s.open();
+    q.enqueue_batch(
+        (0..JOBS).map(|n| {
+            NewJob::new("q", n.to_string().into_bytes()).max_attempts(3).group(format!("chat-{}", n % GROUPS))
+        }),
+    )
+    .unwrap();
+    let started = std::sync::Arc::new(std::sync::Mutex::new(Vec::<usize>::new()));
+    let running: std::sync::Arc<Vec<std::sync::atomic::AtomicBool>> =
+        std::sync::Arc::new((0..GROUPS).map(|_| std::sync::atomic::AtomicBool::new(false)).collect());
+    let overlaps = std::sync::Arc::new(AtomicU64::new(0));
+    let lockers = Lockers::start(&s, 2);
+    let pool = {
+        let (started, running, overlaps) = (started.clone(), running.clone(), overlaps.clone());
+        WorkerPool::builder(q.clone(), "q")
+            .workers(4)
+            .lease(Duration::from_secs(60))
+            .renew_every(Duration::from_millis(5))
+            .handler(move |a| {
+                let n: usize = std::str::from_utf8(a.payload()).unwrap().parse().unwrap();
+                if running[n % GROUPS].swap(true, Ordering::SeqCst) {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                started.lock().unwrap().push(n);
+                let outcome = outcome_of(n, a.attempt(), false);
+                running[n % GROUPS].store(false, Ordering::SeqCst);
+                outcome
+            })
+            .start()
+            .unwrap()
+    };
+    let drained = pool.wait_drained(RUN_BOUND);
+    let locked = lockers.stop();
+    assert!(drained.unwrap(), "the queue drained within {RUN_BOUND:?}");
+    pool.shutdown(WAIT_BOUND).unwrap();
+    assert!(locked > 0, "no session ever locked a running job's row");
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two jobs of one group ran at once");
+    let wrong = not_ended_as(&s, &q, "'completed'");
+    assert!(wrong.is_empty(), "jobs not completed (payload, state, attempt, error): {wrong:?}");
+    let started = started.lock().unwrap();
+    for group in 0..GROUPS {
+        let order: Vec<usize> = started.iter().copied().filter(|n| n % GROUPS == group).collect();
+        let out_of_order = order.windows(2).find(|w| w[1] < w[0]);
+        assert!(out_of_order.is_none(), "group {group} ran {out_of_order:?} out of enqueue order: {order:?}");
+        let mut distinct = order.clone();
+        distinct.dedup();
+        assert_eq!(distinct.len(), JOBS / GROUPS, "group {group} ran every job");
+    }
 }
 
 /// The same run's other way to revive a refused token: the heartbeat round renews x (live
