@@ -233,6 +233,10 @@ fn one_round(o: &BenchOptions, out: &mut Sink<'_>) -> CliResult<()> {
     }
     if o.selected("claim") {
         out(Figure::rate("raw_sqlite/claim_64+settle_64", s::raw_claim_64_settle_64(&o.fresh("raw_claim"), n * 2)?))?;
+        let on_fenceq_table = s::raw_claim_64_settle_64_on_fenceq_table(&o.fresh("raw_claim_fenceq_table"), n * 2)?;
+        out(Figure::rate("raw_sqlite/claim_64+settle_64_on_fenceq_table", on_fenceq_table))?;
+        let guarded = s::raw_claim_64_settle_64_guarded_table(&o.fresh("raw_claim_guarded"), n * 2)?;
+        out(Figure::rate("raw_sqlite/claim_64+settle_64_guarded_table", guarded))?;
         out(Figure::rate("fenceq/claim_batch_64+complete_all", s::claim_batch_settle(&o.fresh("claim64"), n * 2)?))?;
     }
     if o.selected("batch_1000") {
@@ -393,6 +397,24 @@ fn ratio_specs(o: &BenchOptions) -> Vec<RatioSpec> {
             "fenceq/claim_batch_64+complete_all",
             "raw_sqlite/claim_64+settle_64",
             Some(0.8),
+        ),
+        spec(
+            "raw batched claim on fenceq's table ÷ raw batched claim (the table's own cost)",
+            "raw_sqlite/claim_64+settle_64_on_fenceq_table",
+            "raw_sqlite/claim_64+settle_64",
+            None,
+        ),
+        spec(
+            "raw batched claim on the least guarded table ÷ raw batched claim",
+            "raw_sqlite/claim_64+settle_64_guarded_table",
+            "raw_sqlite/claim_64+settle_64",
+            None,
+        ),
+        spec(
+            "claim_batch 64 ÷ raw batched claim on fenceq's table (fenceq's code on its table)",
+            "fenceq/claim_batch_64+complete_all",
+            "raw_sqlite/claim_64+settle_64_on_fenceq_table",
+            None,
         ),
         spec(
             "enqueue p50 latency ÷ raw commit p50 (lower is better)",

@@ -51,6 +51,53 @@ const RAW_SETTLE: &str = "
     UPDATE jobs SET state = 'completed', lease_until = NULL
     WHERE id = ?1 AND attempt = ?2 AND claim_id = ?3 AND state = 'running'";
 
+/// The raw loops' table with the least a fenced queue keeps beyond them: the worker, the
+/// attempt budget and the settle time, the CHECKs that tie a running row to its lease and
+/// claim id, the lease index (reclaim and reaping without a scan) and the settled index
+/// (retention without a scan). No other column, state or index.
+const RAW_GUARDED_SCHEMA: &str = "
+    CREATE TABLE jobs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, queue TEXT NOT NULL, key TEXT, payload BLOB NOT NULL,
+        state TEXT NOT NULL DEFAULT 'pending', attempt INTEGER NOT NULL DEFAULT 0,
+        max_attempts INTEGER NOT NULL DEFAULT 3, claim_id BLOB, worker TEXT, lease_until INTEGER,
+        run_at INTEGER NOT NULL, settled_at INTEGER,
+        CHECK (state = 'pending' OR state = 'running' OR state = 'completed'),
+        CHECK ((state = 'running') = (lease_until IS NOT NULL AND worker IS NOT NULL)),
+        CHECK (attempt <= max_attempts),
+        CHECK (claim_id IS NOT NULL OR state <> 'running'));
+    CREATE UNIQUE INDEX jobs_key ON jobs (queue, key) WHERE key IS NOT NULL;
+    CREATE INDEX jobs_claim ON jobs (queue, run_at, id) WHERE state = 'pending';
+    CREATE INDEX jobs_lease ON jobs (queue, lease_until) WHERE state = 'running';
+    CREATE INDEX jobs_settled ON jobs (settled_at) WHERE state = 'completed';";
+
+/// `RAW_CLAIM_64` on `RAW_GUARDED_SCHEMA`'s table (a running row has a worker and a lease).
+const RAW_CLAIM_64_GUARDED: &str = "
+    UPDATE jobs SET state = 'running', attempt = attempt + 1, claim_id = randomblob(16), worker = 'w',
+           lease_until = 30000
+    WHERE id IN (SELECT id FROM jobs WHERE queue = 'q' AND state = 'pending' AND run_at <= 1
+                 ORDER BY run_at, id LIMIT 64)
+    RETURNING id, attempt, claim_id, payload";
+
+/// `RAW_SETTLE` on `RAW_GUARDED_SCHEMA`'s table.
+const RAW_SETTLE_GUARDED: &str = "
+    UPDATE jobs SET state = 'completed', lease_until = NULL, settled_at = 2
+    WHERE id = ?1 AND attempt = ?2 AND claim_id = ?3 AND state = 'running'";
+
+/// `RAW_CLAIM_64` on fenceq's table: the columns its CHECKs require of a running row
+/// (worker, lease) and the claim order of its index, nothing of fenceq's guards beyond them.
+const RAW_CLAIM_64_FENCEQ_TABLE: &str = "
+    UPDATE fenceq_jobs SET state = 'running', attempt = attempt + 1, claim_id = randomblob(16), worker = 'w',
+           lease_until = 9000000000000
+    WHERE id IN (SELECT id FROM fenceq_jobs
+                 WHERE queue = 'bench' AND state = 'pending' AND group_held = 0 AND run_at <= 9000000000000
+                 ORDER BY priority DESC, run_at, id LIMIT 64)
+    RETURNING id, attempt, claim_id, payload";
+
+/// `RAW_SETTLE` on fenceq's table (a completed row carries its settle time).
+const RAW_SETTLE_FENCEQ_TABLE: &str = "
+    UPDATE fenceq_jobs SET state = 'completed', lease_until = NULL, settled_at = 9000000000000
+    WHERE id = ?1 AND attempt = ?2 AND claim_id = ?3 AND state = 'running'";
+
 /// One measured figure of one round.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Figure {
@@ -201,13 +248,45 @@ pub fn raw_claim_64_settle_64(path: &Path, jobs: u64) -> CliResult<f64> {
         tx.prepare_cached(RAW_INSERT)?.execute(params![format!("k{next}"), payload(next)])?;
         Ok(())
     })?;
+    raw_claim_and_settle(&mut conn, jobs, RAW_CLAIM_64, RAW_SETTLE)
+}
+
+/// The raw loop's claims and settles, statement for statement, on fenceq's own table as
+/// fenceq creates it (every column, CHECK and partial index), filled by `enqueue_batch`:
+/// what the table alone costs the raw loop, apart from anything fenceq's code does.
+pub fn raw_claim_64_settle_64_on_fenceq_table(path: &Path, jobs: u64) -> CliResult<f64> {
+    fill(&open(path, Synchronous::Normal, 2)?, jobs)?;
+    let mut conn = Connection::open(path).context(|| format!("opening {}", path.display()))?;
+    conn.execute_batch("PRAGMA synchronous = NORMAL").context(|| "the raw loop on fenceq's table".to_string())?;
+    raw_claim_and_settle(&mut conn, jobs, RAW_CLAIM_64_FENCEQ_TABLE, RAW_SETTLE_FENCEQ_TABLE)
+}
+
+/// The raw loop on `RAW_GUARDED_SCHEMA`'s table, filled as the raw loop's: what the least
+/// guarded table costs the same statements.
+pub fn raw_claim_64_settle_64_guarded_table(path: &Path, jobs: u64) -> CliResult<f64> {
+    let mut conn = Connection::open(path).context(|| format!("opening {}", path.display()))?;
+    conn.execute_batch(&format!("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; {RAW_GUARDED_SCHEMA}"))
+        .context(|| "creating the guarded raw table".to_string())?;
+    let mut next = 0u64;
+    in_transactions(&mut conn, jobs, 5000, &mut Vec::new(), |tx| {
+        next += 1;
+        tx.prepare_cached(RAW_INSERT)?.execute(params![format!("k{next}"), payload(next)])?;
+        Ok(())
+    })?;
+    raw_claim_and_settle(&mut conn, jobs, RAW_CLAIM_64_GUARDED, RAW_SETTLE_GUARDED)
+}
+
+/// Claims 64 jobs per transaction with `claim` (returning id, attempt, claim id, payload)
+/// and settles each with `settle` (id, attempt, claim id) in one transaction, until none is
+/// left; jobs/s.
+fn raw_claim_and_settle(conn: &mut Connection, jobs: u64, claim: &str, settle: &str) -> CliResult<f64> {
     let raw = || "the raw baseline".to_string();
     let started = Instant::now();
     let mut done = 0u64;
     loop {
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).context(raw)?;
         let batch: Vec<(i64, i64, Vec<u8>, Vec<u8>)> = tx
-            .prepare_cached(RAW_CLAIM_64)
+            .prepare_cached(claim)
             .and_then(|mut claim| claim.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?.collect())
             .context(raw)?;
         tx.commit().context(raw)?;
@@ -216,7 +295,7 @@ pub fn raw_claim_64_settle_64(path: &Path, jobs: u64) -> CliResult<f64> {
         }
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).context(raw)?;
         for (id, attempt, claim_id, _payload) in &batch {
-            let settled = tx.prepare_cached(RAW_SETTLE).and_then(|mut s| s.execute(params![id, attempt, claim_id]));
+            let settled = tx.prepare_cached(settle).and_then(|mut s| s.execute(params![id, attempt, claim_id]));
             if settled.context(raw)? != 1 {
                 return Err(fail(format!("the raw loop could not settle job {id}")));
             }

@@ -31,6 +31,8 @@ const PER_ROUND: &[&str] = &[
     "fenceq/end_to_end/4_producers_2_workers",
     "fenceq/webhook/64_intakes_2_workers",
     "raw_sqlite/claim_64+settle_64",
+    "raw_sqlite/claim_64+settle_64_on_fenceq_table",
+    "raw_sqlite/claim_64+settle_64_guarded_table",
     "fenceq/claim_batch_64+complete_all",
     "fenceq/intake/enqueue_batch_1000",
     "disk/fdatasync_4k",
@@ -203,7 +205,15 @@ fn only_runs_the_named_steps_and_refuses_unknown_ones() {
         .filter(|l| l["round"].is_u64())
         .map(|l| l["scenario"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(scenarios, ["raw_sqlite/claim_64+settle_64", "fenceq/claim_batch_64+complete_all"]);
+    assert_eq!(
+        scenarios,
+        [
+            "raw_sqlite/claim_64+settle_64",
+            "raw_sqlite/claim_64+settle_64_on_fenceq_table",
+            "raw_sqlite/claim_64+settle_64_guarded_table",
+            "fenceq/claim_batch_64+complete_all"
+        ]
+    );
 
     let (out, _dir) = bench(&["--only", "everything"]);
     assert!(!out.status.success());
