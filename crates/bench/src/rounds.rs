@@ -230,6 +230,8 @@ fn one_round(o: &BenchOptions, out: &mut Sink<'_>) -> CliResult<()> {
     if o.selected("webhook") {
         let webhook = s::end_to_end(&o.fresh("webhook"), n, 64, w, o.sync)?;
         out(named(webhook, format!("fenceq/webhook/64_intakes_{w}_workers")))?;
+        let on_fenceq_table = s::raw_loop_on_fenceq_table(&o.fresh("raw_100_fenceq_table"), n, 100, o.sync)?;
+        out(Figure::rate("raw_sqlite/end_to_end/100_per_tx_on_fenceq_table", on_fenceq_table.end_to_end))?;
     }
     if o.selected("claim") {
         out(Figure::rate("raw_sqlite/claim_64+settle_64", s::raw_claim_64_settle_64(&o.fresh("raw_claim"), n * 2)?))?;
@@ -447,6 +449,18 @@ fn ratio_specs(o: &BenchOptions) -> Vec<RatioSpec> {
         numerator: format!("fenceq/webhook/64_intakes_{w}_workers"),
         denominator: "raw_sqlite/end_to_end/100_per_tx".into(),
         target: Some(0.6),
+    });
+    specs.push(RatioSpec {
+        name: "raw end to end 100/tx on fenceq's table ÷ raw end to end 100/tx (the table's own cost)".into(),
+        numerator: "raw_sqlite/end_to_end/100_per_tx_on_fenceq_table".into(),
+        denominator: "raw_sqlite/end_to_end/100_per_tx".into(),
+        target: None,
+    });
+    specs.push(RatioSpec {
+        name: "webhook ÷ raw end to end 100/tx on fenceq's table (fenceq's code on its table)".into(),
+        numerator: format!("fenceq/webhook/64_intakes_{w}_workers"),
+        denominator: "raw_sqlite/end_to_end/100_per_tx_on_fenceq_table".into(),
+        target: None,
     });
     specs.push(RatioSpec {
         name: "process pool ÷ raw 100/tx".into(),

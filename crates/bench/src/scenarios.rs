@@ -93,6 +93,19 @@ const RAW_CLAIM_64_FENCEQ_TABLE: &str = "
                  ORDER BY priority DESC, run_at, id LIMIT 64)
     RETURNING id, attempt, claim_id, payload";
 
+/// `RAW_INSERT` on fenceq's table (its required columns; no key conflict clause, as the raw).
+const RAW_INSERT_FENCEQ_TABLE: &str = "
+    INSERT INTO fenceq_jobs (queue, key, payload, run_at, max_attempts, created_at) VALUES ('bench', ?1, ?2, 0, 3, 0)";
+
+/// `RAW_CLAIM_ONE` on fenceq's table.
+const RAW_CLAIM_ONE_FENCEQ_TABLE: &str = "
+    UPDATE fenceq_jobs SET state = 'running', attempt = attempt + 1, claim_id = randomblob(16), worker = 'w',
+           lease_until = 9000000000000
+    WHERE id = (SELECT id FROM fenceq_jobs
+                WHERE queue = 'bench' AND state = 'pending' AND group_held = 0 AND run_at <= 9000000000000
+                ORDER BY priority DESC, run_at, id LIMIT 1)
+    RETURNING id, attempt, claim_id, payload";
+
 /// `RAW_SETTLE` on fenceq's table (a completed row carries its settle time).
 const RAW_SETTLE_FENCEQ_TABLE: &str = "
     UPDATE fenceq_jobs SET state = 'completed', lease_until = NULL, settled_at = 9000000000000
@@ -156,10 +169,32 @@ impl Latency {
 }
 
 fn raw_connection(path: &Path, sync: Synchronous) -> CliResult<Connection> {
+    raw_connection_with(path, sync, RAW_SCHEMA)
+}
+
+/// A raw connection in WAL at `sync` on a new database holding `schema`.
+fn raw_connection_with(path: &Path, sync: Synchronous, schema: &str) -> CliResult<Connection> {
     let conn = Connection::open(path).context(|| format!("opening the raw baseline {}", path.display()))?;
-    conn.execute_batch(&format!("PRAGMA journal_mode = WAL; PRAGMA synchronous = {}; {RAW_SCHEMA}", sync.pragma()))
+    conn.execute_batch(&format!("PRAGMA journal_mode = WAL; PRAGMA synchronous = {}; {schema}", sync.pragma()))
         .context(|| "creating the raw baseline's schema".to_string())?;
     Ok(conn)
+}
+
+/// `jobs` pending rows in a raw table (`RAW_INSERT`, 5,000 per transaction).
+fn raw_fill(conn: &mut Connection, jobs: u64) -> CliResult<()> {
+    raw_insert(conn, RAW_INSERT, jobs, 5000, &mut Vec::new())
+}
+
+/// `jobs` pending rows through `insert` (key, payload), `per_tx` per transaction; see
+/// `in_transactions` for `micros`.
+fn raw_insert(conn: &mut Connection, insert: &str, jobs: u64, per_tx: u64, micros: &mut Vec<f64>) -> CliResult<()> {
+    let mut next = 0u64;
+    in_transactions(conn, jobs, per_tx, micros, |tx| {
+        next += 1;
+        tx.prepare_cached(insert)?.execute(params![format!("k{next}"), payload(next)])?;
+        Ok(())
+    })?;
+    Ok(())
 }
 
 /// What one raw queue loop measured: its intake, its claim-and-settle pass, both together,
@@ -177,27 +212,48 @@ pub struct RawLoop {
 /// one connection (SQLite has one writer, so more threads would only queue for its lock).
 pub fn raw_loop(path: &Path, jobs: u64, per_tx: u64, sync: Synchronous) -> CliResult<RawLoop> {
     let mut conn = raw_connection(path, sync)?;
+    raw_loop_with(&mut conn, jobs, per_tx, [RAW_INSERT, RAW_CLAIM_ONE, RAW_SETTLE])
+}
+
+/// The raw queue loop, statement for statement, on fenceq's own table as fenceq creates it
+/// (every column, CHECK and partial index): what the table alone costs the raw loop.
+pub fn raw_loop_on_fenceq_table(path: &Path, jobs: u64, per_tx: u64, sync: Synchronous) -> CliResult<RawLoop> {
+    drop(open(path, sync, 2)?);
+    let mut conn = Connection::open(path).context(|| format!("opening {}", path.display()))?;
+    conn.execute_batch(&format!("PRAGMA synchronous = {}", sync.pragma()))
+        .context(|| "the raw loop on fenceq's table".to_string())?;
+    raw_loop_with(
+        &mut conn,
+        jobs,
+        per_tx,
+        [RAW_INSERT_FENCEQ_TABLE, RAW_CLAIM_ONE_FENCEQ_TABLE, RAW_SETTLE_FENCEQ_TABLE],
+    )
+}
+
+/// `raw_loop` on `conn` with `[insert, claim one, settle]` (the shapes of `RAW_INSERT`,
+/// `RAW_CLAIM_ONE` and `RAW_SETTLE`).
+fn raw_loop_with(
+    conn: &mut Connection,
+    jobs: u64,
+    per_tx: u64,
+    [insert, claim, settle]: [&str; 3],
+) -> CliResult<RawLoop> {
     let mut micros = Vec::with_capacity(if per_tx == 1 { jobs as usize } else { 0 });
     let started = Instant::now();
-    let mut next = 0u64;
-    in_transactions(&mut conn, jobs, per_tx, &mut micros, |tx| {
-        next += 1;
-        tx.prepare_cached(RAW_INSERT)?.execute(params![format!("k{next}"), payload(next)])?;
-        Ok(())
-    })?;
+    raw_insert(conn, insert, jobs, per_tx, &mut micros)?;
     let intake = started.elapsed();
     let processing = Instant::now();
     let mut claimed = Vec::with_capacity(jobs as usize);
-    in_transactions(&mut conn, jobs, per_tx, &mut Vec::new(), |tx| {
+    in_transactions(conn, jobs, per_tx, &mut Vec::new(), |tx| {
         let (id, attempt, claim_id, _payload): (i64, i64, Vec<u8>, Vec<u8>) =
-            tx.prepare_cached(RAW_CLAIM_ONE)?.query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
+            tx.prepare_cached(claim)?.query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
         claimed.push((id, attempt, claim_id));
         Ok(())
     })?;
-    let mut settle = claimed.into_iter();
-    in_transactions(&mut conn, jobs, per_tx, &mut Vec::new(), |tx| {
-        let (id, attempt, claim_id) = settle.next().unwrap_or_default();
-        tx.prepare_cached(RAW_SETTLE)?.execute(params![id, attempt, claim_id])?;
+    let mut settled = claimed.into_iter();
+    in_transactions(conn, jobs, per_tx, &mut Vec::new(), |tx| {
+        let (id, attempt, claim_id) = settled.next().unwrap_or_default();
+        tx.prepare_cached(settle)?.execute(params![id, attempt, claim_id])?;
         Ok(())
     })?;
     let process = processing.elapsed();
@@ -242,12 +298,7 @@ fn in_transactions(
 /// transaction claiming 64 and one settling those 64, until none are left. Jobs/s.
 pub fn raw_claim_64_settle_64(path: &Path, jobs: u64) -> CliResult<f64> {
     let mut conn = raw_connection(path, Synchronous::Normal)?;
-    let mut next = 0u64;
-    in_transactions(&mut conn, jobs, 5000, &mut Vec::new(), |tx| {
-        next += 1;
-        tx.prepare_cached(RAW_INSERT)?.execute(params![format!("k{next}"), payload(next)])?;
-        Ok(())
-    })?;
+    raw_fill(&mut conn, jobs)?;
     raw_claim_and_settle(&mut conn, jobs, RAW_CLAIM_64, RAW_SETTLE)
 }
 
@@ -264,15 +315,8 @@ pub fn raw_claim_64_settle_64_on_fenceq_table(path: &Path, jobs: u64) -> CliResu
 /// The raw loop on `RAW_GUARDED_SCHEMA`'s table, filled as the raw loop's: what the least
 /// guarded table costs the same statements.
 pub fn raw_claim_64_settle_64_guarded_table(path: &Path, jobs: u64) -> CliResult<f64> {
-    let mut conn = Connection::open(path).context(|| format!("opening {}", path.display()))?;
-    conn.execute_batch(&format!("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; {RAW_GUARDED_SCHEMA}"))
-        .context(|| "creating the guarded raw table".to_string())?;
-    let mut next = 0u64;
-    in_transactions(&mut conn, jobs, 5000, &mut Vec::new(), |tx| {
-        next += 1;
-        tx.prepare_cached(RAW_INSERT)?.execute(params![format!("k{next}"), payload(next)])?;
-        Ok(())
-    })?;
+    let mut conn = raw_connection_with(path, Synchronous::Normal, RAW_GUARDED_SCHEMA)?;
+    raw_fill(&mut conn, jobs)?;
     raw_claim_and_settle(&mut conn, jobs, RAW_CLAIM_64_GUARDED, RAW_SETTLE_GUARDED)
 }
 

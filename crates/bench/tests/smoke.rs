@@ -30,6 +30,7 @@ const PER_ROUND: &[&str] = &[
     "fenceq/end_to_end/1_producer_2_workers",
     "fenceq/end_to_end/4_producers_2_workers",
     "fenceq/webhook/64_intakes_2_workers",
+    "raw_sqlite/end_to_end/100_per_tx_on_fenceq_table",
     "raw_sqlite/claim_64+settle_64",
     "raw_sqlite/claim_64+settle_64_on_fenceq_table",
     "raw_sqlite/claim_64+settle_64_guarded_table",
