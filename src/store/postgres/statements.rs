@@ -68,6 +68,30 @@ macro_rules! unless_held_elsewhere {
     };
 }
 
+/// The settles that end a job as an unacknowledged exhaustion keeping its token (the
+/// handler's, a retry out of attempts, a snooze past its cap): `$error` the parameter of
+/// the error text, `$guard` what else must hold (`""` or a condition followed by `AND`).
+macro_rules! exhausts_owned {
+    ($error:literal, $guard:literal) => {
+        concat!(
+            "UPDATE fenceq_jobs
+    SET    state = 'exhausted', lease_until = NULL, last_error = ",
+            $error,
+            ",
+           settled_at = $4, exhausted_at = $4, acknowledged_at = NULL, ",
+            release_due!(),
+            "
+    WHERE  ",
+            $guard,
+            owned_by_token!(),
+            unless_held_elsewhere!(),
+            "
+    RETURNING ",
+            group_returned!()
+        )
+    };
+}
+
 /// The wake-up of every listener of this schema's queues (`listen.rs`): `NOTIFY` on the
 /// schema's channel with the queue's name as payload, for a row the statement made due now.
 /// Sent by the server when the transaction commits, and only then; repeats within one
@@ -336,35 +360,11 @@ stmt! {
         " END AS woke"
     );
 
-    EXHAUST_IF_OWNED = concat!(
-        "UPDATE fenceq_jobs
-    SET    state = 'exhausted', lease_until = NULL, last_error = $5,
-           settled_at = $4, exhausted_at = $4, acknowledged_at = NULL, ",
-        release_due!(),
-        "
-    WHERE  ",
-        owned_by_token!(),
-        unless_held_elsewhere!(),
-        "
-    RETURNING ",
-        group_returned!()
-    );
+    EXHAUST_IF_OWNED = exhausts_owned!("$5", "");
 
     /// A retry out of attempts (`$5` the error): `EXHAUST_IF_OWNED` only when no attempt is
     /// left, so that a retry that skipped a held row never exhausts a job with attempts left.
-    EXHAUST_OUT_OF_ATTEMPTS_IF_OWNED = concat!(
-        "UPDATE fenceq_jobs
-    SET    state = 'exhausted', lease_until = NULL, last_error = $5,
-           settled_at = $4, exhausted_at = $4, acknowledged_at = NULL, ",
-        release_due!(),
-        "
-    WHERE  attempt >= max_attempts AND ",
-        owned_by_token!(),
-        unless_held_elsewhere!(),
-        "
-    RETURNING ",
-        group_returned!()
-    );
+    EXHAUST_OUT_OF_ATTEMPTS_IF_OWNED = exhausts_owned!("$5", "attempt >= max_attempts AND ");
 
     MARK_UNKNOWN_IF_OWNED = concat!(
         "UPDATE fenceq_jobs
@@ -1003,19 +1003,7 @@ stmt! {
 
     /// A snooze past its cap (`$5` the cap, `$6` the error): a durable, unacknowledged
     /// exhaustion that keeps the token, only when the job was snoozed `$5` times or more.
-    EXHAUST_PAST_SNOOZE_CAP_IF_OWNED = concat!(
-        "UPDATE fenceq_jobs
-    SET    state = 'exhausted', lease_until = NULL, last_error = $6,
-           settled_at = $4, exhausted_at = $4, acknowledged_at = NULL, ",
-        release_due!(),
-        "
-    WHERE  snoozes >= $5 AND ",
-        owned_by_token!(),
-        unless_held_elsewhere!(),
-        "
-    RETURNING ",
-        group_returned!()
-    );
+    EXHAUST_PAST_SNOOZE_CAP_IF_OWNED = exhausts_owned!("$6", "snoozes >= $5 AND ");
 
     /// The back-off of job `$1`'s queue until `$2` (reason `$3`, now `$4`): a stored back-off that
     /// ends as late or later is kept (no row affected), so the back-off is the latest any

@@ -14,6 +14,22 @@ macro_rules! owned_by_token {
     };
 }
 
+/// The settles that end a job as an unacknowledged exhaustion keeping its token (the
+/// handler's, a retry out of attempts, a snooze past its cap): `$guard` is what else must
+/// hold (`""` or a condition followed by `AND`).
+macro_rules! exhausts_owned {
+    ($guard:literal) => {
+        concat!(
+            "UPDATE fenceq_jobs
+    SET    state = 'exhausted', lease_until = NULL, last_error = :error,
+           settled_at = :now, exhausted_at = :now, acknowledged_at = NULL
+    WHERE  ",
+            $guard,
+            owned_by_token!()
+        )
+    };
+}
+
 /// The exact token of a job in a given non-running state (`:state`).
 macro_rules! identified_by_token {
     () => {
@@ -326,23 +342,11 @@ stmt! {
     );
 
     /// A durable, unacknowledged terminal record that keeps the token.
-    EXHAUST_IF_OWNED = concat!(
-        "UPDATE fenceq_jobs
-    SET    state = 'exhausted', lease_until = NULL, last_error = :error,
-           settled_at = :now, exhausted_at = :now, acknowledged_at = NULL
-    WHERE  ",
-        owned_by_token!()
-    );
+    EXHAUST_IF_OWNED = exhausts_owned!("");
 
     /// A retry out of attempts: `EXHAUST_IF_OWNED` only when no attempt is left (the same
     /// guard as PostgreSQL's, where a retry can miss a row another transaction holds).
-    EXHAUST_OUT_OF_ATTEMPTS_IF_OWNED = concat!(
-        "UPDATE fenceq_jobs
-    SET    state = 'exhausted', lease_until = NULL, last_error = :error,
-           settled_at = :now, exhausted_at = :now, acknowledged_at = NULL
-    WHERE  attempt >= max_attempts AND ",
-        owned_by_token!()
-    );
+    EXHAUST_OUT_OF_ATTEMPTS_IF_OWNED = exhausts_owned!("attempt >= max_attempts AND ");
 
     MARK_UNKNOWN_IF_OWNED = concat!(
         "UPDATE fenceq_jobs
@@ -919,13 +923,7 @@ stmt! {
 
     /// A snooze past its cap: a durable, unacknowledged exhaustion that keeps the token, only
     /// when the job was snoozed `:max_snoozes` times or more.
-    EXHAUST_PAST_SNOOZE_CAP_IF_OWNED = concat!(
-        "UPDATE fenceq_jobs
-    SET    state = 'exhausted', lease_until = NULL, last_error = :error,
-           settled_at = :now, exhausted_at = :now, acknowledged_at = NULL
-    WHERE  snoozes >= :max_snoozes AND ",
-        owned_by_token!()
-    );
+    EXHAUST_PAST_SNOOZE_CAP_IF_OWNED = exhausts_owned!("snoozes >= :max_snoozes AND ");
 
     /// The back-off of job `:id`'s queue until `:until`: a queue without a flow row gets one; a
     /// stored back-off that ends as late or later is kept (`changes()` is then 0), so the
