@@ -180,6 +180,15 @@ fn raw_connection_with(path: &Path, sync: Synchronous, schema: &str) -> CliResul
     Ok(conn)
 }
 
+/// A raw connection at `sync` to the database at `path`, which fenceq created (and may
+/// have filled): the raw loops on fenceq's own table.
+fn raw_connection_to_fenceq_table(path: &Path, sync: Synchronous) -> CliResult<Connection> {
+    let conn = Connection::open(path).context(|| format!("opening {}", path.display()))?;
+    conn.execute_batch(&format!("PRAGMA synchronous = {}", sync.pragma()))
+        .context(|| "the raw loop on fenceq's table".to_string())?;
+    Ok(conn)
+}
+
 /// `jobs` pending rows in a raw table (`RAW_INSERT`, 5,000 per transaction).
 fn raw_fill(conn: &mut Connection, jobs: u64) -> CliResult<()> {
     raw_insert(conn, RAW_INSERT, jobs, 5000, &mut Vec::new())
@@ -219,9 +228,7 @@ pub fn raw_loop(path: &Path, jobs: u64, per_tx: u64, sync: Synchronous) -> CliRe
 /// (every column, CHECK and partial index): what the table alone costs the raw loop.
 pub fn raw_loop_on_fenceq_table(path: &Path, jobs: u64, per_tx: u64, sync: Synchronous) -> CliResult<RawLoop> {
     drop(open(path, sync, 2)?);
-    let mut conn = Connection::open(path).context(|| format!("opening {}", path.display()))?;
-    conn.execute_batch(&format!("PRAGMA synchronous = {}", sync.pragma()))
-        .context(|| "the raw loop on fenceq's table".to_string())?;
+    let mut conn = raw_connection_to_fenceq_table(path, sync)?;
     raw_loop_with(
         &mut conn,
         jobs,
@@ -307,8 +314,7 @@ pub fn raw_claim_64_settle_64(path: &Path, jobs: u64) -> CliResult<f64> {
 /// what the table alone costs the raw loop, apart from anything fenceq's code does.
 pub fn raw_claim_64_settle_64_on_fenceq_table(path: &Path, jobs: u64) -> CliResult<f64> {
     fill(&open(path, Synchronous::Normal, 2)?, jobs)?;
-    let mut conn = Connection::open(path).context(|| format!("opening {}", path.display()))?;
-    conn.execute_batch("PRAGMA synchronous = NORMAL").context(|| "the raw loop on fenceq's table".to_string())?;
+    let mut conn = raw_connection_to_fenceq_table(path, Synchronous::Normal)?;
     raw_claim_and_settle(&mut conn, jobs, RAW_CLAIM_64_FENCEQ_TABLE, RAW_SETTLE_FENCEQ_TABLE)
 }
 
