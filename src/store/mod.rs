@@ -667,7 +667,7 @@ pub type Wake = std::sync::Arc<dyn Fn(Option<&str>) + Send + Sync>;
 /// one list for every store, so that a version number means the same change everywhere.
 /// Each store pairs it with its own dialect's files, `schema/<store>/NNNN_<name>.sql`
 /// ([`migrations`]).
-pub(crate) const MIGRATION_NAMES: [&str; 17] = [
+pub(crate) const MIGRATION_NAMES: [&str; 18] = [
     "create_jobs",
     "add_claim_id",
     "durable_exhaustion",
@@ -685,6 +685,7 @@ pub(crate) const MIGRATION_NAMES: [&str; 17] = [
     "fair_group_claims",
     "claim_function",
     "stats_function",
+    "ids_without_autoincrement",
 ];
 
 /// The schema version this build writes and understands, in every store.

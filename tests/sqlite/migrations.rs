@@ -161,6 +161,64 @@ fn the_rebuild_of_schema_7_keeps_every_cell_and_the_id_sequence() {
     assert_integrity(&conn);
 }
 
+/// Schema 18 rebuilds the jobs table without AUTOINCREMENT: every cell of every row survives
+/// (grouped, snoozed, exhausted and decided rows included), the table keeps its CHECKs, and
+/// the sequence becomes the id floor, so that where the newest rows were deleted before the
+/// upgrade, neither a single, a grouped nor a batched enqueue hands their ids out again.
+#[test]
+fn the_rebuild_of_schema_18_keeps_every_cell_and_hands_no_id_out_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v17.db");
+    let conn = old_database(&path, 17, "q");
+    conn.execute_batch(
+        "INSERT INTO fenceq_jobs (queue, key, payload, run_at, max_attempts, created_at, group_name, group_held, snoozes)
+         VALUES ('q', 'k-grouped', x'06', 1, 3, 1, 'chat-1', 0, 2);
+         INSERT INTO fenceq_jobs (queue, key, payload, state, run_at, attempt, max_attempts, created_at, settled_at,
+                                  claim_id, exhausted_at, decision, decided_at, decided_by, decision_note, last_error)
+         VALUES ('q', 'k-exhausted', x'07', 'exhausted', 1, 3, 3, 1, 2, randomblob(16), 2, 'replay', 3, 'ops', 'n', 'e');
+         INSERT INTO fenceq_jobs (queue, key, payload, run_at, max_attempts, created_at)
+         VALUES ('q', 'k-pruned-1', x'04', 1, 3, 1), ('q', 'k-pruned-2', x'05', 1, 3, 1);
+         DELETE FROM fenceq_jobs WHERE key LIKE 'k-pruned-%';",
+    )
+    .unwrap();
+    let sequence: i64 =
+        conn.query_row("SELECT seq FROM sqlite_sequence WHERE name = 'fenceq_jobs'", [], |r| r.get(0)).unwrap();
+    let max_id: i64 = conn.query_row("SELECT max(id) FROM fenceq_jobs", [], |r| r.get(0)).unwrap();
+    assert!(sequence > max_id, "the setup deleted the newest rows");
+    let before = every_cell(&conn);
+    drop(conn);
+
+    let q = Queue::builder().path(&path).open().unwrap();
+    assert_eq!(q.schema_version().unwrap(), SCHEMA_VERSION);
+    let conn = Connection::open(&path).unwrap();
+    assert_eq!(every_cell(&conn), before);
+    let table: String = conn
+        .query_row("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'fenceq_jobs'", [], |r| r.get(0))
+        .unwrap();
+    assert!(!table.contains("AUTOINCREMENT"), "{table}");
+    assert!(table.contains("CONSTRAINT claimed_has_claim_id CHECK"), "{table}");
+    let indexes: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = 'fenceq_jobs' AND sql IS NOT NULL",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(indexes, 9, "every index of the table is made again");
+    // A CHECK of the rebuilt table still refuses a row that breaks its rule.
+    let refused = conn.execute("UPDATE fenceq_jobs SET group_held = 1 WHERE key = 'k-exhausted'", []);
+    assert!(refused.unwrap_err().to_string().contains("held_only_pending_in_group"));
+
+    let next = q.enqueue(fenceq::NewJob::new("q", b"new".to_vec())).unwrap().id();
+    assert_eq!(next.0, sequence + 1, "ids handed out before the upgrade are never handed out again");
+    let batch: Vec<fenceq::NewJob> = (0..12).map(|i| fenceq::NewJob::new("q", vec![i])).collect();
+    let ids: Vec<i64> = q.enqueue_batch(batch).unwrap().iter().map(|e| e.id().0).collect();
+    assert_eq!(ids, (sequence + 2..sequence + 14).collect::<Vec<_>>());
+    let grouped = q.enqueue(fenceq::NewJob::new("q", b"g".to_vec()).group("chat-1")).unwrap().id();
+    assert_eq!(grouped.0, sequence + 14);
+    assert_integrity(&conn);
+}
+
 /// Schema 10 rebuilds the schedules table (its ticks become nullable, for a registration
 /// recorded before its first tick) and adds the definition columns: every tick recorded
 /// before survives, the new columns are empty, and every build lists the rows.

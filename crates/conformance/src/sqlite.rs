@@ -129,12 +129,12 @@ impl Harness for SqliteHarness {
     }
 
     /// Deletes every job, reply, queue setting, limit and recorded start through the queue's
-    /// own writer, and the ids' sequence: a start left behind would count in the next run's
+    /// own writer, and the ids' floor: a start left behind would count in the next run's
     /// windows.
     fn recycle(&self, _place: &SqlitePlace, queue: &Queue) -> bool {
         queue
             .transaction(|tx| {
-                Ok(tx.execute_batch("DELETE FROM fenceq_jobs; DELETE FROM fenceq_queue_flow; DELETE FROM fenceq_limits; DELETE FROM fenceq_starts; DELETE FROM fenceq_settled_counts; DELETE FROM replies; DELETE FROM sqlite_sequence;")?)
+                Ok(tx.execute_batch("DELETE FROM fenceq_jobs; DELETE FROM fenceq_queue_flow; DELETE FROM fenceq_limits; DELETE FROM fenceq_starts; DELETE FROM fenceq_settled_counts; DELETE FROM replies; UPDATE fenceq_id_floor SET floor = 0;")?)
             })
             .expect("emptying a scratch database");
         true

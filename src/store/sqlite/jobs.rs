@@ -90,8 +90,8 @@ impl Store for SqliteStore {
     }
 
     /// Multi-row `INSERT`s (`enqueue_rows`, in the sizes of `ENQUEUE_ROWS`, the rest row by
-    /// row) inside one savepoint. With AUTOINCREMENT and this connection holding the write
-    /// lock, the rows get consecutive ids after the sequence's last, in order; that is
+    /// row) inside one savepoint. With this connection holding the write lock, the rows get
+    /// consecutive ids after the largest handed out so far (`JOB_ID_SEQUENCE`), in order; that is
     /// checked, not assumed: unless every row was inserted and the last id is exactly
     /// `sequence + rows`, the savepoint is rolled back and the caller goes row by row (a key
     /// conflict, or an application trigger that ignored or added rows).
@@ -1121,19 +1121,23 @@ fn uncount_settled(tx: &Connection, queue: &str, state: &str, n: u64) -> Result<
 }
 
 /// Runs a prune (`PRUNE_SETTLED`, `PRUNE_ACKNOWLEDGED`), which returns each deleted row's
-/// queue and, unless `state` names the one state it deletes, its state; takes the rows off
-/// their counts once per queue and state, and returns how many it deleted. The rows are
+/// id, queue and, unless `state` names the one state it deletes, its state; takes the rows
+/// off their counts once per queue and state, raises the id floor to the largest id deleted
+/// (so that it is never handed out again), and returns how many it deleted. The rows are
 /// summed as they come (a prune of one transaction may delete millions).
 fn prune_counted(tx: &Connection, statement: Stmt, batch: Batch, state: Option<&str>) -> Result<u64> {
     let Batch { until: horizon, limit } = batch;
     let mut deleted: Vec<(String, String, u64)> = Vec::new();
+    let mut largest_id: Option<i64> = None;
     on(tx, statement, |s| {
         let mut rows = s.query(named_params! { ":horizon": horizon, ":limit": limit })?;
         while let Some(row) = rows.next()? {
-            let queue = row.get_ref(0)?.as_str()?;
+            let id: i64 = row.get(0)?;
+            largest_id = largest_id.max(Some(id));
+            let queue = row.get_ref(1)?.as_str()?;
             let state = match state {
                 Some(state) => state,
-                None => row.get_ref(1)?.as_str()?,
+                None => row.get_ref(2)?.as_str()?,
             };
             match deleted.iter_mut().find(|(q, s, _)| q == queue && s == state) {
                 Some((_, _, n)) => *n += 1,
@@ -1144,6 +1148,9 @@ fn prune_counted(tx: &Connection, statement: Stmt, batch: Batch, state: Option<&
     })?;
     for (queue, state, n) in &deleted {
         uncount_settled(tx, queue, state, *n)?;
+    }
+    if let Some(id) = largest_id {
+        on(tx, RAISE_ID_FLOOR, |s| s.execute(named_params! { ":id": id }))?;
     }
     Ok(deleted.iter().map(|(_, _, n)| n).sum())
 }

@@ -209,6 +209,32 @@ fn point_operations_use_the_primary_key_or_an_index() {
     }
 }
 
+/// A new job's id is two lookups (the floor's one row by its key, the table's largest id from
+/// the end of its primary key), in every intake statement, and the floor's raise after a prune
+/// reads no job: what replaced AUTOINCREMENT's write per transaction must not scan.
+#[test]
+fn new_ids_read_the_floor_and_the_largest_id_without_a_scan() {
+    let conn = migrated();
+    for statement in [ENQUEUE, ENQUEUE_IN_GROUP, enqueue_rows(10), enqueue_rows(100), JOB_ID_SEQUENCE] {
+        let steps = plan(&conn, statement.sql);
+        let text = steps.join("\n");
+        assert!(
+            text.contains("SEARCH fenceq_id_floor USING INTEGER PRIMARY KEY (rowid=?)"),
+            "{}: {text}",
+            statement.name
+        );
+        assert!(steps.iter().any(|s| s == "SEARCH fenceq_jobs"), "{}: the largest id: {text}", statement.name);
+        // (A multi-row statement scans its own rows: "SCAN CONSTANT ROW", "N-ROW VALUES CLAUSE".)
+        assert!(
+            !steps.iter().any(|s| s.starts_with("SCAN fenceq_") && !s.contains("INDEX")),
+            "{}: {text}",
+            statement.name
+        );
+    }
+    let steps = plan(&conn, RAISE_ID_FLOOR.sql);
+    assert!(!steps.iter().any(|s| s.contains("fenceq_jobs") || s.starts_with("SCAN")), "RAISE_ID_FLOOR: {steps:?}");
+}
+
 /// The batched claim and completion are driven by their list: one primary-key probe per
 /// listed job (padding rows included), never a scan of the table or of an index, whatever
 /// the queue holds.

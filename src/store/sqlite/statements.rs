@@ -44,6 +44,17 @@ macro_rules! records_decision {
     };
 }
 
+/// The id of a new job: NULL, so that SQLite gives it the largest id in the table plus one,
+/// unless prune deleted a larger one (`fenceq_id_floor`, schema 18): then the floor plus one.
+/// Either way no id is handed out twice, as AUTOINCREMENT promised, with two lookups of
+/// pages the insert reads anyway instead of a write of `sqlite_sequence` per transaction.
+macro_rules! new_job_id {
+    () => {
+        "(SELECT floor + 1 FROM fenceq_id_floor
+             WHERE only = 1 AND floor > (SELECT coalesce(max(id), 0) FROM fenceq_jobs))"
+    };
+}
+
 /// The claim's selection (see `CLAIM_SELECT`): `$columns` of up to `:limit` claimable jobs of
 /// `:queue` at `:now`, none while `$closed` holds.
 macro_rules! claim_select {
@@ -86,16 +97,22 @@ stmt! {
     /// is then 0). `ON CONFLICT` (unlike `INSERT OR IGNORE`) skips only the uniqueness conflict,
     /// so a CHECK violation still fails loudly. No `RETURNING`: SQLite would open an ephemeral
     /// table for every insert; `last_insert_rowid()` is free.
-    ENQUEUE = "
-    INSERT INTO fenceq_jobs (queue, key, payload, priority, run_at, max_attempts, created_at)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-    ON CONFLICT (queue, key) WHERE key IS NOT NULL DO NOTHING";
+    ENQUEUE = concat!(
+        "
+    INSERT INTO fenceq_jobs (id, queue, key, payload, priority, run_at, max_attempts, created_at)
+    VALUES (",
+        new_job_id!(),
+        ", ?1, ?2, ?3, ?4, ?5, ?6, ?7)
+    ON CONFLICT (queue, key) WHERE key IS NOT NULL DO NOTHING"
+    );
 }
 
 /// Batched intake: `ENQUEUE` for many rows in one statement (`ENQUEUE_ROWS` values, 7
 /// parameters each, in `ENQUEUE`'s order), so that a batch pays one statement's start, end
-/// and id-sequence update instead of one per row. Used only where every row is new (see
-/// `Store::enqueue_all_new`); the statement itself still skips a key conflict.
+/// and end instead of one per row. Used only where every row is new (see
+/// `Store::enqueue_all_new`); the statement itself still skips a key conflict. Only the first
+/// row takes its id from `new_job_id!` (every row's would be the same value); the rest follow
+/// it, each the largest id plus one.
 pub(crate) fn enqueue_rows(rows: usize) -> crate::store::Stmt {
     static STATEMENTS: [std::sync::OnceLock<String>; ENQUEUE_ROWS.len()] =
         [const { std::sync::OnceLock::new() }; ENQUEUE_ROWS.len()];
@@ -103,12 +120,13 @@ pub(crate) fn enqueue_rows(rows: usize) -> crate::store::Stmt {
     let sql = STATEMENTS[slot].get_or_init(|| {
         let values: Vec<String> = (0..rows)
             .map(|r| {
+                let id = if r == 0 { new_job_id!() } else { "NULL" };
                 let p: Vec<String> = (1..=7).map(|c| format!("?{}", r * 7 + c)).collect();
-                format!("({})", p.join(", "))
+                format!("({id}, {})", p.join(", "))
             })
             .collect();
         format!(
-            "INSERT INTO fenceq_jobs (queue, key, payload, priority, run_at, max_attempts, created_at)
+            "INSERT INTO fenceq_jobs (id, queue, key, payload, priority, run_at, max_attempts, created_at)
     VALUES {}
     ON CONFLICT (queue, key) WHERE key IS NOT NULL DO NOTHING",
             values.join(", ")
@@ -240,9 +258,11 @@ fn values_list(rows: usize, columns: usize, after: usize) -> String {
 }
 
 stmt! {
-    /// The largest id AUTOINCREMENT has handed out (0 before the first).
+    /// The largest id handed out so far (0 before the first): the table's largest, or the
+    /// largest prune deleted (see `new_job_id!`).
     JOB_ID_SEQUENCE = "
-    SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'fenceq_jobs'), 0)";
+    SELECT max(coalesce((SELECT max(id) FROM fenceq_jobs), 0),
+               coalesce((SELECT floor FROM fenceq_id_floor WHERE only = 1), 0))";
 
     FIND_BY_KEY = "
     SELECT id FROM fenceq_jobs WHERE queue = :queue AND key = :key";
@@ -499,13 +519,14 @@ stmt! {
       AND  state = 'waiting' AND wait_until <= :now
     RETURNING queue, group_name";
 
-    /// Returns each deleted row's queue and state, for `UNCOUNT_SETTLED`.
+    /// Returns each deleted row's id (for `RAISE_ID_FLOOR`), queue and state (for
+    /// `UNCOUNT_SETTLED`).
     PRUNE_SETTLED = "
     DELETE FROM fenceq_jobs
     WHERE  id IN (SELECT id FROM fenceq_jobs
                   WHERE  state IN ('completed', 'cancelled') AND settled_at <= :horizon
                   LIMIT  :limit)
-    RETURNING queue, state";
+    RETURNING id, queue, state";
 
     PRUNE_ACKNOWLEDGED = "
     DELETE FROM fenceq_jobs
@@ -513,7 +534,13 @@ stmt! {
                   WHERE  state = 'exhausted' AND acknowledged_at IS NOT NULL
                     AND  acknowledged_at <= :horizon
                   LIMIT  :limit)
-    RETURNING queue";
+    RETURNING id, queue";
+
+    /// After a prune: no new job may get an id at or below the largest one it deleted (see
+    /// `new_job_id!`). An upsert, so that a floor row deleted by hand is written again.
+    RAISE_ID_FLOOR = "
+    INSERT INTO fenceq_id_floor (only, floor) VALUES (1, :id)
+    ON CONFLICT (only) DO UPDATE SET floor = max(floor, excluded.floor)";
 
     EXHAUSTIONS = "
     SELECT id, attempt, claim_id, queue, key, payload, last_error, exhausted_at
@@ -744,9 +771,11 @@ stmt! {
     /// already holds the group. The writer's lock keeps the group's holder from changing
     /// between the probe and the insert.
     ENQUEUE_IN_GROUP = concat!(
-        "INSERT INTO fenceq_jobs (queue, key, payload, priority, run_at, max_attempts, created_at,
+        "INSERT INTO fenceq_jobs (id, queue, key, payload, priority, run_at, max_attempts, created_at,
                          group_name, group_held)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,
+    VALUES (",
+        new_job_id!(),
+        ", ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,
             EXISTS (SELECT 1 FROM fenceq_jobs AS h
                     WHERE h.queue = ?1 AND h.group_name = ?8 AND ",
         holds_group!(),

@@ -20,6 +20,7 @@ pub(super) fn rules<H: Harness>() -> Vec<Rule<H>> {
         a_replay_resets_the_attempt_counter_but_the_old_token_stays_dead,
         pruning_then_re_enqueueing_the_same_key_makes_a_new_job_that_old_tokens_cannot_touch,
         the_max_id_is_not_reused_after_it_is_pruned,
+        no_kind_of_intake_reuses_the_ids_of_a_table_pruned_empty,
         tokens_of_pruned_rows_are_lost_with_reason_missing,
     ]
 }
@@ -154,6 +155,33 @@ fn the_max_id_is_not_reused_after_it_is_pruned<H: Harness>(h: &H) {
     q.prune(&Retention::default()).unwrap();
     assert!(q.job(max).unwrap().is_none());
     assert!(q.add("c") > max);
+}
+
+/// Every row pruned, the newest included, between each kind of intake: one job, a batch (in
+/// multi-row statements and row by row), a grouped job. Each new id is above every id handed
+/// out before, and a batch's ids rise in its order.
+fn no_kind_of_intake_reuses_the_ids_of_a_table_pruned_empty<H: Harness>(h: &H) {
+    let q = Db::new(h);
+    let prune_all = |ids: &[fenceq::JobId]| {
+        for id in ids {
+            q.cancel(*id).unwrap();
+        }
+        q.advance(Duration::from_secs(8 * 24 * 3600));
+        assert_eq!(q.prune(&Retention::default()).unwrap().settled, ids.len() as u64);
+        assert!(ids.iter().all(|id| q.job(*id).unwrap().is_none()));
+    };
+    let first = vec![q.add("a"), q.add("b")];
+    prune_all(&first);
+    let single = q.add("c");
+    assert!(single > first[1], "{single:?} after {first:?}");
+    prune_all(&[single]);
+    let jobs: Vec<NewJob> = (0..157u8).map(|i| NewJob::new("q", vec![i])).collect();
+    let batch: Vec<fenceq::JobId> = q.enqueue_batch(jobs).unwrap().iter().map(|e| e.id()).collect();
+    assert!(batch[0] > single, "{:?} after {single:?}", batch[0]);
+    assert!(batch.windows(2).all(|w| w[0] < w[1]), "{batch:?}");
+    prune_all(&batch);
+    let grouped = q.enqueue(NewJob::new("q", b"g".to_vec()).group("chat-1")).unwrap().id();
+    assert!(grouped > batch[156], "{grouped:?} after {:?}", batch[156]);
 }
 
 fn tokens_of_pruned_rows_are_lost_with_reason_missing<H: Harness>(h: &H) {

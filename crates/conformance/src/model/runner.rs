@@ -477,7 +477,7 @@ thread_local! {
 fn spare_memory_queue() -> fenceq::Result<(Queue, ManualClock)> {
     if let Some((queue, clock)) = SPARE.with(|spare| spare.borrow_mut().take()) {
         queue.transaction(|tx| {
-            Ok(tx.execute_batch("DELETE FROM fenceq_jobs; DELETE FROM fenceq_queue_flow; DELETE FROM fenceq_limits; DELETE FROM fenceq_starts; DELETE FROM fenceq_settled_counts; DELETE FROM model_domain; DELETE FROM sqlite_sequence;")?)
+            Ok(tx.execute_batch("DELETE FROM fenceq_jobs; DELETE FROM fenceq_queue_flow; DELETE FROM fenceq_limits; DELETE FROM fenceq_starts; DELETE FROM fenceq_settled_counts; DELETE FROM model_domain; UPDATE fenceq_id_floor SET floor = 0;")?)
         })?;
         clock.set(T0);
         return Ok((queue, clock));
