@@ -1,8 +1,9 @@
-//! What each guard of the schema costs per job: the same fenceq calls (`enqueue_batch` of
-//! 100, `claim_batch(64)`, `complete_all`) on a scratch queue as fenceq creates it, and on
-//! copies with one guard taken out (its CHECKs, AUTOINCREMENT, one index or group of
-//! indexes) or, for comparison, schema 6's claim-id triggers put back. The difference to the
-//! full schema, within one round, is that guard's share.
+//! What each guard of the schema costs per job: the same fenceq calls (`enqueue` one job per
+//! call, `enqueue_batch` of 100, `claim_batch(64)`, `complete_all`) on a scratch queue as
+//! fenceq creates it, and on copies with one guard taken out (its CHECKs, one index or group
+//! of indexes) or, for comparison, an older form put back (schema 6's claim-id triggers,
+//! schema 17's AUTOINCREMENT). The difference to the full schema, within one round, is that
+//! guard's share.
 //!
 //! A variant is made by opening a fresh queue (fenceq creates its schema), closing it,
 //! changing the empty table with plain SQL, and opening it again; fenceq's own statements
@@ -35,7 +36,7 @@ pub fn variants() -> Vec<Variant> {
     vec![
         Variant { name: "fenceq_schema", change: Change::None },
         Variant { name: "without_checks", change: Change::Table(without_checks) },
-        Variant { name: "without_autoincrement", change: Change::Table(|sql| sql.replace(" AUTOINCREMENT", "")) },
+        Variant { name: "with_autoincrement", change: Change::Table(with_autoincrement) },
         Variant { name: "without_lease_index", change: Change::Sql("DROP INDEX fenceq_jobs_lease") },
         Variant { name: "without_settled_index", change: Change::Sql("DROP INDEX fenceq_jobs_settled") },
         Variant { name: "without_wait_index", change: Change::Sql("DROP INDEX fenceq_jobs_wait") },
@@ -47,6 +48,12 @@ pub fn variants() -> Vec<Variant> {
         },
         Variant { name: "with_schema_6_claim_id_triggers", change: Change::Sql(SCHEMA_6_TRIGGERS) },
     ]
+}
+
+/// The table as schema 17 had it: its ids from AUTOINCREMENT, whose `sqlite_sequence` row
+/// every inserting transaction rewrites (fenceq's statements still read the id floor).
+fn with_autoincrement(sql: &str) -> String {
+    sql.replacen("INTEGER PRIMARY KEY,", "INTEGER PRIMARY KEY AUTOINCREMENT,", 1)
 }
 
 /// The two triggers schema 2 to 6 held the claim-id rule with (schema 7 made it a CHECK).
@@ -93,19 +100,32 @@ fn without_checks(sql: &str) -> String {
 /// Microseconds per job of each phase, on one fresh queue of `variant`.
 #[derive(Debug, Clone, Copy)]
 pub struct PhaseCosts {
+    /// One `enqueue` per call (a transaction each).
+    pub enqueue_1_per_call: f64,
+    /// `enqueue_batch` of 100.
     pub enqueue: f64,
     pub claim: f64,
     pub complete: f64,
 }
 
-/// Makes `variant` at `path` and measures `jobs` jobs through it.
+/// Makes `variant` at `path` and measures `jobs` jobs through it (and, one per call, a
+/// quarter as many more, which the claim and completion then work through too).
 pub fn measure(path: &Path, variant: &Variant, jobs: u64) -> CliResult<PhaseCosts> {
     drop(open(path, Synchronous::Normal, 2)?);
     apply(path, &variant.change).context(|| format!("making the guard variant {}", variant.name))?;
     let queue = open(path, Synchronous::Normal, 2)?;
-    let per_job = |d: Duration| d.as_secs_f64() * 1e6 / jobs as f64;
-
+    let singles = (jobs / 4).max(1);
+    let enqueue_1_per_call = {
+        let started = Instant::now();
+        // Keys after the batches' (`job(0..jobs)`), so that no enqueue is a duplicate.
+        for j in jobs..jobs + singles {
+            queue.enqueue(crate::scenarios::job(j))?;
+        }
+        started.elapsed().as_secs_f64() * 1e6 / singles as f64
+    };
     let enqueue = 1e6 / enqueue_in_batches(&queue, jobs, 100)?;
+    let jobs = jobs + singles;
+    let per_job = |d: Duration| d.as_secs_f64() * 1e6 / jobs as f64;
 
     let mut claiming = Duration::ZERO;
     let mut completing = Duration::ZERO;
@@ -128,7 +148,7 @@ pub fn measure(path: &Path, variant: &Variant, jobs: u64) -> CliResult<PhaseCost
     if done != jobs {
         return Err(fail(format!("the guard variant {} settled {done} of {jobs} jobs", variant.name)));
     }
-    Ok(PhaseCosts { enqueue, claim: per_job(claiming), complete: per_job(completing) })
+    Ok(PhaseCosts { enqueue_1_per_call, enqueue, claim: per_job(claiming), complete: per_job(completing) })
 }
 
 fn apply(path: &Path, change: &Change) -> fenceq::rusqlite::Result<()> {

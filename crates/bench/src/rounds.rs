@@ -206,9 +206,12 @@ fn one_round(o: &BenchOptions, out: &mut Sink<'_>) -> CliResult<()> {
         // One producer, one enqueue per job, then a pool of one worker on those jobs,
         // beside the raw loop with one operation per transaction.
         raw_loop(o, 1, out)?;
-        // The cheapest raw insert: one autocommit statement per job, no explicit transaction.
-        let autocommit = s::raw_enqueue_per_commit(&o.fresh("raw_autocommit"), n, o.sync)?;
+        // The cheapest raw insert: one autocommit statement per job, no explicit transaction;
+        // with AUTOINCREMENT ids (as the other raw loops and plainjob have them), then without.
+        let autocommit = s::raw_enqueue_per_commit(&o.fresh("raw_autocommit"), n, o.sync, s::RawIds::Autoincrement)?;
         out(Figure::rate("raw_sqlite/intake/autocommit", autocommit))?;
+        let plain = s::raw_enqueue_per_commit(&o.fresh("raw_autocommit_plain_ids"), n, o.sync, s::RawIds::Plain)?;
+        out(Figure::rate("raw_sqlite/intake/autocommit_plain_ids", plain))?;
         let queue = s::open(&o.fresh("one_per_call"), o.sync, 3)?;
         let (rate, latency) = s::enqueue_one_per_call(&queue, n)?;
         out(Figure::rate("fenceq/intake/enqueue_1_per_call", rate))?;
@@ -272,7 +275,13 @@ fn one_round(o: &BenchOptions, out: &mut Sink<'_>) -> CliResult<()> {
             guards::variants().into_iter().filter(|v| o.guards.is_empty() || o.guards.iter().any(|g| g == v.name));
         for variant in chosen {
             let costs = guards::measure(&o.fresh("guards"), &variant, n)?;
-            for (phase, us) in [("enqueue", costs.enqueue), ("claim", costs.claim), ("complete", costs.complete)] {
+            let phases = [
+                ("enqueue_1_per_call", costs.enqueue_1_per_call),
+                ("enqueue", costs.enqueue),
+                ("claim", costs.claim),
+                ("complete", costs.complete),
+            ];
+            for (phase, us) in phases {
                 out(Figure::of(format!("guards/{}/{phase}", variant.name), us, "us/job"))?;
             }
         }
@@ -306,7 +315,7 @@ fn full(o: &BenchOptions, out: &mut Sink<'_>) -> CliResult<()> {
     let raw_n = (o.jobs / 10).max(200);
     out(Figure::rate(
         "raw_sqlite/full/enqueue_1_per_commit",
-        s::raw_enqueue_per_commit(&o.fresh("raw_full"), raw_n, Synchronous::Full)?,
+        s::raw_enqueue_per_commit(&o.fresh("raw_full"), raw_n, Synchronous::Full, s::RawIds::Autoincrement)?,
     ))?;
     for callers in o.full_callers() {
         let jobs = (o.jobs / 4).max(callers * 20);
@@ -387,6 +396,12 @@ fn ratio_specs(o: &BenchOptions) -> Vec<RatioSpec> {
             "fenceq/intake/enqueue_1_per_call",
             "raw_sqlite/intake/autocommit",
             Some(0.85),
+        ),
+        spec(
+            "intake 1/call ÷ raw autocommit INSERT, plain ids",
+            "fenceq/intake/enqueue_1_per_call",
+            "raw_sqlite/intake/autocommit_plain_ids",
+            None,
         ),
         spec(
             "intake batch 100 ÷ raw 100/tx",

@@ -359,11 +359,24 @@ fn raw_claim_and_settle(conn: &mut Connection, jobs: u64, claim: &str, settle: &
     Ok(done as f64 / started.elapsed().as_secs_f64())
 }
 
+/// How the raw table's ids are made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RawIds {
+    /// `INTEGER PRIMARY KEY AUTOINCREMENT`, as the raw loops' table has it.
+    Autoincrement,
+    /// `INTEGER PRIMARY KEY`: the largest id plus one, a pruned newest id handed out again.
+    Plain,
+}
+
 /// Raw single-row INSERTs, one autocommit statement each, from one thread: the cheapest raw
 /// intake (no `BEGIN`, no `COMMIT` statement), and the `FULL` baseline (one commit, so one
-/// sync, per job).
-pub fn raw_enqueue_per_commit(path: &Path, jobs: u64, sync: Synchronous) -> CliResult<f64> {
-    let conn = raw_connection(path, sync)?;
+/// sync, per job). `ids` says whether the raw table's ids come from AUTOINCREMENT (whose
+/// sequence row each commit rewrites) or are SQLite's plain largest-plus-one.
+pub fn raw_enqueue_per_commit(path: &Path, jobs: u64, sync: Synchronous, ids: RawIds) -> CliResult<f64> {
+    let conn = match ids {
+        RawIds::Autoincrement => raw_connection(path, sync)?,
+        RawIds::Plain => raw_connection_with(path, sync, &RAW_SCHEMA.replacen(" AUTOINCREMENT", "", 1))?,
+    };
     let started = Instant::now();
     for j in 0..jobs {
         conn.prepare_cached(RAW_INSERT)

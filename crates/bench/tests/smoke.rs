@@ -19,6 +19,7 @@ const PER_ROUND: &[&str] = &[
     "raw_sqlite/end_to_end/1_per_tx",
     "raw_sqlite/latency/insert_commit",
     "raw_sqlite/intake/autocommit",
+    "raw_sqlite/intake/autocommit_plain_ids",
     "fenceq/intake/enqueue_1_per_call",
     "fenceq/latency/enqueue",
     "fenceq/process/1_worker",
@@ -52,7 +53,7 @@ const PER_ROUND: &[&str] = &[
 const GUARD_VARIANTS: &[&str] = &[
     "fenceq_schema",
     "without_checks",
-    "without_autoincrement",
+    "with_autoincrement",
     "without_lease_index",
     "without_settled_index",
     "without_wait_index",
@@ -121,7 +122,7 @@ fn every_bench_scenario_runs_in_every_round_and_is_summarised_once() {
     }
     let guards: Vec<String> = GUARD_VARIANTS
         .iter()
-        .flat_map(|v| ["enqueue", "claim", "complete"].map(|phase| format!("guards/{v}/{phase}")))
+        .flat_map(|v| ["enqueue_1_per_call", "enqueue", "claim", "complete"].map(|phase| format!("guards/{v}/{phase}")))
         .collect();
     let per_round: Vec<&str> =
         PER_ROUND.iter().copied().chain(guards.iter().map(String::as_str)).chain(PICKUP.iter().copied()).collect();
