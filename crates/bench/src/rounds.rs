@@ -216,6 +216,11 @@ fn one_round(o: &BenchOptions, out: &mut Sink<'_>) -> CliResult<()> {
         let (rate, latency) = s::enqueue_one_per_call(&queue, n)?;
         out(Figure::rate("fenceq/intake/enqueue_1_per_call", rate))?;
         out(latency_figure("fenceq/latency/enqueue", latency))?;
+        // The same without intake keys, as a queue without idempotent intake writes its jobs.
+        let unkeyed = s::open(&o.fresh("one_per_call_without_key"), o.sync, 3)?;
+        let (rate, _) = s::enqueue_one_per_call_of(&unkeyed, n, s::job_without_key)?;
+        drop(unkeyed);
+        out(Figure::rate("fenceq/intake/enqueue_1_per_call_without_key", rate))?;
         out(Figure::rate("fenceq/process/1_worker", s::process(&queue, n, 1)?))?;
         drop(queue);
         // Batches of 100, then a pool of `w` workers, beside 100 operations per transaction.

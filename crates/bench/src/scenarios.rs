@@ -395,13 +395,24 @@ pub fn job(j: u64) -> NewJob {
     NewJob::new("bench", payload(j)).key(format!("k{j}"))
 }
 
+/// Job `j` without its key: what a queue without idempotent intake (plainjob's `add`)
+/// writes, so no entry in the key's index and no lookup of it.
+pub fn job_without_key(j: u64) -> NewJob {
+    NewJob::new("bench", payload(j))
+}
+
 /// One thread calling `enqueue` once per job. Jobs/s and the latency of each call.
 pub fn enqueue_one_per_call(queue: &Queue, jobs: u64) -> CliResult<(f64, Latency)> {
+    enqueue_one_per_call_of(queue, jobs, job)
+}
+
+/// As [`enqueue_one_per_call`], each job made by `make`.
+pub fn enqueue_one_per_call_of(queue: &Queue, jobs: u64, make: fn(u64) -> NewJob) -> CliResult<(f64, Latency)> {
     let mut micros = Vec::with_capacity(jobs as usize);
     let started = Instant::now();
     for j in 0..jobs {
         let call = Instant::now();
-        queue.enqueue(job(j))?;
+        queue.enqueue(make(j))?;
         micros.push(call.elapsed().as_secs_f64() * 1e6);
     }
     Ok((jobs as f64 / started.elapsed().as_secs_f64(), Latency::of(micros)))

@@ -22,6 +22,7 @@ const PER_ROUND: &[&str] = &[
     "raw_sqlite/intake/autocommit_plain_ids",
     "fenceq/intake/enqueue_1_per_call",
     "fenceq/latency/enqueue",
+    "fenceq/intake/enqueue_1_per_call_without_key",
     "fenceq/process/1_worker",
     "raw_sqlite/intake/100_per_tx",
     "raw_sqlite/process/100_per_tx",

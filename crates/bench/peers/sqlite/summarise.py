@@ -33,7 +33,13 @@ FENCEQ_ROWS = {
         "fenceq/process/{w}_workers": "process_wn",
         "fenceq/end_to_end/1_producer_{w}_workers": "end_to_end_wn",
     },
+    "fenceq, jobs without an intake key (as plainjob's)": {
+        "fenceq/intake/enqueue_1_per_call_without_key": "enqueue_1_per_call",
+    },
     "raw SQLite, autocommit INSERT (reference)": {"raw_sqlite/intake/autocommit": "enqueue_1_per_call"},
+    "raw SQLite, autocommit INSERT without AUTOINCREMENT (reference)": {
+        "raw_sqlite/intake/autocommit_plain_ids": "enqueue_1_per_call",
+    },
     "raw SQLite, 1 op/tx (reference)": {
         "raw_sqlite/intake/1_per_tx": "enqueue_1_per_call",
         "raw_sqlite/process/1_per_tx": "process_w1",
