@@ -124,14 +124,9 @@ fn every_cell(conn: &Connection) -> Vec<String> {
     .unwrap()
 }
 
-/// Schema 7 rebuilds the jobs table (its claim-id rule becomes a CHECK): every cell of every
-/// row survives, and the id sequence too, even where the newest rows were deleted, so an id
-/// handed out before the upgrade is never handed out again.
-#[test]
-fn the_rebuild_of_schema_7_keeps_every_cell_and_the_id_sequence() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("v6.db");
-    let conn = old_database(&path, 6, "q");
+/// Adds two rows to an old database's jobs table and deletes them, as a prune of the newest
+/// rows would; returns AUTOINCREMENT's sequence, which is then above every id left.
+fn delete_the_newest_rows(conn: &Connection) -> i64 {
     conn.execute_batch(
         "INSERT INTO fenceq_jobs (queue, key, payload, run_at, max_attempts, created_at)
          VALUES ('q', 'k-pruned-1', x'04', 1, 3, 1), ('q', 'k-pruned-2', x'05', 1, 3, 1);
@@ -142,12 +137,30 @@ fn the_rebuild_of_schema_7_keeps_every_cell_and_the_id_sequence() {
         conn.query_row("SELECT seq FROM sqlite_sequence WHERE name = 'fenceq_jobs'", [], |r| r.get(0)).unwrap();
     let max_id: i64 = conn.query_row("SELECT max(id) FROM fenceq_jobs", [], |r| r.get(0)).unwrap();
     assert!(sequence > max_id, "the setup deleted the newest rows");
+    sequence
+}
+
+/// Opens the old database at `path` with a queue, which upgrades it, and beside it a raw
+/// connection to read what the upgrade left.
+fn upgraded(path: &Path) -> (Queue, Connection) {
+    let q = Queue::builder().path(path).open().unwrap();
+    assert_eq!(q.schema_version().unwrap(), SCHEMA_VERSION);
+    (q, Connection::open(path).unwrap())
+}
+
+/// Schema 7 rebuilds the jobs table (its claim-id rule becomes a CHECK): every cell of every
+/// row survives, and the id sequence too, even where the newest rows were deleted, so an id
+/// handed out before the upgrade is never handed out again.
+#[test]
+fn the_rebuild_of_schema_7_keeps_every_cell_and_the_id_sequence() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v6.db");
+    let conn = old_database(&path, 6, "q");
+    let sequence = delete_the_newest_rows(&conn);
     let before = every_cell(&conn);
     drop(conn);
 
-    let q = Queue::builder().path(&path).open().unwrap();
-    assert_eq!(q.schema_version().unwrap(), SCHEMA_VERSION);
-    let conn = Connection::open(&path).unwrap();
+    let (q, conn) = upgraded(&path);
     // Every cell of version 6's columns; the columns later versions add come after them.
     let columns = before[0].split('|').count();
     let kept: Vec<String> =
@@ -175,22 +188,14 @@ fn the_rebuild_of_schema_18_keeps_every_cell_and_hands_no_id_out_twice() {
          VALUES ('q', 'k-grouped', x'06', 1, 3, 1, 'chat-1', 0, 2);
          INSERT INTO fenceq_jobs (queue, key, payload, state, run_at, attempt, max_attempts, created_at, settled_at,
                                   claim_id, exhausted_at, decision, decided_at, decided_by, decision_note, last_error)
-         VALUES ('q', 'k-exhausted', x'07', 'exhausted', 1, 3, 3, 1, 2, randomblob(16), 2, 'replay', 3, 'ops', 'n', 'e');
-         INSERT INTO fenceq_jobs (queue, key, payload, run_at, max_attempts, created_at)
-         VALUES ('q', 'k-pruned-1', x'04', 1, 3, 1), ('q', 'k-pruned-2', x'05', 1, 3, 1);
-         DELETE FROM fenceq_jobs WHERE key LIKE 'k-pruned-%';",
+         VALUES ('q', 'k-exhausted', x'07', 'exhausted', 1, 3, 3, 1, 2, randomblob(16), 2, 'replay', 3, 'ops', 'n', 'e');",
     )
     .unwrap();
-    let sequence: i64 =
-        conn.query_row("SELECT seq FROM sqlite_sequence WHERE name = 'fenceq_jobs'", [], |r| r.get(0)).unwrap();
-    let max_id: i64 = conn.query_row("SELECT max(id) FROM fenceq_jobs", [], |r| r.get(0)).unwrap();
-    assert!(sequence > max_id, "the setup deleted the newest rows");
+    let sequence = delete_the_newest_rows(&conn);
     let before = every_cell(&conn);
     drop(conn);
 
-    let q = Queue::builder().path(&path).open().unwrap();
-    assert_eq!(q.schema_version().unwrap(), SCHEMA_VERSION);
-    let conn = Connection::open(&path).unwrap();
+    let (q, conn) = upgraded(&path);
     assert_eq!(every_cell(&conn), before);
     let table: String = conn
         .query_row("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'fenceq_jobs'", [], |r| r.get(0))
@@ -233,9 +238,7 @@ fn schema_10_gives_old_schedule_rows_the_definition_columns_empty() {
     .unwrap();
     drop(conn);
 
-    let q = Queue::builder().path(&path).open().unwrap();
-    assert_eq!(q.schema_version().unwrap(), SCHEMA_VERSION);
-    let conn = Connection::open(&path).unwrap();
+    let (q, conn) = upgraded(&path);
     let columns: Vec<String> = conn
         .prepare("SELECT name FROM pragma_table_info('fenceq_schedules')")
         .unwrap()
