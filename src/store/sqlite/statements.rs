@@ -46,8 +46,9 @@ macro_rules! records_decision {
 
 /// The id of a new job: NULL, so that SQLite gives it the largest id in the table plus one,
 /// unless prune deleted a larger one (`fenceq_id_floor`, schema 18): then the floor plus one.
-/// Either way no id is handed out twice, as AUTOINCREMENT promised, with two lookups of
-/// pages the insert reads anyway instead of a write of `sqlite_sequence` per transaction.
+/// Either way no id is handed out twice, as AUTOINCREMENT promised, for two lookups (the
+/// floor's one row, the end of the table's primary key) instead of AUTOINCREMENT's write of
+/// its `sqlite_sequence` row in every transaction that inserts.
 macro_rules! new_job_id {
     () => {
         "(SELECT floor + 1 FROM fenceq_id_floor
@@ -108,8 +109,8 @@ stmt! {
 }
 
 /// Batched intake: `ENQUEUE` for many rows in one statement (`ENQUEUE_ROWS` values, 7
-/// parameters each, in `ENQUEUE`'s order), so that a batch pays one statement's start, end
-/// and end instead of one per row. Used only where every row is new (see
+/// parameters each, in `ENQUEUE`'s order), so that a batch pays one statement's start and
+/// end instead of one per row. Used only where every row is new (see
 /// `Store::enqueue_all_new`); the statement itself still skips a key conflict. Only the first
 /// row takes its id from `new_job_id!` (every row's would be the same value); the rest follow
 /// it, each the largest id plus one.
@@ -540,7 +541,7 @@ stmt! {
     /// `new_job_id!`). An upsert, so that a floor row deleted by hand is written again.
     RAISE_ID_FLOOR = "
     INSERT INTO fenceq_id_floor (only, floor) VALUES (1, :id)
-    ON CONFLICT (only) DO UPDATE SET floor = max(floor, excluded.floor)";
+    ON CONFLICT (only) DO UPDATE SET floor = excluded.floor WHERE floor < excluded.floor";
 
     EXHAUSTIONS = "
     SELECT id, attempt, claim_id, queue, key, payload, last_error, exhausted_at

@@ -21,6 +21,7 @@ pub(super) fn rules<H: Harness>() -> Vec<Rule<H>> {
         pruning_then_re_enqueueing_the_same_key_makes_a_new_job_that_old_tokens_cannot_touch,
         the_max_id_is_not_reused_after_it_is_pruned,
         no_kind_of_intake_reuses_the_ids_of_a_table_pruned_empty,
+        an_older_job_pruned_after_the_newest_does_not_give_the_newest_id_again,
         tokens_of_pruned_rows_are_lost_with_reason_missing,
     ]
 }
@@ -182,6 +183,22 @@ fn no_kind_of_intake_reuses_the_ids_of_a_table_pruned_empty<H: Harness>(h: &H) {
     prune_all(&batch);
     let grouped = q.enqueue(NewJob::new("q", b"g".to_vec()).group("chat-1")).unwrap().id();
     assert!(grouped > batch[156], "{grouped:?} after {:?}", batch[156]);
+}
+
+/// The newest job pruned first, an older one later (a job settled later than a newer one):
+/// the second prune deletes only a smaller id, and the newest job's id still never comes back.
+fn an_older_job_pruned_after_the_newest_does_not_give_the_newest_id_again<H: Harness>(h: &H) {
+    let q = Db::new(h);
+    let older = q.add("a");
+    let newest = q.add("b");
+    q.cancel(newest).unwrap();
+    q.advance(Duration::from_secs(8 * 24 * 3600));
+    assert_eq!(q.prune(&Retention::default()).unwrap().settled, 1);
+    q.cancel(older).unwrap();
+    q.advance(Duration::from_secs(8 * 24 * 3600));
+    assert_eq!(q.prune(&Retention::default()).unwrap().settled, 1);
+    let next = q.add("c");
+    assert!(next > newest, "{next:?} after {newest:?}");
 }
 
 fn tokens_of_pruned_rows_are_lost_with_reason_missing<H: Harness>(h: &H) {
