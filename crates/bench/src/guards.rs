@@ -11,7 +11,7 @@
 //! claim of expired leases without `fenceq_jobs_lease` scans): the figures say what the
 //! index costs the hot paths, not that it could go.
 
-use crate::scenarios::{enqueue_in_batches, open};
+use crate::scenarios::{enqueue_in_batches, enqueue_one_per_call_of, job, open};
 use crate::{fail, CliResult, ResultExt};
 use fenceq::rusqlite::Connection;
 use fenceq::Synchronous;
@@ -115,14 +115,9 @@ pub fn measure(path: &Path, variant: &Variant, jobs: u64) -> CliResult<PhaseCost
     apply(path, &variant.change).context(|| format!("making the guard variant {}", variant.name))?;
     let queue = open(path, Synchronous::Normal, 2)?;
     let singles = (jobs / 4).max(1);
-    let enqueue_1_per_call = {
-        let started = Instant::now();
-        // Keys after the batches' (`job(0..jobs)`), so that no enqueue is a duplicate.
-        for j in jobs..jobs + singles {
-            queue.enqueue(crate::scenarios::job(j))?;
-        }
-        started.elapsed().as_secs_f64() * 1e6 / singles as f64
-    };
+    // Keys after the batches' (`job(0..jobs)`), so that no enqueue is a duplicate.
+    let (rate, _) = enqueue_one_per_call_of(&queue, singles, |j| job(jobs + j))?;
+    let enqueue_1_per_call = 1e6 / rate;
     let enqueue = 1e6 / enqueue_in_batches(&queue, jobs, 100)?;
     let jobs = jobs + singles;
     let per_job = |d: Duration| d.as_secs_f64() * 1e6 / jobs as f64;

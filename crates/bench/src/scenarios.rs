@@ -407,7 +407,7 @@ pub fn enqueue_one_per_call(queue: &Queue, jobs: u64) -> CliResult<(f64, Latency
 }
 
 /// As [`enqueue_one_per_call`], each job made by `make`.
-pub fn enqueue_one_per_call_of(queue: &Queue, jobs: u64, make: fn(u64) -> NewJob) -> CliResult<(f64, Latency)> {
+pub fn enqueue_one_per_call_of(queue: &Queue, jobs: u64, make: impl Fn(u64) -> NewJob) -> CliResult<(f64, Latency)> {
     let mut micros = Vec::with_capacity(jobs as usize);
     let started = Instant::now();
     for j in 0..jobs {
