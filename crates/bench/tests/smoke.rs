@@ -190,7 +190,14 @@ fn every_bench_scenario_runs_in_every_round_and_is_summarised_once() {
             (r["median"].as_f64().unwrap(), r["min"].as_f64().unwrap(), r["max"].as_f64().unwrap());
         assert!(min > 0.0 && min <= median && median <= max, "{r}");
         assert_eq!(r["rounds_measured"].as_u64(), Some(ROUNDS), "{r}");
-        assert_eq!(r["met"].as_bool(), r["target"].as_f64().map(|t| median >= t), "{r}");
+        // `met` is judged on the exact median, the line carries it rounded to 3 decimals: a
+        // median that rounds to within half a thousandth of its target may lie on either side.
+        let judged = r["target"].as_f64().map(|t| median >= t);
+        let on_the_edge = r["target"].as_f64().is_some_and(|t| (median - t).abs() <= 0.0005);
+        assert_eq!(r["met"].as_bool().is_some(), judged.is_some(), "{r}");
+        if !on_the_edge {
+            assert_eq!(r["met"].as_bool(), judged, "{r}");
+        }
     }
     assert!(summaries("run")[0]["seconds"].as_f64().unwrap() > 0.0);
     // The scratch databases stay in the --db directory.
