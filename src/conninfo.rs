@@ -439,6 +439,30 @@ impl ConnInfo {
         self.pairs.iter().rev().find(|(k, _)| k == keyword).map(|(_, v)| v.as_str())
     }
 
+    /// The string's `connect_timeout` in seconds when it bounds the wait: a whole number
+    /// above 0. libpq reads `0`, a negative number, or no value at all as "wait
+    /// indefinitely", so fenceq treats those as unset and sets its own bound in their place
+    /// ([`ConnInfo::with_connect_timeout_bound`]).
+    pub fn connect_timeout_secs(&self) -> Option<u64> {
+        self.get("connect_timeout")
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .and_then(|s| u64::try_from(s).ok())
+            .filter(|&s| s > 0)
+    }
+
+    /// Sets `connect_timeout` to `secs` unless the string already bounds the wait
+    /// ([`ConnInfo::connect_timeout_secs`]): a `0` or negative value, which libpq would take
+    /// as "wait forever", is replaced. A value libpq cannot read as a number is kept, for
+    /// libpq to refuse with its own message.
+    pub fn with_connect_timeout_bound(self, secs: u64) -> ConnInfo {
+        let unreadable = self.get("connect_timeout").is_some_and(|v| v.trim().parse::<i64>().is_err());
+        if unreadable || self.connect_timeout_secs().is_some() {
+            self
+        } else {
+            self.set("connect_timeout", &secs.to_string())
+        }
+    }
+
     /// Sets `keyword` to `value` unless the string sets it already.
     pub fn or_set(mut self, keyword: &str, value: &str) -> ConnInfo {
         if self.get(keyword).is_none() {

@@ -362,8 +362,7 @@ impl Context {
         let url = self.db.to_string_lossy().into_owned();
         // `Command::run` refused a string libpq cannot read before any command ran.
         let Ok(info) = fenceq::ConnInfo::parse(&url) else { return url };
-        let mut info =
-            info.or_set("connect_timeout", &fenceq::PostgresOptions::DEFAULT_CONNECT_TIMEOUT.as_secs().to_string());
+        let mut info = info.with_connect_timeout_bound(fenceq::PostgresOptions::DEFAULT_CONNECT_TIMEOUT.as_secs());
         if std::env::var_os("PGGSSENCMODE").is_none() {
             info = info.or_set("gssencmode", "disable");
         }
@@ -742,6 +741,8 @@ mod tests {
         assert_eq!((hashed.get("password"), hashed.get("dbname")), (Some("p#x?y"), Some("d")));
         assert_eq!(hashed.get("gssencmode"), Some("disable"));
         assert_eq!(info("host=h dbname=d").get("connect_timeout"), Some("10"));
+        assert_eq!(info("host=h dbname=d connect_timeout=0").get("connect_timeout"), Some("10"));
+        assert_eq!(info("postgres://u@h/d?connect_timeout=-1").get("connect_timeout"), Some("10"));
         assert_eq!(ctx("postgres://u:s3cret@h/d").db_display(), "postgres://u:***@h/d");
         assert_eq!(ctx("host=h password = 's3 cret' dbname=d").db_display(), "host=h password = *** dbname=d");
     }

@@ -615,6 +615,43 @@ fn an_unreachable_server_is_reported_within_the_connect_timeout() {
     assert!(matches!(err, Error::InvalidInput { what: "connect timeout", .. }), "{err}");
 }
 
+/// A server that accepts the connection and never answers: a URL's `connect_timeout` of `0`
+/// or a negative number (libpq's "wait indefinitely") still ends in `Unavailable` within
+/// fenceq's default bound, not never.
+#[test]
+fn a_url_whose_connect_timeout_means_forever_is_still_bounded() {
+    let Some(_s) = Scratch::new() else { return };
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    // Accepted connections are kept open, unanswered, until the test ends.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in silent.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    let bound = fenceq::PostgresOptions::DEFAULT_CONNECT_TIMEOUT;
+    let (done, opened) = mpsc::channel();
+    for value in ["0", "-1"] {
+        let url = format!("postgres://fenceq@127.0.0.1:{port}/none?connect_timeout={value}");
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let result = Queue::builder().url(url).open_postgres().map(drop);
+            let _ = done.send((value, result, started.elapsed()));
+        });
+    }
+    // A wait that never ends is this test's failure, not a hang of the suite.
+    let deadline = Instant::now() + bound + Duration::from_secs(20);
+    for _ in 0..2 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (value, result, took) = opened.recv_timeout(left).expect("an open waited past the bound");
+        let err = result.expect_err("the server never answers");
+        assert!(matches!(err, Error::Unavailable { .. }) && err.is_retryable(), "{value}: {}", chain(&err));
+        assert!(took < bound + Duration::from_secs(10), "connect_timeout={value} took {took:?}");
+    }
+}
+
 /// A TCP proxy in front of the test server, which the test can take down (every connection
 /// cut, the port refusing new ones) and bring back on the same port: an outage of the server
 /// as the queue sees it, without stopping the server other tests use.

@@ -218,6 +218,42 @@ fn a_row_lock_held_past_the_busy_timeout_is_busy() {
     q.complete(&job.token()).unwrap();
 }
 
+/// A completion commits before its group's hand-over; when the hand-over then fails (the
+/// group's row held by another session past the busy timeout), the completion answers `Ok`
+/// (it committed), and a job enqueued into the group afterwards waits behind the one already
+/// held: the reaper's sweep hands the group to the older job first.
+#[test]
+fn a_group_hand_over_that_fails_after_its_completion_answers_ok_and_keeps_the_order() {
+    let Some(s) = Scratch::new() else { return };
+    let q = s.builder().busy_timeout(Duration::from_millis(200)).open_postgres().unwrap();
+    let a = q.enqueue(NewJob::new("q", b"a".to_vec()).group("chat")).unwrap().id();
+    let b = q.enqueue(NewJob::new("q", b"b".to_vec()).group("chat")).unwrap().id();
+    let head = q.claim("q", "w", LEASE).unwrap().expect("a is the group's head");
+    assert_eq!(head.id(), a);
+
+    let mut raw = s.raw();
+    raw.batch_execute("BEGIN; SELECT * FROM fenceq_groups WHERE queue = 'q' AND group_name = 'chat' FOR UPDATE")
+        .unwrap();
+    let settled = q.complete(&head.token());
+    raw.batch_execute("ROLLBACK").unwrap();
+    assert!(settled.is_ok(), "a completion that committed answered {settled:?}");
+    assert_eq!(q.job(a).unwrap().unwrap().state, fenceq::JobState::Completed);
+
+    let c = q.enqueue(NewJob::new("q", b"c".to_vec()).group("chat")).unwrap().id();
+    let next = q.claim("q", "w", LEASE).unwrap().map(|job| job.id());
+    assert!(next.is_none(), "claimed {next:?} while {b:?} waits its turn (c is {c:?})");
+
+    q.reap().unwrap();
+    let order: Vec<_> = (0..2)
+        .map(|_| {
+            let job = q.claim("q", "w", LEASE).unwrap().expect("the group's next job");
+            q.complete(&job.token()).unwrap();
+            job.id()
+        })
+        .collect();
+    assert_eq!(order, [b, c]);
+}
+
 /// Connections the server ended (a restart, an administrator) are replaced by the pool: the
 /// next call works without reopening the queue.
 #[test]

@@ -1186,30 +1186,50 @@ const RELEASE_TRIES: usize = 8;
 /// Hands each group (once each, in a fixed order so that two transactions never wait for
 /// each other's groups) to its next job unless a job holds it, under the group's lock: in
 /// this transaction, or in autocommit in a short one of its own. Its marks are then cleared.
+///
+/// In autocommit the transition that made the release due has already committed: an error
+/// from the hand-over (the group's row held past the busy timeout, a lost connection) must
+/// not turn the caller's answer into an error for a write that happened. The hand-over's
+/// mark (`group_release_due`) then stays, the reaper's sweep hands the group on, and until
+/// it does a job enqueued into the group waits behind the held ones (`queues_behind!`), so
+/// the group's order holds. The failure is logged as what it is.
 fn release_groups(tx: &PgTx, mut groups: Vec<(String, String)>, now: i64) -> Result<()> {
     if groups.is_empty() {
         return Ok(());
     }
     groups.sort_unstable();
     groups.dedup();
-    tx.in_own_transaction(|tx| {
-        for (queue, group) in &groups {
-            lock_group(tx, queue, group, now)?;
-            for _ in 0..RELEASE_TRIES {
-                let release = bound(RELEASE_GROUP).bind::<Text, _>(queue.as_str()).bind::<Text, _>(group.as_str());
-                if tx.writing(|conn| release.execute(conn))? == 1 {
-                    break;
-                }
-                let needed = bound(GROUP_NEEDS_RELEASE).bind::<Text, _>(queue.as_str()).bind::<Text, _>(group.as_str());
-                if !tx.with(|conn| needed.one::<NeededRow>(conn))?.needed {
-                    break;
-                }
+    if tx.in_transaction.get() {
+        return hand_on(tx, &groups, now);
+    }
+    if let Err(error) = tx.in_own_transaction(|tx| hand_on(tx, &groups, now)) {
+        tracing::warn!(
+            %error,
+            groups = groups.len(),
+            "a group's hand-over failed after its job's transition committed; the reaper's sweep hands it on"
+        );
+    }
+    Ok(())
+}
+
+/// `release_groups`' work, inside one transaction.
+fn hand_on(tx: &PgTx, groups: &[(String, String)], now: i64) -> Result<()> {
+    for (queue, group) in groups {
+        lock_group(tx, queue, group, now)?;
+        for _ in 0..RELEASE_TRIES {
+            let release = bound(RELEASE_GROUP).bind::<Text, _>(queue.as_str()).bind::<Text, _>(group.as_str());
+            if tx.writing(|conn| release.execute(conn))? == 1 {
+                break;
             }
-            let done = bound(GROUP_RELEASED).bind::<Text, _>(queue.as_str()).bind::<Text, _>(group.as_str());
-            tx.writing(|conn| done.execute(conn))?;
+            let needed = bound(GROUP_NEEDS_RELEASE).bind::<Text, _>(queue.as_str()).bind::<Text, _>(group.as_str());
+            if !tx.with(|conn| needed.one::<NeededRow>(conn))?.needed {
+                break;
+            }
         }
-        Ok(())
-    })
+        let done = bound(GROUP_RELEASED).bind::<Text, _>(queue.as_str()).bind::<Text, _>(group.as_str());
+        tx.writing(|conn| done.execute(conn))?;
+    }
+    Ok(())
 }
 
 /// What a transition that may end a hold returns (`group_returned!`).

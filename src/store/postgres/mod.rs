@@ -547,7 +547,9 @@ fn session_settings(options: &PostgresOptions, settings: &Settings) -> String {
 /// them as part of the password or of the database name.
 ///
 /// The connect timeout is the builder's (which then replaces the URL's), else the URL's
-/// `connect_timeout`, else [`PostgresOptions::DEFAULT_CONNECT_TIMEOUT`]; libpq counts it in whole seconds.
+/// `connect_timeout` when it bounds the wait, else [`PostgresOptions::DEFAULT_CONNECT_TIMEOUT`]
+/// (also in place of a URL's `0` or negative value, which libpq would take as "wait
+/// forever"); libpq counts it in whole seconds.
 ///
 /// Why no GSS encryption by default: libpq's default `gssencmode=prefer` asks libkrb5 for
 /// credentials at every connect, and a process that exits while a connection is still being
@@ -558,16 +560,12 @@ fn session_settings(options: &PostgresOptions, settings: &Settings) -> String {
 /// does not need it; a deployment that wants GSS encryption says `gssencmode=require`.
 fn connection_string(url: &str, connect_timeout: Option<Duration>) -> Result<(String, Duration)> {
     let info = crate::ConnInfo::parse(url)?;
-    let from_url = info
-        .get("connect_timeout")
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .filter(|&secs| secs > 0)
-        .map(Duration::from_secs);
+    let from_url = info.connect_timeout_secs().map(Duration::from_secs);
     let timeout = connect_timeout.or(from_url).unwrap_or(PostgresOptions::DEFAULT_CONNECT_TIMEOUT);
-    let whole_seconds = (timeout.as_secs() + u64::from(timeout.subsec_nanos() > 0)).to_string();
+    let whole_seconds = timeout.as_secs() + u64::from(timeout.subsec_nanos() > 0);
     let mut info = match connect_timeout {
-        Some(_) => info.set("connect_timeout", &whole_seconds),
-        None => info.or_set("connect_timeout", &whole_seconds),
+        Some(_) => info.set("connect_timeout", &whole_seconds.to_string()),
+        None => info.with_connect_timeout_bound(whole_seconds),
     };
     info = info.or_set("application_name", "fenceq");
     if std::env::var_os("PGGSSENCMODE").is_none() {
@@ -920,6 +918,14 @@ mod tests {
         let info = parsed(&conninfo);
         assert_eq!(timeout, Duration::from_secs(3));
         assert_eq!((info.get("connect_timeout"), info.get("gssencmode")), (Some("3"), Some("require")));
+
+        // 0 and negative values are libpq's "wait forever": the default bound replaces them.
+        for unbounded in ["0", "-1", " 0 "] {
+            let url = format!("host=h dbname=d connect_timeout='{unbounded}'");
+            let (conninfo, timeout) = connection_string(&url, None).unwrap();
+            assert_eq!(timeout, PostgresOptions::DEFAULT_CONNECT_TIMEOUT, "{unbounded}");
+            assert_eq!(parsed(&conninfo).get("connect_timeout"), Some("10"), "{unbounded}");
+        }
 
         // The builder's setting replaces the URL's, in whole seconds.
         let (conninfo, timeout) =

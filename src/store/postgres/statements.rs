@@ -60,6 +60,22 @@ macro_rules! holds_group {
     };
 }
 
+/// A live job of a group (`h`) that a new arrival must wait behind: one that holds the group
+/// (`holds_group!`), or one held back waiting its turn. The second matters where the group
+/// has no holder while its release is due (a hand-over that failed after its settle
+/// committed, or a process that died between the two): a job enqueued then must not jump
+/// ahead of the jobs already waiting. The reaper's sweep hands the group on to the oldest.
+macro_rules! queues_behind {
+    () => {
+        concat!(
+            "((h.group_held AND h.state IN ('pending', 'running', 'waiting', 'unknown', 'exhausted'))
+                OR (",
+            holds_group!(),
+            "))"
+        )
+    };
+}
+
 macro_rules! unless_held_elsewhere {
     () => {
         " AND id = (SELECT id FROM fenceq_jobs
@@ -200,10 +216,10 @@ stmt! {
 
     /// Batched intake with groups (`$8` each row's group, NULL for none), one statement, after
     /// `LOCK_GROUPS` took every group's lock in the same transaction: a grouped row is held
-    /// when a job of its group already holds it, or when an earlier row of the batch is in
-    /// its group (the earliest of them holds it then, as one row at a time would have left
-    /// it). A conflicting row is skipped, as in `ENQUEUE_ALL`, and the caller then goes row by
-    /// row.
+    /// when a job of its group already holds it or waits its turn (`queues_behind!`), or when
+    /// an earlier row of the batch is in its group (the earliest of them holds it then, as one
+    /// row at a time would have left it). A conflicting row is skipped, as in `ENQUEUE_ALL`,
+    /// and the caller then goes row by row.
     ENQUEUE_ALL_GROUPED = concat!(
         "
     INSERT INTO fenceq_jobs (queue, key, payload, priority, run_at, max_attempts, created_at,
@@ -213,7 +229,7 @@ stmt! {
            AND (r.n > min(r.n) OVER (PARTITION BY r.queue, r.group_name)
                 OR EXISTS (SELECT 1 FROM fenceq_jobs AS h
                            WHERE h.queue = r.queue AND h.group_name = r.group_name AND ",
-        holds_group!(),
+        queues_behind!(),
         "))
     FROM   unnest($1::text[], $2::text[], $3::bytea[], $4::integer[], $5::bigint[], $6::integer[], $7::bigint[],
                   $8::text[])
@@ -816,15 +832,15 @@ stmt! {
 
 stmt! {
     /// Intake of a grouped job: as `ENQUEUE` (`$8` the group), held back when a job of its
-    /// group already holds it. Runs after `LOCK_GROUP` in the same transaction, so the holder
-    /// it sees cannot change before it commits.
+    /// group already holds it or waits its turn (`queues_behind!`). Runs after `LOCK_GROUP` in
+    /// the same transaction, so what it sees of the group cannot change before it commits.
     ENQUEUE_IN_GROUP = concat!(
         "
     INSERT INTO fenceq_jobs (queue, key, payload, priority, run_at, max_attempts, created_at,
                              group_name, group_held)
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
             EXISTS (SELECT 1 FROM fenceq_jobs AS h WHERE h.queue = $1 AND h.group_name = $8 AND ",
-        holds_group!(),
+        queues_behind!(),
         "))
     ON CONFLICT (queue, key) WHERE key IS NOT NULL DO NOTHING
     RETURNING id, CASE WHEN run_at <= created_at AND NOT group_held THEN ",

@@ -415,11 +415,8 @@ impl Target {
         let Some(user) = info.get("user").filter(|u| !u.is_empty()) else {
             return unsupported("no user (libpq would use the OS user's)");
         };
-        let connect_timeout = info
-            .get("connect_timeout")
-            .and_then(|t| t.trim().parse::<u64>().ok())
-            .filter(|t| *t > 0)
-            .map_or(Duration::from_secs(10), |t| Duration::from_secs(t.max(2)));
+        let connect_timeout =
+            info.connect_timeout_secs().map_or(Duration::from_secs(10), |t| Duration::from_secs(t.max(2)));
         let mut parameters = vec![
             ("user".to_string(), user.to_string()),
             ("database".to_string(), info.get("dbname").filter(|d| !d.is_empty()).unwrap_or(user).to_string()),
