@@ -560,7 +560,13 @@ pub fn is_connection_string(text: &str) -> bool {
 /// user information and the last `@` (as a person may have meant a password holding `@`,
 /// `/`, `?` or `#`), and the whole query; in a key/value string, everything from the first
 /// pair that could not be read.
+///
+/// A text that is not a connection string at all ([`is_connection_string`]: an SQLite file's
+/// path such as `bot.db`) holds no password and comes back as it is.
 pub fn redact_connection_string(text: &str) -> String {
+    if !is_connection_string(text) {
+        return text.to_string();
+    }
     let mut spans: Vec<Range<usize>> = Vec::new();
     match uri_prefix_length(text) {
         0 => {
@@ -734,6 +740,10 @@ mod tests {
             ("host=h password='s3cret dbname=d", "host=h ***"),
             ("host=h s3cret", "host=h ***"),
             ("", ""),
+            // A file's path is no connection string: nothing in it is a secret.
+            ("bot.db", "bot.db"),
+            ("/var/lib/bot/queue.sqlite3", "/var/lib/bot/queue.sqlite3"),
+            ("data dir/bot.db", "data dir/bot.db"),
         ];
         for (text, shown) in cases {
             assert_eq!(redact_connection_string(text), shown, "{text}");
