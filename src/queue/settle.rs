@@ -130,29 +130,141 @@ impl<S: Store> Queue<S> {
     /// no server accepts writes (a failover's promotion) it keeps trying for up to 30 s; only
     /// when no connection can be had in that time does `commit_unknown` stay true.
     pub fn complete_with<T>(&self, token: &ClaimToken, write: impl FnOnce(&S::Tx) -> Result<T>) -> Result<T> {
+        self.settle_with(token, &Settle::Complete, write).map(|(_, value)| value)
+    }
+
+    /// [`Queue::retry`] and `write` in one transaction: both commit or neither, as in
+    /// [`Queue::complete_with`]. A handler that records a failure in its own table ("the
+    /// provider answered 502") and schedules the retry can never leave one without the other.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Queue::retry`] and [`Queue::complete_with`] (the closure's own error
+    /// writes nothing). A connection lost after the `COMMIT` was sent (PostgreSQL) is
+    /// `ConnectionLost` with `commit_unknown` true: read the job to know.
+    pub fn retry_with<T>(
+        &self,
+        token: &ClaimToken,
+        backoff: impl Into<Backoff>,
+        error: &str,
+        write: impl FnOnce(&S::Tx) -> Result<T>,
+    ) -> Result<(Retried, T)> {
+        let settle = Settle::Retry { delay: retry_delay(token, backoff.into()), error: error.to_string() };
+        self.settle_with(token, &settle, write).map(|(settled, value)| (retried(settled), value))
+    }
+
+    /// [`Queue::snooze`] and `write` in one transaction: both commit or neither, as in
+    /// [`Queue::complete_with`]. For a provider's "too many requests" this is the record of
+    /// the 429 and the back-off it asks for (with [`BackoffScope::Queue`] or
+    /// [`BackoffScope::Group`]) committed together: no claim of any process can start a job
+    /// the back-off holds after the record is visible.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Queue::snooze`] and [`Queue::complete_with`] (the closure's own error
+    /// writes nothing). A connection lost after the `COMMIT` was sent (PostgreSQL) is
+    /// `ConnectionLost` with `commit_unknown` true: read the job to know.
+    pub fn snooze_with<T>(
+        &self,
+        token: &ClaimToken,
+        snooze: Snooze,
+        write: impl FnOnce(&S::Tx) -> Result<T>,
+    ) -> Result<(Retried, T)> {
+        let Snooze { delay, scope, reason, max_snoozes } = snooze;
+        let settle = Settle::Snooze { delay, scope, reason, max_snoozes };
+        self.settle_with(token, &settle, write).map(|(settled, value)| (retried(settled), value))
+    }
+
+    /// [`Queue::exhaust`] and `write` in one transaction: both commit or neither, as in
+    /// [`Queue::complete_with`].
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Queue::exhaust`] and [`Queue::complete_with`] (the closure's own error
+    /// writes nothing). A connection lost after the `COMMIT` was sent (PostgreSQL) is
+    /// `ConnectionLost` with `commit_unknown` true: read the job to know.
+    pub fn exhaust_with<T>(
+        &self,
+        token: &ClaimToken,
+        error: &str,
+        write: impl FnOnce(&S::Tx) -> Result<T>,
+    ) -> Result<T> {
+        self.settle_with(token, &Settle::Exhaust(error.to_string()), write).map(|(_, value)| value)
+    }
+
+    /// [`Queue::mark_unknown`] and `write` in one transaction: both commit or neither, as
+    /// in [`Queue::complete_with`].
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Queue::mark_unknown`] and [`Queue::complete_with`] (the closure's own
+    /// error writes nothing). A connection lost after the `COMMIT` was sent (PostgreSQL) is
+    /// `ConnectionLost` with `commit_unknown` true: read the job to know.
+    pub fn mark_unknown_with<T>(
+        &self,
+        token: &ClaimToken,
+        evidence: &str,
+        write: impl FnOnce(&S::Tx) -> Result<T>,
+    ) -> Result<T> {
+        self.settle_with(token, &Settle::Unknown(evidence.to_string()), write).map(|(_, value)| value)
+    }
+
+    /// [`Queue::park`] and `write` in one transaction: both commit or neither, as in
+    /// [`Queue::complete_with`].
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Queue::park`] and [`Queue::complete_with`] (the closure's own error
+    /// writes nothing). A connection lost after the `COMMIT` was sent (PostgreSQL) is
+    /// `ConnectionLost` with `commit_unknown` true: read the job to know.
+    pub fn park_with<T>(
+        &self,
+        token: &ClaimToken,
+        timeout: Duration,
+        reason: &str,
+        write: impl FnOnce(&S::Tx) -> Result<T>,
+    ) -> Result<T> {
+        let settle = Settle::Park { timeout, reason: reason.to_string() };
+        self.settle_with(token, &settle, write).map(|(_, value)| value)
+    }
+
+    /// One settle and the caller's `write` in one transaction of the queue's writer, after
+    /// the ownership check of [`Queue::with_ownership`] (the row held): both commit or
+    /// neither. A completion whose connection was lost while committing is read back from
+    /// the row (`completed_by`); another settle's lost commit stays `commit_unknown`.
+    pub(crate) fn settle_with<T>(
+        &self,
+        token: &ClaimToken,
+        settle: &Settle,
+        write: impl FnOnce(&S::Tx) -> Result<T>,
+    ) -> Result<(Settled, T)> {
+        settle.check()?;
         let mut value: Option<T> = None;
         let committed = self.write_waking(|tx| {
             let lease = self.owned_lease(tx, token)?;
             let now = |tx: &S::Tx| self.shared.now_in(tx);
-            settle_in::<S>(tx, token, &Settle::Complete, now(tx)?, &now)?;
+            let settled = settle_in::<S>(tx, token, settle, now(tx)?, &now)?;
             // (The writer refuses to commit a transaction the store rolled back meanwhile.)
             value = Some(held_briefly(token, lease, || write(tx))?);
-            Ok(())
+            Ok(settled)
         });
-        match committed {
-            Ok(()) => {}
-            Err(lost @ Error::ConnectionLost { commit_unknown: true, .. }) => match self.completed_by(token) {
-                Ok(true) => {}
-                Ok(false) => return Err(Error::ConnectionLost { statement: "COMMIT", commit_unknown: false }),
-                Err(e) => {
-                    tracing::warn!(error = %e, "the outcome of a completion whose connection was lost could not be read");
-                    return Err(lost);
+        let settled = match committed {
+            Ok(settled) => settled,
+            Err(lost @ Error::ConnectionLost { commit_unknown: true, .. }) if matches!(settle, Settle::Complete) => {
+                match self.completed_by(token) {
+                    Ok(true) => Settled::Completed,
+                    Ok(false) => return Err(Error::ConnectionLost { statement: "COMMIT", commit_unknown: false }),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the outcome of a completion whose connection was lost could not be read");
+                        return Err(lost);
+                    }
                 }
-            },
+            }
             Err(e) => return Err(e),
-        }
+        };
         // The work committed, so the closure ran to its end and returned its value.
-        value.ok_or_else(|| Error::domain("the completion committed without the closure's value"))
+        let value = value.ok_or_else(|| Error::domain("the settle committed without the closure's value"))?;
+        Ok((settled, value))
     }
 
     /// Whether `token` completed its job, read once any transaction still holding the row
@@ -190,14 +302,8 @@ impl<S: Store> Queue<S> {
     /// `StorageFull`, `ReadOnly`; `NestedWrite` from inside a closure holding the queue's
     /// transaction (or an in-memory queue's `with_connection`).
     pub fn retry(&self, token: &ClaimToken, backoff: impl Into<Backoff>, error: &str) -> Result<Retried> {
-        let delay = match backoff.into() {
-            Backoff::After(d) => d,
-            Backoff::Policy(p) => p.next_delay(token.attempt),
-        };
-        match self.settle(token, Settle::Retry { delay, error: error.to_string() })? {
-            Settled::Retried(at) => Ok(Retried::Scheduled(at)),
-            _ => Ok(Retried::Exhausted),
-        }
+        let delay = retry_delay(token, backoff.into());
+        self.settle(token, Settle::Retry { delay, error: error.to_string() }).map(retried)
     }
 
     /// Turns the exact live claim into an unacknowledged, durable exhaustion that keeps its
@@ -282,10 +388,7 @@ impl<S: Store> Queue<S> {
     /// an in-memory queue's `with_connection`).
     pub fn snooze(&self, token: &ClaimToken, snooze: Snooze) -> Result<Retried> {
         let Snooze { delay, scope, reason, max_snoozes } = snooze;
-        match self.settle(token, Settle::Snooze { delay, scope, reason, max_snoozes })? {
-            Settled::Snoozed(at) => Ok(Retried::Scheduled(at)),
-            _ => Ok(Retried::Exhausted),
-        }
+        self.settle(token, Settle::Snooze { delay, scope, reason, max_snoozes }).map(retried)
     }
 
     /// One settle in a transaction of its own.
@@ -376,6 +479,22 @@ impl<S: Store> Queue<S> {
                 fence::identified::<S>(tx, token, JobState::Waiting, now, "resume", resumed)
             })
         })
+    }
+}
+
+/// The delay of a retry of `token`'s attempt.
+fn retry_delay(token: &ClaimToken, backoff: Backoff) -> Duration {
+    match backoff {
+        Backoff::After(d) => d,
+        Backoff::Policy(p) => p.next_delay(token.attempt),
+    }
+}
+
+/// A retry's or snooze's settle as its caller sees it.
+fn retried(settled: Settled) -> Retried {
+    match settled {
+        Settled::Retried(at) | Settled::Snoozed(at) => Retried::Scheduled(at),
+        _ => Retried::Exhausted,
     }
 }
 

@@ -2,12 +2,15 @@
 
 use crate::error::Result;
 use crate::job::{BackoffScope, ClaimToken, Claimed};
+use crate::queue::settle::Settled;
 use crate::queue::Queue;
 use crate::store::DefaultStore;
 use crate::store::Store;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+use super::settle::SettleRules;
 
 /// What a handler decided about its attempt. The pool settles it with the attempt's exact
 /// token; a settle rejected as stale is counted and logged, never retried blindly.
@@ -101,16 +104,20 @@ pub(crate) struct Lease {
     pub until: AtomicI64,
     /// Set when a renewal was rejected.
     pub lost: AtomicBool,
-    /// Set once the handler's [`Attempt::complete_with`] committed: the heartbeat stops
-    /// renewing it, and a renewal that raced the completion is no lost lease.
-    pub completed: AtomicBool,
-    /// Set while the handler's [`Attempt::complete_with`] runs. Its commit can reach the
-    /// heartbeat's connection before it reaches the handler's (on PostgreSQL the row lock is
-    /// released at the server's commit, and the heartbeat's renewal that waited on it is
-    /// answered while the handler still waits for its own `COMMIT` reply): a renewal refused
-    /// meanwhile is the completion's doing, not a lost lease. If the completion fails after
-    /// all, `OwnershipLost` marks the attempt lost itself.
-    pub completing: AtomicBool,
+    /// Set once the handler's own settle ([`Attempt::complete_with`],
+    /// [`Attempt::settle_with`]) committed: the heartbeat stops renewing it, and a renewal
+    /// that raced the settle is no lost lease.
+    pub settled: AtomicBool,
+    /// Set while the handler's own settle runs. Its commit can reach the heartbeat's
+    /// connection before it reaches the handler's (on PostgreSQL the row lock is released at
+    /// the server's commit, and the heartbeat's renewal that waited on it is answered while
+    /// the handler still waits for its own `COMMIT` reply): a renewal refused meanwhile is
+    /// the settle's doing, not a lost lease. If the settle fails after all, `OwnershipLost`
+    /// marks the attempt lost itself.
+    pub settling: AtomicBool,
+    /// What the handler's own settle was and did, for the pool's counts (none when the
+    /// heartbeat found the job completed by the attempt's token through `Queue::complete_with`).
+    pub handler_settle: parking_lot::Mutex<Option<(Outcome, Settled)>>,
     /// Where the claim is in the pool's hands: [`HELD`] until a worker starts it or the pool
     /// lets it go unstarted. It leaves `HELD` once, by one compare-and-swap, so that a worker
     /// about to start it and a shutdown handing it back never both have it.
@@ -132,8 +139,9 @@ impl Lease {
         Lease {
             until: AtomicI64::new(until),
             lost: AtomicBool::new(false),
-            completed: AtomicBool::new(false),
-            completing: AtomicBool::new(false),
+            settled: AtomicBool::new(false),
+            settling: AtomicBool::new(false),
+            handler_settle: parking_lot::Mutex::new(None),
             stage: AtomicU8::new(HELD),
         }
     }
@@ -159,6 +167,7 @@ pub struct Attempt<S: Store = DefaultStore> {
     pub(crate) claimed: Claimed,
     pub(crate) lease: Arc<Lease>,
     pub(crate) queue: Queue<S>,
+    pub(crate) rules: SettleRules,
 }
 
 impl<S: Store> Attempt<S> {
@@ -260,12 +269,68 @@ impl<S: Store> Attempt<S> {
     ///
     /// Those of [`Queue::complete_with`]; on `OwnershipLost`, `owner_lost()` turns true.
     pub fn complete_with<T>(&self, write: impl FnOnce(&S::Tx) -> Result<T>) -> Result<T> {
-        self.lease.completing.store(true, Ordering::SeqCst);
-        let result = self.noting_loss(self.queue.complete_with(&self.claimed.token, write));
-        if result.is_ok() {
-            self.lease.completed.store(true, Ordering::SeqCst);
-        }
-        self.lease.completing.store(false, Ordering::SeqCst);
+        self.settle_with(Outcome::Complete, write)
+    }
+
+    /// Settles the attempt as `outcome` says and runs `write` in the same transaction: both
+    /// commit or neither, for every outcome ([`Attempt::complete_with`] is this with
+    /// [`Outcome::Complete`]). The outcome settles as the pool would settle it when the
+    /// handler returned it: a `Retry` without a delay under the pool's retry policy, a
+    /// snooze or provider back-off under the pool's `max_snoozes`.
+    ///
+    /// This is how a handler records a provider's answer and acts on it at once: the row
+    /// "got 429 at 12:00:03" and the queue's back-off commit together, so no worker of any
+    /// process starts a job the back-off holds once the record is there (with the record in
+    /// [`Attempt::with_ownership`] and the back-off returned as the outcome, other workers
+    /// could start jobs in between).
+    ///
+    /// After it returned `Ok`, the attempt is settled: the pool counts it as what it did and
+    /// settles nothing more, whatever the handler returns (return the same outcome). On
+    /// `Err` nothing was written; return the outcome the error calls for.
+    ///
+    /// ```
+    /// # use fenceq::{BackoffScope, NewJob, Outcome, Queue, WorkerPool};
+    /// # use std::time::Duration;
+    /// # let queue = Queue::open_in_memory()?;
+    /// # queue.transaction(|tx| Ok(tx.execute_batch("CREATE TABLE sends (job INTEGER, answer TEXT)")?))?;
+    /// let pool = WorkerPool::builder(queue.clone(), "telegram")
+    ///     .handler(|attempt| {
+    ///         // The provider answered 429 with Retry-After: 3.
+    ///         let back_off = Outcome::provider_backoff(Duration::from_secs(3), BackoffScope::Queue);
+    ///         let job = attempt.token().id.0;
+    ///         match attempt.settle_with(back_off.clone(), |tx| {
+    ///             tx.execute("INSERT INTO sends VALUES (?1, '429')", [job])?;
+    ///             Ok(())
+    ///         }) {
+    ///             Ok(()) => back_off,
+    ///             Err(e) => Outcome::retry(e.to_string()),
+    ///         }
+    ///     })
+    ///     .start()?;
+    /// # queue.enqueue(NewJob::new("telegram", b"hi".to_vec()))?;
+    /// # for _ in 0..500 { if pool.counters().snoozed == 1 { break } std::thread::sleep(Duration::from_millis(10)); }
+    /// # assert_eq!(pool.shutdown(Duration::from_secs(5))?.counters.snoozed, 1);
+    /// # assert!(queue.queue_backoff("telegram")?.is_some());
+    /// # Ok::<(), fenceq::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Queue::complete_with`] and of the settle `outcome` stands for
+    /// ([`Queue::retry`], [`Queue::snooze`], [`Queue::exhaust`], [`Queue::mark_unknown`],
+    /// [`Queue::park`]); on `OwnershipLost`, `owner_lost()` turns true. A park or snooze
+    /// whose length the store refuses is settled as an exhaustion that says why, as the
+    /// pool does with such an outcome.
+    pub fn settle_with<T>(&self, outcome: Outcome, write: impl FnOnce(&S::Tx) -> Result<T>) -> Result<T> {
+        let settle = self.rules.settle_of(&self.claimed.token, &outcome);
+        self.lease.settling.store(true, Ordering::SeqCst);
+        let result = self.noting_loss(self.queue.settle_with(&self.claimed.token, &settle, write));
+        let result = result.map(|(settled, value)| {
+            *self.lease.handler_settle.lock() = Some((outcome, settled));
+            self.lease.settled.store(true, Ordering::SeqCst);
+            value
+        });
+        self.lease.settling.store(false, Ordering::SeqCst);
         result
     }
 

@@ -7,8 +7,10 @@
 
 use super::attempt::{Attempt, Lease, Outcome, DROPPED, STARTED};
 use super::counters::bump;
+use super::settle::SettleRules;
 use super::shared::Shared;
 use crate::job::{ClaimToken, Claimed};
+use crate::queue::settle::Settled;
 use crate::store::Store;
 use crossbeam_channel::{Receiver, Sender};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -44,8 +46,9 @@ pub(super) fn run_worker<S: Store>(
 pub(super) enum Finished {
     /// Settle it with this outcome.
     Settle(Outcome),
-    /// The handler completed it itself (`Attempt::complete_with`): nothing left to settle.
-    CompletedByHandler,
+    /// The handler settled it itself, with its domain write (`Attempt::complete_with`,
+    /// `Attempt::settle_with`): nothing left to settle, counted as what it did.
+    SettledByHandler(Outcome, Settled),
     /// Never started: its lease was lost while it was held. Nothing to settle.
     Dropped,
 }
@@ -88,15 +91,17 @@ fn begin<S: Store>(shared: &Shared<S>, claimed: &Claimed, lease: &Lease) -> Begi
 fn work<S: Store>(shared: &Shared<S>, claimed: Claimed, lease: Arc<Lease>) -> Finished {
     let id = claimed.token.id;
     let token = claimed.token;
-    let mut attempt = Attempt { claimed, lease, queue: shared.queue.clone() };
+    let mut attempt = Attempt { claimed, lease, queue: shared.queue.clone(), rules: SettleRules::of(shared) };
     let outcome = run_handler(shared, &mut attempt);
-    if attempt.lease.completed.load(Ordering::SeqCst) {
-        if outcome != Outcome::Complete {
-            tracing::warn!(job = %id, attempt = token.attempt, ?outcome,
-                "the handler completed the job with complete_with and then returned another outcome; \
-                 the job stays completed");
+    if attempt.lease.settled.load(Ordering::SeqCst) {
+        let (settled_as, settled) =
+            attempt.lease.handler_settle.lock().take().unwrap_or((Outcome::Complete, Settled::Completed));
+        if outcome != settled_as {
+            tracing::warn!(job = %id, attempt = token.attempt, ?outcome, settled = ?settled_as,
+                "the handler settled the job with its own write and then returned another outcome; \
+                 the job stays as its own settle left it");
         }
-        return Finished::CompletedByHandler;
+        return Finished::SettledByHandler(settled_as, settled);
     }
     Finished::Settle(outcome)
 }

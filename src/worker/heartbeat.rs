@@ -32,7 +32,7 @@ pub(super) fn heartbeat<S: Store>(shared: &Shared<S>, every: Duration, stop: Rec
             .lock()
             .iter()
             .filter(|(_, lease)| {
-                !lease.lost.load(Ordering::SeqCst) && !lease.completed.load(Ordering::SeqCst) && !lease.let_go()
+                !lease.lost.load(Ordering::SeqCst) && !lease.settled.load(Ordering::SeqCst) && !lease.let_go()
             })
             .map(|(token, lease)| (*token, lease.clone()))
             .collect();
@@ -56,17 +56,17 @@ pub(super) fn heartbeat<S: Store>(shared: &Shared<S>, every: Duration, stop: Rec
 /// What a refused renewal of `token` means for its lease.
 fn refusal<S: Store>(shared: &Shared<S>, token: &ClaimToken, lease: &Lease, refused: Error) {
     match refused {
-        // Settled (or being or been completed by its handler, or handed back) while this
-        // round ran: nothing was lost. `completing` is read first: the handler sets
-        // `completed` before it clears `completing`, so one of the two is seen.
-        _ if lease.completing.load(Ordering::SeqCst)
-            || lease.completed.load(Ordering::SeqCst)
+        // Settled (or being or been settled by its handler, or handed back) while this
+        // round ran: nothing was lost. `settling` is read first: the handler sets
+        // `settled` before it clears `settling`, so one of the two is seen.
+        _ if lease.settling.load(Ordering::SeqCst)
+            || lease.settled.load(Ordering::SeqCst)
             || lease.let_go()
             || !shared.in_flight.lock().contains_key(token) => {}
         // The row still carries this exact claim and is completed: the handler completed it
         // with the attempt's own token (`Queue::complete_with`).
         Error::OwnershipLost { reason: LostReason::NotRunning(JobState::Completed), .. } => {
-            lease.completed.store(true, Ordering::SeqCst);
+            lease.settled.store(true, Ordering::SeqCst);
         }
         e => {
             lease.lost.store(true, Ordering::SeqCst);

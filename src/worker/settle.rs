@@ -43,8 +43,8 @@ pub(super) fn settle_and_claim<S: Store>(
     for (token, finished) in finished {
         match finished {
             Finished::Settle(outcome) => batch.push((token, outcome)),
-            // Its completion committed with the handler's write.
-            Finished::CompletedByHandler => bump(&c.completed),
+            // Its settle committed with the handler's write.
+            Finished::SettledByHandler(outcome, settled) => count_settled(shared, &outcome, settled),
             // Logged by the worker that dropped it.
             Finished::Dropped => bump(&c.dropped_lost),
         }
@@ -134,21 +134,29 @@ fn tally<S: Store>(shared: &Shared<S>, batch: &[(ClaimToken, Outcome)], results:
     }
 }
 
-fn tally_one<S: Store>(shared: &Shared<S>, token: &ClaimToken, outcome: &Outcome, result: Result<Settled>) {
+/// Counts what a settle that committed did (the pool's or the handler's own).
+pub(super) fn count_settled<S: Store>(shared: &Shared<S>, outcome: &Outcome, settled: Settled) {
     let c = &shared.counters;
-    match result {
-        Ok(Settled::Completed) => bump(&c.completed),
-        Ok(Settled::Retried(_)) => bump(&c.retried),
-        Ok(Settled::Exhausted) => bump(&c.exhausted),
-        Ok(Settled::Unknown) => bump(&c.unknown),
-        Ok(Settled::Parked) => bump(&c.parked),
-        Ok(Settled::Snoozed(at)) => {
+    match settled {
+        Settled::Completed => bump(&c.completed),
+        Settled::Retried(_) => bump(&c.retried),
+        Settled::Exhausted => bump(&c.exhausted),
+        Settled::Unknown => bump(&c.unknown),
+        Settled::Parked => bump(&c.parked),
+        Settled::Snoozed(at) => {
             bump(&c.snoozed);
             if matches!(outcome, Outcome::RetryAfter { scope: BackoffScope::Queue, .. }) {
                 // The dispatcher sleeps no longer than until the back-off ends.
                 shared.backoff_until.fetch_max(at, Ordering::SeqCst);
             }
         }
+    }
+}
+
+fn tally_one<S: Store>(shared: &Shared<S>, token: &ClaimToken, outcome: &Outcome, result: Result<Settled>) {
+    let c = &shared.counters;
+    match result {
+        Ok(settled) => count_settled(shared, outcome, settled),
         // The row still carries this exact claim and is completed: the handler completed it
         // with the attempt's own token (`Queue::complete_with`), and the settle came second.
         Err(Error::OwnershipLost { reason: LostReason::NotRunning(JobState::Completed), .. }) => {
@@ -272,10 +280,34 @@ fn settles<S: Store>(shared: &Shared<S>, batch: &[(ClaimToken, Outcome)]) -> Vec
 }
 
 fn settle_of<S: Store>(shared: &Shared<S>, token: &ClaimToken, outcome: &Outcome) -> Settle {
+    SettleRules::of(shared).settle_of(token, outcome)
+}
+
+/// What a pool's outcomes settle with beyond their own values: its retry policy (for a
+/// `Retry` without a delay) and its cap of snoozes per job. The pool's settle path and a
+/// handler's own settle ([`Attempt::settle_with`](super::Attempt::settle_with)) read the same.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SettleRules {
+    pub(crate) retry_policy: crate::job::RetryPolicy,
+    pub(crate) max_snoozes: u32,
+}
+
+impl SettleRules {
+    pub(super) fn of<S: Store>(shared: &Shared<S>) -> SettleRules {
+        SettleRules { retry_policy: shared.retry_policy, max_snoozes: shared.max_snoozes }
+    }
+
+    /// How the engine settles `outcome` of `token`'s attempt.
+    pub(crate) fn settle_of(&self, token: &ClaimToken, outcome: &Outcome) -> Settle {
+        settle_by(self, token, outcome)
+    }
+}
+
+fn settle_by(rules: &SettleRules, token: &ClaimToken, outcome: &Outcome) -> Settle {
     match outcome {
         Outcome::Complete => Settle::Complete,
         Outcome::Retry { after, error } => Settle::Retry {
-            delay: after.unwrap_or_else(|| shared.retry_policy.next_delay(token.attempt)),
+            delay: after.unwrap_or_else(|| rules.retry_policy.next_delay(token.attempt)),
             error: error.clone(),
         },
         Outcome::Exhaust(error) => Settle::Exhaust(error.clone()),
@@ -286,9 +318,9 @@ fn settle_of<S: Store>(shared: &Shared<S>, token: &ClaimToken, outcome: &Outcome
             // out, then run it again: a person sees an exhaustion that says why instead.
             Err(refused) => Settle::Exhaust(format!("the handler parked the job ({reason}), but {refused}")),
         },
-        Outcome::Snooze(delay) => snooze_of(shared, *delay, BackoffScope::Job, format!("snoozed for {delay:?}")),
+        Outcome::Snooze(delay) => snooze_of(rules, *delay, BackoffScope::Job, format!("snoozed for {delay:?}")),
         Outcome::RetryAfter { delay, scope } => {
-            snooze_of(shared, *delay, *scope, format!("the provider asked to retry after {delay:?} ({scope} back-off)"))
+            snooze_of(rules, *delay, *scope, format!("the provider asked to retry after {delay:?} ({scope} back-off)"))
         }
     }
 }
@@ -296,9 +328,9 @@ fn settle_of<S: Store>(shared: &Shared<S>, token: &ClaimToken, outcome: &Outcome
 /// The settle of a handler's snooze or provider back-off: a snooze under the pool's cap, or,
 /// for a delay the store would refuse (over a year), an exhaustion that says why (left
 /// running, the job would be claimed again once its lease ran out, and snoozed again).
-fn snooze_of<S: Store>(shared: &Shared<S>, delay: std::time::Duration, scope: BackoffScope, reason: String) -> Settle {
+fn snooze_of(rules: &SettleRules, delay: std::time::Duration, scope: BackoffScope, reason: String) -> Settle {
     match crate::validate::check_snooze_delay(delay) {
-        Ok(()) => Settle::Snooze { delay, scope, reason, max_snoozes: shared.max_snoozes },
+        Ok(()) => Settle::Snooze { delay, scope, reason, max_snoozes: rules.max_snoozes },
         Err(refused) => Settle::Exhaust(format!("the handler put the job back ({reason}), but {refused}")),
     }
 }

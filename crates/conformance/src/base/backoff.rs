@@ -32,6 +32,7 @@ pub fn rules<H: Harness>() -> Vec<Rule<H>> {
         a_delay_beyond_a_year_and_bad_names_are_refused_and_change_nothing,
         a_replay_starts_the_snooze_count_again,
         a_pool_handler_backing_off_the_queue_is_not_called_again_before_the_instant,
+        a_pool_handler_records_a_429_and_backs_the_queue_off_in_one_transaction,
         a_pool_exhausts_a_job_past_its_snooze_cap_and_a_snooze_beyond_a_year,
     ]
 }
@@ -366,6 +367,47 @@ fn a_pool_handler_backing_off_the_queue_is_not_called_again_before_the_instant<H
     assert_eq!(
         (j.state, j.snoozes, j.max_attempts - j.attempt),
         (JobState::Completed, 1, job(&db, second).max_attempts - 1)
+    );
+}
+
+/// `Attempt::settle_with`: the handler's record of the 429 and the queue's back-off commit
+/// together; the pool counts the attempt as snoozed and settles nothing more; no other job
+/// starts before the instant.
+fn a_pool_handler_records_a_429_and_backs_the_queue_off_in_one_transaction<H: Harness>(h: &H) {
+    let db = Db::new(h);
+    db.create_replies();
+    let first = db.add("first");
+    db.add("second");
+    let (started_tx, started) = mpsc::channel::<JobId>();
+    let pool = WorkerPool::builder(db.queue.clone(), "q")
+        .workers(1)
+        .prefetch(0)
+        .poll_interval(Duration::from_millis(20))
+        .handler(move |attempt| {
+            let id = attempt.token().id;
+            started_tx.send(id).unwrap();
+            let back_off = Outcome::provider_backoff(Duration::from_secs(60), BackoffScope::Queue);
+            match attempt.settle_with(back_off.clone(), |tx| H::insert_reply(tx, id.0, 1, "429")) {
+                Ok(()) => back_off,
+                Err(e) => Outcome::retry(e.to_string()),
+            }
+        })
+        .start()
+        .unwrap();
+    let one = started.recv_timeout(HANG_GUARD).unwrap();
+    assert!(pool.wait_idle(HANG_GUARD).unwrap());
+    let report = pool.shutdown(HANG_GUARD).unwrap();
+    let mut ran = vec![one];
+    ran.extend(started.try_iter());
+    assert_eq!(ran, [first], "the back-off held every other job");
+    assert_eq!(db.replies(), [(first.0, 1, "429".to_string())]);
+    assert_eq!(db.queue_backoff("q").unwrap().map(|b| b.until), Some(T0 + 60_000));
+    let c = report.counters;
+    assert_eq!((c.claimed, c.snoozed, c.completed, c.errors, c.stale_settles_rejected), (1, 1, 0, 0, 0));
+    let j = job(&db, first);
+    assert_eq!(
+        (j.state, j.snoozes, j.max_attempts - j.attempt),
+        (JobState::Pending, 1, job(&db, JobId(first.0 + 1)).max_attempts)
     );
 }
 
