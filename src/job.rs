@@ -273,6 +273,12 @@ pub struct Claimed {
     pub last_error: Option<String>,
     /// The job's group ([`NewJob::group`]), if any.
     pub group: Option<String>,
+    /// The claim's instant (ms since the epoch) on the store's clock (the queue's clock; on
+    /// PostgreSQL with the system clock, the server's): the instant every rate limit of the
+    /// queue ([`Limits`](crate::Limits)) counted this attempt's start at. A handler that
+    /// calls a rate-limited provider later than this by some delay sends later by as much;
+    /// the guide's section on limits says what headroom to leave.
+    pub claimed_at: i64,
 }
 
 impl Claimed {

@@ -110,8 +110,17 @@ impl<S: Store> Shared<S> {
 
     /// A claim judged by the queue's clock read afresh ([`Store::claim_fresh`]): a claim must
     /// find due what other processes made due.
+    ///
+    /// Each claim's instant ([`Claimed::claimed_at`](crate::Claimed::claimed_at)) is read
+    /// off its lease: every store grants a claim's lease from the instant it judged the
+    /// claim by (the one its limits count), for exactly the lease's length.
     pub(crate) fn claim_in(&self, tx: &S::Tx, request: crate::store::FreshClaim<'_>) -> Result<crate::store::Claims> {
-        S::claim_fresh(tx, &*self.clock, request)
+        let lease_ms = request.lease_ms;
+        let mut claims = S::claim_fresh(tx, &*self.clock, request)?;
+        for job in &mut claims.jobs {
+            job.claimed_at = job.lease_until.saturating_sub(lease_ms);
+        }
+        Ok(claims)
     }
 }
 
@@ -200,6 +209,21 @@ impl<S: Store> Queue<S> {
     /// while every decision the queue makes reads the server's clock in its transaction.
     pub fn now_ms(&self) -> i64 {
         self.shared.now()
+    }
+
+    /// The instant the store judges time by inside `tx` (ms since the epoch): the queue's
+    /// clock, or on PostgreSQL with the system clock the server's, as the transaction reads
+    /// it. Inside an owned write ([`Queue::with_ownership`], [`Queue::complete_with`], a
+    /// handler's [`Attempt::settle_with`](crate::Attempt::settle_with)) this is the clock the
+    /// lease, the limits and [`Claimed::claimed_at`](crate::Claimed::claimed_at) are on, so a
+    /// record of "sent at" is comparable with them (a host's own clock may differ).
+    ///
+    /// # Errors
+    ///
+    /// On PostgreSQL, the server's error when the transaction cannot read its clock (the
+    /// connection lost, the transaction aborted).
+    pub fn now_in(&self, tx: &S::Tx) -> Result<i64> {
+        self.shared.now_in(tx)
     }
 
     /// The instant the store judges time by, read in a transaction of its own (the clock's

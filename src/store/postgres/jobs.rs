@@ -1471,6 +1471,8 @@ fn claimed_in_order(mut rows: Vec<ClaimRow>) -> Vec<Claimed> {
             lease_until: r.lease_until,
             last_error: r.last_error,
             group: r.group_name,
+            // The claim's instant: the queue sets it from the lease (`Shared::claim_in`).
+            claimed_at: 0,
         })
         .collect()
 }

@@ -1013,6 +1013,8 @@ fn claimed_row(row: &Row<'_>, id: JobId, claim_id: ClaimId) -> rusqlite::Result<
         lease_until: row.get(6)?,
         last_error: row.get(7)?,
         group: row.get(8)?,
+        // The claim's instant: the queue sets it from the lease (`Shared::claim_in`).
+        claimed_at: 0,
     })
 }
 

@@ -1259,6 +1259,7 @@ impl<B: Backend> Runner<'_, B> {
                 lease_until: now + lease_ms,
                 last_error: j.last_error.clone(),
                 group: j.group.clone(),
+                claimed_at: now,
             };
             if c != expected {
                 return Err(format!(
