@@ -1,14 +1,15 @@
 //! `fenceq serve`, the operator's web dashboard, run as the real binary: an operator's
 //! scenario in headless Chromium over WebDriver (overview, queue, job; acknowledge an
 //! exhaustion, resolve an unknown outcome with a note, pause and unpause a queue), each step
-//! checked in the database through the library; then what a browser would not send, over
-//! plain HTTP: forged and stale actions, read-only servers, sign-in, bad input and slow
-//! clients.
+//! checked in the database through the library; the dashboard reached under another host
+//! name (DNS rebinding), in the browser too; then what a browser would not send, over plain
+//! HTTP: forged and stale actions, foreign `Host`, `Origin` and `Referer` headers, read-only
+//! servers, sign-in, bad input and slow clients.
 //!
 //! The browser tests say they skipped without chromium and chromedriver (under CI=true they
 //! fail). Screenshots of every page go to `target/tmp/web/<test>/`.
 
-use crate::web_support::{exchange, forms, get, post, with, without, Browser, Server};
+use crate::web_support::{exchange, forms, get, get_with, post, post_with, serve_page, with, without, Browser, Server};
 use fenceq::store::Store;
 use fenceq::{JobId, JobState, NewJob, Queue};
 use std::path::{Path, PathBuf};
@@ -193,6 +194,75 @@ fn an_operator_works_the_dashboard_in_a_browser() {
     browser_scenario(&queue, &args, "sqlite");
 }
 
+/// DNS rebinding, in a browser. Chromium resolves `rebind.test` (another site's name, which
+/// its owner pointed at 127.0.0.1), `evil.test` (another site) and `dash.test` (a name given
+/// by `--allow-host`) to 127.0.0.1. Under `rebind.test` the dashboard is refused: no page, no
+/// form, no secret. A page of `evil.test` holding a form with the server's secret (leaked)
+/// is refused by its origin. Under the listen address, and under `dash.test` once it is
+/// allowed, the pages and their forms work.
+#[test]
+fn a_browser_that_reaches_the_dashboard_under_another_name_is_refused() {
+    let rules = "--host-resolver-rules=MAP rebind.test 127.0.0.1, MAP evil.test 127.0.0.1, MAP dash.test 127.0.0.1";
+    let Some(browser) = Browser::start_with(&screenshots("rebinding"), &[rules]) else { return };
+    let (_dir, queue, args) = sqlite();
+    fixture(&queue);
+    let mut server = Server::start(&args, &[]);
+    let port = server.port();
+
+    browser.goto(&format!("http://rebind.test:{port}/queue?name=mail"));
+    let text = browser.wait_for_text("--allow-host");
+    browser.screenshot("1-refused-under-another-name");
+    assert!(text.contains(&format!("127.0.0.1:{port}")), "it says which names it takes: {text}");
+    assert!(!text.contains(XSS) && !text.contains("eve@example.org"), "no payload: {text}");
+    assert!(browser.find_all("form").is_empty() && browser.find_all("input").is_empty(), "no form, no secret");
+
+    // Under the listen address: the page, and its pause works.
+    browser.goto(&server.url("/queue?name=mail"));
+    let text = browser.wait_for_heading("Queue mail");
+    assert!(text.contains(XSS), "{text}");
+    let form = browser.find("form[action='/act/pause']");
+    browser.type_into(&browser.find_in(&form, "input[name=note]"), "provider outage");
+    browser.click(&browser.find_in(&form, "button"));
+    browser.wait_for_heading("Queue mail paused");
+    browser.screenshot("2-paused");
+    assert!(queue.is_paused("mail").unwrap());
+
+    // A page of another site, with the unpause form and the server's secret in it.
+    let page = server.get("/queue?name=mail");
+    let unpause = forms(&page.body, "/act/unpause").into_iter().next().expect("an unpause form");
+    let attr = |v: &str| v.replace('&', "&amp;").replace('"', "&quot;").replace('<', "&lt;");
+    let hidden: String = unpause
+        .iter()
+        .map(|(n, v)| format!("<input type=\"hidden\" name=\"{}\" value=\"{}\">", attr(n), attr(v)))
+        .collect();
+    let evil = serve_page(format!(
+        "<!doctype html><title>elsewhere</title><h1>Another site</h1>\
+         <form method=\"post\" action=\"http://127.0.0.1:{port}/act/unpause\">{hidden}<button>go</button></form>"
+    ));
+    browser.goto(&format!("http://evil.test:{evil}/"));
+    browser.wait_for_heading("Another site");
+    browser.click(&browser.find("button"));
+    let text = browser.wait_for_text("nothing was changed");
+    browser.screenshot("3-refused-from-another-site");
+    assert!(text.contains(&format!("evil.test:{evil}")), "it names the origin it refused: {text}");
+    assert!(queue.is_paused("mail").unwrap(), "the other site's form did not unpause the queue");
+    server.assert_healthy();
+    drop(server);
+
+    // A name given by --allow-host: its pages and forms work.
+    let mut server = Server::start(&args, &["--allow-host", "dash.test"]);
+    let port = server.port();
+    browser.goto(&format!("http://dash.test:{port}/queue?name=mail"));
+    let text = browser.wait_for_heading("Queue mail");
+    browser.screenshot("4-under-an-allowed-name");
+    assert!(text.contains("by server-user: provider outage"), "{text}");
+    let form = browser.find("form[action='/act/unpause']");
+    browser.click(&browser.find_in(&form, "button"));
+    browser.wait_for_heading("Queue mail unpaused");
+    assert!(!queue.is_paused("mail").unwrap());
+    server.assert_healthy();
+}
+
 #[cfg(feature = "postgres")]
 use crate::pg_support;
 
@@ -228,7 +298,10 @@ fn a_post_without_the_csrf_token_or_with_a_wrong_one_changes_nothing() {
         assert_eq!((j.acknowledged_at, j.decision), (None, None), "nothing changed");
     }
     // A JSON or multipart body is no form: refused the same way, before anything is read.
-    let raw = "POST /act/acknowledge HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nhi";
+    let raw = format!(
+        "POST /act/acknowledge HTTP/1.1\r\nHost: {}\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nhi",
+        server.addr
+    );
     assert_eq!(exchange(&server.addr, raw.as_bytes()).status, 415);
     // The page's own form does it (the check is not refusing everything).
     let reply = post(&server.addr, "/act/acknowledge", &form, None);
@@ -392,7 +465,7 @@ fn a_token_signs_in_and_names_the_operator() {
     // A scraper with the token.
     let metrics = exchange(
         &server.addr,
-        format!("GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {secret}\r\n\r\n").as_bytes(),
+        format!("GET /metrics HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {secret}\r\n\r\n", server.addr).as_bytes(),
     );
     assert_eq!(metrics.status, 200);
     assert!(metrics.body.contains("fenceq_queue_paused{queue=\"reports\"} 1"), "{}", metrics.body);
@@ -417,6 +490,261 @@ fn a_token_signs_in_and_names_the_operator() {
 
 fn ack_form_of(html: &str) -> Vec<(String, String)> {
     forms(html, "/act/acknowledge").into_iter().next().expect("an acknowledge form")
+}
+
+// ------------------------------------------------------------------------------- host names and origins
+
+/// The pause form of the queue's page, as the page drew it.
+fn pause_form(server: &Server) -> Vec<(String, String)> {
+    let page = server.get("/queue?name=mail");
+    assert_eq!(page.status, 200, "{}", page.body);
+    forms(&page.body, "/act/pause").into_iter().next().expect("a pause form")
+}
+
+fn value_of<'a>(fields: &'a [(String, String)], name: &str) -> &'a str {
+    fields.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str()).unwrap_or_else(|| panic!("no field {name}"))
+}
+
+/// A page of another site whose name its owner rebinds to 127.0.0.1 (DNS rebinding) reaches
+/// the server with that name in `Host`: it is refused, and never gets a page, a payload or
+/// the forms' CSRF secret; a request naming no host is refused alike.
+#[test]
+fn a_request_naming_another_host_gets_neither_a_page_nor_the_csrf_token() {
+    let (_dir, queue, args) = sqlite();
+    let f = fixture(&queue);
+    let mut server = Server::start(&args, &[]);
+    let port = server.port();
+    let csrf = value_of(&pause_form(&server), "csrf").to_string();
+    let foreign = [
+        format!("rebind.attacker.example:{port}"),
+        "rebind.attacker.example".to_string(),
+        format!("localhost.attacker.example:{port}"),
+        format!("127.0.0.1.attacker.example:{port}"),
+        format!("localhost.:{port}"),
+        format!("127.0.0.1:{}", if port == 65535 { 1 } else { port + 1 }),
+        // No port is port 80 (HTTP's default): not this server's.
+        "127.0.0.1".to_string(),
+        "localhost".to_string(),
+        format!("127.0.0.1:{port}:{port}"),
+        format!("[::1]:{port}"),
+        String::new(),
+    ];
+    let paths = ["/", "/queue?name=mail", &format!("/job?id={}", f.xss), "/exhausted", "/metrics", "/login"];
+    for host in &foreign {
+        for path in paths {
+            let reply = get_with(&server.addr, path, &[("Host", host)]);
+            assert_eq!(reply.status, 421, "Host {host:?} {path}: {}", reply.body);
+            assert!(reply.body.contains("--allow-host"), "the refusal says how to add a name: {}", reply.body);
+            assert!(reply.body.contains(&format!("127.0.0.1:{port}")), "and which it takes: {}", reply.body);
+            assert!(!reply.body.contains(&csrf), "Host {host:?} {path}: the CSRF secret: {}", reply.body);
+            assert!(!reply.body.contains(XSS_SHOWN) && !reply.body.contains(XSS), "a payload: {}", reply.body);
+            assert!(!reply.body.contains("eve@example.org") && !reply.body.contains("<form"), "{}", reply.body);
+        }
+    }
+    // No Host at all: HTTP/1.1 and HTTP/1.0 alike.
+    let reply = get_with(&server.addr, "/queue?name=mail", &[]);
+    assert_eq!(reply.status, 421, "{}", reply.body);
+    let reply = exchange(&server.addr, b"GET /queue?name=mail HTTP/1.0\r\n\r\n");
+    assert_eq!(reply.status, 421, "{}", reply.body);
+    assert!(!reply.body.contains(&csrf) && !reply.body.contains(XSS_SHOWN), "{}", reply.body);
+    // A change under the foreign name, with the right token, changes nothing either.
+    let rebound = format!("rebind.attacker.example:{port}");
+    let origin = format!("http://{rebound}");
+    let reply = post_with(&server.addr, "/act/pause", &pause_form(&server), &[("Host", &rebound), ("Origin", &origin)]);
+    assert_eq!(reply.status, 421, "{}", reply.body);
+    assert!(!queue.is_paused("mail").unwrap(), "the queue was not paused");
+
+    // The names it was started for (case does not matter): the page, as before.
+    for host in [server.addr.clone(), format!("localhost:{port}"), format!("LocalHost:{port}")] {
+        let reply = get_with(&server.addr, "/queue?name=mail", &[("Host", &host)]);
+        assert_eq!(reply.status, 200, "Host {host:?}: {}", reply.body);
+        assert!(reply.body.contains(&csrf) && reply.body.contains(XSS_SHOWN), "{}", reply.body);
+    }
+    server.assert_healthy();
+}
+
+/// A POST with the page's own CSRF secret, from a page of another origin (a token leaked, or
+/// a rebound name that reached the server another way), is refused by its `Origin`, or its
+/// `Referer` when it sends no `Origin`, and changes nothing; the page's own origin, or a
+/// client that sends neither (curl, a script), is let through to the CSRF check as before.
+#[test]
+fn a_post_from_another_origin_is_refused_and_changes_nothing() {
+    let (_dir, queue, args) = sqlite();
+    fixture(&queue);
+    let mut server = Server::start(&args, &[]);
+    let port = server.port();
+    let host = server.addr.clone();
+    let form = with(&pause_form(&server), "note", "forged");
+    // (With `no-referrer` a browser would send `Origin: null` on the pages' own forms.)
+    assert_eq!(server.get("/").header("referrer-policy"), Some("same-origin"));
+    let other_port = if port == 65535 { 1 } else { port + 1 };
+    let refused: Vec<(&str, String)> = vec![
+        ("Origin", format!("http://rebind.attacker.example:{port}")),
+        ("Origin", "http://rebind.attacker.example".to_string()),
+        ("Origin", format!("http://127.0.0.1:{other_port}")),
+        ("Origin", format!("https://127.0.0.1:{port}")),
+        ("Origin", format!("http://localhost:{port}")),
+        ("Origin", format!("http://127.0.0.1:{port}.attacker.example")),
+        ("Origin", format!("http://127.0.0.1:{port}/")),
+        // A page that sends no referrer (or a sandboxed frame) sends `null`: no origin to trust.
+        ("Origin", "null".to_string()),
+        ("Origin", String::new()),
+        ("Referer", format!("http://rebind.attacker.example:{port}/queue?name=mail")),
+        ("Referer", format!("http://127.0.0.1:{port}.attacker.example/")),
+        ("Referer", format!("http://127.0.0.1:{port}@rebind.attacker.example/")),
+        ("Referer", format!("https://127.0.0.1:{port}/queue?name=mail")),
+        ("Referer", "/queue?name=mail".to_string()),
+    ];
+    for (name, value) in &refused {
+        let reply = post_with(&server.addr, "/act/pause", &form, &[("Host", &host), (name, value)]);
+        assert_eq!(reply.status, 403, "{name}: {value:?}: {}", reply.body);
+        assert!(reply.body.contains("nothing was changed"), "{name}: {value:?}: {}", reply.body);
+        assert!(reply.body.contains(&format!("http://127.0.0.1:{port}")), "it names its origin: {}", reply.body);
+        assert!(!queue.is_paused("mail").unwrap(), "{name}: {value:?} paused the queue");
+    }
+    // Sign-in and sign-out are POSTs too.
+    let reply =
+        post_with(&server.addr, "/login", &[], &[("Host", &host), ("Origin", "http://rebind.attacker.example")]);
+    assert_eq!(reply.status, 403, "{}", reply.body);
+    assert!(reply.body.contains(&format!("http://127.0.0.1:{port}")), "refused for its origin: {}", reply.body);
+
+    // The page's own origin: paused. (`Origin` is what counts when both are sent.)
+    let own = format!("http://{host}");
+    let foreign_referer = "http://rebind.attacker.example/";
+    let headers = [("Host", host.as_str()), ("Origin", own.as_str()), ("Referer", foreign_referer)];
+    let reply = post_with(&server.addr, "/act/pause", &form, &headers);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(queue.is_paused("mail").unwrap());
+    // A `Referer` of the page's own origin, and no `Origin`: unpaused.
+    let page = server.get("/queue?name=mail");
+    let unpause = forms(&page.body, "/act/unpause").into_iter().next().expect("an unpause form");
+    let referer = format!("http://{host}/queue?name=mail");
+    let reply = post_with(&server.addr, "/act/unpause", &unpause, &[("Host", &host), ("Referer", &referer)]);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(!queue.is_paused("mail").unwrap());
+    // The CSRF check stands behind it: the right origin without the token is refused.
+    let reply = post_with(
+        &server.addr,
+        "/act/pause",
+        &without(&pause_form(&server), "csrf"),
+        &[("Host", &host), ("Origin", &own)],
+    );
+    assert_eq!(reply.status, 403, "{}", reply.body);
+    assert!(reply.body.contains("CSRF token"), "{}", reply.body);
+    assert!(!queue.is_paused("mail").unwrap());
+    server.assert_healthy();
+}
+
+/// `--allow-host NAME` adds a name the server answers to (with its port, or with none, as a
+/// reverse proxy in front sends it), and a change from a page under it is taken; other names
+/// stay refused, and a value that is not a host name keeps the server from starting.
+#[test]
+fn allow_host_adds_a_name_the_server_answers_to() {
+    let (_dir, queue, args) = sqlite();
+    fixture(&queue);
+    let mut server = Server::start(&args, &["--allow-host", "dash.example", "--allow-host", "Proxy.Example:8443"]);
+    let port = server.port();
+    for host in [
+        format!("dash.example:{port}"),
+        "DASH.example".to_string(),
+        "proxy.example:8443".to_string(),
+        server.addr.clone(),
+        format!("localhost:{port}"),
+    ] {
+        let reply = get_with(&server.addr, "/queue?name=mail", &[("Host", &host)]);
+        assert_eq!(reply.status, 200, "Host {host:?}: {}", reply.body);
+    }
+    for host in [
+        format!("dash.example:{}", if port == 65535 { 1 } else { port + 1 }),
+        "proxy.example".to_string(),
+        format!("proxy.example:{port}"),
+        format!("other.example:{port}"),
+        format!("sub.dash.example:{port}"),
+    ] {
+        let reply = get_with(&server.addr, "/queue?name=mail", &[("Host", &host)]);
+        assert_eq!(reply.status, 421, "Host {host:?}: {}", reply.body);
+        assert!(reply.body.contains("dash.example") && reply.body.contains("proxy.example:8443"), "{}", reply.body);
+    }
+    // A change from a page under the added name, directly and behind a TLS proxy.
+    let named = format!("dash.example:{port}");
+    let origin = format!("http://{named}");
+    let reply = post_with(&server.addr, "/act/pause", &pause_form(&server), &[("Host", &named), ("Origin", &origin)]);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(queue.is_paused("mail").unwrap());
+    let page = server.get("/queue?name=mail");
+    let unpause = forms(&page.body, "/act/unpause").into_iter().next().expect("an unpause form");
+    let proxied = |origin: &str| {
+        let headers = [("Host", "dash.example"), ("X-Forwarded-Proto", "https"), ("Origin", origin)];
+        post_with(&server.addr, "/act/unpause", &unpause, &headers)
+    };
+    // (The proxy says the browser used https: an http page of that name is another origin.)
+    assert_eq!(proxied("http://dash.example").status, 403);
+    assert!(queue.is_paused("mail").unwrap());
+    let reply = proxied("https://dash.example");
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(!queue.is_paused("mail").unwrap());
+    server.assert_healthy();
+
+    for bad in ["", "http://dash.example/", "dash example", "dash.example:99999", "dash.example:", "*.example"] {
+        let out = serve_cmd(&args, &["--listen", "127.0.0.1:0", "--allow-host", bad]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{bad:?}: {stderr}");
+        assert!(stderr.contains("--allow-host"), "{bad:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{bad:?}: it never served");
+    }
+}
+
+/// On IPv6 loopback the listen address is the bracketed literal (any spelling of it), and
+/// `localhost`; on all addresses (0.0.0.0), the loopback names and `--allow-host`'s only.
+#[test]
+fn the_names_taken_on_ipv6_loopback_and_on_all_addresses() {
+    let (_dir, queue, args) = sqlite();
+    fixture(&queue);
+    if std::net::TcpListener::bind("[::1]:0").is_ok() {
+        let mut server = Server::start_on(&args, "[::1]:0", &[]);
+        let port = server.port();
+        assert_eq!(server.addr, format!("[::1]:{port}"));
+        for (host, status) in [
+            (format!("[::1]:{port}"), 200),
+            (format!("[0:0:0:0:0:0:0:1]:{port}"), 200),
+            (format!("localhost:{port}"), 200),
+            (format!("::1:{port}"), 421),
+            ("[::1]".to_string(), 421),
+            (format!("127.0.0.1:{port}"), 421),
+            (format!("[::2]:{port}"), 421),
+        ] {
+            let reply = get_with(&server.addr, "/", &[("Host", &host)]);
+            assert_eq!(reply.status, status, "Host {host:?}: {}", reply.body);
+        }
+        let own = format!("http://[::1]:{port}");
+        let reply =
+            post_with(&server.addr, "/act/pause", &pause_form(&server), &[("Host", &server.addr), ("Origin", &own)]);
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        assert!(queue.is_paused("mail").unwrap());
+        server.assert_healthy();
+    } else {
+        eprintln!("skipped the IPv6 half: no IPv6 loopback here");
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "alice 7f3c9a1e5b2d8f4a6c0e1b3d5f7a9c2e\n").unwrap();
+    let tokens = tokens.to_str().unwrap();
+    let mut server = Server::start_on(&args, "0.0.0.0:0", &["--token-file", tokens, "--allow-host", "queue.lan"]);
+    let port = server.port();
+    let addr = format!("127.0.0.1:{port}");
+    for (host, status) in [
+        (format!("127.0.0.1:{port}"), 303),
+        (format!("localhost:{port}"), 303),
+        (format!("[::1]:{port}"), 303),
+        (format!("queue.lan:{port}"), 303),
+        (format!("0.0.0.0:{port}"), 421),
+        (format!("rebind.attacker.example:{port}"), 421),
+    ] {
+        let reply = get_with(&addr, "/", &[("Host", &host)]);
+        assert_eq!(reply.status, status, "Host {host:?}: {}", reply.body);
+    }
+    server.assert_healthy();
 }
 
 /// `/paused` lists who paused each queue, when and why, with its unpause (which works from
@@ -471,7 +799,8 @@ fn the_schedules_page_shows_the_recorded_schedules_escaped_and_read_only() {
     assert!(!page.body.contains(XSS) && page.body.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "{}", page.body);
     assert!(!page.body.contains("<form"), "read-only: no action: {}", page.body);
     assert!(server.get("/").body.contains("href=\"/schedules\""), "the header links it");
-    let post = exchange(&server.addr, b"POST /schedules HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+    let raw = format!("POST /schedules HTTP/1.1\r\nHost: {}\r\nContent-Length: 0\r\n\r\n", server.addr);
+    let post = exchange(&server.addr, raw.as_bytes());
     assert_eq!(post.status, 405, "{}", post.body);
     server.assert_healthy();
 }
@@ -524,7 +853,8 @@ fn bad_input_gets_a_clear_4xx_and_the_server_keeps_serving() {
     let chunked = "POST /act/pause HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n";
     assert_eq!(exchange(&server.addr, chunked.as_bytes()).status, 501);
     assert_eq!(exchange(&server.addr, b"HELLO THERE\r\n\r\n").status, 400);
-    assert_eq!(exchange(&server.addr, b"DELETE / HTTP/1.1\r\nHost: x\r\n\r\n").status, 405);
+    let delete = format!("DELETE / HTTP/1.1\r\nHost: {}\r\n\r\n", server.addr);
+    assert_eq!(exchange(&server.addr, delete.as_bytes()).status, 405);
     // A note past the library's limit is its clear refusal, and changes nothing.
     let form = ack_form(&server, f.exhausted);
     let reply = post(&server.addr, "/act/acknowledge", &with(&form, "note", &"n".repeat(5000)), None);

@@ -23,7 +23,7 @@ pub const WAIT: Duration = Duration::from_secs(60);
 /// A running `fenceq serve`.
 pub struct Server {
     child: Child,
-    /// `127.0.0.1:PORT`.
+    /// `127.0.0.1:PORT` (`[::1]:PORT` on IPv6 loopback).
     pub addr: String,
     stderr: PathBuf,
     _dir: tempfile::TempDir,
@@ -33,11 +33,16 @@ impl Server {
     /// Starts `fenceq <db_args> serve --listen 127.0.0.1:0 <extra>` and waits for its
     /// `serving http://ADDR/` line.
     pub fn start(db_args: &[String], extra: &[&str]) -> Server {
+        Server::start_on(db_args, "127.0.0.1:0", extra)
+    }
+
+    /// Starts `fenceq <db_args> serve --listen <listen> <extra>`, as [`Server::start`].
+    pub fn start_on(db_args: &[String], listen: &str, extra: &[&str]) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let stderr = dir.path().join("stderr");
         let mut child = Command::new(env!("CARGO_BIN_EXE_fenceq"))
             .args(db_args)
-            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["serve", "--listen", listen])
             .args(extra)
             .env("USER", "server-user")
             .stdin(Stdio::null())
@@ -63,6 +68,11 @@ impl Server {
 
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.addr.rsplit_once(':').and_then(|(_, port)| port.parse().ok()).expect("ADDR:PORT")
     }
 
     pub fn get(&self, path: &str) -> Reply {
@@ -173,12 +183,26 @@ pub fn get(addr: &str, path: &str, cookie: Option<&str>) -> Reply {
     exchange(addr, format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{cookie}Connection: close\r\n\r\n").as_bytes())
 }
 
+/// A GET of `path` from the server at `addr` with exactly these headers (no `Host` unless
+/// one of them is: a browser that reached the server under another name sends that name).
+pub fn get_with(addr: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
+    let head: String = headers.iter().map(|(n, v)| format!("{n}: {v}\r\n")).collect();
+    exchange(addr, format!("GET {path} HTTP/1.1\r\n{head}Connection: close\r\n\r\n").as_bytes())
+}
+
 /// POSTs a form of these fields.
 pub fn post(addr: &str, path: &str, fields: &[(String, String)], cookie: Option<&str>) -> Reply {
+    let cookie = cookie.map(|c| ("Cookie", c));
+    post_with(addr, path, fields, &[("Host", addr)].into_iter().chain(cookie).collect::<Vec<_>>())
+}
+
+/// POSTs a form of these fields with exactly these headers beside the form's own
+/// (`Content-Type`, `Content-Length`): `Host`, `Origin`, `Referer` as a test chooses.
+pub fn post_with(addr: &str, path: &str, fields: &[(String, String)], headers: &[(&str, &str)]) -> Reply {
     let body = fields.iter().map(|(n, v)| format!("{}={}", encode(n), encode(v))).collect::<Vec<_>>().join("&");
-    let cookie = cookie.map_or_else(String::new, |c| format!("Cookie: {c}\r\n"));
+    let head: String = headers.iter().map(|(n, v)| format!("{n}: {v}\r\n")).collect();
     let raw = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\n{cookie}Content-Type: application/x-www-form-urlencoded\r\n\
+        "POST {path} HTTP/1.1\r\n{head}Content-Type: application/x-www-form-urlencoded\r\n\
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
@@ -239,6 +263,35 @@ pub fn without(fields: &[(String, String)], name: &str) -> Vec<(String, String)>
     fields.iter().filter(|(n, _)| n != name).cloned().collect()
 }
 
+/// Serves `html` to every request on a free loopback port, from a thread of its own that
+/// lives as long as the test process: the page of another site, for a browser test. Returns
+/// the port.
+pub fn serve_page(html: String) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let _ = stream.set_read_timeout(Some(WAIT));
+            // Read the head (a GET has no body), at most 64 KiB of it.
+            let mut head = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 64 * 1024 {
+                match stream.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&chunk[..n]),
+                }
+            }
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: {}\r\n\
+                 Connection: close\r\n\r\n{html}",
+                html.len()
+            );
+            let _ = stream.write_all(answer.as_bytes());
+        }
+    });
+    port
+}
+
 // ------------------------------------------------------------------------------- WebDriver
 
 /// A program on PATH.
@@ -266,6 +319,11 @@ impl Browser {
     /// Starts chromedriver and a headless Chromium session, or says the test skipped when
     /// they are not installed (under CI=true that is a failure).
     pub fn start(out: &Path) -> Option<Browser> {
+        Browser::start_with(out, &[])
+    }
+
+    /// As [`Browser::start`], with further Chromium flags (`--host-resolver-rules=...`).
+    pub fn start_with(out: &Path, flags: &[&str]) -> Option<Browser> {
         let chromium = on_path(&["chromium", "chromium-browser", "google-chrome"]);
         let chromedriver = on_path(&["chromedriver"]);
         let (Some(chromium), Some(chromedriver)) = (chromium, chromedriver) else {
@@ -302,18 +360,30 @@ impl Browser {
             std::thread::sleep(Duration::from_millis(50));
         }
         let profile_dir = browser._profile.path().display().to_string();
+        let mut args: Vec<String> = [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+            "--window-size=1300,900",
+        ]
+        .iter()
+        .map(|flag| flag.to_string())
+        .collect();
+        args.push(format!("--user-data-dir={profile_dir}"));
+        args.extend(flags.iter().map(|flag| flag.to_string()));
         let capabilities = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
             // An alert stays open for the test to see, instead of being dismissed.
             "unhandledPromptBehavior": "ignore",
             "goog:chromeOptions": {
                 "binary": chromium.display().to_string(),
-                "args": [
-                    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                    "--disable-dev-shm-usage", "--window-size=1300,900",
-                    format!("--user-data-dir={profile_dir}"),
-                ],
+                "args": args,
             },
         }}});
         let created = browser.raw("POST", "/session", Some(capabilities));
@@ -426,17 +496,40 @@ impl Browser {
         }
     }
 
-    /// The text of the page's first `h1`, or `None` when there is none or it went away
-    /// while being read.
-    fn try_heading(&self) -> Option<String> {
+    /// Waits (bounded) until the page's text contains `text`; returns the page's text.
+    pub fn wait_for_text(&self, text: &str) -> String {
+        let started = Instant::now();
+        loop {
+            let body = self.try_text("body").unwrap_or_default();
+            if body.contains(text) {
+                return body;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the page never came to contain {text:?} on {}: {body:?}",
+                self.url()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The text of the first element `css` selects, or `None` when there is none or it went
+    /// away while being read (the page navigating).
+    fn try_text(&self, css: &str) -> Option<String> {
         let found = self.raw(
             "POST",
             &format!("/session/{}/element", self.session),
-            Some(json!({ "using": "css selector", "value": "h1" })),
+            Some(json!({ "using": "css selector", "value": css })),
         );
         let id = element_id(&found["value"])?;
         let text = self.raw("GET", &format!("/session/{}/element/{id}/text", self.session), None);
         text["value"].as_str().map(str::to_string)
+    }
+
+    /// The text of the page's first `h1`, or `None` when there is none or it went away
+    /// while being read.
+    fn try_heading(&self) -> Option<String> {
+        self.try_text("h1")
     }
 
     /// The text of an open alert, confirm or prompt, if one is open.

@@ -1,10 +1,14 @@
-//! Routing, sign-in, and the actions. Every page reads through the library; every change is
-//! the [`fenceq::Operator`] call the CLI makes, after three checks: a signed-in caller (when
-//! tokens are configured), the server's CSRF secret in the form (compared in constant time),
-//! and the state the page showed (its `--expect`), so that a page drawn before someone else
-//! changed the job is refused instead of acting on what the job has become.
+//! Routing, sign-in, and the actions. Every request first names a host this server answers
+//! to (else it gets a refusal and nothing else: no page, no secret). Every page reads through
+//! the library; every change is the [`fenceq::Operator`] call the CLI makes, after four
+//! checks: a page of this very origin (when the browser says where the request comes from),
+//! a signed-in caller (when tokens are configured), the server's CSRF secret in the form
+//! (compared in constant time), and the state the page showed (its `--expect`), so that a
+//! page drawn before someone else changed the job is refused instead of acting on what the
+//! job has become.
 
 use super::form::{self, same};
+use super::host::Hosts;
 use super::http::{Request, Response};
 use super::pages::{self, Action, Listing, Page, QueueView, FULL_PAYLOAD_LIMIT, PAGE_ROWS};
 use super::problem::{cut, Problem};
@@ -48,6 +52,8 @@ pub struct App<'q, S: CliStore> {
     /// URL, so a page of another site cannot know it.
     csrf: String,
     tokens: Vec<Token>,
+    /// The host names this server answers to.
+    hosts: Hosts,
     /// Signed-in sessions: cookie value -> (index into `tokens`, when it was made).
     sessions: Mutex<HashMap<String, (usize, Instant)>>,
     /// The name recorded for a change when neither a named token nor the form gives one.
@@ -72,12 +78,13 @@ pub enum Caller {
 type Outcome = Result<Response, Problem>;
 
 impl<'q, S: CliStore> App<'q, S> {
-    /// The dashboard over `queue`; `db` is how pages name the database; the counts come from
-    /// `snapshots`, and `refresh` asks for a new count.
+    /// The dashboard over `queue`, answering to `hosts`; `db` is how pages name the database;
+    /// the counts come from `snapshots`, and `refresh` asks for a new count.
     pub fn new(
         queue: &'q Queue<S>,
         read_only: bool,
         tokens: Vec<Token>,
+        hosts: Hosts,
         db: String,
         snapshots: &'q Snapshots,
         refresh: Sender<Signal>,
@@ -89,6 +96,7 @@ impl<'q, S: CliStore> App<'q, S> {
             read_only,
             csrf: form::secret(),
             tokens,
+            hosts,
             sessions: Mutex::new(HashMap::new()),
             default_by: crate::cli::decision::os_user(),
             db,
@@ -97,6 +105,18 @@ impl<'q, S: CliStore> App<'q, S> {
 
     /// Answers one request.
     pub fn handle(&self, request: &Request) -> Response {
+        // A host this server answers to, before anything else: a refusal as plain text, never
+        // a page (pages carry the CSRF secret).
+        let host = match self.hosts.accept(only(request, "host").map(str::trim)) {
+            Ok(host) => host,
+            Err(refusal) => return secure(Response::text(421, refusal)),
+        };
+        if !matches!(request.method.as_str(), "GET" | "HEAD") {
+            let (origin, referer) = (only(request, "origin"), only(request, "referer"));
+            if let Err(refusal) = self.hosts.same_origin(&host, origin, referer, forwarded_https(request)) {
+                return secure(Response::text(403, refusal));
+            }
+        }
         let caller = self.caller(request);
         let response = self.route(request, caller).unwrap_or_else(|problem| {
             let page = self.page(caller);
@@ -210,7 +230,7 @@ impl<'q, S: CliStore> App<'q, S> {
             sessions.insert(session.clone(), (index, Instant::now()));
         }
         // Secure when a TLS proxy in front says the browser used https.
-        let secure = request.header("x-forwarded-proto").is_some_and(|p| p.eq_ignore_ascii_case("https"));
+        let secure = forwarded_https(request);
         let cookie = format!(
             "{COOKIE}={session}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{}",
             SESSION_LIFE.as_secs(),
@@ -657,8 +677,31 @@ fn back(text: Option<&str>) -> String {
     }
 }
 
+/// The header `name` when the request carries it once (`None` when it carries it twice or
+/// more: which one the client meant is not guessed).
+fn only<'r>(request: &'r Request, name: &str) -> Option<&'r str> {
+    let mut values = request.headers.iter().filter(|(n, _)| n == name).map(|(_, v)| v.as_str());
+    let first = values.next();
+    if values.next().is_some() {
+        return None;
+    }
+    first
+}
+
+/// True when a TLS proxy in front says the browser used https (`X-Forwarded-Proto: https`,
+/// the first of a list a chain of proxies made). A browser cannot set this header on a
+/// request of another site's page (a form sets no header; a script's would need a CORS
+/// preflight, which this server never grants).
+fn forwarded_https(request: &Request) -> bool {
+    request
+        .header("x-forwarded-proto")
+        .is_some_and(|p| p.split(',').next().unwrap_or_default().trim().eq_ignore_ascii_case("https"))
+}
+
 /// The headers every answer carries: no scripts at all (the pages have none), styles from
-/// this server only, no framing, no caching of queue data, no referrer.
+/// this server only, no framing, no caching of queue data, no referrer sent to another site
+/// (`same-origin`: the browser names the page's origin on the pages' own forms, which is
+/// what [`Hosts::same_origin`] checks; `no-referrer` would make it send `Origin: null`).
 fn secure(response: Response) -> Response {
     response
         .with(
@@ -668,6 +711,6 @@ fn secure(response: Response) -> Response {
         )
         .with("X-Content-Type-Options", "nosniff")
         .with("X-Frame-Options", "DENY")
-        .with("Referrer-Policy", "no-referrer")
+        .with("Referrer-Policy", "same-origin")
         .with("Cache-Control", "no-store")
 }

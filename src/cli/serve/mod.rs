@@ -5,14 +5,16 @@
 //! CLI's.
 //!
 //! Layout: [`http`] is the blocking server (bounded threads, deadlines, size limits),
-//! [`app`] routes a request to a page or an action and checks who may do what, [`pages`]
-//! renders HTML (maud: every value escaped unless marked otherwise, and nothing here marks a
-//! database text so), [`form`] decodes and encodes form text and compares secrets, and
-//! [`snapshot`] keeps the counts the overview and the queue pages show, read by a thread of
-//! their own.
+//! [`host`] decides which host names it answers to and which pages may post to it (against
+//! DNS rebinding), [`app`] routes a request to a page or an action and checks who may do
+//! what, [`pages`] renders HTML (maud: every value escaped unless marked otherwise, and
+//! nothing here marks a database text so), [`form`] decodes and encodes form text and
+//! compares secrets, and [`snapshot`] keeps the counts the overview and the queue pages
+//! show, read by a thread of their own.
 
 pub mod app;
 pub mod form;
+pub mod host;
 pub mod http;
 pub mod pages;
 pub mod problem;
@@ -51,6 +53,15 @@ pub struct ServeArgs {
     /// further connections are told to come back).
     #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub workers: u16,
+
+    /// A host name the pages answer to besides the listen address (and `localhost` when that
+    /// is loopback; on all addresses, 0.0.0.0 or [::], the loopback names): the name a reverse
+    /// proxy passes on in `Host`, or the machine's own name or address. Repeatable. NAME is
+    /// taken with the listening port or with none (as a proxy in front sends it); NAME:PORT
+    /// with that port only. A request naming any other host is refused (421), so that a site
+    /// pointing its own name at this address (DNS rebinding) cannot read or act here.
+    #[arg(long = "allow-host", value_name = "NAME[:PORT]", value_parser = host::parse_allowed)]
+    pub allow_hosts: Vec<host::Allowed>,
 
     /// Time a client has to send its whole request (and again to take the answer) before
     /// the connection is closed: a slow client holds one thread at most this long.
@@ -147,9 +158,14 @@ impl ServeArgs {
         let queue = if self.read_only { ctx.open_read_only::<S>()? } else { ctx.open_existing::<S>()? };
         let listener = TcpListener::bind(&addrs[..]).context(|| format!("cannot listen on {}", self.listen))?;
         let local = listener.local_addr()?;
+        let hosts = host::Hosts::new(local, &self.listen, &self.allow_hosts);
         let mode = if self.read_only { "read-only" } else { "actions on" };
         let access = if tokens.is_empty() { "no sign-in" } else { "sign-in with a token" };
-        ctx.out.line(format!("serving http://{local}/ ({}; {mode}; {access})", ctx.db_display()))?;
+        ctx.out.line(format!(
+            "serving http://{local}/ ({}; {mode}; {access}; answers to {})",
+            ctx.db_display(),
+            hosts.describe()
+        ))?;
         ctx.out.flush()?;
         let limits = http::Limits {
             workers: usize::from(self.workers),
@@ -162,7 +178,7 @@ impl ServeArgs {
             // The counts thread ends when the app (which holds its sender) is dropped: when
             // serving ends, for whatever reason.
             let (refresh, _counting) = snapshot::spawn(scope, &snapshots, snapshot::FLOOR, || app::count(&queue))?;
-            let app = app::App::new(&queue, self.read_only, tokens, db, &snapshots, refresh);
+            let app = app::App::new(&queue, self.read_only, tokens, hosts, db, &snapshots, refresh);
             http::serve(&listener, &limits, &|request| app.handle(request))?;
             Ok(())
         })
