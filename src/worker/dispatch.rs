@@ -143,6 +143,7 @@ pub(super) fn dispatch<S: Store>(
     // runs one round at a time itself, which hands a job to a worker soonest.
     let mut backlog = false;
     let mut workers_gone = false;
+    let mut rates = RateWatch::default();
     loop {
         if let Some(round) = ran.take() {
             in_flight -= 1;
@@ -185,8 +186,11 @@ pub(super) fn dispatch<S: Store>(
             return;
         }
         let claiming = jobs.is_some() && !shared.stopping.load(Ordering::SeqCst);
+        // A rate-limited queue claims only for idle workers: a rate counts claims, and a
+        // claimed job that waited for a worker would start later than it was counted.
+        let ahead = if claiming && rates.limited(shared, poll) { 0 } else { prefetch.now() };
         // The prefetch may have shrunk below what the workers still hold.
-        let free = if claiming { (workers + prefetch.now()).saturating_sub(busy + asked) } else { 0 };
+        let free = if claiming { (workers + ahead).saturating_sub(busy + asked) } else { 0 };
         let claim = if look || !done.is_empty() { free } else { 0 };
         let another = in_flight == 0 || (backlog && in_flight < rounds_in_flight);
         if another && (claim > 0 || !done.is_empty()) {
@@ -236,6 +240,34 @@ pub(super) fn dispatch<S: Store>(
             recv(stop) -> _ => stop = never(),
             recv(wait) -> _ => look = true,
         }
+    }
+}
+
+/// Whether the pool's queue has a rate (queue-wide or per group) stored, read again at most
+/// once per poll interval, so that a limit set while the pool runs (another process, the
+/// CLI) takes effect within one. A read that fails counts as limited until the next: the
+/// cost is a prefetch skipped, never a start later than its count.
+#[derive(Debug, Default)]
+struct RateWatch {
+    limited: bool,
+    read_at: Option<std::time::Instant>,
+}
+
+impl RateWatch {
+    fn limited<S: Store>(&mut self, shared: &Shared<S>, poll: Duration) -> bool {
+        if self.read_at.is_some_and(|at| at.elapsed() < poll) {
+            return self.limited;
+        }
+        self.read_at = Some(std::time::Instant::now());
+        self.limited = match shared.queue.limits(&shared.queue_name) {
+            Ok(limits) => limits.rate.is_some() || !limits.group_rates.is_empty(),
+            Err(e) => {
+                tracing::warn!(queue = %shared.queue_name, error = %e,
+                    "could not read the queue's limits; claiming for idle workers only until the next read");
+                true
+            }
+        };
+        self.limited
     }
 }
 

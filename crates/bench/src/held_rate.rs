@@ -7,6 +7,12 @@
 //! fails if any window of one second held more starts than the limit: that is the store's
 //! guarantee, not a figure.
 //!
+//! Beside the windows, each handler records its own start by the same clock
+//! (`Queue::now_ms`), and the bench reports the delay from each claim's instant
+//! (`Claimed::claimed_at`, what the limit counted) to its handler's start: p50, p99 and max.
+//! A provider counts requests, not claims: a handler that starts `d` after its claim sends
+//! `d` later than the limit counted it, so this delay is the headroom a limit needs.
+//!
 //! The children are this bench's own executable, told their role by [`CHILD_ENV`]
 //! (`main.rs` looks for it before parsing a command line).
 
@@ -118,10 +124,16 @@ pub fn run(target: &Target, held: HeldRate) -> CliResult<Figure> {
     let deadline = Instant::now() + bound;
     let children: Vec<Worker> = (0..PROCESSES).map(|_| Worker::spawn(target)).collect::<CliResult<_>>()?;
     let mut starts = Vec::with_capacity(jobs as usize);
+    let mut delays = Vec::with_capacity(jobs as usize);
     let mut failed = None;
     for child in children {
         match child.finish(deadline) {
-            Ok(mut theirs) => starts.append(&mut theirs),
+            Ok(theirs) => {
+                for Start { claimed_at, handler_at } in theirs {
+                    starts.push(claimed_at);
+                    delays.push(handler_at - claimed_at);
+                }
+            }
             Err(e) => failed = failed.or(Some(e)),
         }
     }
@@ -141,6 +153,8 @@ pub fn run(target: &Target, held: HeldRate) -> CliResult<Figure> {
     let in_run = starts.iter().filter(|&&at| at < first + measured).count();
     let held = 100.0 * in_run as f64 / (f64::from(limit) * secs as f64);
     let in_groups = if groups > 0 { format!("_{groups}_groups") } else { String::new() };
+    delays.sort_unstable();
+    let delay = |q: f64| delays[((delays.len() - 1) as f64 * q).round() as usize] as f64;
     Ok(Figure::of(
         format!("fenceq/flow/rate_{limit}_per_s_{PROCESSES}_processes_{secs}_s{in_groups}"),
         held,
@@ -148,7 +162,30 @@ pub fn run(target: &Target, held: HeldRate) -> CliResult<Figure> {
     )
     .with("starts_in_run", in_run as f64)
     .with("most_in_any_1s", most as f64)
-    .with("limit", f64::from(limit)))
+    .with("limit", f64::from(limit))
+    .with("claim_to_handler_p50_ms", delay(0.5))
+    .with("claim_to_handler_p99_ms", delay(0.99))
+    .with("claim_to_handler_max_ms", delay(1.0)))
+}
+
+/// One start as a child records it: the claim's instant (what the limit counted) and its
+/// handler's start, both by the store's clock (ms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Start {
+    claimed_at: i64,
+    handler_at: i64,
+}
+
+impl Start {
+    fn to_text(self) -> String {
+        format!("{}:{}", self.claimed_at, self.handler_at)
+    }
+
+    fn parse(text: &str) -> CliResult<Start> {
+        let (claimed, started) = text.split_once(':').ok_or_else(|| fail(format!("a child's start {text:?}")))?;
+        let number = |s: &str| s.parse::<i64>().map_err(|e| fail(format!("a child's start {text:?}: {e}")));
+        Ok(Start { claimed_at: number(claimed)?, handler_at: number(started)? })
+    }
 }
 
 /// The parent's set-up: the queue's rate (and its groups'), then the backlog.
@@ -201,7 +238,7 @@ impl Worker {
     }
 
     /// Waits for the child (killing it at `deadline`) and returns the starts it sent.
-    fn finish(mut self, deadline: Instant) -> CliResult<Vec<i64>> {
+    fn finish(mut self, deadline: Instant) -> CliResult<Vec<Start>> {
         let status = loop {
             if let Some(status) = self.child.try_wait()? {
                 break status;
@@ -219,10 +256,7 @@ impl Worker {
             .lines()
             .find_map(|l| l.strip_prefix(MARK))
             .ok_or_else(|| fail("a child of the held-rate scenario sent no starts"))?;
-        line.split(',')
-            .filter(|s| !s.is_empty())
-            .map(|s| s.parse::<i64>().map_err(|e| fail(format!("a child's start {s:?}: {e}"))))
-            .collect()
+        line.split(',').filter(|s| !s.is_empty()).map(Start::parse).collect()
     }
 }
 
@@ -245,7 +279,7 @@ impl Drop for Worker {
 pub fn child(spec: &str) -> Result<(), BoxError> {
     let target = Target::from_spec(spec)?;
     let starts = target.with_queue(Work)?;
-    let text: Vec<String> = starts.iter().map(i64::to_string).collect();
+    let text: Vec<String> = starts.iter().map(|start| start.to_text()).collect();
     println!("{MARK}{}", text.join(","));
     Ok(())
 }
@@ -253,17 +287,18 @@ pub fn child(spec: &str) -> Result<(), BoxError> {
 /// A child's pool.
 struct Work;
 
-impl WithQueue<Vec<i64>> for Work {
-    fn run<S: Store>(self, queue: Queue<S>) -> CliResult<Vec<i64>> {
+impl WithQueue<Vec<Start>> for Work {
+    fn run<S: Store>(self, queue: Queue<S>) -> CliResult<Vec<Start>> {
         let starts = Arc::new(Mutex::new(Vec::new()));
         let recorded = starts.clone();
-        let lease_ms = LEASE.as_millis() as i64;
         let pool = WorkerPool::builder(queue, QUEUE)
             .workers(WORKERS)
             .lease(LEASE)
             .handler(move |attempt| {
-                let claimed_ms = attempt.job().lease_until - lease_ms;
-                recorded.lock().unwrap_or_else(|e| e.into_inner()).push(claimed_ms);
+                // First thing, as a handler calling the provider would.
+                let handler_at = attempt.queue().now_ms();
+                let start = Start { claimed_at: attempt.job().claimed_at, handler_at };
+                recorded.lock().unwrap_or_else(|e| e.into_inner()).push(start);
                 Outcome::Complete
             })
             .start()?;
@@ -282,6 +317,13 @@ impl WithQueue<Vec<i64>> for Work {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn starts_round_trip() {
+        let start = Start { claimed_at: 1_700_000_000_123, handler_at: 1_700_000_000_125 };
+        assert_eq!(Start::parse(&start.to_text()).unwrap(), start);
+        assert!(Start::parse("12").is_err());
+    }
 
     #[test]
     fn specs_round_trip() {

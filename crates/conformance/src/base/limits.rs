@@ -5,11 +5,13 @@
 //! returned, under a seeded random workload. A job held back stays pending with its attempts;
 //! bad limits change nothing.
 
+use crate::fixture::HANG_GUARD;
 use crate::fixture::{most_in_window, Db, Rng, LEASE, T0};
 use crate::harness::Harness;
 use crate::Rule;
-use fenceq::{Claimed, Error, JobState, Limits, NewJob, Rate, Throttled};
+use fenceq::{Claimed, Error, JobState, Limits, NewJob, Outcome, Rate, Throttled, WorkerPool};
 use std::collections::HashMap;
+use std::sync::mpsc;
 use std::time::Duration;
 
 /// Every rule of limits.
@@ -27,6 +29,8 @@ pub fn rules<H: Harness>() -> Vec<Rule<H>> {
         stats_shows_due_jobs_a_limit_holds_back_and_when_it_opens,
         stats_shows_group_heads_waiting_out_their_groups_rate,
         a_group_that_started_earlier_is_claimed_first_once_both_rates_open,
+        a_pool_claims_a_rate_limited_queues_jobs_only_for_idle_workers,
+        a_claims_instant_is_the_one_its_rate_counted,
     ]
 }
 
@@ -371,4 +375,63 @@ fn a_group_that_started_earlier_is_claimed_first_once_both_rates_open<H: Harness
     db.advance(ms(1000));
     assert_eq!(claim_one(&db), "a1", "both rates opened: a started 10 ms before b");
     assert_eq!(claim_one(&db), "b1", "then b, whose rate opened too");
+}
+
+/// A pool on a queue with a rate claims only as many jobs as it has idle workers: a rate
+/// counts claims, and a prefetched job would start later than its count. Without a rate the
+/// same pool prefetches (the control: twice its workers beyond them).
+fn a_pool_claims_a_rate_limited_queues_jobs_only_for_idle_workers<H: Harness>(h: &H) {
+    for limited in [true, false] {
+        let db = Db::new(h);
+        if limited {
+            db.set_limits("q", &Limits { rate: Some(Rate::new(1000, Duration::from_secs(1))), ..Limits::default() })
+                .unwrap();
+        }
+        for j in 0..10 {
+            db.add(&format!("job {j}"));
+        }
+        let (started_tx, started) = mpsc::channel::<()>();
+        let (go_tx, go) = mpsc::channel::<()>();
+        let go = std::sync::Mutex::new(go);
+        let pool = WorkerPool::builder(db.queue.clone(), "q")
+            .workers(1)
+            .handler(move |_| {
+                started_tx.send(()).unwrap();
+                let _ = go.lock().unwrap().recv_timeout(HANG_GUARD);
+                Outcome::Complete
+            })
+            .start()
+            .unwrap();
+        started.recv_timeout(HANG_GUARD).unwrap();
+        // The round that claimed the running job claimed every job it would hold, and none
+        // is claimed while the one worker is busy.
+        let held = pool.in_flight().len();
+        let running = db.stats().unwrap().queue("q").running;
+        drop(go_tx);
+        pool.shutdown(HANG_GUARD).unwrap();
+        if limited {
+            assert_eq!((held, running), (1, 1), "a rate-limited queue's pool claimed ahead of its workers");
+        } else {
+            assert_eq!((held, running), (3, 3), "the control: without a rate the pool prefetches");
+        }
+    }
+}
+
+/// `Claimed::claimed_at` is the instant the queue's rate counted the start at: claims at
+/// three instants, the rate's window judged from them.
+fn a_claims_instant_is_the_one_its_rate_counted<H: Harness>(h: &H) {
+    let db = Db::new(h);
+    db.set_limits("q", &Limits { rate: Some(Rate::new(2, ms(1000))), ..Limits::default() }).unwrap();
+    for j in 0..3 {
+        db.add(&format!("job {j}"));
+    }
+    let first = db.take("w");
+    db.advance(ms(400));
+    let second = db.take("w");
+    assert_eq!((first.claimed_at, second.claimed_at), (T0, T0 + 400));
+    db.advance(ms(599));
+    assert!(db.claim("q", "w", LEASE).unwrap().is_none(), "two starts counted in the last 1000 ms");
+    db.advance(ms(1));
+    let third = db.take("w");
+    assert_eq!(third.claimed_at, T0 + 1000, "the window opened at the first claim's instant + 1000 ms");
 }
