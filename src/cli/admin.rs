@@ -5,6 +5,7 @@
 use super::backup::BackupOpts;
 use super::decision::DecisionOpts;
 use super::inspect::collect_pages;
+use super::output::sanitize;
 use super::store::CliStore;
 use super::{fail, load_job, plural, BoxError, ChangeOpts, CliResult, Context, ResultExt};
 use clap::builder::PossibleValuesParser;
@@ -164,13 +165,14 @@ impl EnqueueArgs {
             }))?);
         }
         let key = self.key.as_deref().unwrap_or_default();
+        let name = sanitize(&self.queue);
         let line = match (dry, enqueued) {
             (_, Some(Enqueued::Duplicate(id))) => {
                 let prefix = if dry { "dry run: " } else { "" };
-                format!("{prefix}duplicate: job {id} in queue {} already has key {key:?}; nothing changed", self.queue)
+                format!("{prefix}duplicate: job {id} in queue {name} already has key {key:?}; nothing changed")
             }
-            (false, Some(Enqueued::New(id))) => format!("new: enqueued job {id} in queue {}", self.queue),
-            _ => format!("dry run: would enqueue a new job in queue {}; nothing was changed", self.queue),
+            (false, Some(Enqueued::New(id))) => format!("new: enqueued job {id} in queue {name}"),
+            _ => format!("dry run: would enqueue a new job in queue {name}; nothing was changed"),
         };
         Ok(ctx.out.line(line)?)
     }
@@ -299,6 +301,7 @@ impl AckArgs {
         }
         let noun = plural(n, "exhaustion", "exhaustions");
         let list = id_list(&ids);
+        let name = sanitize(name);
         let line = if dry {
             format!("dry run: would acknowledge {n} {noun} of queue {name}{list}; nothing was changed")
         } else {
@@ -308,10 +311,10 @@ impl AckArgs {
     }
 }
 
-/// The queue of job `id` for a message (a queue name never changes), or `?` when the row
-/// is gone.
+/// The queue of job `id` for a message (a queue name never changes), escaped for a line
+/// ([`sanitize`]), or `?` when the row is gone.
 fn queue_of<S: CliStore>(queue: &Queue<S>, id: i64) -> String {
-    queue.job(JobId(id)).ok().flatten().map_or_else(|| "?".to_string(), |job| job.queue)
+    queue.job(JobId(id)).ok().flatten().map_or_else(|| "?".to_string(), |job| sanitize(&job.queue))
 }
 
 /// The CLI's wording for a refused change of job `id`: `needs` says what the command needs.
@@ -396,7 +399,9 @@ impl ReplayArgs {
         let verb = if self.change.dry_run { "replay" } else { "replayed" };
         let what = format!(
             "{verb} job {} (queue {}): pending, due now, with a fresh budget of {} attempts",
-            self.id, job.queue, job.max_attempts
+            self.id,
+            sanitize(&job.queue),
+            job.max_attempts
         );
         report_one(ctx, &self.change, "replay", self.id, what)
     }
@@ -473,7 +478,8 @@ impl ResolveArgs {
         }
         let verb = if self.change.dry_run { "resolve" } else { "resolved" };
         let name = self.outcome.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default();
-        let what = format!("{verb} job {} (queue {}) as {name}: {}", self.id, job.queue, self.outcome.effect());
+        let what =
+            format!("{verb} job {} (queue {}) as {name}: {}", self.id, sanitize(&job.queue), self.outcome.effect());
         report_one(ctx, &self.change, "resolve", self.id, what)
     }
 }

@@ -1,9 +1,10 @@
 //! A queue's back-off (a provider's "retry after" for the whole queue, set by a handler's
 //! `Outcome::RetryAfter` with the queue scope): `backoff show [QUEUE]` prints it, `backoff
 //! clear QUEUE` lifts it before it ends. `clear` takes `--dry-run` and `--expect N` (counting
-//! queues: 1 when it lifts a back-off, 0 when the queue is not backing off), `--by` and
-//! `--note` (recorded as the queue's last lift, which `backoff show QUEUE` prints).
+//! queues: 1 when it lifts a back-off, 0 when the queue is not backing off), `--backup PATH`,
+//! `--by` and `--note` (recorded as the queue's last lift, which `backoff show QUEUE` prints).
 
+use super::backup::BackupOpts;
 use super::decision::DecisionOpts;
 use super::output::{sanitize, when};
 use super::store::CliStore;
@@ -42,6 +43,9 @@ pub enum BackoffAction {
 
         #[command(flatten)]
         change: ChangeOpts,
+
+        #[command(flatten)]
+        backup: BackupOpts,
 
         #[command(flatten)]
         decision: DecisionOpts,
@@ -86,27 +90,22 @@ impl BackoffArgs {
                 }
                 Ok(())
             }
-            BackoffAction::Clear { queue: name, change, decision } => {
+            BackoffAction::Clear { queue: name, change, backup, decision } => {
                 let queue = ctx.open_for_change::<S>(&change)?;
                 let before = queue.queue_backoff(&name)?;
                 let would_change = u64::from(before.is_some());
-                let skip =
-                    change.dry_run || change.expect.is_some_and(|n| n != would_change) || change.expect == Some(0);
-                let cleared = if skip {
-                    change.check_counted(would_change, ("queue", "queues"))?;
-                    false
-                } else {
-                    let cleared = decision.operator(&queue).clear_backoff(&name)?;
-                    change.check_counted(u64::from(cleared), ("queue", "queues"))?;
-                    cleared
-                };
+                // As pause and unpause: one statement lifts it or finds nothing to lift.
+                let lift = || decision.operator(&queue).clear_backoff(&name);
+                let cleared = super::pause::change(ctx, (&change, &backup), would_change, lift)?;
                 let now = queue.now_ms();
                 if ctx.json() {
-                    return Ok(ctx.out.document(&json!({
+                    let last_lift = queue.last_backoff_lift(&name)?;
+                    return Ok(ctx.change_document(json!({
                         "command": "backoff clear",
                         "dry_run": change.dry_run,
                         "queue": name,
                         "backoff": before.as_ref().map(|b| backoff_json(b, now)),
+                        "last_lift": last_lift.as_ref().map_or(Value::Null, lift_json),
                         "would_change": would_change,
                         "changed": u64::from(cleared),
                     }))?);

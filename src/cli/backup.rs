@@ -54,7 +54,7 @@ impl BackupArgs {
             });
             return Ok(ctx.out.document(&document)?);
         }
-        let line = format!("backed up {} to {}: {}", ctx.db.display(), report.path.display(), describe(&report));
+        let line = format!("backed up {} to {}: {}", path_field(&ctx.db), path_field(&report.path), describe(&report));
         Ok(ctx.out.line(line)?)
     }
 }
@@ -115,8 +115,8 @@ impl BackupOpts {
         if !ctx.json() {
             let line = format!(
                 "backed up {} to {} before the change: {}",
-                ctx.db.display(),
-                report.path.display(),
+                path_field(&ctx.db),
+                path_field(&report.path),
                 describe(&report)
             );
             ctx.out.line(line)?;
@@ -135,6 +135,11 @@ pub fn backup_json(report: &BackupReport) -> Value {
         "steps": report.steps,
         "elapsed_ms": u64::try_from(report.elapsed.as_millis()).unwrap_or(u64::MAX),
     })
+}
+
+/// A path as a field of a line (a line feed in a file name escaped, as names are).
+fn path_field(path: &Path) -> String {
+    super::output::sanitize(&path.display().to_string())
 }
 
 /// `N pages, N bytes, in 12ms`.

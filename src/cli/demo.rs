@@ -88,7 +88,13 @@ fn to_json(s: &DemoSummary, kept: bool) -> serde_json::Value {
 }
 
 fn explain(s: &DemoSummary, kept: Option<String>) -> Vec<String> {
-    let db = if kept.is_some() { format!("{} (kept)", s.db) } else { "a temporary file (deleted)".to_string() };
+    // The path as a field of a line: a line feed in it cannot write a line of its own.
+    let db = if kept.is_some() {
+        format!("{} (kept)", super::output::sanitize(&s.db))
+    } else {
+        "a temporary file (deleted)".to_string()
+    };
+    let kept = kept.map(|db| super::output::sanitize(&db));
     vec![
         format!("fenceq demo: a Telegram-style bot intake, worked end to end in {db}"),
         String::new(),

@@ -2,11 +2,12 @@
 //! and why a blocked one cannot go on); `group-policy` shows or sets what a failed head does
 //! to its queue's groups.
 
+use super::backup::BackupOpts;
 use super::output::{self, table, when};
 use super::store::CliStore;
-use super::{plural, CliResult, Context};
+use super::{fail, plural, ChangeOpts, CliResult, Context};
 use clap::{Args, ValueEnum};
-use fenceq::{GroupBlock, GroupPolicy, GroupSummary, MAX_BATCH};
+use fenceq::{GroupBlock, GroupPolicy, GroupSummary, Queue, MAX_BATCH};
 use serde_json::{json, Value};
 
 /// Arguments of `groups`.
@@ -25,8 +26,15 @@ pub struct GroupsArgs {
     #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_BATCH)))]
     pub limit: u32,
 
-    /// Start after this queue and group (`QUEUE/GROUP`, to page on from the last one shown).
-    #[arg(long, value_name = "QUEUE/GROUP")]
+    /// Start after this queue and group, to page on from the last one shown: QUEUE/GROUP as
+    /// the listing's hint prints it.
+    ///
+    /// In each name, `%`, `/`, whitespace, control characters and the characters a shell reads
+    /// (quotes, `$`, `*`, `;`, ...) are written %XX, the hex of their UTF-8 bytes (queue
+    /// `tenant/a`, group `chat 1`: `--after tenant%2Fa/chat%201`), so that the one `/` left
+    /// splits the two and the hint can be pasted into a shell as it is. A plain QUEUE/GROUP
+    /// whose names hold no `/` or `%` is written as it is.
+    #[arg(long, value_name = "QUEUE/GROUP", allow_hyphen_values = true)]
     pub after: Option<String>,
 }
 
@@ -35,14 +43,7 @@ impl GroupsArgs {
     pub fn run<S: CliStore>(self, ctx: &mut Context) -> CliResult<()> {
         let queue = ctx.open_read_only::<S>()?;
         let now = queue.now_ms();
-        let mut after = match &self.after {
-            None => None,
-            Some(text) => Some(
-                text.split_once('/')
-                    .map(|(q, g)| (q.to_string(), g.to_string()))
-                    .ok_or_else(|| super::fail("--after takes QUEUE/GROUP, as the listing prints it"))?,
-            ),
-        };
+        let mut after = self.after.as_deref().map(parse_after).transpose()?;
         // With --blocked, pages are read until `limit` blocked groups are found or none are left.
         let mut shown: Vec<GroupSummary> = Vec::new();
         let more;
@@ -89,11 +90,77 @@ impl GroupsArgs {
         let mut summary = format!("{n} {}", plural(n, "group", "groups"));
         if more {
             if let Some(last) = shown.last() {
-                summary.push_str(&format!("; more may follow: --after {}/{}", last.queue, last.group));
+                summary.push_str(&format!("; more may follow: --after {}", after_arg(&last.queue, &last.group)));
             }
         }
         Ok(ctx.out.line(summary)?)
     }
+}
+
+/// `--after`'s value for a queue and group, as the paging hint prints it: each name with
+/// [`escape_after_part`], joined by the one unescaped `/`.
+pub(crate) fn after_arg(queue: &str, group: &str) -> String {
+    format!("{}/{}", escape_after_part(queue), escape_after_part(group))
+}
+
+/// One name of `--after QUEUE/GROUP`: letters and digits (of any script) and `-._:@,+=` as
+/// they are; every other character (`%`, `/`, whitespace, control characters, quotes and the
+/// rest of what a shell reads) as `%XX`, the hex of each of its UTF-8 bytes. The result
+/// holds no `/`, so the two names split unambiguously, and nothing a POSIX shell expands,
+/// splits or quotes, so a person can paste the hint as it is.
+fn escape_after_part(name: &str) -> String {
+    let mut escaped = String::with_capacity(name.len());
+    for c in name.chars() {
+        if c.is_alphanumeric() || "-._:@,+=".contains(c) {
+            escaped.push(c);
+        } else {
+            let mut bytes = [0; 4];
+            for byte in c.encode_utf8(&mut bytes).bytes() {
+                escaped.push_str(&format!("%{byte:02X}"));
+            }
+        }
+    }
+    escaped
+}
+
+/// `--after QUEUE/GROUP`: split at its one unescaped `/`, each name's `%XX` decoded.
+fn parse_after(text: &str) -> CliResult<(String, String)> {
+    let Some((queue, group)) = text.split_once('/') else {
+        return Err(fail("--after takes QUEUE/GROUP, as the listing prints it"));
+    };
+    let shown = output::sanitize(text);
+    if group.contains('/') {
+        return Err(fail(format!(
+            "--after {shown} holds more than one `/`: write a `/` inside a queue or group name as %2F \
+             (as the listing's hint does: `--after tenant%2Fa/chat:1`)"
+        )));
+    }
+    match (unescape_after_part(queue), unescape_after_part(group)) {
+        (Some(queue), Some(group)) => Ok((queue, group)),
+        _ => Err(fail(format!(
+            "--after {shown}: a `%` starts an escape of two hex digits of UTF-8 text (%2F for `/`, %20 for a \
+             space); write a `%` inside a name as %25"
+        ))),
+    }
+}
+
+/// One name of `--after`, its `%XX` escapes decoded; `None` for a `%` not followed by two hex
+/// digits (a `%` of the name itself is written %25) or escapes that are not UTF-8.
+fn unescape_after_part(part: &str) -> Option<String> {
+    let bytes = part.as_bytes();
+    let mut name = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'%' {
+            name.push(bytes[i]);
+            i += 1;
+            continue;
+        }
+        let hex = bytes.get(i + 1..i + 3).filter(|h| h.iter().all(u8::is_ascii_hexdigit))?;
+        name.push(u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?);
+        i += 3;
+    }
+    String::from_utf8(name).ok()
 }
 
 /// Why a group waits, for people ("-" when it can go on).
@@ -161,36 +228,164 @@ pub struct GroupPolicyArgs {
     /// The policy to set; without it, prints the queue's policy.
     #[arg(value_enum, value_name = "POLICY")]
     pub policy: Option<PolicyArg>,
+
+    #[command(flatten)]
+    pub change: ChangeOpts,
+
+    #[command(flatten)]
+    pub backup: BackupOpts,
 }
 
 impl GroupPolicyArgs {
     /// Prints or sets the queue's group policy.
     pub fn run<S: CliStore>(self, ctx: &mut Context) -> CliResult<()> {
-        let (queue, changed) = match self.policy {
-            None => (ctx.open_read_only::<S>()?, false),
-            Some(policy) => {
-                let queue = ctx.open_existing::<S>()?;
-                queue.set_group_policy(&self.queue, policy.into())?;
-                (queue, true)
+        let Some(policy) = self.policy else {
+            if self.change.dry_run || self.change.expect.is_some() || self.backup.backup.is_some() {
+                return Err(fail(
+                    "--dry-run, --expect and --backup go with a POLICY to set \
+                     (`fenceq group-policy QUEUE continue --dry-run`); without one the command only prints the policy",
+                ));
             }
+            let queue = ctx.open_read_only::<S>()?;
+            let policy = queue.group_policy(&self.queue)?;
+            if ctx.json() {
+                return Ok(ctx.out.document(&json!({
+                    "queue": self.queue,
+                    "group_policy": policy.as_str(),
+                    "changed": false,
+                }))?);
+            }
+            let name = output::sanitize(&self.queue);
+            return Ok(ctx.out.line(format!(
+                "queue {name}'s group policy is {}: {}",
+                policy.as_str(),
+                meaning(policy)
+            ))?);
         };
-        let policy = queue.group_policy(&self.queue)?;
+        self.set::<S>(ctx, policy.into())
+    }
+
+    /// Sets the policy (or previews it): `--expect` counts the jobs it hands on, one of each
+    /// group that a failed head stops (`continue` lets them start; `stop` hands none on).
+    fn set<S: CliStore>(&self, ctx: &mut Context, policy: GroupPolicy) -> CliResult<()> {
+        let dry = self.change.dry_run;
+        let queue = ctx.open_for_change::<S>(&self.change)?;
+        let before = queue.group_policy(&self.queue)?;
+        let handed_on = match policy {
+            GroupPolicy::ContinueAfterFailure => stopped_groups(&queue, &self.queue)?,
+            _ => Vec::new(),
+        };
+        let would_change = handed_on.len() as u64;
+        let policy_changes = before != policy;
+        self.change.check(would_change)?;
+        if !dry {
+            // The checks above have passed; nothing is changed before the backup.
+            self.backup.take(ctx, false)?;
+            if policy_changes || would_change > 0 {
+                queue.set_group_policy(&self.queue, policy)?;
+            }
+        }
+        let after = if dry { policy } else { queue.group_policy(&self.queue)? };
         if ctx.json() {
-            return Ok(ctx.out.document(&json!({
+            return Ok(ctx.change_document(json!({
+                "command": "group-policy",
+                "dry_run": dry,
                 "queue": self.queue,
-                "group_policy": policy.as_str(),
-                "changed": changed,
+                "group_policy": after.as_str(),
+                "previous_policy": before.as_str(),
+                "policy_changed": policy_changes && !dry,
+                "handed_on": handed_on,
+                "would_change": would_change,
+                "changed": if dry { 0 } else { would_change },
             }))?);
         }
-        let meaning = match policy {
-            GroupPolicy::StopOnFailure => "a failed head (unknown, or exhausted and not acknowledged) stops its group",
-            GroupPolicy::ContinueAfterFailure => "a failed head no longer blocks its group",
+        let name = output::sanitize(&self.queue);
+        let (to, was, means) = (policy.as_str(), before.as_str(), meaning(policy));
+        let groups = group_list(&handed_on);
+        let line = match (dry, policy_changes || would_change > 0) {
+            (true, true) => {
+                let hand = if groups.is_empty() {
+                    String::new()
+                } else {
+                    format!("; would hand {groups}, whose next jobs may start")
+                };
+                let set = format!("would set queue {name}'s group policy to {to} (it is {was})");
+                format!("dry run: {set}: {means}{hand}; nothing was changed")
+            }
+            (false, true) => {
+                let verb = if policy_changes { "is now" } else { "is" };
+                let hand = if groups.is_empty() { String::new() } else { format!("; handed {groups}") };
+                format!("queue {name}'s group policy {verb} {to}: {means}{hand}")
+            }
+            (dry, false) => {
+                let prefix = if dry { "dry run: " } else { "" };
+                format!("{prefix}queue {name}'s group policy is {to} already: {means}; nothing changed")
+            }
         };
-        let verb = if changed { "is now" } else { "is" };
-        Ok(ctx.out.line(format!(
-            "queue {}'s group policy {verb} {}: {meaning}",
-            output::sanitize(&self.queue),
-            policy.as_str()
-        ))?)
+        Ok(ctx.out.line(line)?)
+    }
+}
+
+/// What a policy does, for people.
+fn meaning(policy: GroupPolicy) -> &'static str {
+    match policy {
+        GroupPolicy::StopOnFailure => "a failed head (unknown, or exhausted and not acknowledged) stops its group",
+        GroupPolicy::ContinueAfterFailure => "a failed head no longer blocks its group",
+    }
+}
+
+/// The groups of `name` that a failed head stops (unknown, or exhausted and not
+/// acknowledged, with jobs held behind it): what `continue` hands on, one job of each.
+fn stopped_groups<S: CliStore>(queue: &Queue<S>, name: &str) -> CliResult<Vec<String>> {
+    let now = queue.now_ms();
+    let mut stopped = Vec::new();
+    let mut after: Option<(String, String)> = None;
+    loop {
+        let page = queue.groups(Some(name), after.as_ref().map(|(q, g)| (q.as_str(), g.as_str())), MAX_BATCH)?;
+        let full = page.len() == MAX_BATCH as usize;
+        after = page.last().map(|g| (g.queue.clone(), g.group.clone()));
+        let failed =
+            |g: &GroupSummary| matches!(g.blocked(now), Some(GroupBlock::HeadUnknown | GroupBlock::HeadExhausted));
+        stopped.extend(page.iter().filter(|g| failed(g)).map(|g| g.group.clone()));
+        if !full {
+            return Ok(stopped);
+        }
+    }
+}
+
+/// `2 groups on (chat:1, chat:2)`, the first 10 names escaped, or nothing for none.
+fn group_list(groups: &[String]) -> String {
+    if groups.is_empty() {
+        return String::new();
+    }
+    let n = groups.len() as u64;
+    let shown: Vec<String> = groups.iter().take(10).map(|g| output::one_line(g, 48)).collect();
+    let more = if groups.len() > 10 { format!(" and {} more", groups.len() - 10) } else { String::new() };
+    format!("{n} {} on ({}{more})", plural(n, "group", "groups"), shown.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn after_hints_escape_what_would_split_or_reach_a_shell_and_read_back() {
+        assert_eq!(after_arg("tenant/a", "g1"), "tenant%2Fa/g1");
+        assert_eq!(after_arg("q", "chat:1"), "q/chat:1");
+        assert_eq!(after_arg("q 100%", "a/b c\nd"), "q%20100%25/a%2Fb%20c%0Ad");
+        assert_eq!(after_arg("-x", "it's $(x)"), "-x/it%27s%20%24%28x%29");
+        assert_eq!(after_arg("чат", "~\u{1b}"), "чат/%7E%1B");
+        assert_eq!(after_arg("q", "\u{a0}\u{202e}"), "q/%C2%A0%E2%80%AE");
+        for (queue, group) in
+            [("tenant/a", "g1"), ("tenant", "a/g1"), ("q 100%", "%2F"), ("a", "tab\there ✓ \"x\" \\ `y` ;&|*?#!")]
+        {
+            assert_eq!(parse_after(&after_arg(queue, group)).unwrap(), (queue.to_string(), group.to_string()));
+        }
+        // A plain QUEUE/GROUP reads as it is; lower-case hex too.
+        assert_eq!(parse_after("q/chat:1").unwrap(), ("q".to_string(), "chat:1".to_string()));
+        assert_eq!(parse_after("a%2fb/c").unwrap(), ("a/b".to_string(), "c".to_string()));
+        for bad in ["no-slash", "tenant/a/g1", "q/50%", "q/%2", "q/%zz", "q/%+F", "q/%FF"] {
+            assert!(parse_after(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -99,7 +99,7 @@ impl StatsArgs {
             }))?);
         }
         if stats.queues.is_empty() {
-            return Ok(ctx.out.line(format!("no jobs in {}", ctx.db_display()))?);
+            return Ok(ctx.out.line(format!("no jobs in {}", output::sanitize(&ctx.db_display())))?);
         }
         let mut t = table(&[
             "QUEUE",
@@ -162,10 +162,9 @@ impl StatsArgs {
                 let by = pause.by.as_deref().map_or_else(String::new, |by| format!(" by {}", output::sanitize(by)));
                 let note = pause.note.as_deref().map_or_else(String::new, |n| format!(": {}", output::sanitize(n)));
                 attention.push(format!(
-                    "queue {} is paused ({}{by}{note}): its claims find nothing (fenceq unpause {})",
-                    q.queue,
+                    "queue {name} is paused ({}{by}{note}): its claims find nothing (fenceq unpause {name})",
                     relative(pause.since, now),
-                    q.queue
+                    name = output::sanitize(&q.queue),
                 ));
             }
         }
@@ -420,7 +419,7 @@ impl ShowArgs {
 fn decision_line(decision: Option<&fenceq::Decision>, now: i64) -> String {
     let Some(d) = decision else { return "-".to_string() };
     let by = d.by.as_deref().map_or_else(|| "an unnamed caller".to_string(), output::sanitize);
-    let mut line = format!("{} by {by}, {}", d.action, when(Some(d.at), now));
+    let mut line = format!("{} by {by}, {}", output::sanitize(&d.action), when(Some(d.at), now));
     if let Some(note) = &d.note {
         line.push_str(&format!(": {}", output::sanitize(note)));
     }

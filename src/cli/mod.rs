@@ -39,8 +39,8 @@ use store::{CliStore, Open};
 /// Exit codes: 0 success, 1 error (one line on stderr starting with `error:`), 2 usage error.
 /// Every command that changes rows takes `--dry-run` (print what would change, change nothing),
 /// `--expect N` (abort with exit 1, changing nothing, unless exactly N jobs would change; for
-/// `pause` and `unpause`, N queues) and `--backup PATH` (back the database up to PATH first;
-/// `fenceq backup` alone takes one).
+/// `pause`, `unpause`, `backoff clear`, `limit set` and `limit clear`, N queues) and `--backup
+/// PATH` (back the database up to PATH first; `fenceq backup` alone takes one).
 #[derive(Debug, Parser)]
 #[command(name = "fenceq", version, propagate_version = true, max_term_width = 100)]
 pub struct Cli {
@@ -135,6 +135,10 @@ pub enum Command {
     /// Shows, or sets for every process, what a failed head does to its queue's groups:
     /// `stop` (the default: an unknown or unacknowledged exhausted head stops its group until
     /// a person decides) or `continue` (it no longer blocks; setting it releases such groups).
+    ///
+    /// --expect counts the jobs the change hands on: one of each group a failed head stops,
+    /// which `continue` lets start (--dry-run names the groups); `stop` hands none on. It is
+    /// checked against the groups read just before the change.
     GroupPolicy(groups::GroupPolicyArgs),
     /// A queue's rate and concurrency limits, stored in the database so that every process
     /// obeys them: `limit set QUEUE --rate 30/1s --group-rate 1/1s --group-rate 20/60s
@@ -252,6 +256,18 @@ impl Command {
             Command::Reap(args) => Some(&args.backup),
             Command::Prune(args) => Some(&args.backup),
             Command::Migrate(args) => Some(&args.backup),
+            Command::Pause(args) => Some(&args.backup),
+            Command::Unpause(args) => Some(&args.backup),
+            Command::GroupPolicy(args) => Some(&args.backup),
+            Command::Backoff(args) => match &args.action {
+                backoff::BackoffAction::Clear { backup, .. } => Some(backup),
+                backoff::BackoffAction::Show { .. } => None,
+            },
+            Command::Limit(args) => match &args.action {
+                limits::LimitAction::Set(set) => Some(&set.backup),
+                limits::LimitAction::Clear(clear) => Some(&clear.backup),
+                limits::LimitAction::Show(_) => None,
+            },
             _ => None,
         }
     }
@@ -490,12 +506,13 @@ pub struct ChangeOpts {
     #[arg(long)]
     pub dry_run: bool,
 
-    /// Abort with exit code 1, changing nothing, unless exactly N jobs (for `pause` and
-    /// `unpause`: queues) would change.
+    /// Abort with exit code 1, changing nothing, unless exactly N jobs (for `pause`,
+    /// `unpause`, `backoff clear`, `limit set` and `limit clear`: queues) would change.
     ///
     /// The count and the change are one transaction: if the change would touch another
-    /// number of jobs, it is rolled back. With --dry-run the expectation is checked against
-    /// the preview (a mismatch still exits 1).
+    /// number of jobs, it is rolled back (`limit` and `group-policy` check the count read
+    /// just before the change). With --dry-run the expectation is checked against the
+    /// preview (a mismatch still exits 1).
     #[arg(long, value_name = "N")]
     pub expect: Option<u64>,
 }

@@ -1,9 +1,10 @@
 //! Pausing and unpausing a queue: `pause`, `unpause`. Each takes `--dry-run`, `--expect N`
 //! (counting queues: 1 when the command changes the queue, 0 when it is that way already),
-//! `--by` and `--note` (recorded on the queue's row).
+//! `--backup PATH`, `--by` and `--note` (recorded on the queue's row).
 
+use super::backup::BackupOpts;
 use super::decision::DecisionOpts;
-use super::output::when;
+use super::output::{sanitize, when};
 use super::store::CliStore;
 use super::{plural, ChangeOpts, CliResult, Context};
 use clap::Args;
@@ -24,6 +25,9 @@ pub struct PauseArgs {
     pub change: ChangeOpts,
 
     #[command(flatten)]
+    pub backup: BackupOpts,
+
+    #[command(flatten)]
     pub decision: DecisionOpts,
 }
 
@@ -38,6 +42,9 @@ pub struct UnpauseArgs {
     pub change: ChangeOpts,
 
     #[command(flatten)]
+    pub backup: BackupOpts,
+
+    #[command(flatten)]
     pub decision: DecisionOpts,
 }
 
@@ -47,7 +54,8 @@ impl PauseArgs {
         let queue = ctx.open_for_change::<S>(&self.change)?;
         let before = pause_of(&queue, &self.queue)?;
         let would_change = u64::from(before.is_none());
-        let changed = change(&self.change, would_change, || self.decision.operator(&queue).pause(&self.queue))?;
+        let pause = || self.decision.operator(&queue).pause(&self.queue);
+        let changed = change(ctx, (&self.change, &self.backup), would_change, pause)?;
         let after = if self.change.dry_run { before.clone() } else { pause_of(&queue, &self.queue)? };
         let pending = queue.stats()?.queue(&self.queue).pending;
         let held = format!("{pending} pending {} held", plural(pending, "job", "jobs"));
@@ -55,17 +63,17 @@ impl PauseArgs {
         // A real run says what its statement did (another process may have paused the queue
         // between the preview and the change); a dry run what the preview found.
         let found = if self.change.dry_run { &before } else { &after };
+        let name = sanitize(&self.queue);
         let line = match (self.change.dry_run, changed, found) {
             (false, true, _) => format!(
                 "paused queue {name}: claims of it find nothing until `fenceq unpause {name}`; enqueues still land, \
-                 running attempts finish ({held})",
-                name = self.queue
+                 running attempts finish ({held})"
             ),
-            (true, _, None) => format!("dry run: would pause queue {} ({held}); nothing was changed", self.queue),
+            (true, _, None) => format!("dry run: would pause queue {name} ({held}); nothing was changed"),
             (dry, _, pause) => {
                 let prefix = if dry { "dry run: " } else { "" };
                 let record = pause.as_ref().map_or_else(|| "unpaused meanwhile".to_string(), |p| record(p, now));
-                format!("{prefix}queue {} is already paused ({record}; {held}); nothing changed", self.queue)
+                format!("{prefix}queue {name} is already paused ({record}; {held}); nothing changed")
             }
         };
         let result = Changed { command: "pause", queue: &self.queue, after, pending, would_change, changed, now };
@@ -79,24 +87,23 @@ impl UnpauseArgs {
         let queue = ctx.open_for_change::<S>(&self.change)?;
         let before = pause_of(&queue, &self.queue)?;
         let would_change = u64::from(before.is_some());
-        let changed = change(&self.change, would_change, || self.decision.operator(&queue).unpause(&self.queue))?;
+        let unpause = || self.decision.operator(&queue).unpause(&self.queue);
+        let changed = change(ctx, (&self.change, &self.backup), would_change, unpause)?;
         let after = if self.change.dry_run { before.clone() } else { pause_of(&queue, &self.queue)? };
         let pending = queue.stats()?.queue(&self.queue).pending;
         let jobs = format!("{pending} pending {}", plural(pending, "job", "jobs"));
         let now = queue.now_ms();
+        let name = sanitize(&self.queue);
         let line = match (self.change.dry_run, changed, &before) {
             (false, true, _) => format!(
-                "unpaused queue {}: its {jobs} are claimable again (worker pools find them at their next poll)",
-                self.queue
+                "unpaused queue {name}: its {jobs} are claimable again (worker pools find them at their next poll)"
             ),
-            (true, _, Some(pause)) => format!(
-                "dry run: would unpause queue {} ({}; {jobs}); nothing was changed",
-                self.queue,
-                record(pause, now)
-            ),
+            (true, _, Some(pause)) => {
+                format!("dry run: would unpause queue {name} ({}; {jobs}); nothing was changed", record(pause, now))
+            }
             (dry, _, _) => {
                 let prefix = if dry { "dry run: " } else { "" };
-                format!("{prefix}queue {} is not paused; nothing changed", self.queue)
+                format!("{prefix}queue {name} is not paused; nothing changed")
             }
         };
         let result = Changed { command: "unpause", queue: &self.queue, after, pending, would_change, changed, now };
@@ -116,12 +123,20 @@ fn pause_of<S: CliStore>(queue: &Queue<S>, name: &str) -> CliResult<Option<Pause
 /// changed the queue. The change is one row, changed or not by one statement: an `--expect`
 /// the preview cannot meet changes nothing, `--expect 0` never calls it (it would change
 /// nothing or break the expectation), and `--expect 1` fails, having changed nothing, when
-/// the statement found the queue changed already by someone else.
-fn change(opts: &ChangeOpts, would_change: u64, make: impl FnOnce() -> fenceq::Result<bool>) -> CliResult<bool> {
+/// the statement found the queue changed already by someone else. `--backup` is taken once
+/// those checks have passed, before the statement (by every run that is not a dry run).
+pub(crate) fn change(
+    ctx: &mut Context,
+    (opts, backup): (&ChangeOpts, &BackupOpts),
+    would_change: u64,
+    make: impl FnOnce() -> fenceq::Result<bool>,
+) -> CliResult<bool> {
     if opts.dry_run || opts.expect.is_some_and(|n| n != would_change) || opts.expect == Some(0) {
         opts.check_counted(would_change, QUEUES)?;
+        backup.take(ctx, opts.dry_run)?;
         return Ok(false);
     }
+    backup.take(ctx, false)?;
     let changed = make()?;
     opts.check_counted(u64::from(changed), QUEUES)?;
     Ok(changed)
@@ -129,10 +144,10 @@ fn change(opts: &ChangeOpts, would_change: u64, make: impl FnOnce() -> fenceq::R
 
 /// `since 2026-05-01T12:00:00.000Z (5m ago) by alice: outage`.
 fn record(pause: &PausedQueue, now: i64) -> String {
-    let by = pause.by.as_deref().map_or_else(|| "an unnamed caller".to_string(), super::output::sanitize);
+    let by = pause.by.as_deref().map_or_else(|| "an unnamed caller".to_string(), sanitize);
     let mut text = format!("paused since {} by {by}", when(Some(pause.since), now));
     if let Some(note) = &pause.note {
-        text.push_str(&format!(": {}", super::output::sanitize(note)));
+        text.push_str(&format!(": {}", sanitize(note)));
     }
     text
 }
@@ -162,7 +177,7 @@ impl Changed<'_> {
     /// Prints `line`, or with `--json` one document.
     fn print(&self, ctx: &mut Context, change: &ChangeOpts, line: String) -> CliResult<()> {
         if ctx.json() {
-            return Ok(ctx.out.document(&json!({
+            return Ok(ctx.change_document(json!({
                 "command": self.command,
                 "dry_run": change.dry_run,
                 "queue": self.queue,

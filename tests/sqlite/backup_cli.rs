@@ -217,14 +217,37 @@ fn migrate_backup_keeps_the_file_as_it_was_before_the_upgrade() {
 fn every_command_that_changes_rows_takes_backup_and_no_reading_command_does() {
     let dir = tempfile::tempdir().unwrap();
     let help = |command: &str| {
-        let (code, stdout, _) = fenceq(dir.path(), &[command, "--help"]);
+        let args: Vec<&str> = command.split(' ').chain(["--help"]).collect();
+        let (code, stdout, _) = fenceq(dir.path(), &args);
         assert_eq!(code, 0);
         stdout
     };
-    for command in ["enqueue", "ack", "replay", "resolve", "cancel", "reap", "prune", "migrate"] {
-        assert!(help(command).contains("--backup <PATH>"), "{command} has no --backup");
+    for command in [
+        "enqueue",
+        "ack",
+        "replay",
+        "resolve",
+        "cancel",
+        "reap",
+        "prune",
+        "migrate",
+        "pause",
+        "unpause",
+        "backoff clear",
+        "limit set",
+        "limit clear",
+        "group-policy",
+    ] {
+        let help = help(command);
+        // (`migrate` changes the schema, not a count of rows: it has no --expect.)
+        let expect = (command != "migrate").then_some("--expect <N>");
+        for option in ["--backup <PATH>", "--dry-run"].into_iter().chain(expect) {
+            assert!(help.contains(option), "{command} has no {option}");
+        }
     }
-    for command in ["stats", "list", "show", "exhausted", "unknown", "backup"] {
+    for command in
+        ["stats", "list", "show", "exhausted", "unknown", "backup", "groups", "schedules", "limit show", "backoff show"]
+    {
         assert!(!help(command).contains("--backup <PATH>"), "{command} should not take --backup");
     }
 }

@@ -1229,3 +1229,430 @@ fn backoff_show_and_clear_a_queues_backoff_and_stats_shows_it() {
     assert!(!run(&db, &["stats"]).ok().contains("backs off"));
     assert!(run(&db, &["backoff", "show", ""]).error().contains("queue name"));
 }
+
+// ------------------------------------------------------------------------------- names in lines
+
+/// A group name may hold any character but NUL; a queue name an older fenceq wrote may hold
+/// control characters too.
+const FORGING_GROUP: &str = "g\nFORGED: all groups ok\u{1b}[2J\u{7}";
+const FORGING_QUEUE: &str = "old\nFORGED: all queues ok\u{1b}]0;pwned\u{7}";
+
+/// Renames queue `from` to `to` in every table of the file that has a `queue` column (what a
+/// database written before names refused control characters holds).
+fn rename_queue_everywhere(db: &Path, from: &str, to: &str) {
+    let conn = fenceq::rusqlite::Connection::open(db).unwrap();
+    let tables: Vec<String> = {
+        let mut stmt = conn.prepare("SELECT name FROM sqlite_master WHERE type = 'table'").unwrap();
+        stmt.query_map([], |row| row.get(0)).unwrap().collect::<Result<_, _>>().unwrap()
+    };
+    for table in tables {
+        let has_queue: bool = conn
+            .query_row(&format!("SELECT count(*) FROM pragma_table_info('{table}') WHERE name = 'queue'"), [], |r| {
+                r.get::<_, i64>(0)
+            })
+            .map(|n| n > 0)
+            .unwrap();
+        if has_queue {
+            conn.execute(&format!("UPDATE {table} SET queue = ?1 WHERE queue = ?2"), (to, from)).unwrap();
+        }
+    }
+}
+
+/// What is wrong with `stdout`: a raw escape or bell, or a line that a name forged.
+fn forged_output(stdout: &str) -> Option<&'static str> {
+    if stdout.contains('\u{1b}') || stdout.contains('\u{7}') {
+        return Some("a raw control character");
+    }
+    let forged = |line: &str| line.trim_start_matches(|c: char| !c.is_alphanumeric()).starts_with("FORGED");
+    stdout.lines().any(forged).then_some("a forged line")
+}
+
+/// Every name a command interpolates into a line of prose (a paging hint, a stats attention
+/// line, the queue of the job a change touched) is escaped: a line feed in a group name or
+/// in a queue name cannot write a line of its own, and no escape sequence reaches the terminal.
+#[test]
+fn names_with_line_feeds_cannot_forge_a_line_of_any_command() {
+    let (_dir, db, queue) = new_db();
+    for group in ["a", FORGING_GROUP, "z"] {
+        enqueue(&queue, NewJob::new("q", group.as_bytes().to_vec()).group(group));
+    }
+    // Queue "old" is renamed below: an exhaustion, an unknown outcome, a back-off (its
+    // snoozed job pending), a group, a pause and limits.
+    let exhausted = claimed(&queue, "old", "to exhaust");
+    queue.exhaust(&exhausted.token(), "why").unwrap();
+    let unknown = claimed(&queue, "old", "to mark unknown");
+    queue.mark_unknown(&unknown.token(), "evidence").unwrap();
+    let snoozed = claimed(&queue, "old", "backing off");
+    let snooze = fenceq::Snooze::new(Duration::from_secs(3600)).scope(fenceq::BackoffScope::Queue).reason("429");
+    queue.snooze(&snoozed.token(), snooze).unwrap();
+    for n in 0..2 {
+        enqueue(&queue, NewJob::new("old", format!("grouped {n}").into_bytes()).group("g1"));
+    }
+    queue.operator("ops").note("outage").pause("old").unwrap();
+    queue
+        .set_limits("old", &fenceq::Limits { rate: Some(fenceq::Rate::parse("5/1s").unwrap()), ..Default::default() })
+        .unwrap();
+    drop(queue);
+    rename_queue_everywhere(&db, "old", FORGING_QUEUE);
+
+    let (e, u, s) = (exhausted.id().0.to_string(), unknown.id().0.to_string(), snoozed.id().0.to_string());
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["groups"],
+        vec!["groups", "--limit", "1"],
+        vec!["groups", "--limit", "2"],
+        vec!["groups", "--queue", "q", "--limit", "2"],
+        vec!["groups", "--blocked"],
+        vec!["stats"],
+        vec!["backoff", "show"],
+        vec!["limit", "show"],
+        vec!["list"],
+        vec!["exhausted"],
+        vec!["unknown"],
+        vec!["ack", &e, "--dry-run"],
+        vec!["replay", &e, "--dry-run"],
+        vec!["resolve", &u, "--as", "complete", "--dry-run"],
+        vec!["cancel", &s, "--dry-run"],
+        vec!["ack", "--all", "--queue", FORGING_QUEUE, "--dry-run"],
+        vec!["ack", &e],
+        vec!["cancel", &s],
+    ];
+    let mut forged = Vec::new();
+    for args in &commands {
+        let out = run(&db, args);
+        if let Some(what) = forged_output(out.ok()) {
+            forged.push(format!("{args:?} printed {what}:\n{}", out.stdout));
+        }
+    }
+    assert!(forged.is_empty(), "{}", forged.join("\n"));
+    // The hint names the group escaped, and pages on from it.
+    let page = run(&db, &["groups", "--queue", "q", "--limit", "2"]).ok().to_string();
+    let after = "q/g%0AFORGED:%20all%20groups%20ok%1B%5B2J%07";
+    assert_eq!(page.lines().last(), Some(format!("2 groups; more may follow: --after {after}").as_str()), "{page}");
+    let next = run(&db, &["--json", "groups", "--queue", "q", "--after", after]);
+    assert_eq!(next.json_lines().iter().map(|g| g["group"].clone()).collect::<Vec<_>>(), ["z"]);
+    // A name given on the command line is refused in one line, or echoed escaped.
+    for args in [
+        vec!["pause", FORGING_QUEUE],
+        vec!["backoff", "clear", FORGING_QUEUE],
+        vec!["limit", "set", FORGING_QUEUE, "--rate", "1/1s"],
+        vec!["group-policy", FORGING_QUEUE, "continue"],
+    ] {
+        let out = run(&db, &args);
+        assert!(out.error().contains("control character"), "{args:?}: {}", out.error());
+    }
+}
+
+/// Runs `fenceq --db DB LINE` through `sh -c`, LINE as a person would paste it.
+fn run_in_shell(db: &Path, line: &str) -> Run {
+    let mut sh = Command::new("sh");
+    sh.arg("-c").arg(format!("exec \"$0\" --db \"$1\" {line}")).arg(assert_cmd::cargo::cargo_bin("fenceq")).arg(db);
+    run_cmd(sh)
+}
+
+/// `groups`' paging hint pages on for every name the library accepts: a slash in a queue
+/// name (`tenant/a` beside `tenant` with group `a/g1`), a group with a slash, a space and a
+/// line feed, percent signs, quotes and shell syntax, a leading dash, letters of any script.
+/// Pasted into a shell as printed, each hint with --limit 1 visits every group once, in
+/// order, and the last page has none.
+#[test]
+fn groups_after_pages_every_queue_and_group_name_exactly_once() {
+    let (_dir, db, queue) = new_db();
+    let groups: &[(&str, &[&str])] = &[
+        ("tenant/a", &["g1", "g2", "g3"]),
+        ("tenant", &["a/g1", "a"]),
+        ("q 100%", &["a/b c\nd", "50%", "%2F", "it's \"quoted\" $(x) `y` ; & | * ? ~ # ! \\", "чат 1", "tab\there"]),
+        ("-x", &["-y"]),
+    ];
+    let mut expected = Vec::new();
+    for (name, names) in groups {
+        for group in *names {
+            enqueue(&queue, NewJob::new(*name, b"x".to_vec()).group(*group));
+            expected.push((name.to_string(), group.to_string()));
+        }
+    }
+    expected.sort();
+
+    let mut visited = Vec::new();
+    let mut after = String::new();
+    let mut pages = 0;
+    for _ in 0..expected.len() + 2 {
+        pages += 1;
+        let line = format!("groups --limit 1 {after}");
+        let page = run_in_shell(&db, &format!("--json {line}")).json_lines();
+        visited.extend(page.iter().map(|g| (g["queue"].as_str().unwrap().to_string(), g["group"].to_string())));
+        let text = run_in_shell(&db, &line).ok().to_string();
+        let summary = text.lines().last().unwrap();
+        match summary.split_once("; more may follow: ") {
+            None => {
+                // The last group fills its page, so one more (empty) page may follow it.
+                assert!(["1 group", "no groups with live jobs"].contains(&summary), "{text}");
+                break;
+            }
+            Some((_, hint)) => {
+                let value = hint.strip_prefix("--after ").unwrap_or_else(|| panic!("{summary}"));
+                let safe = |c: char| c.is_alphanumeric() || "%/-._:@,+=".contains(c);
+                assert!(value.chars().all(safe), "a hint a shell reads as it is: {hint}");
+                after = hint.to_string();
+            }
+        }
+    }
+    let expected: Vec<(String, String)> =
+        expected.into_iter().map(|(q, g)| (q, Value::String(g).to_string())).collect();
+    assert_eq!(visited, expected, "every group once, in order");
+    assert!(pages <= expected.len() + 1, "the paging ends ({pages} pages)");
+
+    // The hint's form is also what a person types: a plain QUEUE/GROUP, or parts escaped.
+    let paged = |after: &str| {
+        let page = run(&db, &["--json", "groups", "--limit", "1", "--after", after]).json_lines();
+        page.iter()
+            .map(|g| (g["queue"].as_str().unwrap().to_string(), g["group"].as_str().unwrap().to_string()))
+            .collect::<Vec<_>>()
+    };
+    let pair = |q: &str, g: &str| vec![(q.to_string(), g.to_string())];
+    assert_eq!(paged("tenant/a"), pair("tenant", "a/g1"));
+    assert_eq!(paged("tenant/a%2Fg1"), pair("tenant/a", "g1"));
+    assert_eq!(paged("tenant%2Fa/g1"), pair("tenant/a", "g2"));
+    assert_eq!(paged("q%20100%25/50%25"), pair("q 100%", "a/b c\nd"));
+    let err = run(&db, &["groups", "--after", "tenant/a/g1"]).error().to_string();
+    assert!(err.contains("%2F"), "{err}");
+    let err = run(&db, &["groups", "--after", "q 100%/50%"]).error().to_string();
+    assert!(err.contains("%25"), "{err}");
+    let err = run(&db, &["groups", "--after", "tenant/%zz"]).error().to_string();
+    assert!(err.contains("%25"), "{err}");
+}
+
+// ------------------------------------------------------------------------------- flow control: change options
+
+/// `head` followed by `tail`, as one command line.
+fn args_of<'a>(head: &[&'a str], tail: &[&'a str]) -> Vec<&'a str> {
+    [head, tail].concat()
+}
+
+/// `limit set` and `limit clear` take the options of every change: --dry-run says what would
+/// change and changes nothing, --expect N counts the queues whose limits would change (1, or 0
+/// when they are so already) and refuses a mismatch unchanged, --backup PATH backs the file
+/// up first (a dry run takes none).
+#[test]
+fn limit_set_and_clear_take_dry_run_expect_and_backup() {
+    let (dir, db, queue) = new_db();
+    let limits_in =
+        |path: &Path| Queue::builder().path(path).read_only(true).open().unwrap().limits("telegram").unwrap();
+    let set = ["limit", "set", "telegram", "--rate", "30/1s", "--group-rate", "1/1s"];
+
+    let dry = run(&db, &args_of(&set, &["--dry-run"])).ok().to_string();
+    assert_eq!(
+        dry.trim(),
+        "dry run: queue telegram would have rate 30/1s, group rate 1/1s (it has no limits); nothing was changed"
+    );
+    let dry = run(&db, &args_of(&set, &["--dry-run", "--json"])).json();
+    assert_eq!(
+        (&dry["command"], &dry["dry_run"], &dry["would_change"], &dry["changed"], &dry["backup"]),
+        (&"limit set".into(), &true.into(), &1.into(), &0.into(), &Value::Null),
+        "{dry}"
+    );
+    assert_eq!((dry["rate"]["text"].as_str(), dry["before"]["rate"].is_null()), (Some("30/1s"), true), "{dry}");
+    let err = run(&db, &["limit", "set", "telegram", "--group-rate", "1/1s", "--group-rate", "5/1s", "--dry-run"]);
+    assert!(err.error().contains("window"), "a dry run refuses what the change would: {}", err.error());
+    assert_eq!(
+        run(&db, &args_of(&set, &["--expect", "0"])).error(),
+        "error: --expect 0 but 1 queue would change; nothing was changed"
+    );
+    assert_eq!(
+        run(&db, &args_of(&set, &["--expect", "2"])).error(),
+        "error: --expect 2 but 1 queue would change; nothing was changed"
+    );
+    let not_taken = dir.path().join("not-taken.db");
+    run(&db, &args_of(&set, &["--dry-run", "--backup", not_taken.to_str().unwrap()])).ok();
+    assert!(!not_taken.exists(), "a dry run takes no backup");
+    assert!(queue.limits("telegram").unwrap().is_empty(), "nothing changed yet");
+
+    let before_set = dir.path().join("before-set.db");
+    let out = run(&db, &args_of(&set, &["--expect", "1", "--backup", before_set.to_str().unwrap()])).ok().to_string();
+    assert!(out.starts_with("backed up ") && out.contains("before the change"), "{out}");
+    assert!(out.contains("\nqueue telegram now has rate 30/1s, group rate 1/1s (it had no limits)"), "{out}");
+    assert!(limits_in(&before_set).is_empty(), "the backup holds the queue as it was");
+    assert_eq!(queue.limits("telegram").unwrap().rate, Some(fenceq::Rate::parse("30/1s").unwrap()));
+
+    // The same limits again (group rates in any order) change nothing.
+    let same = ["limit", "set", "telegram", "--group-rate", "1/1s", "--rate", "30/1s"];
+    assert_eq!(
+        run(&db, &args_of(&same, &["--expect", "1"])).error(),
+        "error: --expect 1 but 0 queues would change; nothing was changed"
+    );
+    let again = run(&db, &args_of(&same, &["--expect", "0"])).ok().to_string();
+    assert_eq!(again.trim(), "queue telegram has rate 30/1s, group rate 1/1s already; nothing changed");
+    assert_eq!(run(&db, &args_of(&set, &["--json"])).json()["changed"], 0);
+    let taken = dir.path().join("taken.db");
+    std::fs::write(&taken, b"keep").unwrap();
+    let err = run(&db, &["limit", "set", "telegram", "--max-running", "2", "--backup", taken.to_str().unwrap()]);
+    assert!(err.error().contains("--backup failed; nothing was changed"), "{}", err.error());
+    assert_eq!(queue.limits("telegram").unwrap().max_running, None, "a failed backup changes nothing");
+
+    // clear: the same options.
+    let dry = run(&db, &["limit", "clear", "telegram", "--dry-run"]).ok().to_string();
+    assert_eq!(
+        dry.trim(),
+        "dry run: queue telegram would have no limits (it has rate 30/1s, group rate 1/1s); nothing was changed"
+    );
+    assert_eq!(
+        run(&db, &["limit", "clear", "telegram", "--expect", "0"]).error(),
+        "error: --expect 0 but 1 queue would change; nothing was changed"
+    );
+    assert!(!queue.limits("telegram").unwrap().is_empty());
+    let before_clear = dir.path().join("before-clear.db");
+    let out = run(
+        &db,
+        &["--json", "limit", "clear", "telegram", "--expect", "1", "--backup", before_clear.to_str().unwrap()],
+    )
+    .json();
+    assert_eq!(
+        (&out["command"], &out["would_change"], &out["changed"], &out["backup"]["path"]),
+        (&"limit clear".into(), &1.into(), &1.into(), &before_clear.to_str().unwrap().into()),
+        "{out}"
+    );
+    assert_eq!(out["before"]["rate"]["text"], "30/1s", "{out}");
+    assert!(queue.limits("telegram").unwrap().is_empty());
+    assert_eq!(limits_in(&before_clear).group_rates.len(), 1, "the backup holds the limits cleared");
+    assert_eq!(
+        run(&db, &["limit", "clear", "telegram", "--expect", "1"]).error(),
+        "error: --expect 1 but 0 queues would change; nothing was changed"
+    );
+    assert_eq!(
+        run(&db, &["limit", "clear", "telegram"]).ok().trim(),
+        "queue telegram has no limits already; nothing changed"
+    );
+    // show changes nothing and takes none of them.
+    run(&db, &["limit", "show", "--dry-run"]).usage();
+}
+
+/// `group-policy QUEUE POLICY` takes the options of every change: setting `continue` hands the
+/// groups that failed heads stop on (one held job of each may start), so --expect N counts
+/// those jobs, --dry-run names them and changes nothing, --backup PATH backs the file up first.
+#[test]
+fn group_policy_takes_dry_run_expect_and_backup() {
+    let (dir, db, queue) = new_db();
+    for (group, n) in [("chat:1", 2), ("chat:2", 2)] {
+        for m in 0..n {
+            enqueue(&queue, NewJob::new("q", format!("{group} {m}").into_bytes()).group(group));
+        }
+    }
+    let heads = queue.claim_batch("q", "w", LEASE, 10).unwrap();
+    assert_eq!(heads.len(), 2);
+    queue.mark_unknown(&heads[0].token(), "timed out after sending").unwrap();
+    queue.exhaust(&heads[1].token(), "chat not found").unwrap();
+    for m in 0..2 {
+        enqueue(&queue, NewJob::new("q", format!("chat:3 {m}").into_bytes()).group("chat:3"));
+    }
+    let held = |queue: &Queue| queue.list(&Default::default()).unwrap().iter().filter(|j| j.held_by_group).count();
+    assert_eq!(held(&queue), 3);
+    let policy_in =
+        |path: &Path| Queue::builder().path(path).read_only(true).open().unwrap().group_policy("q").unwrap();
+
+    let dry = run(&db, &["group-policy", "q", "continue", "--dry-run"]).ok().to_string();
+    assert_eq!(
+        dry.trim(),
+        "dry run: would set queue q's group policy to continue (it is stop): a failed head no longer blocks its \
+         group; would hand 2 groups on (chat:1, chat:2), whose next jobs may start; nothing was changed"
+    );
+    let dry = run(&db, &["--json", "group-policy", "q", "continue", "--dry-run"]).json();
+    assert_eq!(
+        (&dry["command"], &dry["dry_run"], &dry["would_change"], &dry["changed"], &dry["previous_policy"]),
+        (&"group-policy".into(), &true.into(), &2.into(), &0.into(), &"stop".into()),
+        "{dry}"
+    );
+    assert_eq!(dry["handed_on"], serde_json::json!(["chat:1", "chat:2"]), "{dry}");
+    assert_eq!(
+        run(&db, &["group-policy", "q", "continue", "--expect", "1"]).error(),
+        "error: --expect 1 but 2 jobs would change; nothing was changed"
+    );
+    let not_taken = dir.path().join("not-taken.db");
+    run(&db, &["group-policy", "q", "continue", "--dry-run", "--backup", not_taken.to_str().unwrap()]).ok();
+    assert!(!not_taken.exists(), "a dry run takes no backup");
+    let taken = dir.path().join("taken.db");
+    std::fs::write(&taken, b"keep").unwrap();
+    let err = run(&db, &["group-policy", "q", "continue", "--backup", taken.to_str().unwrap()]);
+    assert!(err.error().contains("--backup failed; nothing was changed"), "{}", err.error());
+    assert_eq!((queue.group_policy("q").unwrap(), held(&queue)), (fenceq::GroupPolicy::StopOnFailure, 3));
+
+    let before = dir.path().join("before.db");
+    let out = run(&db, &["group-policy", "q", "continue", "--expect", "2", "--backup", before.to_str().unwrap()]);
+    let out = out.ok().to_string();
+    assert!(out.starts_with("backed up ") && out.contains("before the change"), "{out}");
+    assert!(
+        out.contains(
+            "\nqueue q's group policy is now continue: a failed head no longer blocks its group; handed 2 groups on \
+             (chat:1, chat:2)"
+        ),
+        "{out}"
+    );
+    assert_eq!((queue.group_policy("q").unwrap(), held(&queue)), (fenceq::GroupPolicy::ContinueAfterFailure, 1));
+    assert_eq!(policy_in(&before), fenceq::GroupPolicy::StopOnFailure, "the backup holds the policy as it was");
+
+    // Again: nothing to hand on; --expect counts 0.
+    assert_eq!(
+        run(&db, &["group-policy", "q", "continue", "--expect", "1"]).error(),
+        "error: --expect 1 but 0 jobs would change; nothing was changed"
+    );
+    let again = run(&db, &["--json", "group-policy", "q", "continue", "--expect", "0"]).json();
+    assert_eq!(
+        (&again["would_change"], &again["changed"], &again["policy_changed"]),
+        (&0.into(), &0.into(), &false.into())
+    );
+    // stop hands nothing on (and stops no job that started).
+    let dry = run(&db, &["group-policy", "q", "stop", "--dry-run"]).ok().to_string();
+    assert!(dry.starts_with("dry run: would set queue q's group policy to stop (it is continue): "), "{dry}");
+    assert_eq!(queue.group_policy("q").unwrap(), fenceq::GroupPolicy::ContinueAfterFailure);
+    let stop = run(&db, &["--json", "group-policy", "q", "stop", "--expect", "0"]).json();
+    assert_eq!((&stop["changed"], &stop["policy_changed"]), (&0.into(), &true.into()), "{stop}");
+    assert_eq!(queue.group_policy("q").unwrap(), fenceq::GroupPolicy::StopOnFailure);
+    // Without a policy it only shows, and takes none of them.
+    let err = run(&db, &["group-policy", "q", "--dry-run"]).error().to_string();
+    assert!(err.contains("POLICY"), "{err}");
+}
+
+/// `pause`, `unpause` and `backoff clear` take --backup PATH like every change, and
+/// `backoff clear` records --by and --note as the queue's last lift, in its JSON too.
+#[test]
+fn pause_unpause_and_backoff_clear_take_backup_and_record_who_and_why() {
+    let (dir, db, queue) = new_db();
+    enqueue(&queue, NewJob::new("q", b"first".to_vec()));
+    let token = queue.claim("q", "w", LEASE).unwrap().unwrap().token();
+    let snooze = fenceq::Snooze::new(Duration::from_secs(3600)).scope(fenceq::BackoffScope::Queue).reason("429");
+    queue.snooze(&token, snooze).unwrap();
+    let open = |path: &Path| Queue::builder().path(path).read_only(true).open().unwrap();
+
+    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let out = run(&db, &["pause", "q", "--backup", &path("before-pause.db")]).ok().to_string();
+    assert!(out.starts_with("backed up ") && out.contains("\npaused queue q"), "{out}");
+    assert!(!open(Path::new(&path("before-pause.db"))).is_paused("q").unwrap());
+    let out = run(&db, &["unpause", "q", "--backup", &path("before-unpause.db")]).ok().to_string();
+    assert!(out.starts_with("backed up ") && out.contains("\nunpaused queue q"), "{out}");
+    assert!(open(Path::new(&path("before-unpause.db"))).is_paused("q").unwrap());
+    run(&db, &["pause", "q", "--dry-run", "--backup", &path("not-taken.db")]).ok();
+    assert!(!Path::new(&path("not-taken.db")).exists(), "a dry run takes no backup");
+
+    let out = run(
+        &db,
+        &[
+            "--json",
+            "backoff",
+            "clear",
+            "q",
+            "--by",
+            "alice",
+            "--note",
+            "provider recovered",
+            "--backup",
+            &path("before-lift.db"),
+        ],
+    )
+    .json();
+    assert_eq!((&out["changed"], &out["backup"]["path"]), (&1.into(), &path("before-lift.db").into()), "{out}");
+    assert_eq!(
+        (out["last_lift"]["by"].as_str(), out["last_lift"]["note"].as_str()),
+        (Some("alice"), Some("provider recovered"))
+    );
+    assert!(open(Path::new(&path("before-lift.db"))).queue_backoff("q").unwrap().is_some());
+    let lift = queue.last_backoff_lift("q").unwrap().unwrap();
+    assert_eq!((lift.by.as_deref(), lift.note.as_deref()), (Some("alice"), Some("provider recovered")));
+}
