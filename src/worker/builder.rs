@@ -53,6 +53,7 @@ pub struct WorkerPoolBuilder<S: Store = DefaultStore> {
     pub(super) worker_id: String,
     pub(super) retry_policy: RetryPolicy,
     pub(super) max_snoozes: u32,
+    pub(super) max_start_delay: Option<Duration>,
     handler: Option<Handler<S>>,
 }
 
@@ -172,6 +173,26 @@ impl<S: Store> WorkerPoolBuilder<S> {
         self
     }
 
+    /// The longest a claimed job may wait between its claim's instant
+    /// ([`Claimed::claimed_at`](crate::Claimed::claimed_at), what the queue's rates count)
+    /// and its handler's start; a worker that takes one up later hands it back unstarted
+    /// instead (pending again at once, no attempt spent, counted in
+    /// [`PoolCounters::released_late`](crate::PoolCounters::released_late)), and the next
+    /// claim counts a start of its own. With a rate lengthened by this bound (a provider's
+    /// 30 a second set as 30 per 1,050 ms with a bound of 50 ms), the handlers' own starts
+    /// keep the provider's rate, measured where the provider looks, whatever a loaded
+    /// machine does to the threads in between (see the guide, "Limits where the provider
+    /// looks"). None by default: every claimed job starts, however late.
+    ///
+    /// # Errors
+    ///
+    /// [`WorkerPoolBuilder::start`] refuses a bound of zero or longer than the lease
+    /// (`InvalidInput`).
+    pub fn max_start_delay(mut self, bound: Duration) -> Self {
+        self.max_start_delay = Some(bound);
+        self
+    }
+
     /// The function that works one attempt. It runs on a worker thread; a panic is caught
     /// and the attempt retried with the panic message as its error.
     pub fn handler(mut self, handler: impl Fn(&mut Attempt<S>) -> Outcome + Send + Sync + 'static) -> Self {
@@ -212,6 +233,9 @@ impl<S: Store> WorkerPoolBuilder<S> {
         if self.poll_interval.is_zero() {
             return Err(Error::invalid("poll_interval", "must not be zero"));
         }
+        if self.max_start_delay.is_some_and(|bound| bound.is_zero() || bound > self.lease) {
+            return Err(Error::invalid("max_start_delay", "must not be zero nor longer than the lease"));
+        }
         WorkerPool::start(PoolSettings {
             queue: self.queue,
             queue_name: self.queue_name,
@@ -224,6 +248,7 @@ impl<S: Store> WorkerPoolBuilder<S> {
             worker_id: self.worker_id,
             retry_policy: self.retry_policy,
             max_snoozes: self.max_snoozes,
+            max_start_delay: self.max_start_delay,
             handler,
         })
     }
@@ -264,6 +289,7 @@ impl<S: Store> WorkerPool<S> {
             rounds_in_flight: S::POOL_ROUNDS_IN_FLIGHT,
             retry_policy: RetryPolicy::default(),
             max_snoozes: DEFAULT_MAX_SNOOZES,
+            max_start_delay: None,
             handler: None,
         }
     }

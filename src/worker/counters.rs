@@ -41,6 +41,11 @@ pub struct PoolCounters {
     ///
     /// [`ShutdownReport::handed_back`]: super::ShutdownReport::handed_back
     pub handed_back: u64,
+    /// Claimed jobs a worker took up later after their claim than the pool's
+    /// [`max_start_delay`](super::WorkerPoolBuilder::max_start_delay) allows: handed back
+    /// unstarted (pending again at once, no attempt spent), so that no handler starts later
+    /// than its claim's instant (what the queue's rates count) by more than the bound.
+    pub released_late: u64,
     /// Outcomes whose text (a retry's error, an exhaustion's, an unknown's evidence, a
     /// park's reason) the store refused: each was settled as the handler said, with the text
     /// escaped to printable ASCII (or, refused again, replaced by a note), and logged at
@@ -67,6 +72,7 @@ pub(super) struct Counters {
     pub(super) renewals_failed: AtomicU64,
     pub(super) dropped_lost: AtomicU64,
     pub(super) handed_back: AtomicU64,
+    pub(super) released_late: AtomicU64,
     pub(super) texts_replaced: AtomicU64,
     pub(super) errors: AtomicU64,
 }
@@ -87,6 +93,7 @@ impl Counters {
             renewals_failed: get(&self.renewals_failed),
             dropped_lost: get(&self.dropped_lost),
             handed_back: get(&self.handed_back),
+            released_late: get(&self.released_late),
             texts_replaced: get(&self.texts_replaced),
             errors: get(&self.errors),
         }

@@ -5,7 +5,7 @@
 //! Apart because this is the code that runs on the worker threads, around the application's
 //! handler; the outcomes it hands back are written by the dispatcher's settle path.
 
-use super::attempt::{Attempt, Lease, Outcome, DROPPED, STARTED};
+use super::attempt::{Attempt, Lease, Outcome, DROPPED, HANDED_BACK, STARTED};
 use super::counters::bump;
 use super::settle::SettleRules;
 use super::shared::Shared;
@@ -35,6 +35,10 @@ pub(super) fn run_worker<S: Store>(
             Begin::Drop => {
                 let _ = finished.send((token, Finished::Dropped));
             }
+            Begin::Late => {
+                release_late(shared, &token);
+                let _ = finished.send((token, Finished::ReleasedLate));
+            }
             // The shutdown hands it back.
             Begin::Leave => {}
         }
@@ -51,6 +55,9 @@ pub(super) enum Finished {
     SettledByHandler(Outcome, Settled),
     /// Never started: its lease was lost while it was held. Nothing to settle.
     Dropped,
+    /// Never started: a worker took it up later after its claim than the pool's
+    /// `max_start_delay`, and handed it back. Nothing to settle.
+    ReleasedLate,
 }
 
 /// What a worker does with a claim it took from the channel.
@@ -61,6 +68,8 @@ enum Begin {
     Drop,
     /// Leave it: the shutdown hands it back (or has).
     Leave,
+    /// Hand it back unstarted: later after its claim than the pool's `max_start_delay`.
+    Late,
 }
 
 /// Decides, right before a worker would run the handler, whether it may: not once the pool
@@ -80,10 +89,40 @@ fn begin<S: Store>(shared: &Shared<S>, claimed: &Claimed, lease: &Lease) -> Begi
             "a prefetched job's lease was lost before a worker took it; dropped unstarted");
         return Begin::Drop;
     }
+    let late = shared.max_start_delay_ms.is_some_and(|bound| shared.queue.now_ms() - claimed.claimed_at > bound);
+    if late {
+        // Once it has left `HELD` the shutdown no longer hands it back: this worker does.
+        return if lease.leave_held(HANDED_BACK) { Begin::Late } else { Begin::Leave };
+    }
     if lease.leave_held(STARTED) {
         Begin::Start
     } else {
         Begin::Leave
+    }
+}
+
+/// Hands a job taken up too late back to the queue unstarted (its attempt given back, as a
+/// shutdown's hand-back does), so that its next claim counts a start of its own.
+fn release_late<S: Store>(shared: &Shared<S>, token: &ClaimToken) {
+    let c = &shared.counters;
+    match shared.queue.release_all(std::slice::from_ref(token)) {
+        Ok(results) => match results.into_iter().next() {
+            Some(Ok(())) => {
+                bump(&c.released_late);
+                shared.queue.wake(&shared.queue_name);
+            }
+            Some(Err(e)) => {
+                bump(&c.dropped_lost);
+                tracing::warn!(job = %token.id, attempt = token.attempt, error = %e,
+                    "a job taken up after the pool's max_start_delay could not be handed back: its lease was lost; not started");
+            }
+            None => {}
+        },
+        Err(e) => {
+            bump(&c.errors);
+            tracing::error!(job = %token.id, attempt = token.attempt, error = %e,
+                "could not hand back a job taken up after the pool's max_start_delay; not started, it is claimable once its lease runs out");
+        }
     }
 }
 

@@ -91,6 +91,7 @@ impl<S: Store> WorkerPool<S> {
             round_done: parking_lot::Condvar::new(),
             poll_interval: settings.poll_interval,
             max_snoozes: settings.max_snoozes,
+            max_start_delay_ms: settings.max_start_delay.map(crate::clock::duration_ms),
             backoff_until: AtomicI64::new(0),
         });
         let workers = settings.workers;

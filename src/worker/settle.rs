@@ -47,6 +47,8 @@ pub(super) fn settle_and_claim<S: Store>(
             Finished::SettledByHandler(outcome, settled) => count_settled(shared, &outcome, settled),
             // Logged by the worker that dropped it.
             Finished::Dropped => bump(&c.dropped_lost),
+            // Handed back (and counted) by the worker that took it up too late.
+            Finished::ReleasedLate => {}
         }
     }
     if batch.is_empty() && free == 0 {

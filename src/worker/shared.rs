@@ -32,6 +32,7 @@ pub(super) struct PoolSettings<S: Store> {
     pub(super) worker_id: String,
     pub(super) retry_policy: RetryPolicy,
     pub(super) max_snoozes: u32,
+    pub(super) max_start_delay: Option<Duration>,
     pub(super) handler: Handler<S>,
 }
 
@@ -55,6 +56,8 @@ pub(super) struct Shared<S: Store> {
     pub(super) poll_interval: Duration,
     /// The cap of snoozes per job its outcomes settle with.
     pub(super) max_snoozes: u32,
+    /// The longest a claimed job may wait for its handler (ms), if bounded.
+    pub(super) max_start_delay_ms: Option<i64>,
     /// The latest end (ms, the queue's clock) of a queue back-off this pool's outcomes
     /// stored: an idle dispatcher sleeps no longer than until then. 0 for none.
     pub(super) backoff_until: AtomicI64,

@@ -31,6 +31,7 @@ pub fn rules<H: Harness>() -> Vec<Rule<H>> {
         a_group_that_started_earlier_is_claimed_first_once_both_rates_open,
         a_pool_claims_a_rate_limited_queues_jobs_only_for_idle_workers,
         a_claims_instant_is_the_one_its_rate_counted,
+        a_job_taken_up_after_the_pools_max_start_delay_is_handed_back_and_claimed_again,
     ]
 }
 
@@ -434,4 +435,46 @@ fn a_claims_instant_is_the_one_its_rate_counted<H: Harness>(h: &H) {
     db.advance(ms(1));
     let third = db.take("w");
     assert_eq!(third.claimed_at, T0 + 1000, "the window opened at the first claim's instant + 1000 ms");
+}
+
+/// `WorkerPoolBuilder::max_start_delay`: jobs claimed ahead that a worker takes up later than
+/// the bound after their claim are handed back unstarted (no attempt spent) and claimed
+/// again; no handler starts later than the bound after the claim it runs under.
+fn a_job_taken_up_after_the_pools_max_start_delay_is_handed_back_and_claimed_again<H: Harness>(h: &H) {
+    let db = Db::new(h);
+    let ids: Vec<_> = (0..3).map(|j| db.add(&format!("job {j}"))).collect();
+    let (started_tx, started) = mpsc::channel::<(fenceq::JobId, i64)>();
+    let (go_tx, go) = mpsc::channel::<()>();
+    let go = std::sync::Mutex::new(go);
+    let pool = WorkerPool::builder(db.queue.clone(), "q")
+        .workers(1)
+        .prefetch(2)
+        .max_start_delay(ms(50))
+        .handler(move |attempt| {
+            let delay = attempt.queue().now_ms() - attempt.job().claimed_at;
+            started_tx.send((attempt.token().id, delay)).unwrap();
+            if attempt.token().id.0 == 1 {
+                let _ = go.lock().unwrap().recv_timeout(HANG_GUARD);
+            }
+            Outcome::Complete
+        })
+        .start()
+        .unwrap();
+    assert_eq!(started.recv_timeout(HANG_GUARD).unwrap(), (ids[0], 0));
+    assert_eq!(pool.in_flight(), ids, "one running, two claimed ahead");
+    db.advance(ms(100));
+    drop(go_tx);
+    for _ in 1..3 {
+        let (id, delay) = started.recv_timeout(HANG_GUARD).unwrap();
+        assert!(ids.contains(&id));
+        assert_eq!(delay, 0, "{id:?} started under a claim {delay} ms old");
+    }
+    assert!(pool.wait_idle(HANG_GUARD).unwrap());
+    let c = pool.shutdown(HANG_GUARD).unwrap().counters;
+    assert_eq!((c.claimed, c.released_late, c.completed, c.errors), (5, 2, 3, 0));
+    // Each spent the one attempt it ran, as the job that never waited did.
+    let left = |id: fenceq::JobId| db.job(id).unwrap().map(|j| (j.state, j.max_attempts - j.attempt));
+    for id in &ids[1..] {
+        assert_eq!(left(*id), left(ids[0]), "{id:?}");
+    }
 }

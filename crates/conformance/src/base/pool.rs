@@ -369,6 +369,13 @@ fn a_pool_without_a_handler_or_with_bad_settings_does_not_start<H: Harness>(h: &
             other => panic!("rounds in flight {rounds}: {other:?}"),
         }
     }
+    for bound in [Duration::ZERO, Duration::from_secs(31)] {
+        let builder = WorkerPool::builder(db.queue.clone(), "q").lease(Duration::from_secs(30));
+        match builder.max_start_delay(bound).handler(handler).start() {
+            Err(fenceq::Error::InvalidInput { what, .. }) => assert_eq!(what, "max_start_delay"),
+            other => panic!("max start delay {bound:?}: {other:?}"),
+        }
+    }
 }
 
 /// A one-worker pool whose handler reports each job it starts, then waits for a release
