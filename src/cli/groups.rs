@@ -103,27 +103,28 @@ pub(crate) fn after_arg(queue: &str, group: &str) -> String {
     format!("{}/{}", escape_after_part(queue), escape_after_part(group))
 }
 
-/// One name of `--after QUEUE/GROUP`: letters and digits (of any script) and `-._:@,+=` as
-/// they are; every other character (`%`, `/`, whitespace, control characters, quotes and the
-/// rest of what a shell reads) as `%XX`, the hex of each of its UTF-8 bytes. The result
-/// holds no `/`, so the two names split unambiguously, and nothing a POSIX shell expands,
-/// splits or quotes, so a person can paste the hint as it is.
+/// What a name of `--after QUEUE/GROUP` keeps as it is: ASCII letters, digits and `-._:@,+=`.
+/// Everything else (`%`, `/`, whitespace, control characters, quotes, the rest of what a shell
+/// reads, and every byte of a non-ASCII character) is written `%XX`.
+const AFTER_KEEPS: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b':')
+    .remove(b'@')
+    .remove(b',')
+    .remove(b'+')
+    .remove(b'=');
+
+/// One name of `--after QUEUE/GROUP`, percent-encoded ([`AFTER_KEEPS`]). The result holds no
+/// `/`, so the two names split unambiguously, and nothing a POSIX shell expands, splits or
+/// quotes, so a person can paste the hint as it is.
 fn escape_after_part(name: &str) -> String {
-    let mut escaped = String::with_capacity(name.len());
-    for c in name.chars() {
-        if c.is_alphanumeric() || "-._:@,+=".contains(c) {
-            escaped.push(c);
-        } else {
-            let mut bytes = [0; 4];
-            for byte in c.encode_utf8(&mut bytes).bytes() {
-                escaped.push_str(&format!("%{byte:02X}"));
-            }
-        }
-    }
-    escaped
+    percent_encoding::utf8_percent_encode(name, AFTER_KEEPS).to_string()
 }
 
-/// `--after QUEUE/GROUP`: split at its one unescaped `/`, each name's `%XX` decoded.
+/// `--after QUEUE/GROUP`: split at its one unescaped `/`, each name's `%XX` decoded (a `%`
+/// not followed by two hex digits stands for itself).
 fn parse_after(text: &str) -> CliResult<(String, String)> {
     let Some((queue, group)) = text.split_once('/') else {
         return Err(fail("--after takes QUEUE/GROUP, as the listing prints it"));
@@ -135,32 +136,11 @@ fn parse_after(text: &str) -> CliResult<(String, String)> {
              (as the listing's hint does: `--after tenant%2Fa/chat:1`)"
         )));
     }
-    match (unescape_after_part(queue), unescape_after_part(group)) {
-        (Some(queue), Some(group)) => Ok((queue, group)),
-        _ => Err(fail(format!(
-            "--after {shown}: a `%` starts an escape of two hex digits of UTF-8 text (%2F for `/`, %20 for a \
-             space); write a `%` inside a name as %25"
-        ))),
+    let decode = |part: &str| percent_encoding::percent_decode_str(part).decode_utf8().map(|name| name.into_owned());
+    match (decode(queue), decode(group)) {
+        (Ok(queue), Ok(group)) => Ok((queue, group)),
+        _ => Err(fail(format!("--after {shown}: its %XX escapes are not UTF-8 text (%2F is `/`, %20 a space)"))),
     }
-}
-
-/// One name of `--after`, its `%XX` escapes decoded; `None` for a `%` not followed by two hex
-/// digits (a `%` of the name itself is written %25) or escapes that are not UTF-8.
-fn unescape_after_part(part: &str) -> Option<String> {
-    let bytes = part.as_bytes();
-    let mut name = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] != b'%' {
-            name.push(bytes[i]);
-            i += 1;
-            continue;
-        }
-        let hex = bytes.get(i + 1..i + 3).filter(|h| h.iter().all(u8::is_ascii_hexdigit))?;
-        name.push(u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?);
-        i += 3;
-    }
-    String::from_utf8(name).ok()
 }
 
 /// Why a group waits, for people ("-" when it can go on).
@@ -374,7 +354,7 @@ mod tests {
         assert_eq!(after_arg("q", "chat:1"), "q/chat:1");
         assert_eq!(after_arg("q 100%", "a/b c\nd"), "q%20100%25/a%2Fb%20c%0Ad");
         assert_eq!(after_arg("-x", "it's $(x)"), "-x/it%27s%20%24%28x%29");
-        assert_eq!(after_arg("чат", "~\u{1b}"), "чат/%7E%1B");
+        assert_eq!(after_arg("чат", "~\u{1b}"), "%D1%87%D0%B0%D1%82/%7E%1B");
         assert_eq!(after_arg("q", "\u{a0}\u{202e}"), "q/%C2%A0%E2%80%AE");
         for (queue, group) in
             [("tenant/a", "g1"), ("tenant", "a/g1"), ("q 100%", "%2F"), ("a", "tab\there ✓ \"x\" \\ `y` ;&|*?#!")]
@@ -384,7 +364,9 @@ mod tests {
         // A plain QUEUE/GROUP reads as it is; lower-case hex too.
         assert_eq!(parse_after("q/chat:1").unwrap(), ("q".to_string(), "chat:1".to_string()));
         assert_eq!(parse_after("a%2fb/c").unwrap(), ("a/b".to_string(), "c".to_string()));
-        for bad in ["no-slash", "tenant/a/g1", "q/50%", "q/%2", "q/%zz", "q/%+F", "q/%FF"] {
+        // A `%` that starts no escape stands for itself.
+        assert_eq!(parse_after("q/50%").unwrap(), ("q".to_string(), "50%".to_string()));
+        for bad in ["no-slash", "tenant/a/g1", "q/%FF", "%C3/g"] {
             assert!(parse_after(bad).is_err(), "{bad}");
         }
     }
