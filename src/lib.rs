@@ -27,6 +27,9 @@ mod docs {
     struct Guide;
     #[doc = include_str!("../docs/guarantees.md")]
     struct Guarantees;
+    #[cfg(feature = "postgres")]
+    #[doc = include_str!("../docs/postgres.md")]
+    struct Postgres;
 }
 
 pub use clock::{Clock, ManualClock, SystemClock};
