@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use crate::support::{scalar, Scratch};
+use crate::support::{scalar, with_application_name, Scratch};
 
 const MINUTES_10: i64 = 10 * 60 * 1000;
 const LEASE: Duration = Duration::from_secs(60);
@@ -326,4 +326,51 @@ fn a_queue_backoff_ends_by_the_servers_clock_whatever_the_hosts_say() {
     until_the_server_passes(&mut raw, until);
     let claimed = slow.claim("q", "w", LEASE).unwrap().expect("open once the server's clock passed it");
     assert_eq!(claimed.id(), second);
+}
+
+/// A limited claim records its jobs' start (what the rates count, `Claimed::claimed_at`) at
+/// an instant read after its wait for the queue's lock, which serialises the limited claims
+/// of every process: read before the wait, a claim queued behind another process's counted
+/// a start older than its own by the wait, and its handler started that much later than the
+/// rate had counted it.
+#[test]
+fn a_limited_claim_counts_its_start_after_its_wait_for_the_queues_lock() {
+    let Some(s) = Scratch::new() else { return };
+    let name = format!("fenceq_wait_{}", &s.schema[s.schema.len() - 8..]);
+    let q =
+        Queue::builder().url(with_application_name(&s.url, &name)).schema(s.schema.clone()).open_postgres().unwrap();
+    q.set_limits(
+        "q",
+        &fenceq::Limits { rate: Some(fenceq::Rate::new(100, Duration::from_secs(1))), ..Default::default() },
+    )
+    .unwrap();
+    let id = q.enqueue(NewJob::new("q", b"x".to_vec())).unwrap().id();
+    let mut raw = s.raw();
+    sql_query("BEGIN").execute(&mut raw).unwrap();
+    sql_query("SELECT 1 FROM fenceq_queue_flow WHERE queue = 'q' FOR UPDATE").execute(&mut raw).unwrap();
+    let claimer = q.clone();
+    let claim = std::thread::spawn(move || claimer.claim("q", "w", LEASE));
+    // Bounded: until the claim waits for the lock the raw session holds.
+    let give_up = Instant::now() + Duration::from_secs(30);
+    loop {
+        let sql = format!(
+            "SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = '{name}' AND wait_event_type = 'Lock'"
+        );
+        if scalar(&mut raw, &sql) > 0 {
+            break;
+        }
+        assert!(Instant::now() < give_up, "the claim never waited for the queue's lock");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let released = server_ms(&mut raw);
+    sql_query("COMMIT").execute(&mut raw).unwrap();
+    let claimed = claim.join().unwrap().unwrap().expect("the job, once the lock is free");
+    assert_eq!(claimed.id(), id);
+    assert!(
+        claimed.claimed_at >= released,
+        "the claim counted its start {} ms before it had the queue's lock",
+        released - claimed.claimed_at
+    );
+    let start = scalar(&mut raw, "SELECT max(at) AS n FROM fenceq_starts WHERE queue = 'q'");
+    assert_eq!(start, claimed.claimed_at, "the recorded start is the claim's instant");
 }

@@ -1363,17 +1363,27 @@ fn plain_claim<'q>(
 /// After a `CLAIM` that took nothing: a queue with limits (which `CLAIM` leaves alone) is
 /// claimed by `CLAIM_LIMITED` when its limits are queue-wide only, else by `CLAIM_GROUPED`,
 /// judged as `at` says (read only for such a queue).
+///
+/// The queue's lock (`LOCK_QUEUE_FLOW`) is taken first and `at` read after it, in one
+/// transaction: the instant a claim records as its jobs' start (what the rates count, and
+/// `Claimed::claimed_at`) is then read after its wait for the other processes' claims, not
+/// before it. Read before, every claim that queued for the lock when a window opened started
+/// its jobs later than it counted them by its wait.
 fn claim_under_limits<'q>(tx: &PgTx, queue: &str, at: impl FnOnce() -> Result<ClaimRequest<'q>>) -> Result<Claims> {
     let limits = PostgresStore::limits(tx, queue)?;
     if limits.is_empty() {
         return Ok(Claims::of(Vec::new()));
     }
-    let request = at()?;
-    if limits.group_rates.is_empty() {
-        claim_queue_limited(tx, request, &limits)
-    } else {
-        claim_grouped(tx, request, &limits)
-    }
+    tx.in_own_transaction(|tx| {
+        let lock = bound(LOCK_QUEUE_FLOW).bind::<Text, _>(queue);
+        tx.writing(|conn| lock.load::<N>(conn))?;
+        let request = at()?;
+        if limits.group_rates.is_empty() {
+            claim_queue_limited(tx, request, &limits)
+        } else {
+            claim_grouped(tx, request, &limits)
+        }
+    })
 }
 
 /// `statement` with a limited claim's first five parameters bound (`$1` queue, `$2` now, `$3`

@@ -951,6 +951,13 @@ stmt! {
     RUNNING_COUNT = "
     SELECT count(*) AS n FROM fenceq_jobs WHERE queue = $1 AND state = 'running'";
 
+    /// The lock of the queue's flow-control row until the transaction ends, which serialises
+    /// the claims of a limited queue across processes (the claim functions take it first): a
+    /// limited claim takes it before it reads its instant, so that the instant it records as
+    /// the start is not older than its wait for the lock. Returns a row per row locked.
+    LOCK_QUEUE_FLOW = "
+    SELECT 1::bigint AS n FROM fenceq_queue_flow WHERE queue = $1 FOR UPDATE";
+
     /// The queue's starts after `$2`, counted up to `$3` (the count stops there), and the
     /// `$3`-th latest of them when there are that many: the `CASE` runs that second read (an
     /// init plan) only for a full window, as SQLite's store reads it only then. The count
