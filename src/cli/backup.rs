@@ -1,6 +1,6 @@
 //! Backups: `fenceq backup OUT`, and `--backup PATH`, which every command that changes rows
-//! takes so that a backup comes before the change without a second command (PR #341's
-//! runbook took one by hand before its one production mutation).
+//! takes so that a backup comes before the change without a second command (an operator's
+//! runbook would otherwise take one by hand before each change to production rows).
 //!
 //! Both copy the file with [`fenceq::SqliteStore::backup_file`]: read-only, consistent while the
 //! application keeps writing, at any schema version (so `migrate --backup` keeps the file as

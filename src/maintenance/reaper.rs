@@ -66,7 +66,7 @@ impl<S: Store> Queue<S> {
 
     /// [`Queue::reap`] as one transaction that must change exactly `expected` jobs: the
     /// count and the change are the same statements at the same clock reading, and if the
-    /// count differs nothing changes (PR #341's conditional, fail-closed operator change).
+    /// count differs nothing changes (a conditional, fail-closed operator change).
     /// Holds the write lock for the whole pass, unlike `reap`'s batches.
     ///
     /// # Errors
