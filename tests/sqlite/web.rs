@@ -275,6 +275,60 @@ fn an_operator_works_the_dashboard_in_a_browser_on_postgres() {
     browser_scenario(&queue, &args, "postgres");
 }
 
+/// A refreshing overview, in a browser: the operator turns it on with the page's own link;
+/// a job enqueued afterwards (in a queue the page never showed) appears on it without the
+/// test reloading it (the page's `<meta http-equiv="refresh">` does); and it stops with the
+/// page's other link.
+fn refreshing_overview<S: Store>(queue: &Queue<S>, db_args: &[String], test: &str) {
+    let Some(browser) = Browser::start(&screenshots(test)) else { return };
+    queue.enqueue(NewJob::new("mail", b"before".to_vec())).unwrap();
+    let mut server = Server::start(db_args, &[]);
+    browser.goto(&server.url("/"));
+    let text = browser.wait_for_heading("Queues");
+    assert!(!text.contains("late-arrivals"), "{text}");
+    browser.click(&browser.find("a[href='/?refresh=5']"));
+    browser.wait_for_text("Refreshing every 5 s");
+    assert_eq!(browser.url(), server.url("/?refresh=5"));
+    browser.screenshot("1-refreshing");
+
+    queue.enqueue(NewJob::new("late-arrivals", b"after the page loaded".to_vec())).unwrap();
+    // The counts are read again within seconds, and the page reloads itself every 5 s.
+    let text = browser.wait_for_text_within("late-arrivals", Duration::from_secs(60));
+    browser.screenshot("2-refreshed");
+    assert!(text.contains("Refreshing every 5 s"), "still refreshing: {text}");
+    assert_eq!(browser.url(), server.url("/?refresh=5"), "the page reloaded itself, at its own address");
+    assert_eq!(browser.alert(), None);
+
+    // Its queue's page, from the refreshing overview, refreshes too; stopping there keeps the
+    // queue and offers the pause form again.
+    browser.click(&browser.find("a[href='/queue?name=late-arrivals&refresh=5']"));
+    let text = browser.wait_for_heading("Queue late-arrivals");
+    assert!(text.contains("Refreshing every 5 s") && text.contains("after the page loaded"), "{text}");
+    assert!(browser.find_all("form[action='/act/pause']").is_empty(), "no form on a page that reloads itself");
+    browser.click(&browser.find("a[href='/queue?name=late-arrivals']"));
+    let text = browser.wait_for_text("Refresh: every 5 s");
+    assert_eq!(browser.url(), server.url("/queue?name=late-arrivals"));
+    assert!(!text.contains("Refreshing every"), "{text}");
+    browser.find("form[action='/act/pause']");
+    browser.screenshot("3-stopped");
+    server.assert_healthy();
+}
+
+#[test]
+fn a_refreshing_overview_shows_a_job_enqueued_after_it_loaded() {
+    let (_dir, queue, args) = sqlite();
+    refreshing_overview(&queue, &args, "refresh-sqlite");
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn a_refreshing_overview_shows_a_job_enqueued_after_it_loaded_on_postgres() {
+    let Some(scratch) = pg_support::Scratch::new() else { return };
+    let queue = scratch.open();
+    let args = vec!["--db".to_string(), scratch.url.clone(), "--schema".to_string(), scratch.schema.clone()];
+    refreshing_overview(&queue, &args, "refresh-postgres");
+}
+
 // ------------------------------------------------------------------------------- forged and stale actions
 
 /// The acknowledge form of the job's page, as the page drew it.
@@ -1061,6 +1115,243 @@ fn the_overview_and_a_queue_page_say_how_old_their_counts_are() {
     // /metrics stays live: the late job is in it at once.
     let metrics = server.get("/metrics").body;
     assert!(metrics.lines().any(|l| l.contains("queue=\"late\"") && l.contains("state=\"pending\"")), "{metrics}");
+    server.assert_healthy();
+}
+
+// ------------------------------------------------------------------------------- refreshing pages
+
+/// The seconds of a page's `<meta http-equiv="refresh">`, if it has one.
+fn meta_refresh(html: &str) -> Option<String> {
+    let tag = "<meta http-equiv=\"refresh\" content=\"";
+    let at = html.find(tag)?;
+    let rest = &html[at + tag.len()..];
+    Some(rest[..rest.find('"').unwrap()].to_string())
+}
+
+/// The page's policy, as it was before pages could refresh themselves: no script at all.
+const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; \
+                   base-uri 'none'";
+
+/// The overview and a queue's page reload themselves only when their query asks
+/// (`refresh=N`, 2 to 300 seconds; anything else is refused), with links that turn it on and
+/// off keeping the page's other query parameters; links to the other refreshing page carry
+/// it, and a refreshing page offers no form (a reload would lose what is typed in it). The
+/// policy stays the same: no script.
+#[test]
+fn a_page_refreshes_itself_only_when_its_query_asks_within_bounds() {
+    let (_dir, queue, args) = sqlite();
+    let f = fixture(&queue);
+    let mut server = Server::start(&args, &[]);
+
+    // Not asked: no refresh, and links that ask for one.
+    let page = server.get("/");
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert_eq!(meta_refresh(&page.body), None, "{}", page.body);
+    assert!(page.body.contains("Refresh: <a href=\"/?refresh=5\">every 5 s</a>"), "{}", page.body);
+    assert!(page.body.contains("<a href=\"/?refresh=30\">every 30 s</a>"), "{}", page.body);
+    assert!(page.body.contains("href=\"/queue?name=mail\""), "{}", page.body);
+
+    // Asked: the tag, a link that stops, and the links to the queues' pages carry it.
+    let page = server.get("/?refresh=5");
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert_eq!(meta_refresh(&page.body).as_deref(), Some("5"), "{}", page.body);
+    assert_eq!(page.body.matches("http-equiv").count(), 1, "{}", page.body);
+    assert!(page.body.contains("Refreshing every 5 s."), "{}", page.body);
+    assert!(page.body.contains("href=\"/\">Stop refreshing</a>"), "{}", page.body);
+    assert!(page.body.contains("href=\"/queue?name=mail&amp;refresh=5\""), "{}", page.body);
+    assert!(page.body.contains("href=\"/queue?name=mail&amp;state=pending&amp;refresh=5\""), "{}", page.body);
+    assert!(page.body.contains("<a href=\"/?refresh=5\">Overview</a>"), "the header's overview: {}", page.body);
+    // Not the pages whose purpose is a form.
+    assert!(page.body.contains("href=\"/exhausted?queue=mail\""), "{}", page.body);
+    assert_eq!(page.header("content-security-policy"), Some(CSP));
+
+    // A queue's page: its query kept, whatever the order, the cursor included.
+    let page = server.get("/queue?name=mail&state=pending");
+    assert_eq!(meta_refresh(&page.body), None);
+    assert!(
+        page.body.contains("href=\"/queue?name=mail&amp;state=pending&amp;refresh=5\">every 5 s</a>"),
+        "{}",
+        page.body
+    );
+    assert!(!forms(&page.body, "/act/pause").is_empty(), "the pause form, on a page that stays");
+    for (path, stop) in [
+        ("/queue?name=mail&state=pending&refresh=10", "/queue?name=mail&amp;state=pending"),
+        ("/queue?refresh=10&name=mail&state=pending", "/queue?name=mail&amp;state=pending"),
+        ("/queue?name=mail&after=2&refresh=10", "/queue?name=mail&amp;after=2"),
+    ] {
+        let page = server.get(path);
+        assert_eq!(page.status, 200, "{path}: {}", page.body);
+        assert_eq!(meta_refresh(&page.body).as_deref(), Some("10"), "{path}: {}", page.body);
+        assert!(page.body.contains(&format!("href=\"{stop}\">Stop refreshing</a>")), "{path}: {}", page.body);
+        assert!(
+            page.body.contains("href=\"/queue?name=mail&amp;state=running&amp;refresh=10\""),
+            "the tabs: {}",
+            page.body
+        );
+        assert!(page.body.contains(">Stop refreshing</a> to pause or unpause it"), "{path}: {}", page.body);
+        assert!(forms(&page.body, "/act/pause").is_empty(), "{path}: a form on a page that reloads itself");
+        assert_eq!(page.header("content-security-policy"), Some(CSP));
+    }
+    let paused = server.get("/queue?name=reports&refresh=10");
+    assert!(forms(&paused.body, "/act/unpause").is_empty(), "{}", paused.body);
+    assert!(paused.body.contains("by carol: month-end freeze"), "{}", paused.body);
+    // The page after stopping has its form, with the server's secret, and it works.
+    let page = server.get("/queue?name=mail&state=pending");
+    let pause = forms(&page.body, "/act/pause").into_iter().next().expect("a pause form");
+    assert_eq!(value_of(&pause, "back"), "/queue?name=mail&state=pending", "back to the page, not refreshing");
+    assert_eq!(post(&server.addr, "/act/pause", &pause, None).status, 200);
+    assert!(queue.is_paused("mail").unwrap());
+
+    // Bounded: 2 to 300 seconds, a whole number; anything else is refused, with the range.
+    for (path, seconds) in [("/?refresh=2", "2"), ("/?refresh=300", "300"), ("/queue?name=mail&refresh=2", "2")] {
+        let page = server.get(path);
+        assert_eq!(page.status, 200, "{path}: {}", page.body);
+        assert_eq!(meta_refresh(&page.body).as_deref(), Some(seconds), "{path}");
+    }
+    for path in [
+        "/?refresh=1",
+        "/?refresh=0",
+        "/?refresh=301",
+        "/?refresh=-5",
+        "/?refresh=5.5",
+        "/?refresh=abc",
+        "/?refresh=99999999999999999999",
+        "/queue?name=mail&refresh=1000",
+    ] {
+        let page = server.get(path);
+        assert_eq!(page.status, 400, "{path}: {}", page.body);
+        assert!(page.body.contains("from 2 to 300"), "{path}: {}", page.body);
+        assert_eq!(meta_refresh(&page.body), None, "{path}: a refused page does not reload itself");
+    }
+    // An empty value asks for nothing.
+    assert_eq!(meta_refresh(&server.get("/?refresh=").body), None);
+
+    // The other pages never refresh: their purpose is a form, or a record read once.
+    for path in [
+        format!("/job?id={}&refresh=5", f.exhausted),
+        "/exhausted?refresh=5".to_string(),
+        "/unknown?refresh=5".to_string(),
+        "/paused?refresh=5".to_string(),
+    ] {
+        let page = server.get(&path);
+        assert_eq!(page.status, 200, "{path}: {}", page.body);
+        assert_eq!(meta_refresh(&page.body), None, "{path}: {}", page.body);
+        assert!(!page.body.contains("Stop refreshing") && !page.body.contains("refresh=5"), "{path}: {}", page.body);
+    }
+    server.assert_healthy();
+}
+
+// ------------------------------------------------------------------------------- the database out of reach
+
+/// The text of an error page's message (what it tells the operator).
+fn notice(html: &str) -> &str {
+    let start = html.find("<div class=\"notice bad\">").unwrap_or_else(|| panic!("no notice: {html}"));
+    let rest = &html[start..];
+    &rest[..rest.find("</div>").unwrap()]
+}
+
+/// The `Retry-After` of a 503, in seconds: a few.
+fn retry_after(reply: &crate::web_support::Reply) -> u64 {
+    let value = reply.header("retry-after").unwrap_or_else(|| panic!("no Retry-After: {:?}", reply.headers));
+    let seconds: u64 = value.parse().unwrap_or_else(|_| panic!("Retry-After {value:?}"));
+    assert!((1..=30).contains(&seconds), "Retry-After {seconds}");
+    seconds
+}
+
+/// Another connection holds SQLite's write lock past the server's busy timeout: the pages
+/// still read (WAL), and an action answers `503 Service Unavailable` with `Retry-After` and a
+/// sentence that says the database cannot be reached right now and nothing was changed (not
+/// the store's error); once the lock is gone, the same form works.
+#[test]
+fn an_action_while_another_connection_holds_the_write_lock_is_503_and_changes_nothing() {
+    let (_dir, queue, args) = sqlite();
+    fixture(&queue);
+    let mut server = Server::start(&args, &[]);
+    let form = with(&pause_form(&server), "note", "during the lock");
+    let mut holder = fenceq::rusqlite::Connection::open(&args[1]).unwrap();
+    let lock = holder.transaction_with_behavior(fenceq::rusqlite::TransactionBehavior::Immediate).unwrap();
+    assert_eq!(server.get("/queue?name=mail").status, 200, "readers go on beside the writer");
+
+    let reply = post(&server.addr, "/act/pause", &form, None);
+    assert_eq!(reply.status, 503, "{}", reply.body);
+    retry_after(&reply);
+    let says = notice(&reply.body);
+    assert!(says.contains("cannot be reached right now"), "{says}");
+    assert!(says.contains("Nothing was changed"), "{says}");
+    assert!(!says.contains("busy in") && !says.contains("retry later"), "not the store's error: {says}");
+    assert!(reply.body.contains("<h1>Database unavailable</h1>"), "{}", reply.body);
+    drop(lock);
+    assert!(!queue.is_paused("mail").unwrap(), "nothing was changed");
+
+    let reply = post(&server.addr, "/act/pause", &form, None);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(queue.is_paused("mail").unwrap());
+    server.assert_healthy();
+}
+
+/// The dashboard's server goes away (a proxy in front of it taken down: what a dashboard sees
+/// of a server restarting or failing over): every page answers `503` with `Retry-After` and
+/// a sentence saying the database cannot be reached right now and the page will work again
+/// when it can, never the connection's details or its password; a refreshing page keeps
+/// reloading itself; an action says nothing was changed. Once the server is back, the pages
+/// and the same form work, without restarting the dashboard.
+#[cfg(feature = "postgres")]
+#[test]
+fn while_postgres_cannot_be_reached_the_pages_answer_503_and_work_again_after() {
+    use crate::web_support::Proxy;
+    let Some(scratch) = pg_support::Scratch::new() else { return };
+    let queue = scratch.open();
+    let f = fixture(&queue);
+    let mut proxy = Proxy::new(&scratch.url);
+    // The test server trusts local logins: the password is carried, never checked.
+    let url = proxy.url(&scratch.url).replacen("postgres://postgres@", "postgres://postgres:s3cret-pw@", 1);
+    assert!(url.contains("s3cret-pw"), "{url}");
+    let url = format!("{url}?connect_timeout=2");
+    let args = vec!["--db".to_string(), url, "--schema".to_string(), scratch.schema.clone()];
+    let mut server = Server::start(&args, &[]);
+    assert_eq!(server.get("/").status, 200);
+    let form = ack_form(&server, f.exhausted);
+
+    proxy.down();
+    let paths = [
+        "/".to_string(),
+        "/?refresh=5".to_string(),
+        "/queue?name=mail".to_string(),
+        format!("/job?id={}", f.exhausted),
+    ];
+    // (Each waits out the store's busy timeout: all at once.)
+    let (pages, action) = std::thread::scope(|s| {
+        let pages: Vec<_> = paths.iter().map(|path| s.spawn(|| server.get(path))).collect();
+        let action = s.spawn(|| post(&server.addr, "/act/acknowledge", &form, None));
+        (pages.into_iter().map(|p| p.join().unwrap()).collect::<Vec<_>>(), action.join().unwrap())
+    });
+    for (path, page) in paths.iter().zip(&pages) {
+        assert_eq!(page.status, 503, "{path}: {}", page.body);
+        retry_after(page);
+        let says = notice(&page.body);
+        assert!(says.contains("cannot be reached right now"), "{path}: {says}");
+        assert!(says.contains("will work again when it can"), "{path}: {says}");
+        for detail in ["s3cret-pw", "postgres://", "127.0.0.1", "refused", "connection to server", "statement"] {
+            assert!(!says.contains(detail), "{path}: {detail:?} in {says}");
+        }
+        assert!(!page.body.contains("s3cret-pw"), "{path}: {}", page.body);
+    }
+    assert_eq!(meta_refresh(&pages[1].body).as_deref(), Some("5"), "a refreshing page keeps trying: {}", pages[1].body);
+    assert_eq!(meta_refresh(&pages[0].body), None, "{}", pages[0].body);
+    assert_eq!(action.status, 503, "{}", action.body);
+    retry_after(&action);
+    assert!(notice(&action.body).contains("Nothing was changed"), "{}", action.body);
+
+    proxy.start();
+    let give_up = Instant::now() + Duration::from_secs(60);
+    while server.get("/").status != 200 {
+        assert!(Instant::now() < give_up, "the dashboard never came back after the server did");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(job(&queue, f.exhausted).acknowledged_at, None, "nothing was changed during the outage");
+    let reply = post(&server.addr, "/act/acknowledge", &form, None);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(job(&queue, f.exhausted).acknowledged_at.is_some());
     server.assert_healthy();
 }
 

@@ -10,8 +10,8 @@
 use super::form::{self, same};
 use super::host::Hosts;
 use super::http::{Request, Response};
-use super::pages::{self, Action, Listing, Page, QueueView, FULL_PAYLOAD_LIMIT, PAGE_ROWS};
-use super::problem::{cut, Problem};
+use super::pages::{self, Action, Listing, Page, QueueView, Refresh, FULL_PAYLOAD_LIMIT, PAGE_ROWS};
+use super::problem::{cut, outage_words, Problem};
 use super::snapshot::{Counts, NoCounts, Signal, Snapshots};
 use super::Token;
 use crate::cli::output::PAYLOAD_LIMIT;
@@ -119,8 +119,17 @@ impl<'q, S: CliStore> App<'q, S> {
         }
         let caller = self.caller(request);
         let response = self.route(request, caller).unwrap_or_else(|problem| {
-            let page = self.page(caller);
-            Response::new(problem.status, pages::HTML, pages::problem(&page, &problem).into_string())
+            let mut page = self.page(caller);
+            // A page that reloads itself and met a problem that passes (the database out of
+            // reach) goes on reloading itself: it is the page again once the problem passed.
+            if problem.retry_after.is_some() {
+                page.refresh = refreshing(request);
+            }
+            let response = Response::new(problem.status, pages::HTML, pages::problem(&page, &problem).into_string());
+            match problem.retry_after {
+                Some(seconds) => response.with("Retry-After", seconds.to_string()),
+                None => response,
+            }
         });
         secure(response)
     }
@@ -143,7 +152,7 @@ impl<'q, S: CliStore> App<'q, S> {
         };
         let query = || form::decode(&request.query).map_err(|e| Problem::bad(format!("the query string holds {e}")));
         match (request.path.as_str(), read, method == "POST") {
-            ("/", true, _) => self.overview(caller),
+            ("/", true, _) => self.overview(caller, &query()?),
             ("/queue", true, _) => self.queue_page(caller, &query()?),
             ("/job", true, _) => self.job_page(caller, &query()?),
             ("/exhausted", true, _) => self.listing(caller, &query()?, Listing::Exhausted),
@@ -286,6 +295,7 @@ impl<'q, S: CliStore> App<'q, S> {
                 _ => true,
             },
             default_by: &self.default_by,
+            refresh: None,
         }
     }
 
@@ -299,13 +309,12 @@ impl<'q, S: CliStore> App<'q, S> {
     /// what the pages' pause and unpause forms must match).
     fn counts(&self) -> Result<(std::sync::Arc<Counts>, Stats, Option<String>), Problem> {
         let counts = self.snapshots.current(FIRST_COUNT_WAIT, FRESH_COUNT_WAIT).map_err(|why| match why {
-            NoCounts::NotYet => Problem::new(
-                503,
+            NoCounts::NotYet => Problem::passing(
                 "Counting",
                 "the server is still reading the first counts of the queue; reload in a moment",
             ),
             NoCounts::Failed(failure) => {
-                Problem::new(503, "Counts failed", format!("the queue's counts could not be read: {failure}"))
+                Problem::passing("Counts failed", format!("the queue's counts could not be read: {failure}"))
             }
             NoCounts::Stopped => Problem::new(503, "Stopping", "the server is stopping"),
         })?;
@@ -334,15 +343,18 @@ impl<'q, S: CliStore> App<'q, S> {
         Ok((counts, stats, self.snapshots.failure()))
     }
 
-    fn overview(&self, caller: Caller) -> Outcome {
+    fn overview(&self, caller: Caller, query: &[(String, String)]) -> Outcome {
+        let refresh = Refresh::of("/", query)?;
         let (counts, stats, failure) = self.counts()?;
         let now = self.queue.now_ms();
         let age = pages::CountsAge { taken_at: counts.taken_at, took: counts.took, failure: failure.as_deref() };
-        self.html(pages::overview(&self.page(Some(caller)), &stats, &counts.per_minute, &age, now))
+        let page = Page { refresh: Some(refresh), ..self.page(Some(caller)) };
+        self.html(pages::overview(&page, &stats, &counts.per_minute, &age, now))
     }
 
     fn queue_page(&self, caller: Caller, query: &[(String, String)]) -> Outcome {
         let name = field(query, "name").ok_or_else(|| Problem::bad("which queue? (/queue?name=NAME)"))?;
+        let refresh = Refresh::of("/queue", query)?;
         let state = match field(query, "state").filter(|s| !s.is_empty()) {
             None => None,
             Some(text) => Some(text.parse::<JobState>().map_err(|_| Problem::bad(format!("no state named {text:?}")))?),
@@ -382,7 +394,8 @@ impl<'q, S: CliStore> App<'q, S> {
             more: jobs.len() == PAGE_ROWS as usize,
             now,
         };
-        self.html(pages::queue(&self.page(Some(caller)), &view))
+        let page = Page { refresh: Some(refresh), ..self.page(Some(caller)) };
+        self.html(pages::queue(&page, &view))
     }
 
     /// The first [`BLOCKED_ROWS`] blocked groups of `queue`, as `fenceq groups --blocked`
@@ -453,6 +466,11 @@ impl<'q, S: CliStore> App<'q, S> {
     // --------------------------------------------------------------------------- actions
 
     fn act(&self, request: &Request, caller: Caller, action: Action) -> Outcome {
+        // The database out of reach: the answer says what became of the change.
+        self.change(request, caller, action).map_err(Problem::for_change)
+    }
+
+    fn change(&self, request: &Request, caller: Caller, action: Action) -> Outcome {
         if self.read_only {
             return Err(Problem::new(
                 403,
@@ -632,13 +650,24 @@ impl<'q, S: CliStore> App<'q, S> {
 ///
 /// # Errors
 ///
-/// The queue's read failed: its message.
+/// The queue's read failed: its message, or, when the database cannot be reached right now,
+/// a sentence that says so without the store's details.
 pub fn count<S: Store>(queue: &Queue<S>) -> Result<Counts, String> {
     let started = Instant::now();
     let taken_at = queue.now_ms();
     let read = || -> fenceq::Result<_> { Ok((queue.stats()?, queue.completions_per_minute(CHART_MINUTES)?)) };
-    let (stats, per_minute) = read().map_err(|e| error_line(&e))?;
+    let (stats, per_minute) = read().map_err(|e| outage_words(&e).unwrap_or_else(|| error_line(&e)))?;
     Ok(Counts { stats, per_minute, taken_at, took: started.elapsed() })
+}
+
+/// The refresh of a request for a page that may reload itself and asks to (`None` for any
+/// other, and for a query the page would refuse).
+fn refreshing(request: &Request) -> Option<Refresh> {
+    if !matches!(request.method.as_str(), "GET" | "HEAD") || !matches!(request.path.as_str(), "/" | "/queue") {
+        return None;
+    }
+    let query = form::decode(&request.query).ok()?;
+    Refresh::of(&request.path, &query).ok().filter(|r| r.every.is_some())
 }
 
 /// The first value of `name` in decoded pairs.

@@ -1,7 +1,9 @@
 //! The pages, as maud templates: compiled into the binary, and every `(value)` spliced into
 //! them HTML-escaped. Nothing here wraps a text from the database (names, keys, payloads,
 //! errors, notes) in `PreEscaped`, so none of it can become markup: a payload of
-//! `<script>…</script>` is shown as those characters. The pages carry no JavaScript at all.
+//! `<script>…</script>` is shown as those characters. The pages carry no JavaScript at all:
+//! the overview and a queue's page reload themselves, when their query asks, by the
+//! browser's own `<meta http-equiv="refresh">` (see [`Refresh`]).
 
 use super::form::encode;
 use super::problem::{cut, Problem};
@@ -64,6 +66,66 @@ dl.fields{display:grid;grid-template-columns:max-content 1fr;gap:.25em 1.2em;bac
 dl.fields dt{color:var(--muted)}dl.fields dd{margin:0;word-break:break-all}
 ";
 
+/// The shortest interval a page may ask to reload itself at (`refresh=N`, seconds).
+pub const REFRESH_MIN: u32 = 2;
+/// The longest.
+pub const REFRESH_MAX: u32 = 300;
+/// The intervals the pages' links offer.
+const REFRESH_OFFERED: [u32; 2] = [5, 30];
+
+/// How a page that may reload itself (the overview, a queue's page) does: every `every`
+/// seconds when its query says `refresh=N`, by a `<meta http-equiv="refresh">` the browser
+/// honours without a script; and its address without that parameter, from which the links
+/// that turn it on and off are made (they keep the page's other parameters).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refresh {
+    /// Seconds between reloads, when the page reloads itself.
+    pub every: Option<u32>,
+    /// The page's path and query without `refresh`.
+    pub base: String,
+}
+
+impl Refresh {
+    /// The page's refresh as its `path` and decoded `query` ask.
+    ///
+    /// # Errors
+    ///
+    /// `refresh` is not a whole number of seconds from [`REFRESH_MIN`] to [`REFRESH_MAX`] (an
+    /// empty value asks for nothing).
+    pub fn of(path: &str, query: &[(String, String)]) -> Result<Refresh, Problem> {
+        let asked = query.iter().find(|(n, _)| n == "refresh").map(|(_, v)| v.as_str()).filter(|v| !v.is_empty());
+        let every = match asked {
+            None => None,
+            Some(text) => match text.parse::<u32>() {
+                Ok(n) if (REFRESH_MIN..=REFRESH_MAX).contains(&n) => Some(n),
+                _ => {
+                    return Err(Problem::bad(format!(
+                        "refresh={:?}: refresh is the seconds between the page's reloads, a whole number from \
+                         {REFRESH_MIN} to {REFRESH_MAX} (refresh=5); leave it out for a page that stays",
+                        cut(text, 20)
+                    )))
+                }
+            },
+        };
+        let kept: Vec<String> =
+            query.iter().filter(|(n, _)| n != "refresh").map(|(n, v)| format!("{}={}", encode(n), encode(v))).collect();
+        let base = if kept.is_empty() { path.to_string() } else { format!("{path}?{}", kept.join("&")) };
+        Ok(Refresh { every, base })
+    }
+
+    /// The page's address, reloading itself every `every` seconds.
+    pub fn url(&self, every: u32) -> String {
+        let sep = if self.base.contains('?') { '&' } else { '?' };
+        format!("{}{sep}refresh={every}", self.base)
+    }
+
+    /// What a link to the other page that may reload itself adds to its query, so that it
+    /// reloads itself too: `&refresh=N`, or nothing.
+    pub fn carry(&self) -> String {
+        self.every.map_or_else(String::new, |n| format!("&refresh={n}"))
+    }
+}
+
 /// What every page needs to know about the server and its caller.
 pub struct Page<'a> {
     /// The database as people may see it.
@@ -78,6 +140,22 @@ pub struct Page<'a> {
     pub ask_name: bool,
     /// The name recorded when the form leaves it empty.
     pub default_by: &'a str,
+    /// The page's refresh: `None` on a page that never reloads itself (a job's, the
+    /// listings', whose purpose is their forms).
+    pub refresh: Option<Refresh>,
+}
+
+impl Page<'_> {
+    /// Seconds between the page's reloads, when it reloads itself.
+    fn refreshing(&self) -> Option<u32> {
+        self.refresh.as_ref().and_then(|r| r.every)
+    }
+
+    /// What links to the pages that may reload themselves add to their query: `&refresh=N`
+    /// on a page that reloads itself.
+    fn carry(&self) -> String {
+        self.refresh.as_ref().map(Refresh::carry).unwrap_or_default()
+    }
 }
 
 /// A change the dashboard offers, each at its own POST path.
@@ -235,19 +313,21 @@ pub fn pause_words(pause: &PausedQueue, now: i64) -> String {
 }
 
 fn layout(page: &Page<'_>, title: &str, body: Markup) -> Markup {
+    let overview = page.refreshing().map_or_else(|| "/".to_string(), |n| format!("/?refresh={n}"));
     html! {
         (DOCTYPE)
         html lang="en" {
             head {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
+                @if let Some(n) = page.refreshing() { meta http-equiv="refresh" content=(n); }
                 title { (title) " · fenceq" }
                 link rel="stylesheet" href="/style.css";
             }
             body {
                 header {
-                    a.brand href="/" { "fenceq" }
-                    a href="/" { "Overview" }
+                    a.brand href=(overview) { "fenceq" }
+                    a href=(overview) { "Overview" }
                     a href="/exhausted" { "Exhausted" }
                     a href="/unknown" { "Unknown" }
                     a href="/paused" { "Paused" }
@@ -285,6 +365,28 @@ fn count(n: u64, href: Option<String>) -> Markup {
         @if n == 0 { td.num.zero { "0" } }
         @else if let Some(href) = href { td.num { a href=(href) { (n) } } }
         @else { td.num { (n) } }
+    }
+}
+
+/// The links that make the page reload itself, or stop: `Refresh: every 5 s · every 30 s`
+/// (with `note` after them), or `Refreshing every 5 s. Stop refreshing`.
+fn refresh_control(refresh: &Refresh, note: &str) -> Markup {
+    html! {
+        p.refresh {
+            @match refresh.every {
+                None => {
+                    "Refresh: "
+                    @for (i, n) in REFRESH_OFFERED.iter().enumerate() {
+                        @if i > 0 { " · " }
+                        a href=(refresh.url(*n)) { "every " (n) " s" }
+                    }
+                    span.muted { " (" (note) ")" }
+                }
+                Some(n) => {
+                    "Refreshing every " (n) " s. " a.stop href=(refresh.base) { "Stop refreshing" }
+                }
+            }
+        }
     }
 }
 
@@ -376,9 +478,11 @@ pub fn overview(page: &Page<'_>, stats: &Stats, per_minute: &[(i64, u64)], age: 
     let unknown: u64 = stats.queues.iter().map(|q| q.unknown).sum();
     let expired: u64 = stats.queues.iter().map(|q| q.expired_leases).sum();
     let paused = stats.queues.iter().filter(|q| q.paused.is_some()).count();
-    let qs = |q: &QueueStats, state: &str| Some(format!("/queue?name={}&state={state}", encode(&q.queue)));
+    let carry = page.carry();
+    let qs = |q: &QueueStats, state: &str| Some(format!("/queue?name={}&state={state}{carry}", encode(&q.queue)));
     let body = html! {
         h1 { "Queues" }
+        @if let Some(refresh) = &page.refresh { (refresh_control(refresh, "the browser reloads the page, no script")) }
         (counts_age(age, now))
         (completions_chart(per_minute))
         @if unacked + unknown + expired > 0 || paused > 0 {
@@ -408,7 +512,7 @@ pub fn overview(page: &Page<'_>, stats: &Stats, per_minute: &[(i64, u64)], age: 
                 tbody {
                     @for q in &stats.queues {
                         tr {
-                            td { a href=(format!("/queue?name={}", encode(&q.queue))) { (q.queue) } }
+                            td { a href=(format!("/queue?name={}{carry}", encode(&q.queue))) { (q.queue) } }
                             (count(q.pending, qs(q, "pending")))
                             td { @match q.oldest_due_age_ms(now) {
                                 Some(age) => { (human_duration(age)) }
@@ -536,6 +640,15 @@ pub fn queue(page: &Page<'_>, view: &QueueView<'_>) -> Markup {
     let name = encode(&q.queue);
     let state_param = view.state.map_or("", |s| s.as_str());
     let back = format!("/queue?name={name}&state={state_param}");
+    let carry = page.carry();
+    // A page that reloads itself offers no form: a reload would lose what is typed in it.
+    let stop = page.refresh.as_ref().filter(|r| r.every.is_some()).map(|r| r.base.as_str());
+    let no_form = |stop: &str| {
+        html! {
+            p.muted.refreshing { a href=(stop) { "Stop refreshing" } " to pause or unpause it: a page that reloads \
+                itself offers no form, since a reload would lose what is typed in it." }
+        }
+    };
     let tabs: [(Option<JobState>, u64); 8] = [
         (None, q.total()),
         (Some(JobState::Pending), q.pending),
@@ -548,6 +661,13 @@ pub fn queue(page: &Page<'_>, view: &QueueView<'_>) -> Markup {
     ];
     let body = html! {
         h1 { "Queue " span.mono { (q.queue) } }
+        @if let Some(refresh) = &page.refresh {
+            (refresh_control(refresh, if page.read_only {
+                "the browser reloads the page, no script"
+            } else {
+                "the browser reloads the page, no script; meanwhile it offers no pause form"
+            }))
+        }
         div.box {
             @if let Some(b) = &q.backoff {
                 p { span.badge.paused { "backing off" } " " (backoff_words(b, view.now))
@@ -557,16 +677,20 @@ pub fn queue(page: &Page<'_>, view: &QueueView<'_>) -> Markup {
                 p { span.badge.paused { "paused" } " " (pause_words(p, view.now)) ". Claims of it find nothing; enqueues still land." }
                 @if !page.read_only {
                     p.muted { "Unpausing makes its " (q.pending) " pending jobs claimable again." }
-                    (action_form(page, Action::Unpause, &[("queue", q.queue.clone()), ("since", p.since.to_string())],
-                        &back, html! {}, "Unpause", false))
+                    @if let Some(stop) = stop { (no_form(stop)) } @else {
+                        (action_form(page, Action::Unpause, &[("queue", q.queue.clone()), ("since", p.since.to_string())],
+                            &back, html! {}, "Unpause", false))
+                    }
                 }
             } @else {
                 p { "Running: claims of it proceed. "
                     @if let Some(age) = q.oldest_due_age_ms(view.now) { "Oldest due job waiting " (human_duration(age)) "." } }
                 @if !page.read_only {
                     p.muted { "Pausing holds its " (q.pending) " pending jobs in every process until it is unpaused; running attempts finish." }
-                    (action_form(page, Action::Pause, &[("queue", q.queue.clone()), ("since", String::new())],
-                        &back, html! {}, "Pause", true))
+                    @if let Some(stop) = stop { (no_form(stop)) } @else {
+                        (action_form(page, Action::Pause, &[("queue", q.queue.clone()), ("since", String::new())],
+                            &back, html! {}, "Pause", true))
+                    }
                 }
             }
         }
@@ -575,7 +699,7 @@ pub fn queue(page: &Page<'_>, view: &QueueView<'_>) -> Markup {
         div.tabs {
             @for (state, n) in tabs {
                 a class=[(state == view.state).then_some("on")]
-                    href=(format!("/queue?name={name}&state={}", state.map_or("", |s| s.as_str()))) {
+                    href=(format!("/queue?name={name}&state={}{carry}", state.map_or("", |s| s.as_str()))) {
                     (state.map_or("all", |s| s.as_str())) " (" (n) ")"
                 }
             }
@@ -601,7 +725,7 @@ pub fn queue(page: &Page<'_>, view: &QueueView<'_>) -> Markup {
             }
             @if view.more {
                 @let last = view.jobs.last().map_or(0, |j| j.id.0);
-                p { a href=(format!("{back}&after={last}")) { "Next " (PAGE_ROWS) " →" } }
+                p { a href=(format!("{back}&after={last}{carry}")) { "Next " (PAGE_ROWS) " →" } }
             }
         }
     };
@@ -870,4 +994,34 @@ pub fn done(page: &Page<'_>, done: &Done, by: &str, back: &str) -> Markup {
         }
     };
     layout(page, &done.title, body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::serve::form::decode;
+
+    fn refresh(path: &str, query: &str) -> Result<Refresh, Problem> {
+        Refresh::of(path, &decode(query).unwrap())
+    }
+
+    #[test]
+    fn a_refresh_is_taken_from_2_to_300_seconds_and_its_links_keep_the_other_parameters() {
+        let page = refresh("/queue", "name=mail%2Fout&state=pending&refresh=10&after=7").unwrap();
+        assert_eq!(page.every, Some(10));
+        assert_eq!(page.base, "/queue?name=mail%2Fout&state=pending&after=7");
+        assert_eq!(page.url(5), "/queue?name=mail%2Fout&state=pending&after=7&refresh=5");
+        assert_eq!(page.carry(), "&refresh=10");
+        let overview = refresh("/", "").unwrap();
+        assert_eq!((overview.every, overview.base.as_str(), overview.carry()), (None, "/", String::new()));
+        assert_eq!(overview.url(30), "/?refresh=30");
+        assert_eq!(refresh("/", "refresh=").unwrap().every, None, "an empty value asks for nothing");
+        assert_eq!(refresh("/", "refresh=2").unwrap().every, Some(REFRESH_MIN));
+        assert_eq!(refresh("/", "refresh=300").unwrap().every, Some(REFRESH_MAX));
+        for refused in ["1", "0", "301", "-2", "2.5", "five", "4294967297"] {
+            let problem = refresh("/", &format!("refresh={refused}")).unwrap_err();
+            assert_eq!(problem.status, 400, "{refused}");
+            assert!(problem.message.contains("from 2 to 300"), "{refused}: {}", problem.message);
+        }
+    }
 }
