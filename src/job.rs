@@ -624,9 +624,144 @@ pub struct Exhaustion {
     pub at: i64,
 }
 
+/// How an attempt that did not complete ended: the closed set of outcomes an
+/// [`AttemptRecord`] carries. The strings of [`AttemptOutcome::as_str`] are exactly the
+/// schema's CHECK list (`fenceq_attempts.outcome`).
+///
+/// A completion leaves no record (a successful attempt costs what it cost before the history
+/// existed), nor does a claim handed back unstarted (a pool's prefetched job at shutdown, or
+/// one started too late: no attempt ran), nor a cancel (the job's [`Decision`] says who
+/// cancelled it and when).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AttemptOutcome {
+    /// Sent back to pending with a back-off, the attempt spent ([`Queue::retry`](crate::Queue::retry),
+    /// [`Outcome::Retry`](crate::Outcome::Retry), a handler's panic).
+    Retry,
+    /// Put back without spending the attempt, for this job only ([`Queue::snooze`](crate::Queue::snooze)
+    /// with [`BackoffScope::Job`], [`Outcome::Snooze`](crate::Outcome::Snooze)).
+    Snooze,
+    /// A provider's back-off of the job's group or whole queue: put back without spending the
+    /// attempt, and the scope closed until the same instant ([`BackoffScope::Group`],
+    /// [`BackoffScope::Queue`]; [`Outcome::RetryAfter`](crate::Outcome::RetryAfter)).
+    Backoff,
+    /// The job was exhausted by this attempt: the handler gave up, a retry found no attempt
+    /// left, or a snooze was past its cap.
+    Exhausted,
+    /// The outcome is ambiguous ([`Queue::mark_unknown`](crate::Queue::mark_unknown)): the
+    /// side effect may have happened.
+    Unknown,
+    /// The job was parked ([`Queue::park`](crate::Queue::park)) with the attempt's reason.
+    Parked,
+    /// The lease ran out before the owner settled: the reaper took the job back (to pending,
+    /// or exhausted when no attempt was left), or a claim reclaimed it.
+    LeaseExpired,
+    /// A parked job's deadline passed and the reaper exhausted it: the second record of the
+    /// attempt that parked it.
+    WaitExpired,
+}
+
+impl AttemptOutcome {
+    /// Every outcome, in the order of the variants.
+    pub const ALL: [AttemptOutcome; 8] = [
+        AttemptOutcome::Retry,
+        AttemptOutcome::Snooze,
+        AttemptOutcome::Backoff,
+        AttemptOutcome::Exhausted,
+        AttemptOutcome::Unknown,
+        AttemptOutcome::Parked,
+        AttemptOutcome::LeaseExpired,
+        AttemptOutcome::WaitExpired,
+    ];
+
+    /// The outcome's name as stored in the database (`retry`, `snooze`, `backoff`,
+    /// `exhausted`, `unknown`, `parked`, `lease_expired`, `wait_expired`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptOutcome::Retry => "retry",
+            AttemptOutcome::Snooze => "snooze",
+            AttemptOutcome::Backoff => "backoff",
+            AttemptOutcome::Exhausted => "exhausted",
+            AttemptOutcome::Unknown => "unknown",
+            AttemptOutcome::Parked => "parked",
+            AttemptOutcome::LeaseExpired => "lease_expired",
+            AttemptOutcome::WaitExpired => "wait_expired",
+        }
+    }
+
+    /// The outcome of a snooze of `scope`: [`AttemptOutcome::Snooze`] for the job alone,
+    /// [`AttemptOutcome::Backoff`] for its group or queue.
+    pub(crate) fn of_snooze(scope: BackoffScope) -> AttemptOutcome {
+        match scope {
+            BackoffScope::Job => AttemptOutcome::Snooze,
+            BackoffScope::Group | BackoffScope::Queue => AttemptOutcome::Backoff,
+        }
+    }
+}
+
+impl fmt::Display for AttemptOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for AttemptOutcome {
+    type Err = crate::Error;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        AttemptOutcome::ALL
+            .into_iter()
+            .find(|outcome| outcome.as_str() == s)
+            .ok_or_else(|| crate::Error::invalid("attempt outcome", format!("unknown attempt outcome {s:?}")))
+    }
+}
+
+/// One attempt of a job that did not complete, as the store recorded it when the attempt
+/// ended ([`Queue::attempts`](crate::Queue::attempts), newest first): why a job failed three
+/// times before it was exhausted, after `last_error` kept only the third reason.
+///
+/// Written in the transaction of the settle or reap that ended the attempt (a retry,
+/// snooze, back-off, exhaustion, unknown outcome, park; the reaper's or a reclaiming claim's
+/// take-over of an expired lease; the reaper's exhaustion of a parked job past its deadline),
+/// never by a completion, and never by a settle that was refused. Kept while the job's row
+/// exists, across `replay` and `resolve`, and pruned with the row.
+///
+/// A job has one record per attempt, except a parked attempt whose deadline passed, which
+/// has two ([`AttemptOutcome::Parked`], then [`AttemptOutcome::WaitExpired`]); and as a
+/// replay starts the attempt counter again, records of different lives of a job may share an
+/// attempt number (their claim ids differ).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptRecord {
+    /// Which claim of the job it was (1 for the first).
+    pub attempt: u32,
+    /// The claim's id: with the job's id and `attempt`, the attempt's [`ClaimToken`].
+    pub claim_id: ClaimId,
+    /// How it ended.
+    pub outcome: AttemptOutcome,
+    /// The worker that held the claim.
+    pub worker: Option<String>,
+    /// The claim's instant, ms since the epoch (the store's clock, as
+    /// [`Claimed::claimed_at`]). `None` for an attempt claimed before the database had the
+    /// history (schema 19), or, during a rolling upgrade, by a process of an older build.
+    pub started_at: Option<i64>,
+    /// When the settle or reap that ended it ran, ms since the epoch (the store's clock).
+    pub ended_at: i64,
+    /// The error, reason or evidence it ended with, as stored in the job's `last_error`
+    /// then (cut to [`MAX_ERROR_LEN`](crate::MAX_ERROR_LEN) bytes, a NUL byte shown as
+    /// [`NUL_SHOWN_AS`](crate::NUL_SHOWN_AS)); the reaper's own text for an expired lease or
+    /// wait.
+    pub error: Option<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn attempt_outcome_round_trips() {
+        for outcome in AttemptOutcome::ALL {
+            assert_eq!(outcome.as_str().parse::<AttemptOutcome>().unwrap(), outcome);
+        }
+        assert!("completed".parse::<AttemptOutcome>().is_err());
+    }
 
     #[test]
     fn job_state_round_trips() {

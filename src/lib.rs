@@ -43,9 +43,9 @@ pub use deprecated::*;
 pub use diesel;
 pub use error::{BusyCause, Error, LostReason, PoolError, Result};
 pub use job::{
-    Backoff, BackoffScope, ClaimId, ClaimToken, Claimed, Cursor, Decision, Enqueued, Exhaustion, GroupPolicy, Job,
-    JobId, JobState, NewJob, Page, Resolution, Retried, RetryPolicy, Snooze, UnknownOutcome, DEFAULT_MAX_SNOOZES,
-    MAX_SNOOZE,
+    AttemptOutcome, AttemptRecord, Backoff, BackoffScope, ClaimId, ClaimToken, Claimed, Cursor, Decision, Enqueued,
+    Exhaustion, GroupPolicy, Job, JobId, JobState, NewJob, Page, Resolution, Retried, RetryPolicy, Snooze,
+    UnknownOutcome, DEFAULT_MAX_SNOOZES, MAX_SNOOZE,
 };
 pub use limits::{Limits, Rate, MAX_LIMIT_COUNT, MAX_RATE_WINDOW};
 #[cfg(feature = "schedule")]

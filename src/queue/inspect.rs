@@ -2,7 +2,7 @@
 
 use super::Queue;
 use crate::error::Result;
-use crate::job::{Cursor, Job, JobId, JobState};
+use crate::job::{AttemptRecord, Cursor, Job, JobId, JobState};
 use crate::report::{QueueStats, ScheduleRecord, Stats};
 use crate::store::{PageRequest, StatsRow, Store};
 use crate::validate::{check_key, check_limit, check_name};
@@ -187,6 +187,28 @@ impl<S: Store> Queue<S> {
     /// inside a closure holding its transaction or connection.
     pub fn job(&self, id: JobId) -> Result<Option<Job>> {
         self.store().read(|tx| S::job(tx, id))
+    }
+
+    /// The latest `limit` records of job `id`'s attempts that did not complete, newest first:
+    /// each retry, snooze, back-off, exhaustion, unknown outcome and park, each lease that ran
+    /// out (reaped or reclaimed), and a park's passed deadline, with its attempt, worker,
+    /// start, end and error ([`AttemptRecord`]). Empty for a job that never failed (a
+    /// completion records nothing), and for an id with no row: records are pruned with
+    /// their job, and kept as long as it is, across replays and resolutions.
+    ///
+    /// A call of its own rather than a field of [`Job`]: [`Queue::job`] and [`Queue::list`]
+    /// are polled (waits for a state, dashboards, the model's checks after every step), and
+    /// a history read with every row would cost them a second read each, however few jobs
+    /// ever failed.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` when `limit` is not in 1..=10,000 ([`MAX_BATCH`](crate::MAX_BATCH)).
+    /// Read errors: `Pool` (no pooled connection came free in time), `Busy`; on an in-memory
+    /// queue, `NestedWrite` from inside a closure holding its transaction or connection.
+    pub fn attempts(&self, id: JobId, limit: u32) -> Result<Vec<AttemptRecord>> {
+        check_limit(limit)?;
+        self.store().read(|tx| S::attempts(tx, id, limit))
     }
 }
 

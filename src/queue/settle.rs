@@ -8,7 +8,7 @@ use super::retry::retry_conflicts;
 use super::Queue;
 use crate::clock::duration_ms;
 use crate::error::{Error, Result};
-use crate::job::{Backoff, BackoffScope, ClaimToken, Claimed, JobState, Retried, Snooze};
+use crate::job::{AttemptOutcome, Backoff, BackoffScope, ClaimToken, Claimed, JobState, Retried, Snooze};
 use crate::store::{FreshClaim, QueueBackoffAt, SnoozeAt, Store, TokenAt};
 use crate::validate::{check_claim, check_park_timeout, check_snooze_delay, clip};
 use std::sync::Arc;
@@ -562,7 +562,9 @@ fn settle_once<S: Store>(
         Settle::Snooze { delay, scope, reason, max_snoozes } => {
             let reason = &*clip(reason);
             let run_at = now.saturating_add(duration_ms(*delay));
-            let snoozed = S::snooze_if_owned(tx, claim, SnoozeAt { run_at, reason, max_snoozes: *max_snoozes })?;
+            let outcome = AttemptOutcome::of_snooze(*scope);
+            let snoozed =
+                S::snooze_if_owned(tx, claim, SnoozeAt { run_at, reason, max_snoozes: *max_snoozes, outcome })?;
             // Either the cap is reached or the token is stale (or, on a server store, another
             // transaction held the row); the exhaustion, guarded by the count, tells them apart.
             let settled = snoozed || exhaust_past_snooze_cap::<S>(tx, claim, *max_snoozes, reason)?;

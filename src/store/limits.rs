@@ -37,7 +37,13 @@ pub(crate) trait ClaimSteps: Store {
 
     /// Up to `limit` claimable jobs of the queue, in claim order, with their groups (as
     /// [`Store::claim`] would choose them, limits aside; nothing is claimed).
-    fn claim_candidates(tx: &Self::Tx, request: ClaimRequest<'_>) -> Result<Vec<(JobId, Option<String>)>>;
+    fn claim_candidates(tx: &Self::Tx, request: ClaimRequest<'_>) -> Result<Vec<Candidate>>;
+
+    /// Records the attempt of each of `ids` (running jobs whose lease ran out at or before
+    /// `now`, about to be claimed again) as ended by its lease at `now`
+    /// ([`AttemptOutcome::LeaseExpired`](crate::AttemptOutcome::LeaseExpired)): run right
+    /// before [`ClaimSteps::claim_ids`], while the rows still hold those attempts.
+    fn record_expired_leases(tx: &Self::Tx, ids: &[JobId], now: i64) -> Result<()>;
 
     /// Claims the chosen `ids` as [`Store::claim`] claims, each only if it is still claimable.
     fn claim_ids(tx: &Self::Tx, ids: &[JobId], request: ClaimRequest<'_>) -> Result<Vec<Claimed>>;
@@ -63,6 +69,18 @@ pub(crate) trait ClaimSteps: Store {
         since: i64,
         most: u32,
     ) -> Result<(u64, Option<i64>)>;
+}
+
+/// A job a limited claim may take ([`ClaimSteps::claim_candidates`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Candidate {
+    /// The job.
+    pub(crate) id: JobId,
+    /// Its group, if any.
+    pub(crate) group: Option<String>,
+    /// Whether it is a running job whose lease ran out (its claim takes an attempt over),
+    /// rather than a pending one.
+    pub(crate) lapsed: bool,
 }
 
 /// The starts a queue keeps ([`ClaimSteps::kept_starts`]).
@@ -103,8 +121,9 @@ pub(crate) fn claim_limited<S: ClaimSteps>(tx: &S::Tx, request: ClaimRequest<'_>
     let extra = if limits.group_rates.is_empty() { 0 } else { EXTRA_CANDIDATES };
     let wanted = ClaimRequest { limit: allowed.saturating_add(extra), ..request };
     let mut chosen: Vec<JobId> = Vec::new();
+    let mut lapsed: Vec<JobId> = Vec::new();
     let mut group_opens: Option<i64> = None;
-    for (id, group) in S::claim_candidates(tx, wanted)? {
+    for Candidate { id, group, lapsed: expired } in S::claim_candidates(tx, wanted)? {
         if chosen.len() == allowed as usize {
             break;
         }
@@ -113,13 +132,19 @@ pub(crate) fn claim_limited<S: ClaimSteps>(tx: &S::Tx, request: ClaimRequest<'_>
             _ => None,
         };
         match spent {
-            None => chosen.push(id),
+            None => {
+                chosen.push(id);
+                if expired {
+                    lapsed.push(id);
+                }
+            }
             Some(at) => {
                 S::defer_pending(tx, id, at)?;
                 group_opens = Some(group_opens.map_or(at, |g| g.min(at)));
             }
         }
     }
+    S::record_expired_leases(tx, &lapsed, now)?;
     let jobs = S::claim_ids(tx, &chosen, request)?;
     if limits.counts_starts() && !jobs.is_empty() {
         S::record_starts(tx, &jobs, now, now.saturating_sub(limits.longest_window_ms()))?;

@@ -66,7 +66,10 @@ pub use settings::Settings;
 
 use crate::clock::Clock;
 use crate::error::Result;
-use crate::job::{ClaimId, ClaimToken, Claimed, Exhaustion, GroupPolicy, Job, JobId, JobState, Resolution};
+use crate::job::{
+    AttemptOutcome, AttemptRecord, ClaimId, ClaimToken, Claimed, Exhaustion, GroupPolicy, Job, JobId, JobState,
+    Resolution,
+};
 use crate::limits::Limits;
 use crate::report::{
     BackoffLift, CheckpointReport, CommitStats, GroupSummary, PausedQueue, QueueBackoff, ReapReport, ScheduleRecord,
@@ -107,6 +110,19 @@ pub(crate) fn pool_threads() -> std::sync::Arc<scheduled_thread_pool::ScheduledT
 }
 
 /// The store contract: transactions, and one method per transition of a job's row.
+///
+/// ## The history of attempts
+///
+/// Every transition that ends an attempt other than by completing it records the attempt
+/// ([`AttemptRecord`], read by [`Store::attempts`]) in the same transaction, in the statement
+/// that changes the row or one beside it: the settles of the exact live claim (retry, snooze
+/// or back-off, every exhaustion, unknown, park), the reaps ([`Store::reap_expired`],
+/// [`Store::reap_waiting`]) and a claim that takes over an expired lease ([`Store::claim`]).
+/// The record carries the row's attempt, claim id, worker and claim instant (every claim
+/// stores its instant), the outcome, the transition's `now` as its end, and the error text
+/// the transition stored as `last_error`. A guard that fails records nothing; a completion
+/// and a release ([`Store::release_if_owned`]) record nothing; the prunes delete a deleted
+/// job's records with it, and nothing else deletes one.
 ///
 /// Every transition runs on `tx`, inside a transaction the store opened with [`Store::write`]
 /// or [`Store::submit`] (reads: [`Store::read`]). Guarded transitions (`*_if_owned`,
@@ -307,7 +323,9 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// ([`Store::back_off_queue_of`]) ends after `now`; both checks are part of the claim's
     /// own read. A queue with limits ([`Store::set_limits`]) is claimed by the limited
     /// claim's steps (`store::limits`; on PostgreSQL the same steps in the schema's
-    /// functions), which hand out nothing that would break one.
+    /// functions), which hand out nothing that would break one. Each claimed row stores the
+    /// claim's instant (`now`), and the claim of a running job records the attempt it takes
+    /// over ([`AttemptOutcome::LeaseExpired`], ended at `now`).
     fn claim(tx: &Self::Tx, request: ClaimRequest<'_>) -> Result<Claims>;
 
     /// [`Store::claim`] judged by the store's clock read afresh ([`Store::fresh_now`]), each
@@ -356,10 +374,12 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
         tokens.iter().map(|token| Self::complete_if_owned(tx, TokenAt { token, now })).collect()
     }
 
-    /// `running` → `pending` at `run_at`, only while attempts are left.
+    /// `running` → `pending` at `run_at`, only while attempts are left; records the attempt
+    /// ([`AttemptOutcome::Retry`]).
     fn retry_if_owned(tx: &Self::Tx, claim: TokenAt<'_>, run_at: i64, error: &str) -> Result<bool>;
 
-    /// `running` → unacknowledged `exhausted`, keeping the token.
+    /// `running` → unacknowledged `exhausted`, keeping the token; records the attempt
+    /// ([`AttemptOutcome::Exhausted`], as every exhaustion of the exact live claim does).
     fn exhaust_if_owned(tx: &Self::Tx, claim: TokenAt<'_>, error: &str) -> Result<bool>;
 
     /// [`Store::exhaust_if_owned`], only when no attempt is left (`attempt >= max_attempts`):
@@ -369,10 +389,10 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// exhausts a job with attempts left.
     fn exhaust_out_of_attempts_if_owned(tx: &Self::Tx, claim: TokenAt<'_>, error: &str) -> Result<bool>;
 
-    /// `running` → `unknown`.
+    /// `running` → `unknown`; records the attempt ([`AttemptOutcome::Unknown`]).
     fn mark_unknown_if_owned(tx: &Self::Tx, claim: TokenAt<'_>, evidence: &str) -> Result<bool>;
 
-    /// `running` → `waiting` until `wait_until`.
+    /// `running` → `waiting` until `wait_until`; records the attempt ([`AttemptOutcome::Parked`]).
     fn park_if_owned(tx: &Self::Tx, claim: TokenAt<'_>, wait_until: i64, reason: &str) -> Result<bool>;
 
     /// `running` → `pending`, due at once (its `run_at` if that has passed, else `now`), its
@@ -433,21 +453,24 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
 
     /// Up to `batch.limit` running jobs whose lease ended at or before `batch.until` (now), of every queue (a
     /// paused one too, so that its attempts are never stuck): back to pending with attempts
-    /// left, else exhausted. Returns (requeued, exhausted).
+    /// left, else exhausted, each attempt recorded ([`AttemptOutcome::LeaseExpired`]).
+    /// Returns (requeued, exhausted).
     fn reap_expired(tx: &Self::Tx, batch: Batch) -> Result<(u64, u64)>;
 
-    /// Up to `batch.limit` waiting jobs whose deadline passed at `batch.until` (now) → exhausted.
+    /// Up to `batch.limit` waiting jobs whose deadline passed at `batch.until` (now) →
+    /// exhausted, each recorded ([`AttemptOutcome::WaitExpired`], a second record of the
+    /// attempt that parked it).
     fn reap_waiting(tx: &Self::Tx, batch: Batch) -> Result<u64>;
 
     /// What [`Store::reap_expired`] and [`Store::reap_waiting`] would change at `now`.
     fn reap_preview(tx: &Self::Tx, now: i64) -> Result<ReapReport>;
 
     /// Deletes up to `batch.limit` completed and cancelled rows settled at or before
-    /// `batch.until` (the horizon).
+    /// `batch.until` (the horizon), and their attempts' records.
     fn prune_settled(tx: &Self::Tx, batch: Batch) -> Result<u64>;
 
     /// Deletes up to `batch.limit` exhaustions acknowledged at or before `batch.until` (the
-    /// horizon).
+    /// horizon), and their attempts' records.
     fn prune_acknowledged(tx: &Self::Tx, batch: Batch) -> Result<u64>;
 
     /// What the two prunes would delete at `horizon`: (settled, acknowledged).
@@ -464,6 +487,11 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
 
     /// One job's whole record.
     fn job(tx: &Self::Tx, id: JobId) -> Result<Option<Job>>;
+
+    /// Up to `limit` records of job `id`'s attempts that did not complete, newest first (in
+    /// the order they were written, whatever the clock did meanwhile); none for a job with
+    /// none, or with no row.
+    fn attempts(tx: &Self::Tx, id: JobId, limit: u32) -> Result<Vec<AttemptRecord>>;
 
     /// One page of jobs, in id order, optionally of one queue and one state.
     fn list(tx: &Self::Tx, queue: Option<&str>, state: Option<JobState>, page: PageRequest) -> Result<Vec<Job>>;
@@ -564,7 +592,8 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// was snoozed fewer than `snooze.max_snoozes` times: its lease cleared, `last_error` set
     /// to `snooze.reason`, its snooze count raised by one, and its attempt given back as
     /// [`Store::release_if_owned`] does (`max_attempts + 1`, the counter never lowered, so the
-    /// next claim is a new attempt and the snoozed token stays dead). A server store wakes the
+    /// next claim is a new attempt and the snoozed token stays dead), and the attempt recorded
+    /// with `snooze.outcome`. A server store wakes the
     /// queue's listeners when the job is due at once. False (nothing changed) when the token
     /// does not own the job or the cap is reached; the caller tells them apart
     /// ([`Store::exhaust_past_snooze_cap_if_owned`]).
@@ -611,6 +640,9 @@ pub struct SnoozeAt<'a> {
     pub reason: &'a str,
     /// The cap: a job snoozed this many times already is not snoozed again.
     pub max_snoozes: u32,
+    /// What the attempt's record says: [`AttemptOutcome::Snooze`] for the job alone,
+    /// [`AttemptOutcome::Backoff`] for a provider's back-off of its group or queue.
+    pub outcome: AttemptOutcome,
 }
 
 /// A queue's back-off, set through one of its jobs ([`Store::back_off_queue_of`]).
@@ -667,7 +699,7 @@ pub type Wake = std::sync::Arc<dyn Fn(Option<&str>) + Send + Sync>;
 /// one list for every store, so that a version number means the same change everywhere.
 /// Each store pairs it with its own dialect's files, `schema/<store>/NNNN_<name>.sql`
 /// ([`migrations`]).
-pub(crate) const MIGRATION_NAMES: [&str; 18] = [
+pub(crate) const MIGRATION_NAMES: [&str; 19] = [
     "create_jobs",
     "add_claim_id",
     "durable_exhaustion",
@@ -686,6 +718,7 @@ pub(crate) const MIGRATION_NAMES: [&str; 18] = [
     "claim_function",
     "stats_function",
     "ids_without_autoincrement",
+    "attempt_history",
 ];
 
 /// The schema version this build writes and understands, in every store.

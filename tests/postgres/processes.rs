@@ -588,6 +588,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (15, "fair_group_claims", include_str!("../../schema/postgres/0015_fair_group_claims.sql")),
     (16, "claim_function", include_str!("../../schema/postgres/0016_claim_function.sql")),
     (17, "stats_function", include_str!("../../schema/postgres/0017_stats_function.sql")),
+    (18, "ids_without_autoincrement", include_str!("../../schema/postgres/0018_ids_without_autoincrement.sql")),
 ];
 
 /// Creates `schema` at version `level`, as an older build left it, with rows in every
@@ -743,6 +744,8 @@ fn eight_processes_opening_an_old_schema_at_once_all_succeed_with_one_schema_and
             "fenceq_jobs.decision",
             "fenceq_queues.queue",
             "fenceq_schedules.next_tick",
+            "fenceq_jobs.claimed_at",
+            "fenceq_attempts.outcome",
         ] {
             let found = got.0.iter().filter(|l| l.starts_with(&format!("column {column} "))).count();
             assert_eq!(found, 1, "{label}: column {column}");

@@ -140,6 +140,13 @@ fn delete_the_newest_rows(conn: &Connection) -> i64 {
     sequence
 }
 
+/// Every cell of the columns that `before` (an `every_cell` of the table before an upgrade)
+/// has, row by row: the columns later versions add come after them.
+fn first_cells(conn: &Connection, before: &[String]) -> Vec<String> {
+    let columns = before.first().map_or(0, |row| row.split('|').count());
+    every_cell(conn).iter().map(|row| row.split('|').take(columns).collect::<Vec<_>>().join("|")).collect()
+}
+
 /// Opens the old database at `path` with a queue, which upgrades it, and beside it a raw
 /// connection to read what the upgrade left.
 fn upgraded(path: &Path) -> (Queue, Connection) {
@@ -162,10 +169,7 @@ fn the_rebuild_of_schema_7_keeps_every_cell_and_the_id_sequence() {
 
     let (q, conn) = upgraded(&path);
     // Every cell of version 6's columns; the columns later versions add come after them.
-    let columns = before[0].split('|').count();
-    let kept: Vec<String> =
-        every_cell(&conn).iter().map(|row| row.split('|').take(columns).collect::<Vec<_>>().join("|")).collect();
-    assert_eq!(kept, before);
+    assert_eq!(first_cells(&conn, &before), before);
     let triggers: i64 =
         conn.query_row("SELECT count(*) FROM sqlite_master WHERE type = 'trigger'", [], |r| r.get(0)).unwrap();
     assert_eq!(triggers, 0, "the claim-id rule is a CHECK now");
@@ -196,7 +200,7 @@ fn the_rebuild_of_schema_18_keeps_every_cell_and_hands_no_id_out_twice() {
     drop(conn);
 
     let (q, conn) = upgraded(&path);
-    assert_eq!(every_cell(&conn), before);
+    assert_eq!(first_cells(&conn, &before), before, "every cell of version 17's columns");
     let table: String = conn
         .query_row("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'fenceq_jobs'", [], |r| r.get(0))
         .unwrap();
@@ -402,5 +406,51 @@ fn schema_13_counts_the_settled_rows_written_before_it() {
     let refused =
         conn.execute("INSERT INTO fenceq_settled_counts (queue, state, count) VALUES ('c', 'exhausted', 1)", []);
     assert!(refused.is_err(), "only the settled states are counted");
+    assert_integrity(&conn);
+}
+
+/// Schema 19 adds the history of attempts: an old file upgrades with every cell of its rows
+/// intact, no claim instant stored and no record (nothing recorded the attempts before it).
+/// The attempt an old build claimed is recorded when it ends, with its start unknown; one
+/// claimed after the upgrade with its claim's instant. The closed set of outcomes is a CHECK.
+#[test]
+fn schema_19_keeps_every_cell_and_records_the_attempts_that_end_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v18.db");
+    let conn = old_database(&path, 18, "q");
+    let before = every_cell(&conn);
+    drop(conn);
+
+    let clock = fenceq::ManualClock::new(T0);
+    let q = Queue::builder().path(&path).clock(clock.clone()).open().unwrap();
+    assert_eq!(q.schema_version().unwrap(), SCHEMA_VERSION);
+    let conn = Connection::open(&path).unwrap();
+    assert_eq!(first_cells(&conn, &before), before);
+    let stored: i64 =
+        conn.query_row("SELECT count(*) FROM fenceq_jobs WHERE claimed_at IS NOT NULL", [], |r| r.get(0)).unwrap();
+    let records: i64 = conn.query_row("SELECT count(*) FROM fenceq_attempts", [], |r| r.get(0)).unwrap();
+    assert_eq!((stored, records), (0, 0));
+
+    let pending = q.claim("q", "new", LEASE).unwrap().unwrap();
+    q.retry(&pending.token(), std::time::Duration::from_secs(60), "first").unwrap();
+    let [record] = &q.attempts(pending.id(), 10).unwrap()[..] else { panic!("one record") };
+    assert_eq!((record.outcome, record.started_at, record.ended_at), (fenceq::AttemptOutcome::Retry, Some(T0), T0));
+
+    clock.advance(LEASE);
+    assert_eq!(q.reap().unwrap().requeued, 1, "the old build's expired claim");
+    let old = q.find_by_key("q", "k-running").unwrap().unwrap();
+    let [record] = &q.attempts(old, 10).unwrap()[..] else { panic!("one record") };
+    assert_eq!(
+        (record.outcome, record.attempt, record.worker.as_deref(), record.started_at, record.ended_at),
+        (fenceq::AttemptOutcome::LeaseExpired, 1, Some("old-worker"), None, T0 + 30_000)
+    );
+    assert_eq!(record.error.as_deref(), Some("lease expired (worker old-worker)"));
+
+    let refused = conn.execute(
+        "INSERT INTO fenceq_attempts (job_id, seq, attempt, claim_id, outcome, ended_at)
+         VALUES (1, 9, 1, randomblob(16), 'completed', 1)",
+        [],
+    );
+    assert!(refused.unwrap_err().to_string().contains("attempt_record_outcome"));
     assert_integrity(&conn);
 }

@@ -81,7 +81,7 @@ pub fn snapshot(path: &std::path::Path) -> Vec<RowSnapshot> {
 }
 
 /// The schema files, in order, as a build of each version wrote them.
-pub const SCHEMA: [&str; 17] = [
+pub const SCHEMA: [&str; 18] = [
     include_str!("../../schema/sqlite/0001_create_jobs.sql"),
     include_str!("../../schema/sqlite/0002_add_claim_id.sql"),
     include_str!("../../schema/sqlite/0003_durable_exhaustion.sql"),
@@ -99,6 +99,7 @@ pub const SCHEMA: [&str; 17] = [
     include_str!("../../schema/sqlite/0015_fair_group_claims.sql"),
     include_str!("../../schema/sqlite/0016_claim_function.sql"),
     include_str!("../../schema/sqlite/0017_stats_function.sql"),
+    include_str!("../../schema/sqlite/0018_ids_without_autoincrement.sql"),
 ];
 
 /// Writes a database as a build of schema `version` left it, with three rows of `queue`

@@ -148,10 +148,12 @@ fn check_after_race(
         assert_eq!(schema.1.iter().filter(|c| *c == column).count(), 1, "{label}: column {column} twice");
     }
     // Every migration's column is there (and, as every column, once), and its tables.
-    for column in ["claim_id", "exhausted_at", "acknowledged_at", "decision"] {
+    for column in ["claim_id", "exhausted_at", "acknowledged_at", "decision", "claimed_at"] {
         assert!(schema.1.iter().any(|c| c == column), "{label}: column {column} missing");
     }
-    assert!(schema.2.iter().any(|o| o == "table fenceq_queues"), "{label}: table fenceq_queues missing");
+    for table in ["fenceq_queues", "fenceq_attempts"] {
+        assert!(schema.2.iter().any(|o| *o == format!("table {table}")), "{label}: table {table} missing");
+    }
     let conn = Connection::open(path).unwrap();
     let integrity: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
     assert_eq!(integrity, "ok", "{label}");

@@ -7,7 +7,9 @@ use super::statements::*;
 use super::{PgTx, PostgresStore};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
-use crate::job::{ClaimId, ClaimToken, Claimed, Decision, Exhaustion, GroupPolicy, Job, JobId, JobState, Resolution};
+use crate::job::{
+    AttemptRecord, ClaimId, ClaimToken, Claimed, Decision, Exhaustion, GroupPolicy, Job, JobId, JobState, Resolution,
+};
 use crate::limits::Limits;
 use crate::report::{
     BackoffLift, CheckpointReport, CommitStats, GroupHead, GroupSummary, PausedQueue, QueueBackoff, ReapReport,
@@ -460,6 +462,29 @@ impl Store for PostgresStore {
         row.map(job_from_row).transpose()
     }
 
+    fn attempts(tx: &PgTx, id: JobId, limit_: u32) -> Result<Vec<AttemptRecord>> {
+        let query = bound(ATTEMPTS).bind::<BigInt, _>(id.0).bind::<BigInt, _>(limit(limit_));
+        let rows = tx.with(|conn| query.load::<AttemptRow>(conn))?;
+        rows.into_iter()
+            .map(|r| {
+                Ok(AttemptRecord {
+                    attempt: unsigned(r.attempt),
+                    claim_id: ClaimId(r.claim_id),
+                    outcome: r.outcome.parse().map_err(|_| {
+                        Error::invalid(
+                            "attempt outcome",
+                            format!("unknown attempt outcome {:?} in the database", r.outcome),
+                        )
+                    })?,
+                    worker: r.worker,
+                    started_at: r.started_at,
+                    ended_at: r.ended_at,
+                    error: r.error,
+                })
+            })
+            .collect()
+    }
+
     fn list(tx: &PgTx, queue: Option<&str>, state: Option<JobState>, page: PageRequest) -> Result<Vec<Job>> {
         let PageRequest { after, limit: limit_ } = page;
         let query = bound(LIST)
@@ -636,11 +661,12 @@ impl Store for PostgresStore {
     }
 
     fn snooze_if_owned(tx: &PgTx, claim: TokenAt<'_>, snooze: SnoozeAt<'_>) -> Result<bool> {
-        let SnoozeAt { run_at, reason, max_snoozes } = snooze;
+        let SnoozeAt { run_at, reason, max_snoozes, outcome } = snooze;
         let query = token_query(SNOOZE_IF_OWNED, claim)
             .bind::<BigInt, _>(run_at)
             .bind::<Text, _>(reason)
-            .bind::<BigInt, _>(i64::from(max_snoozes));
+            .bind::<BigInt, _>(i64::from(max_snoozes))
+            .bind::<Text, _>(outcome.as_str());
         changed(tx, query)
     }
 
@@ -1286,6 +1312,25 @@ struct ReapedRow {
     state: String,
     #[diesel(embed)]
     group: GroupRow,
+}
+
+/// A row of `ATTEMPTS`.
+#[derive(QueryableByName)]
+struct AttemptRow {
+    #[diesel(sql_type = Integer)]
+    attempt: i32,
+    #[diesel(sql_type = SqlUuid)]
+    claim_id: uuid::Uuid,
+    #[diesel(sql_type = Text)]
+    outcome: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    worker: Option<String>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    started_at: Option<i64>,
+    #[diesel(sql_type = BigInt)]
+    ended_at: i64,
+    #[diesel(sql_type = Nullable<Text>)]
+    error: Option<String>,
 }
 
 #[derive(QueryableByName)]

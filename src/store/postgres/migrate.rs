@@ -34,6 +34,7 @@ pub(crate) const MIGRATIONS: [Migration; MIGRATION_NAMES.len()] = migrations([
     include_str!("../../../schema/postgres/0016_claim_function.sql"),
     include_str!("../../../schema/postgres/0017_stats_function.sql"),
     include_str!("../../../schema/postgres/0018_ids_without_autoincrement.sql"),
+    include_str!("../../../schema/postgres/0019_attempt_history.sql"),
 ]);
 
 /// The schema version this build writes and understands (the same as SQLite's).

@@ -84,25 +84,69 @@ macro_rules! unless_held_elsewhere {
     };
 }
 
+/// What a transition that ends an attempt returns first (`moved`), for its record
+/// (`records_attempt!`): the row's id, attempt, claim id, worker and claim instant, which no
+/// such transition changes, and the error text it stored as `last_error`.
+macro_rules! attempt_returned {
+    () => {
+        "id, attempt, claim_id, worker, claimed_at, last_error"
+    };
+}
+
+/// The history of attempts (`fenceq_attempts`, schema 19): a transition that ends an attempt
+/// other than by completing it (`$moved`, an `UPDATE` whose `RETURNING` starts with
+/// `attempt_returned!`) and, in the same statement, the record of each attempt it ended, with
+/// `$outcome` (an SQL expression), ended at `$now` (a parameter). A settle runs as one
+/// statement in autocommit, so the record is a data-modifying CTE of that statement, not a
+/// statement beside it. The statement returns `$returning` of every moved row.
+macro_rules! records_attempt {
+    ($moved:expr, $outcome:literal, $now:literal, $returning:expr) => {
+        concat!(
+            "WITH moved AS (",
+            $moved,
+            "),
+    recorded AS (
+        INSERT INTO fenceq_attempts (job_id, attempt, claim_id, outcome, worker, started_at, ended_at, error)
+        SELECT id, attempt, claim_id, ",
+            $outcome,
+            ", worker, claimed_at, ",
+            $now,
+            ", last_error FROM moved)
+    SELECT ",
+            $returning,
+            " FROM moved"
+        )
+    };
+}
+
 /// The settles that end a job as an unacknowledged exhaustion keeping its token (the
-/// handler's, a retry out of attempts, a snooze past its cap): `$error` the parameter of
-/// the error text, `$guard` what else must hold (`""` or a condition followed by `AND`).
+/// handler's, a retry out of attempts, a snooze past its cap), with the attempt's record:
+/// `$error` the parameter of the error text, `$guard` what else must hold (`""` or a
+/// condition followed by `AND`).
 macro_rules! exhausts_owned {
     ($error:literal, $guard:literal) => {
-        concat!(
-            "UPDATE fenceq_jobs
+        records_attempt!(
+            concat!(
+                "
+    UPDATE fenceq_jobs
     SET    state = 'exhausted', lease_until = NULL, last_error = ",
-            $error,
-            ",
+                $error,
+                ",
            settled_at = $4, exhausted_at = $4, acknowledged_at = NULL, ",
-            release_due!(),
-            "
+                release_due!(),
+                "
     WHERE  ",
-            $guard,
-            owned_by_token!(),
-            unless_held_elsewhere!(),
-            "
+                $guard,
+                owned_by_token!(),
+                unless_held_elsewhere!(),
+                "
     RETURNING ",
+                attempt_returned!(),
+                ", ",
+                group_returned!()
+            ),
+            "'exhausted'",
+            "$4",
             group_returned!()
         )
     };
@@ -119,9 +163,19 @@ macro_rules! wake_listeners {
     };
 }
 
+/// In a prune (`$ctes` of `counting_settled!`, after `moved`, whose `RETURNING` has each deleted
+/// job's `id`): the deleted jobs' records of attempts, deleted in the same statement through
+/// the records' key (schema 19). A job that completed at its first attempt has none.
+macro_rules! forgets_attempts {
+    () => {
+        "forgotten AS (
+    DELETE FROM fenceq_attempts WHERE job_id IN (SELECT id FROM moved))"
+    };
+}
+
 /// A transition that moves rows into or out of a settled state, with the move of its counts
-/// (`fenceq_settled_counts`, read by `STATS`) in the same statement: `$ctes` ends with `moved`,
-/// the transition, whose `RETURNING` names each row's `counted_state` ('completed',
+/// (`fenceq_settled_counts`, read by `STATS`) in the same statement: `$ctes` defines `moved`,
+/// the transition (last, or followed by CTEs that only read it), whose `RETURNING` names each row's `counted_state` ('completed',
 /// 'cancelled', 'acknowledged', or NULL for a row that moves no count) and `counted` (+1 or
 /// -1). The statement then returns `$returning` of every moved row.
 ///
@@ -363,17 +417,25 @@ stmt! {
     );
 
     /// Back to pending at `$5` with error `$6` while attempts are left (the constraint
-    /// `pending_has_attempts_left` enforces it too).
-    RETRY_IF_OWNED = concat!(
-        "UPDATE fenceq_jobs
+    /// `pending_has_attempts_left` enforces it too), and the attempt's record.
+    RETRY_IF_OWNED = records_attempt!(
+        concat!(
+            "
+    UPDATE fenceq_jobs
     SET    state = 'pending', lease_until = NULL, run_at = $5, last_error = $6
     WHERE  attempt < max_attempts AND ",
-        owned_by_token!(),
-        unless_held_elsewhere!(),
-        "
-    RETURNING CASE WHEN $5 <= $4 THEN ",
-        wake_listeners!("queue"),
-        " END AS woke"
+            owned_by_token!(),
+            unless_held_elsewhere!(),
+            "
+    RETURNING ",
+            attempt_returned!(),
+            ", CASE WHEN $5 <= $4 THEN ",
+            wake_listeners!("queue"),
+            " END AS woke"
+        ),
+        "'retry'",
+        "$4",
+        "woke"
     );
 
     EXHAUST_IF_OWNED = exhausts_owned!("$5", "");
@@ -382,26 +444,44 @@ stmt! {
     /// left, so that a retry that skipped a held row never exhausts a job with attempts left.
     EXHAUST_OUT_OF_ATTEMPTS_IF_OWNED = exhausts_owned!("$5", "attempt >= max_attempts AND ");
 
-    MARK_UNKNOWN_IF_OWNED = concat!(
-        "UPDATE fenceq_jobs
+    /// The evidence `$5` stored, and the attempt's record.
+    MARK_UNKNOWN_IF_OWNED = records_attempt!(
+        concat!(
+            "
+    UPDATE fenceq_jobs
     SET    state = 'unknown', lease_until = NULL, last_error = $5, settled_at = $4, ",
-        release_due!(),
-        "
+            release_due!(),
+            "
     WHERE  ",
-        owned_by_token!(),
-        unless_held_elsewhere!(),
-        "
+            owned_by_token!(),
+            unless_held_elsewhere!(),
+            "
     RETURNING ",
+            attempt_returned!(),
+            ", ",
+            group_returned!()
+        ),
+        "'unknown'",
+        "$4",
         group_returned!()
     );
 
-    /// Parked until `$5` with reason `$6`.
-    PARK_IF_OWNED = concat!(
-        "UPDATE fenceq_jobs
+    /// Parked until `$5` with reason `$6`, and the attempt's record.
+    PARK_IF_OWNED = records_attempt!(
+        concat!(
+            "
+    UPDATE fenceq_jobs
     SET    state = 'waiting', lease_until = NULL, wait_until = $5, last_error = $6
     WHERE  ",
-        owned_by_token!(),
-        unless_held_elsewhere!()
+            owned_by_token!(),
+            unless_held_elsewhere!(),
+            "
+    RETURNING ",
+            attempt_returned!()
+        ),
+        "'parked'",
+        "$4",
+        "id"
     );
 
     /// A claim handed back unstarted: pending and due at once, its attempt given back by raising
@@ -580,6 +660,9 @@ stmt! {
     /// Rows held by an owned write are skipped (`SKIP LOCKED`): that write extends the lease as
     /// it commits. The guard is repeated in the `UPDATE`, so a settle that committed first is
     /// never overwritten.
+    ///
+    /// Each reaped attempt is recorded (`lease_expired`, ended at `$1`) in the same statement,
+    /// as `records_attempt!` records a settle's.
     REAP_EXPIRED = concat!(
         "
     WITH expired AS (
@@ -588,7 +671,7 @@ stmt! {
         ORDER  BY id
         LIMIT  $2
         FOR UPDATE SKIP LOCKED
-    )
+    ), moved AS (
     UPDATE fenceq_jobs AS j
     SET    state        = CASE WHEN j.attempt < j.max_attempts THEN 'pending' ELSE 'exhausted' END,
            run_at       = CASE WHEN j.attempt < j.max_attempts THEN $1 ELSE j.run_at END,
@@ -599,12 +682,19 @@ stmt! {
            group_release_due = (j.group_name IS NOT NULL AND j.attempt >= j.max_attempts)
     FROM   expired
     WHERE  j.id = expired.id AND j.state = 'running' AND j.lease_until <= $1
-    RETURNING j.state, CASE WHEN j.attempt < j.max_attempts THEN ",
+    RETURNING j.id, j.attempt, j.claim_id, j.worker, j.claimed_at, j.last_error,
+              j.state, CASE WHEN j.attempt < j.max_attempts THEN ",
         wake_listeners!("j.queue"),
-        " END AS woke, j.queue, j.group_name, j.group_release_due"
+        " END AS woke, j.queue, j.group_name, j.group_release_due
+    ), recorded AS (
+        INSERT INTO fenceq_attempts (job_id, attempt, claim_id, outcome, worker, started_at, ended_at, error)
+        SELECT id, attempt, claim_id, 'lease_expired', worker, claimed_at, $1, last_error FROM moved)
+    SELECT state, woke, queue, group_name, group_release_due FROM moved"
     );
 
-    /// Parked jobs whose deadline passed (at `$1`, at most `$2`) are exhausted, never reclaimed.
+    /// Parked jobs whose deadline passed (at `$1`, at most `$2`) are exhausted, never reclaimed;
+    /// each is recorded (`wait_expired`, the parked attempt's second record) in the same
+    /// statement.
     REAP_WAITING = "
     WITH expired AS (
         SELECT id FROM fenceq_jobs
@@ -612,7 +702,7 @@ stmt! {
         ORDER  BY id
         LIMIT  $2
         FOR UPDATE SKIP LOCKED
-    )
+    ), moved AS (
     UPDATE fenceq_jobs AS j
     SET    state = 'exhausted', wait_until = NULL, settled_at = $1, exhausted_at = $1,
            acknowledged_at = NULL,
@@ -620,29 +710,43 @@ stmt! {
            group_release_due = (j.group_name IS NOT NULL)
     FROM   expired
     WHERE  j.id = expired.id AND j.state = 'waiting' AND j.wait_until <= $1
-    RETURNING j.queue, j.group_name, j.group_release_due";
+    RETURNING j.id, j.attempt, j.claim_id, j.worker, j.claimed_at, j.last_error,
+              j.queue, j.group_name, j.group_release_due
+    ), recorded AS (
+        INSERT INTO fenceq_attempts (job_id, attempt, claim_id, outcome, worker, started_at, ended_at, error)
+        SELECT id, attempt, claim_id, 'wait_expired', worker, claimed_at, $1, last_error FROM moved)
+    SELECT queue, group_name, group_release_due FROM moved";
 
-    /// Returns how many rows it deleted (`n`).
+    /// Returns how many rows it deleted (`n`). The deleted jobs' records of attempts go in
+    /// the same statement (`forgotten`, through the records' key).
     PRUNE_SETTLED = counting_settled!(
-        "moved AS (
+        concat!(
+            "moved AS (
     DELETE FROM fenceq_jobs
     WHERE  id IN (SELECT id FROM fenceq_jobs
                   WHERE  state IN ('completed', 'cancelled') AND settled_at <= $1
                   LIMIT  $2)
       AND  state IN ('completed', 'cancelled') AND settled_at <= $1
-    RETURNING queue, state AS counted_state, -1 AS counted)",
+    RETURNING id, queue, state AS counted_state, -1 AS counted),
+    ",
+            forgets_attempts!()
+        ),
         "count(*) AS n"
     );
 
-    /// Returns how many rows it deleted (`n`).
+    /// Returns how many rows it deleted (`n`), and deletes their records, as `PRUNE_SETTLED`.
     PRUNE_ACKNOWLEDGED = counting_settled!(
-        "moved AS (
+        concat!(
+            "moved AS (
     DELETE FROM fenceq_jobs
     WHERE  id IN (SELECT id FROM fenceq_jobs
                   WHERE  state = 'exhausted' AND acknowledged_at IS NOT NULL AND acknowledged_at <= $1
                   LIMIT  $2)
       AND  state = 'exhausted' AND acknowledged_at IS NOT NULL AND acknowledged_at <= $1
-    RETURNING queue, 'acknowledged' AS counted_state, -1 AS counted)",
+    RETURNING id, queue, 'acknowledged' AS counted_state, -1 AS counted),
+    ",
+            forgets_attempts!()
+        ),
         "count(*) AS n"
     );
 
@@ -668,6 +772,15 @@ stmt! {
     FROM   fenceq_jobs
     WHERE  id = $1"
     );
+
+    /// Up to `$2` records of job `$1`'s attempts, newest first (the records' key read
+    /// backwards: `seq` rises with every record).
+    ATTEMPTS = "
+    SELECT attempt, claim_id, outcome, worker, started_at, ended_at, error
+    FROM   fenceq_attempts
+    WHERE  job_id = $1
+    ORDER  BY seq DESC
+    LIMIT  $2";
 
     /// Jobs in id order after `$1`, optionally of queue `$2` and state `$3`, at most `$4`.
     LIST = concat!(
@@ -1011,17 +1124,28 @@ stmt! {
     /// attempt, while the job was snoozed fewer than `$7` times, the attempt given back as
     /// `RELEASE_IF_OWNED` gives it back (the budget raised, the counter never lowered). A job
     /// due at once wakes the queue's listeners.
-    SNOOZE_IF_OWNED = concat!(
-        "UPDATE fenceq_jobs
+    ///
+    /// The attempt is recorded with outcome `$8` (`snooze`, or `backoff` for a provider's
+    /// back-off of the job's group or queue).
+    SNOOZE_IF_OWNED = records_attempt!(
+        concat!(
+            "
+    UPDATE fenceq_jobs
     SET    state = 'pending', lease_until = NULL, run_at = $5, last_error = $6,
            max_attempts = max_attempts + 1, snoozes = snoozes + 1
     WHERE  snoozes < $7 AND ",
-        owned_by_token!(),
-        unless_held_elsewhere!(),
-        "
-    RETURNING CASE WHEN $5 <= $4 THEN ",
-        wake_listeners!("queue"),
-        " END AS woke"
+            owned_by_token!(),
+            unless_held_elsewhere!(),
+            "
+    RETURNING ",
+            attempt_returned!(),
+            ", CASE WHEN $5 <= $4 THEN ",
+            wake_listeners!("queue"),
+            " END AS woke"
+        ),
+        "$8",
+        "$4",
+        "woke"
     );
 
     /// A snooze past its cap (`$5` the cap, `$6` the error): a durable, unacknowledged

@@ -6,12 +6,15 @@ use super::statements::*;
 use super::writer::exec;
 use super::SqliteStore;
 use crate::error::Result;
-use crate::job::{ClaimId, ClaimToken, Claimed, Decision, Exhaustion, GroupPolicy, Job, JobId, JobState, Resolution};
+use crate::job::{
+    AttemptOutcome, AttemptRecord, ClaimId, ClaimToken, Claimed, Decision, Exhaustion, GroupPolicy, Job, JobId,
+    JobState, Resolution,
+};
 use crate::limits::Limits;
 use crate::report::{
     BackoffLift, CheckpointReport, CommitStats, GroupHead, GroupSummary, PausedQueue, QueueBackoff, ReapReport,
 };
-use crate::store::limits::{claim_limited, limit_rows, limits_by_queue, limits_of, ClaimSteps, KeptStarts};
+use crate::store::limits::{claim_limited, limit_rows, limits_by_queue, limits_of, Candidate, ClaimSteps, KeptStarts};
 use crate::store::{
     Batch, ClaimRequest, Claims, Decided, GroupsRequest, Identity, JobDecision, NewRow, OwnedLease, PageRequest,
     QueueBackoffAt, QueueDecision, ScheduleTick, SnoozeAt, StatsRow, Stmt, Store, TokenAt,
@@ -128,9 +131,16 @@ impl Store for SqliteStore {
     /// with limits, whose selection is empty, goes to `store::limits`.
     fn claim(tx: &Connection, request: ClaimRequest<'_>) -> Result<Claims> {
         let ClaimRequest { queue, now, limit, .. } = request;
+        let mut lapsed: Vec<JobId> = Vec::new();
         let ids: Vec<JobId> = on(tx, CLAIM_SELECT, |s| {
-            s.query_map(named_params! { ":queue": queue, ":now": now, ":limit": limit }, |row| row.get(0).map(JobId))?
-                .collect::<rusqlite::Result<_>>()
+            s.query_map(named_params! { ":queue": queue, ":now": now, ":limit": limit }, |row| {
+                let id = JobId(row.get(0)?);
+                if row.get::<_, bool>(3)? {
+                    lapsed.push(id);
+                }
+                Ok(id)
+            })?
+            .collect::<rusqlite::Result<_>>()
         })?;
         if ids.is_empty() {
             let limits = Self::limits(tx, queue)?;
@@ -138,6 +148,7 @@ impl Store for SqliteStore {
                 return claim_limited::<Self>(tx, request, &limits);
             }
         }
+        Self::record_expired_leases(tx, &lapsed, now)?;
         Self::claim_ids(tx, &ids, request).map(Claims::of)
     }
 
@@ -252,24 +263,29 @@ impl Store for SqliteStore {
     }
 
     fn retry_if_owned(tx: &Connection, claim: TokenAt<'_>, run_at: i64, error: &str) -> Result<bool> {
-        owned(tx, RETRY_IF_OWNED, claim, &[(":run_at", &run_at), (":error", &error)])
+        let retried = owned(tx, RETRY_IF_OWNED, claim, &[(":run_at", &run_at), (":error", &error)])?;
+        recording(tx, claim, AttemptOutcome::Retry, retried)
     }
 
     fn exhaust_if_owned(tx: &Connection, claim: TokenAt<'_>, error: &str) -> Result<bool> {
-        releasing(tx, claim.token.id, owned(tx, EXHAUST_IF_OWNED, claim, &[(":error", &error)])?)
+        let exhausted = owned(tx, EXHAUST_IF_OWNED, claim, &[(":error", &error)])?;
+        releasing(tx, claim.token.id, recording(tx, claim, AttemptOutcome::Exhausted, exhausted)?)
     }
 
     fn exhaust_out_of_attempts_if_owned(tx: &Connection, claim: TokenAt<'_>, error: &str) -> Result<bool> {
-        releasing(tx, claim.token.id, owned(tx, EXHAUST_OUT_OF_ATTEMPTS_IF_OWNED, claim, &[(":error", &error)])?)
+        let exhausted = owned(tx, EXHAUST_OUT_OF_ATTEMPTS_IF_OWNED, claim, &[(":error", &error)])?;
+        releasing(tx, claim.token.id, recording(tx, claim, AttemptOutcome::Exhausted, exhausted)?)
     }
 
     fn mark_unknown_if_owned(tx: &Connection, claim: TokenAt<'_>, evidence: &str) -> Result<bool> {
-        releasing(tx, claim.token.id, owned(tx, MARK_UNKNOWN_IF_OWNED, claim, &[(":error", &evidence)])?)
+        let marked = owned(tx, MARK_UNKNOWN_IF_OWNED, claim, &[(":error", &evidence)])?;
+        releasing(tx, claim.token.id, recording(tx, claim, AttemptOutcome::Unknown, marked)?)
     }
 
     fn park_if_owned(tx: &Connection, claim: TokenAt<'_>, wait_until: i64, reason: &str) -> Result<bool> {
         let params: [(&str, &dyn ToSql); 2] = [(":wait_until", &wait_until), (":error", &reason)];
-        owned(tx, PARK_IF_OWNED, claim, &params)
+        let parked = owned(tx, PARK_IF_OWNED, claim, &params)?;
+        recording(tx, claim, AttemptOutcome::Parked, parked)
     }
 
     fn release_if_owned(tx: &Connection, claim: TokenAt<'_>) -> Result<bool> {
@@ -367,13 +383,20 @@ impl Store for SqliteStore {
         let mut stmt = prepare(tx, REAP_EXPIRED)?;
         let rows = stmt
             .query_map(named_params! { ":now": now, ":limit": limit }, |row| {
-                Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?, row.get::<_, Option<String>>(2)?))
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, Option<String>>(2)?,
+                    JobId(row.get(3)?),
+                ))
             })
             .sql(REAP_EXPIRED)?;
         let (mut requeued, mut exhausted) = (0, 0);
         let mut groups = Vec::new();
+        let mut reaped = Vec::new();
         for row in rows {
-            let (state, queue, group) = row.sql(REAP_EXPIRED)?;
+            let (state, queue, group, id) = row.sql(REAP_EXPIRED)?;
+            reaped.push(id);
             if state == "pending" {
                 requeued += 1;
             } else {
@@ -382,18 +405,26 @@ impl Store for SqliteStore {
             }
         }
         drop(stmt);
+        for id in reaped {
+            record_attempt(tx, id, AttemptOutcome::LeaseExpired, now)?;
+        }
         release_groups(tx, groups)?;
         Ok((requeued, exhausted))
     }
 
     fn reap_waiting(tx: &Connection, batch: Batch) -> Result<u64> {
         let Batch { until: now, limit } = batch;
-        let rows: Vec<(String, Option<String>)> = on(tx, REAP_WAITING, |s| {
-            s.query_map(named_params! { ":now": now, ":limit": limit }, |row| Ok((row.get(0)?, row.get(1)?)))?
-                .collect::<rusqlite::Result<_>>()
+        let rows: Vec<(String, Option<String>, i64)> = on(tx, REAP_WAITING, |s| {
+            s.query_map(named_params! { ":now": now, ":limit": limit }, |row| {
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+            })?
+            .collect::<rusqlite::Result<_>>()
         })?;
         let exhausted = rows.len() as u64;
-        release_groups(tx, rows.into_iter().filter_map(|(queue, group)| group.map(|g| (queue, g))).collect())?;
+        for (_, _, id) in &rows {
+            record_attempt(tx, JobId(*id), AttemptOutcome::WaitExpired, now)?;
+        }
+        release_groups(tx, rows.into_iter().filter_map(|(queue, group, _)| group.map(|g| (queue, g))).collect())?;
         Ok(exhausted)
     }
 
@@ -441,6 +472,24 @@ impl Store for SqliteStore {
 
     fn job(tx: &Connection, id: JobId) -> Result<Option<Job>> {
         on(tx, JOB, |s| s.query_row(named_params! { ":id": id.0 }, job_from_row).optional())
+    }
+
+    fn attempts(tx: &Connection, id: JobId, limit: u32) -> Result<Vec<AttemptRecord>> {
+        on(tx, ATTEMPTS, |s| {
+            s.query_map(named_params! { ":id": id.0, ":limit": limit }, |row| {
+                let claim_id: Vec<u8> = row.get(1)?;
+                Ok(AttemptRecord {
+                    attempt: row.get(0)?,
+                    claim_id: ClaimId::from_blob(&claim_id),
+                    outcome: parse_outcome(row, 2)?,
+                    worker: row.get(3)?,
+                    started_at: row.get(4)?,
+                    ended_at: row.get(5)?,
+                    error: row.get(6)?,
+                })
+            })?
+            .collect::<rusqlite::Result<_>>()
+        })
     }
 
     fn list(tx: &Connection, queue: Option<&str>, state: Option<JobState>, page: PageRequest) -> Result<Vec<Job>> {
@@ -620,10 +669,11 @@ impl Store for SqliteStore {
         })
     }
     fn snooze_if_owned(tx: &Connection, claim: TokenAt<'_>, snooze: SnoozeAt<'_>) -> Result<bool> {
-        let SnoozeAt { run_at, reason, max_snoozes } = snooze;
+        let SnoozeAt { run_at, reason, max_snoozes, outcome } = snooze;
         let params: [(&str, &dyn ToSql); 3] =
             [(":run_at", &run_at), (":error", &reason), (":max_snoozes", &max_snoozes)];
-        owned(tx, SNOOZE_IF_OWNED, claim, &params)
+        let snoozed = owned(tx, SNOOZE_IF_OWNED, claim, &params)?;
+        recording(tx, claim, outcome, snoozed)
     }
 
     fn exhaust_past_snooze_cap_if_owned(
@@ -633,7 +683,8 @@ impl Store for SqliteStore {
         error: &str,
     ) -> Result<bool> {
         let params: [(&str, &dyn ToSql); 2] = [(":max_snoozes", &max_snoozes), (":error", &error)];
-        releasing(tx, claim.token.id, owned(tx, EXHAUST_PAST_SNOOZE_CAP_IF_OWNED, claim, &params)?)
+        let exhausted = owned(tx, EXHAUST_PAST_SNOOZE_CAP_IF_OWNED, claim, &params)?;
+        releasing(tx, claim.token.id, recording(tx, claim, AttemptOutcome::Exhausted, exhausted)?)
     }
 
     fn back_off_queue_of(tx: &Connection, backoff: QueueBackoffAt<'_>) -> Result<bool> {
@@ -685,14 +736,22 @@ impl ClaimSteps for SqliteStore {
         })
     }
 
-    fn claim_candidates(tx: &Connection, request: ClaimRequest<'_>) -> Result<Vec<(JobId, Option<String>)>> {
+    fn claim_candidates(tx: &Connection, request: ClaimRequest<'_>) -> Result<Vec<Candidate>> {
         let ClaimRequest { queue, now, limit, .. } = request;
         on(tx, CLAIM_CANDIDATES, |s| {
             s.query_map(named_params! { ":queue": queue, ":now": now, ":limit": limit }, |row| {
-                Ok((JobId(row.get(0)?), row.get(3)?))
+                Ok(Candidate { id: JobId(row.get(0)?), group: row.get(3)?, lapsed: row.get(4)? })
             })?
             .collect::<rusqlite::Result<_>>()
         })
+    }
+
+    /// `RECORD_EXPIRED_LEASE` for each job, before `claim_ids` claims it.
+    fn record_expired_leases(tx: &Connection, ids: &[JobId], now: i64) -> Result<()> {
+        for id in ids {
+            on(tx, RECORD_EXPIRED_LEASE, |s| s.execute(named_params! { ":id": id.0, ":now": now }))?;
+        }
+        Ok(())
     }
 
     /// Within the writer's transaction nothing changed since the selection. One job: its
@@ -1001,6 +1060,35 @@ fn insert_rows(tx: &Connection, rows: &[NewRow<'_>]) -> Result<Option<Vec<JobId>
     Ok(all.then(|| (before + 1..=last).map(JobId).collect()))
 }
 
+/// After a settle of `claim` that may have changed its row (`changed`): the record of the
+/// attempt it ended with `outcome` (`RECORD_ATTEMPT`). Passes `changed` through, and writes
+/// nothing when the settle changed nothing.
+fn recording(tx: &Connection, claim: TokenAt<'_>, outcome: AttemptOutcome, changed: bool) -> Result<bool> {
+    if changed {
+        record_attempt(tx, claim.token.id, outcome, claim.now)?;
+    }
+    Ok(changed)
+}
+
+/// `RECORD_ATTEMPT`: the record of the attempt of job `id` that a transition at `now` just
+/// ended with `outcome`.
+fn record_attempt(tx: &Connection, id: JobId, outcome: AttemptOutcome, now: i64) -> Result<()> {
+    let outcome = outcome.as_str();
+    on(tx, RECORD_ATTEMPT, |s| s.execute(named_params! { ":id": id.0, ":outcome": outcome, ":now": now })).map(drop)
+}
+
+/// An attempt's outcome from its name in column `index`.
+fn parse_outcome(row: &Row<'_>, index: usize) -> rusqlite::Result<AttemptOutcome> {
+    let text: String = row.get(index)?;
+    text.parse().map_err(|_| {
+        rusqlite::Error::FromSqlConversionFailure(
+            index,
+            rusqlite::types::Type::Text,
+            format!("unknown attempt outcome {text:?}").into(),
+        )
+    })
+}
+
 /// A claimed job from a row of `CLAIM_READ` (or the same first columns of `claim_rows`).
 fn claimed_row(row: &Row<'_>, id: JobId, claim_id: ClaimId) -> rusqlite::Result<Claimed> {
     Ok(Claimed {
@@ -1130,12 +1218,11 @@ fn uncount_settled(tx: &Connection, queue: &str, state: &str, n: u64) -> Result<
 fn prune_counted(tx: &Connection, statement: Stmt, batch: Batch, state: Option<&str>) -> Result<u64> {
     let Batch { until: horizon, limit } = batch;
     let mut deleted: Vec<(String, String, u64)> = Vec::new();
-    let mut largest_id: Option<i64> = None;
+    let mut ids: Vec<i64> = Vec::new();
     on(tx, statement, |s| {
         let mut rows = s.query(named_params! { ":horizon": horizon, ":limit": limit })?;
         while let Some(row) = rows.next()? {
-            let id: i64 = row.get(0)?;
-            largest_id = largest_id.max(Some(id));
+            ids.push(row.get(0)?);
             let queue = row.get_ref(1)?.as_str()?;
             let state = match state {
                 Some(state) => state,
@@ -1151,7 +1238,12 @@ fn prune_counted(tx: &Connection, statement: Stmt, batch: Batch, state: Option<&
     for (queue, state, n) in &deleted {
         uncount_settled(tx, queue, state, *n)?;
     }
-    if let Some(id) = largest_id {
+    // Each deleted job's records go with it (one probe of the records' key per job: a job that
+    // completed at its first attempt has none).
+    for id in &ids {
+        on(tx, FORGET_ATTEMPTS, |s| s.execute(named_params! { ":id": id }))?;
+    }
+    if let Some(id) = ids.iter().max() {
         on(tx, RAISE_ID_FLOOR, |s| s.execute(named_params! { ":id": id }))?;
     }
     Ok(deleted.iter().map(|(_, _, n)| n).sum())

@@ -31,6 +31,7 @@ pub(crate) const MIGRATIONS: [Migration; MIGRATION_NAMES.len()] = migrations([
     include_str!("../../../schema/sqlite/0016_claim_function.sql"),
     include_str!("../../../schema/sqlite/0017_stats_function.sql"),
     include_str!("../../../schema/sqlite/0018_ids_without_autoincrement.sql"),
+    include_str!("../../../schema/sqlite/0019_attempt_history.sql"),
 ]);
 
 /// The schema version this build writes and understands.

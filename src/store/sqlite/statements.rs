@@ -57,17 +57,20 @@ macro_rules! new_job_id {
 }
 
 /// The claim's selection (see `CLAIM_SELECT`): `$columns` of up to `:limit` claimable jobs of
-/// `:queue` at `:now`, none while `$closed` holds.
+/// `:queue` at `:now`, none while `$closed` holds, each followed by `lapsed`: 1 for a running
+/// job whose lease ran out (the claim takes its attempt over, and records it:
+/// `RECORD_EXPIRED_LEASE`), 0 for a pending one. A constant of each branch, so the pending
+/// branch still reads nothing but its index.
 macro_rules! claim_select {
     ($columns:literal, $closed:literal) => {
         concat!(
             "
     SELECT ",
             $columns,
-            " FROM (
+            ", lapsed FROM (
         SELECT ",
             $columns,
-            "
+            ", 0 AS lapsed
         FROM   fenceq_jobs
         WHERE  queue = :queue AND state = 'pending' AND group_held = 0 AND run_at <= :now
         ORDER  BY priority DESC, run_at, id
@@ -75,10 +78,10 @@ macro_rules! claim_select {
     UNION ALL
     SELECT ",
             $columns,
-            " FROM (
+            ", lapsed FROM (
         SELECT ",
             $columns,
-            "
+            ", 1 AS lapsed
         FROM   fenceq_jobs
         WHERE  queue = :queue AND state = 'running' AND lease_until <= :now
           AND  attempt < max_attempts
@@ -178,7 +181,7 @@ pub(crate) fn claim_rows(rows: usize) -> crate::store::Stmt {
                 list_drives!(),
                 "
     SET    state = 'running', attempt = attempt + 1, claim_id = t.column2, worker = ?1,
-           lease_until = ?3, heartbeat_at = ?2, wait_until = NULL
+           lease_until = ?3, heartbeat_at = ?2, claimed_at = ?2, wait_until = NULL
     FROM   (VALUES {}) AS t
     WHERE  fenceq_jobs.id = +t.column1
     RETURNING queue, key, payload, priority, attempt, max_attempts, lease_until, last_error, group_name, id, claim_id"
@@ -305,7 +308,7 @@ stmt! {
     CLAIM_UPDATE = "
     UPDATE fenceq_jobs
     SET    state = 'running', attempt = attempt + 1, claim_id = ?2, worker = ?3,
-           lease_until = ?5, heartbeat_at = ?4, wait_until = NULL
+           lease_until = ?5, heartbeat_at = ?4, claimed_at = ?4, wait_until = NULL
     WHERE  id = ?1";
 
     /// The data a claim hands out, read right after `CLAIM_UPDATE` in the same transaction.
@@ -505,7 +508,7 @@ stmt! {
                   WHERE  state = 'running' AND lease_until <= :now
                   ORDER  BY id LIMIT :limit)
       AND  state = 'running' AND lease_until <= :now
-    RETURNING state, queue, group_name";
+    RETURNING state, queue, group_name, id";
 
     /// Parked jobs whose deadline passed are exhausted (never reclaimed). `INDEXED BY` as in
     /// `REAP_EXPIRED`.
@@ -518,10 +521,10 @@ stmt! {
                   WHERE  state = 'waiting' AND wait_until <= :now
                   ORDER  BY id LIMIT :limit)
       AND  state = 'waiting' AND wait_until <= :now
-    RETURNING queue, group_name";
+    RETURNING queue, group_name, id";
 
-    /// Returns each deleted row's id (for `RAISE_ID_FLOOR`), queue and state (for
-    /// `UNCOUNT_SETTLED`).
+    /// Returns each deleted row's id (for `RAISE_ID_FLOOR` and `FORGET_ATTEMPTS`), queue and
+    /// state (for `UNCOUNT_SETTLED`).
     PRUNE_SETTLED = "
     DELETE FROM fenceq_jobs
     WHERE  id IN (SELECT id FROM fenceq_jobs
@@ -1043,4 +1046,46 @@ stmt! {
     /// leaves no trace of whether the row was acknowledged.
     EXHAUSTED_JOB = "
     SELECT queue, acknowledged_at IS NOT NULL FROM fenceq_jobs WHERE id = :id AND state = 'exhausted'";
+}
+
+// The history of attempts (`fenceq_attempts`, schema 19): one record for every attempt that did
+// not complete, written in the transaction of the transition that ended it, by the statement
+// right after it (or, for a claim that takes over an expired lease, right before it). A
+// completion writes none: a successful attempt costs what it cost before the history.
+stmt! {
+    /// The record of the attempt that a transition of job `:id` just ended with `:outcome` at
+    /// `:now` (a settle of the exact live claim, the reaper's take-over of an expired lease or a
+    /// passed deadline): its attempt, claim id, worker and claim instant as the row holds them
+    /// (no such transition changes them), and its error as the transition stored it in
+    /// `last_error` (each of them stores the attempt's error, reason or evidence there, cut to
+    /// `MAX_ERROR_LEN` above the seam). Numbered after the job's latest record, found at the end
+    /// of the job's range of the primary key.
+    RECORD_ATTEMPT = "
+    INSERT INTO fenceq_attempts (job_id, seq, attempt, claim_id, outcome, worker, started_at, ended_at, error)
+    SELECT id, coalesce((SELECT max(a.seq) FROM fenceq_attempts AS a WHERE a.job_id = :id), 0) + 1,
+           attempt, claim_id, :outcome, worker, claimed_at, :now, last_error
+    FROM   fenceq_jobs
+    WHERE  id = :id";
+
+    /// The record of the attempt a claim at `:now` takes over from job `:id`, whose lease ran out
+    /// (`lapsed` in the claim's selection): run before the claim's update, while the row still
+    /// holds the attempt, in the claim's transaction, with the reaper's text for the same end.
+    RECORD_EXPIRED_LEASE = "
+    INSERT INTO fenceq_attempts (job_id, seq, attempt, claim_id, outcome, worker, started_at, ended_at, error)
+    SELECT id, coalesce((SELECT max(a.seq) FROM fenceq_attempts AS a WHERE a.job_id = :id), 0) + 1,
+           attempt, claim_id, 'lease_expired', worker, claimed_at, :now, 'lease expired (worker ' || worker || ')'
+    FROM   fenceq_jobs
+    WHERE  id = :id AND state = 'running' AND lease_until <= :now";
+
+    /// Up to `:limit` records of job `:id`, newest first (the primary key read backwards).
+    ATTEMPTS = "
+    SELECT attempt, claim_id, outcome, worker, started_at, ended_at, error
+    FROM   fenceq_attempts
+    WHERE  job_id = :id
+    ORDER  BY seq DESC
+    LIMIT  :limit";
+
+    /// A pruned job's records, in the prune's transaction (its range of the primary key).
+    FORGET_ATTEMPTS = "
+    DELETE FROM fenceq_attempts WHERE job_id = :id";
 }
