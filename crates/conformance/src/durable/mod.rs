@@ -7,6 +7,10 @@
 //!   acknowledgement, what retention may prune, replay, unknown outcomes and their
 //!   resolution (with the reconciler's own write in the same transaction), the reaper's
 //!   exhaustions;
+//! - `attempts`: the history of attempts, one record per attempt that did not complete
+//!   (every kind of settle, the reaper's and a reclaiming claim's take-over of an expired
+//!   lease, the expiry of a park), none for a completion or a refused settle, kept across
+//!   replay and resolution and pruned with its job;
 //! - `pages`: cursor pages under concurrent acknowledgement and addition, the documented
 //!   ordering (ids ascending after the cursor) checked page by page against a model in a
 //!   seeded interleaving;
@@ -22,6 +26,7 @@ use crate::Rule;
 use fenceq::store::Store;
 use fenceq::{ClaimToken, NewJob, Queue};
 
+mod attempts;
 mod exhaustion;
 mod model;
 mod pages;
@@ -30,6 +35,7 @@ mod pages;
 pub fn rules<H: Harness>() -> Vec<Rule<H>> {
     let mut rules: Vec<Rule<H>> = Vec::new();
     rules.extend(exhaustion::rules::<H>());
+    rules.extend(attempts::rules::<H>());
     rules.extend(pages::rules::<H>());
     rules.extend(model::rules::<H>());
     rules.extend(crate::controls::rules::<H, { crate::controls::DURABLE }>());
