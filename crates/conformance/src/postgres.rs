@@ -204,7 +204,7 @@ impl Harness for PostgresHarness {
         queue
             .transaction(|tx| {
                 tx.conn()
-                    .batch_execute("TRUNCATE fenceq_jobs, fenceq_settled_counts, replies, fenceq_queues, fenceq_queue_flow, fenceq_limits, fenceq_starts, fenceq_schedules RESTART IDENTITY")?;
+                    .batch_execute("TRUNCATE fenceq_jobs, fenceq_attempts, fenceq_settled_counts, replies, fenceq_queues, fenceq_queue_flow, fenceq_limits, fenceq_starts, fenceq_schedules RESTART IDENTITY")?;
                 Ok(())
             })
             .expect("emptying a scratch schema");

@@ -134,7 +134,7 @@ impl Harness for SqliteHarness {
     fn recycle(&self, _place: &SqlitePlace, queue: &Queue) -> bool {
         queue
             .transaction(|tx| {
-                Ok(tx.execute_batch("DELETE FROM fenceq_jobs; DELETE FROM fenceq_queue_flow; DELETE FROM fenceq_limits; DELETE FROM fenceq_starts; DELETE FROM fenceq_settled_counts; DELETE FROM replies; UPDATE fenceq_id_floor SET floor = 0;")?)
+                Ok(tx.execute_batch("DELETE FROM fenceq_jobs; DELETE FROM fenceq_attempts; DELETE FROM fenceq_queue_flow; DELETE FROM fenceq_limits; DELETE FROM fenceq_starts; DELETE FROM fenceq_settled_counts; DELETE FROM replies; UPDATE fenceq_id_floor SET floor = 0;")?)
             })
             .expect("emptying a scratch database");
         true

@@ -10,8 +10,11 @@
 //!   `BTreeMap<JobId, ModelJob>` plus every claim id ever issued), and panics with the step,
 //!   the operation, what the model expected and what the engine did at the first
 //!   divergence. After every step it checks the ten invariants of DESIGN.md against the real
-//!   table and compares every row, column by column, with the model. [`HarnessRuns`] does the
-//!   same for many runs in a row.
+//!   table and compares every row, column by column, with the model, and the history of
+//!   attempts (`Queue::attempts`) of every job whose attempt the step ended (of every job at a
+//!   `Check` and at the end of the run): the model records each retry, snooze, back-off,
+//!   exhaustion, unknown outcome, park, reap and reclaim as the store must. [`HarnessRuns`]
+//!   does the same for many runs in a row.
 //! - [`run`], [`run_bytes`] and [`run_bytes_file`] run the same runner on SQLite's own fast
 //!   paths, for the fuzz targets' thousands of runs a second: this thread's in-memory queue,
 //!   emptied and reused from run to run, or a database file in /dev/shm copied from a

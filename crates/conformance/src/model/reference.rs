@@ -4,8 +4,8 @@
 //! nor of any store: the runner drives it.
 
 use fenceq::{
-    ClaimId, ClaimToken, Cursor, Enqueued, Exhaustion, Job, JobId, JobState, LostReason, NewJob, Page, QueueStats,
-    Retention, Stats,
+    AttemptOutcome, AttemptRecord, ClaimId, ClaimToken, Cursor, Enqueued, Exhaustion, Job, JobId, JobState, LostReason,
+    NewJob, Page, QueueStats, Retention, Stats,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -71,6 +71,13 @@ pub struct Model {
     pub backoffs: BTreeMap<String, (i64, String, i64)>,
     /// Each queue's limits and the starts they count (`limits.rs`).
     pub limits: super::limits::LimitsModel,
+    /// Each job's records of attempts that did not complete, oldest first (`Queue::attempts`
+    /// returns them newest first): what the store must hold, compared job by job.
+    pub attempts: BTreeMap<JobId, Vec<AttemptRecord>>,
+    /// Each job's latest claim's instant (`Claimed::claimed_at`), a record's start.
+    pub claimed_at: BTreeMap<JobId, i64>,
+    /// The jobs whose records the current step changed (the runner checks them after it).
+    pub(super) recorded: BTreeSet<JobId>,
 }
 
 /// An exhaustion paging pass (invariant 10).
@@ -282,11 +289,52 @@ impl Model {
         }
     }
 
+    /// Records the attempt of job `id` that a transition at `now` just ended with `outcome`, as
+    /// the store does: from the row as the transition left it (its attempt, claim, worker, and
+    /// the error it stored as `last_error`) and the claim's instant.
+    pub(super) fn record(&mut self, id: JobId, outcome: AttemptOutcome, now: i64) {
+        let error = self.jobs[&id].last_error.clone();
+        self.record_with(id, outcome, now, error);
+    }
+
+    /// Records the attempt of running job `id` that a claim at `now` takes over, before the
+    /// claim changes its row: its lease ran out, in the reaper's words.
+    pub(super) fn record_reclaimed(&mut self, id: JobId, now: i64) {
+        let error = format!("lease expired (worker {})", self.jobs[&id].worker.as_deref().unwrap_or(""));
+        self.record_with(id, AttemptOutcome::LeaseExpired, now, Some(error));
+    }
+
+    fn record_with(&mut self, id: JobId, outcome: AttemptOutcome, now: i64, error: Option<String>) {
+        let j = &self.jobs[&id];
+        let record = AttemptRecord {
+            attempt: j.attempt,
+            claim_id: j.claim_id.expect("an attempt that ends was claimed"),
+            outcome,
+            worker: j.worker.clone(),
+            started_at: self.claimed_at.get(&id).copied(),
+            ended_at: now,
+            error,
+        };
+        self.attempts.entry(id).or_default().push(record);
+        self.recorded.insert(id);
+    }
+
+    /// The records of job `id`, newest first, as `Queue::attempts` returns them.
+    pub(super) fn records_of(&self, id: JobId) -> Vec<AttemptRecord> {
+        self.attempts.get(&id).map(|records| records.iter().rev().cloned().collect()).unwrap_or_default()
+    }
+
     pub(super) fn settle(&mut self, id: JobId, state: JobState, now: i64) {
         let j = self.job_mut(id);
         j.state = state;
         j.lease_until = None;
         j.settled_at = Some(now);
+    }
+
+    /// An exhaustion of the exact live claim: the row, and the attempt's record.
+    pub(super) fn exhaust_claim(&mut self, id: JobId, error: String, now: i64) {
+        self.exhaust(id, Some(error), now);
+        self.record(id, AttemptOutcome::Exhausted, now);
     }
 
     pub(super) fn exhaust(&mut self, id: JobId, error: Option<String>, now: i64) {
@@ -301,10 +349,13 @@ impl Model {
         j.acknowledged_at = None;
     }
 
+    /// The reaper's pass at `now`, each job it takes over recorded.
     pub(super) fn reap(&mut self, now: i64) -> fenceq::ReapReport {
         let mut report = fenceq::ReapReport::default();
+        let mut ended = Vec::new();
         for j in self.jobs.values_mut() {
             if j.state == JobState::Running && j.lease_until.is_some_and(|l| l <= now) {
+                ended.push((j.id, AttemptOutcome::LeaseExpired));
                 j.last_error = Some(format!("lease expired (worker {})", j.worker.as_deref().unwrap_or("")));
                 j.lease_until = None;
                 if j.attempt < j.max_attempts {
@@ -323,6 +374,7 @@ impl Model {
         }
         for j in self.jobs.values_mut() {
             if j.state == JobState::Waiting && j.wait_until.is_some_and(|w| w <= now) {
+                ended.push((j.id, AttemptOutcome::WaitExpired));
                 j.state = JobState::Exhausted;
                 j.wait_until = None;
                 j.settled_at = Some(now);
@@ -331,6 +383,9 @@ impl Model {
                 j.last_error = Some(format!("wait expired: {}", j.last_error.as_deref().unwrap_or("no reason given")));
                 report.waits_expired += 1;
             }
+        }
+        for (id, outcome) in ended {
+            self.record(id, outcome, now);
         }
         report
     }

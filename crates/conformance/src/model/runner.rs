@@ -15,8 +15,8 @@ use crate::harness::Harness;
 use fenceq::rusqlite;
 use fenceq::store::{Store, TokenAt};
 use fenceq::{
-    Backoff, ClaimId, ClaimToken, Claimed, Cursor, Enqueued, Error, Exhaustion, Job, JobId, JobState, ListFilter,
-    ManualClock, NewJob, Page, Queue, Resolution, Retention, Retried, Snooze, SqliteStore, UnknownOutcome,
+    AttemptOutcome, Backoff, ClaimId, ClaimToken, Claimed, Cursor, Enqueued, Error, Exhaustion, Job, JobId, JobState,
+    ListFilter, ManualClock, NewJob, Page, Queue, Resolution, Retention, Retried, Snooze, SqliteStore, UnknownOutcome,
 };
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -477,7 +477,7 @@ thread_local! {
 fn spare_memory_queue() -> fenceq::Result<(Queue, ManualClock)> {
     if let Some((queue, clock)) = SPARE.with(|spare| spare.borrow_mut().take()) {
         queue.transaction(|tx| {
-            Ok(tx.execute_batch("DELETE FROM fenceq_jobs; DELETE FROM fenceq_queue_flow; DELETE FROM fenceq_limits; DELETE FROM fenceq_starts; DELETE FROM fenceq_settled_counts; DELETE FROM model_domain; UPDATE fenceq_id_floor SET floor = 0;")?)
+            Ok(tx.execute_batch("DELETE FROM fenceq_jobs; DELETE FROM fenceq_attempts; DELETE FROM fenceq_queue_flow; DELETE FROM fenceq_limits; DELETE FROM fenceq_starts; DELETE FROM fenceq_settled_counts; DELETE FROM model_domain; UPDATE fenceq_id_floor SET floor = 0;")?)
         })?;
         clock.set(T0);
         return Ok((queue, clock));
@@ -852,7 +852,7 @@ impl<B: Backend> Runner<'_, B> {
                     if retried != Retried::Exhausted {
                         return Err(format!("retry at the last attempt returned {retried:?}, expected Exhausted"));
                     }
-                    self.model.exhaust(t.id, Some(clip(&text)), now);
+                    self.model.exhaust_claim(t.id, clip(&text), now);
                     return Ok(());
                 }
                 let Retried::Scheduled(at) = retried else {
@@ -881,6 +881,7 @@ impl<B: Backend> Runner<'_, B> {
                 j.lease_until = None;
                 j.run_at = at;
                 j.last_error = Some(clip(&text));
+                self.model.record(t.id, AttemptOutcome::Retry, now);
                 Ok(())
             }
             QueueOp::Exhaust { token, error } => {
@@ -890,7 +891,7 @@ impl<B: Backend> Runner<'_, B> {
                 self.count("exhaust", got == Got::Ok);
                 self.expect("exhaust", &self.model.owned(&t, now), &got)?;
                 if got == Got::Ok {
-                    self.model.exhaust(t.id, Some(clip(&text)), now);
+                    self.model.exhaust_claim(t.id, clip(&text), now);
                 }
                 Ok(())
             }
@@ -903,6 +904,7 @@ impl<B: Backend> Runner<'_, B> {
                 if got == Got::Ok {
                     self.model.settle(t.id, JobState::Unknown, now);
                     self.model.job_mut(t.id).last_error = Some(clip(&text));
+                    self.model.record(t.id, AttemptOutcome::Unknown, now);
                 }
                 Ok(())
             }
@@ -921,6 +923,7 @@ impl<B: Backend> Runner<'_, B> {
                     j.lease_until = None;
                     j.wait_until = Some(now + dur_ms(timeout.duration()));
                     j.last_error = Some(clip(&text));
+                    self.model.record(t.id, AttemptOutcome::Parked, now);
                 }
                 Ok(())
             }
@@ -950,7 +953,7 @@ impl<B: Backend> Runner<'_, B> {
                         "snoozed {} times, the cap (max_snoozes): exhausted instead of snoozing again ({reason})",
                         cap.value()
                     ));
-                    self.model.exhaust(t.id, Some(error), now);
+                    self.model.exhaust_claim(t.id, error, now);
                 } else {
                     if snoozed != Retried::Scheduled(run_at) {
                         return Err(format!("snooze returned {snoozed:?}, expected Scheduled(T0{:+})", run_at - T0));
@@ -962,6 +965,11 @@ impl<B: Backend> Runner<'_, B> {
                     j.last_error = Some(reason.clone());
                     j.max_attempts += 1;
                     j.snoozes += 1;
+                    let outcome = match scope {
+                        ScopeSel::Job => AttemptOutcome::Snooze,
+                        _ => AttemptOutcome::Backoff,
+                    };
+                    self.model.record(t.id, outcome, now);
                 }
                 if scope == ScopeSel::Queue {
                     self.model.back_off(&queue, run_at, reason, now);
@@ -1241,6 +1249,11 @@ impl<B: Backend> Runner<'_, B> {
             if !self.model.claim_ids.insert(c.token.claim_id) || c.token.claim_id.0.is_nil() {
                 return Err(format!("invariant 2: claim of {} reused claim id {}", c.id(), c.token.claim_id));
             }
+            if before.state == JobState::Running {
+                // A reclaim: the attempt it takes over is recorded, at the claim's instant.
+                self.model.record_reclaimed(c.id(), now);
+            }
+            self.model.claimed_at.insert(c.id(), now);
             let j = self.model.job_mut(c.id());
             j.state = JobState::Running;
             j.attempt += 1;
@@ -1363,6 +1376,9 @@ impl<B: Backend> Runner<'_, B> {
             }
             self.model.pruned.insert(id);
             self.model.terminal.remove(&id);
+            // Its records go with it.
+            self.model.attempts.remove(&id);
+            self.model.claimed_at.remove(&id);
         }
         Ok(())
     }
@@ -1476,6 +1492,20 @@ impl<B: Backend> Runner<'_, B> {
         if !domain.iter().copied().eq(self.model.domain.iter().map(|&(job, attempt)| (job, i64::from(attempt)))) {
             return Err(format!("domain rows {domain:?}, the model expected {:?}", self.model.domain));
         }
+        // The records of the jobs whose attempts this step ended (every job's at a full check).
+        for id in std::mem::take(&mut self.model.recorded) {
+            self.check_records(id)?;
+        }
+        Ok(())
+    }
+
+    /// Job `id`'s records of attempts, as the store returns them, against the model's.
+    fn check_records(&self, id: JobId) -> Check {
+        let got = self.q().attempts(id, fenceq::MAX_BATCH).map_err(|e| format!("attempts({id}): {e:?}"))?;
+        let expected = self.model.records_of(id);
+        if got != expected {
+            return Err(format!("attempts({id}):\n    engine {got:?}\n    model  {expected:?}"));
+        }
         Ok(())
     }
 
@@ -1505,6 +1535,8 @@ impl<B: Backend> Runner<'_, B> {
             if job.as_ref() != self.model.jobs.get(&id) {
                 return Err(format!("job({id}) returned {job:?}, the model has {:?}", self.model.jobs.get(&id)));
             }
+            // Every job's history, a pruned job's too (none: its records went with it).
+            self.check_records(id)?;
         }
         fenceq::Checkpointer::new(self.q().clone()).run_once().map_err(|e| format!("checkpoint: {e:?}"))?;
         let stats = self.q().stats().map_err(|e| format!("stats: {e:?}"))?;
