@@ -5,7 +5,7 @@ use super::output::{self, cell, payload_preview, relative, table, when, PayloadV
 use super::store::CliStore;
 use super::{load_job, plural, CliResult, Context, StateArg};
 use clap::{Args, ValueEnum};
-use fenceq::{Cursor, Exhaustion, Job, JobState, ListFilter, Page, QueueStats, MAX_BATCH};
+use fenceq::{AttemptRecord, Cursor, Exhaustion, Job, JobState, ListFilter, Page, QueueStats, MAX_BATCH};
 use serde_json::{json, Value};
 
 /// Arguments of `stats`.
@@ -363,7 +363,15 @@ pub struct ShowArgs {
     /// Print the whole payload instead of its first 4 KiB.
     #[arg(long)]
     pub full: bool,
+
+    /// List at most this many of the job's attempts that did not complete, newest first.
+    #[arg(long, value_name = "N", default_value_t = SHOW_ATTEMPTS,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_BATCH)))]
+    pub attempts: u32,
 }
+
+/// How many records of attempts `show` lists unless told otherwise.
+pub const SHOW_ATTEMPTS: u32 = 100;
 
 impl ShowArgs {
     /// Prints one job's record.
@@ -371,8 +379,15 @@ impl ShowArgs {
         let queue = ctx.open_read_only::<S>()?;
         let job = load_job(&queue, self.id)?;
         let limit = (!self.full).then_some(PAYLOAD_LIMIT);
+        // One more than shown, to know whether older ones were left out.
+        let mut attempts = queue.attempts(job.id, self.attempts.saturating_add(1).min(MAX_BATCH))?;
+        let more = attempts.len() > self.attempts as usize;
+        attempts.truncate(self.attempts as usize);
         if ctx.json() {
-            return Ok(ctx.out.document(&job_json(&job, limit))?);
+            let mut document = job_json(&job, limit);
+            document["attempts"] = Value::Array(attempts.iter().map(attempt_json).collect());
+            document["attempts_truncated"] = Value::Bool(more);
+            return Ok(ctx.out.document(&document)?);
         }
         let now = queue.now_ms();
         let lease = job.lease_until.map(|until| {
@@ -405,6 +420,18 @@ impl ShowArgs {
             t.add_row(vec![field.to_string(), value]);
         }
         ctx.out.table(&t)?;
+        if attempts.is_empty() {
+            ctx.out.line("attempts that did not complete: none")?;
+        } else {
+            let shown = if more { format!("the {} newest", attempts.len()) } else { attempts.len().to_string() };
+            ctx.out.line(format!("attempts that did not complete ({shown}, newest first):"))?;
+            for record in &attempts {
+                ctx.out.line(attempt_line(record, now))?;
+            }
+            if more {
+                ctx.out.line(format!("(older records not shown; --attempts {MAX_BATCH} shows more)"))?;
+            }
+        }
         let view = PayloadView::new(&job.payload, limit);
         ctx.out.line(format!("payload ({}, {} bytes):", view.encoding, view.total))?;
         ctx.out.line(view.for_terminal())?;
@@ -413,6 +440,34 @@ impl ShowArgs {
         }
         Ok(())
     }
+}
+
+/// One record of an attempt on one line: `attempt 2: retry, worker w1, started …, ended … (3m
+/// ago): provider answered 502`. The worker and the error are escaped (`cell`), so that no
+/// text can forge a line.
+fn attempt_line(record: &AttemptRecord, now: i64) -> String {
+    let started = record.started_at.map_or_else(|| "-".to_string(), output::timestamp);
+    format!(
+        "  attempt {}: {}, worker {}, started {started}, ended {}: {}",
+        record.attempt,
+        record.outcome,
+        cell(record.worker.as_deref(), 128),
+        when(Some(record.ended_at), now),
+        cell(record.error.as_deref(), 512),
+    )
+}
+
+/// A record of an attempt as JSON: times in ms.
+fn attempt_json(record: &AttemptRecord) -> Value {
+    json!({
+        "attempt": record.attempt,
+        "claim_id": record.claim_id.to_string(),
+        "outcome": record.outcome.as_str(),
+        "worker": record.worker,
+        "started_at": record.started_at,
+        "ended_at": record.ended_at,
+        "error": record.error,
+    })
 }
 
 /// The last operator or reconciler change: `resolve complete by alice 5 min ago: note`.

@@ -121,7 +121,8 @@ pub enum Command {
     /// Jobs in id order, optionally of one queue and one state.
     List(inspect::ListArgs),
     /// One job's whole record, with its payload (as text when it is UTF-8, else as hex; the
-    /// first 4 KiB unless --full).
+    /// first 4 KiB unless --full) and its attempts that did not complete, newest first, one
+    /// line each (the 100 newest unless --attempts N).
     Show(inspect::ShowArgs),
     /// Exhaustions awaiting acknowledgement (the dead letters), in id order.
     Exhausted(inspect::ExhaustedArgs),

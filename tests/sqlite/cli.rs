@@ -200,6 +200,53 @@ fn show_prints_the_row_and_cuts_long_payloads() {
     run(&db, &["show", "abc"]).usage();
 }
 
+/// `show` lists the job's attempts that did not complete, newest first, one line each, their
+/// texts escaped so that no error can forge a line; `--json` carries them; `--attempts N`
+/// bounds them and says when older ones were left out. A job that never failed has none.
+#[test]
+fn show_lists_the_attempts_that_did_not_complete_newest_first() {
+    let (_dir, db, queue) = new_db();
+    let id = enqueue(&queue, NewJob::new("q", b"x".to_vec()).max_attempts(3));
+    let first = queue.claim("q", "worker-1", LEASE).unwrap().unwrap();
+    queue.retry(&first.token(), Duration::ZERO, "provider answered 502\nattempt 9: forged, worker nobody").unwrap();
+    let second = queue.claim("q", "worker-2", LEASE).unwrap().unwrap();
+    queue.exhaust(&second.token(), "gave up \u{1b}[2J").unwrap();
+
+    let text = run(&db, &["show", &id.to_string()]).ok().to_string();
+    let lines: Vec<&str> = text.lines().filter(|l| l.trim_start().starts_with("attempt ")).collect();
+    assert_eq!(lines.len(), 2, "one line per record, none forged: {text}");
+    assert!(text.contains("attempts that did not complete (2, newest first):"), "{text}");
+    assert!(lines[0].contains("attempt 2: exhausted, worker worker-2, started 20"), "{}", lines[0]);
+    assert!(lines[0].contains("gave up \\u{1b}[2J"), "{}", lines[0]);
+    assert!(lines[1].contains("attempt 1: retry, worker worker-1"), "{}", lines[1]);
+    assert!(lines[1].contains("provider answered 502\\nattempt 9: forged"), "{}", lines[1]);
+    assert!(!text.contains('\u{1b}'), "no raw escape reaches the terminal");
+
+    let row = run(&db, &["show", &id.to_string(), "--json"]).json();
+    let attempts = row["attempts"].as_array().unwrap();
+    let outcomes: Vec<&str> = attempts.iter().map(|a| a["outcome"].as_str().unwrap()).collect();
+    assert_eq!(outcomes, ["exhausted", "retry"]);
+    assert_eq!(attempts[1]["attempt"], 1);
+    assert_eq!(attempts[1]["worker"], "worker-1");
+    assert_eq!(attempts[1]["claim_id"], first.token.claim_id.to_string());
+    assert_eq!(attempts[1]["started_at"], first.claimed_at);
+    assert_eq!(attempts[1]["error"], "provider answered 502\nattempt 9: forged, worker nobody");
+    assert_eq!(row["attempts_truncated"], false);
+
+    let text = run(&db, &["show", &id.to_string(), "--attempts", "1"]).ok().to_string();
+    assert!(text.contains("attempts that did not complete (the 1 newest, newest first):"), "{text}");
+    assert!(text.contains("attempt 2: exhausted") && !text.contains("attempt 1: retry"), "{text}");
+    assert!(text.contains("(older records not shown; --attempts 10000 shows more)"), "{text}");
+    assert_eq!(run(&db, &["show", &id.to_string(), "--attempts", "1", "--json"]).json()["attempts_truncated"], true);
+    run(&db, &["show", &id.to_string(), "--attempts", "0"]).usage();
+
+    let done = enqueue(&queue, NewJob::new("other", b"y".to_vec()));
+    let claim = queue.claim("other", "w", LEASE).unwrap().unwrap();
+    queue.complete(&claim.token()).unwrap();
+    assert!(run(&db, &["show", &done.to_string()]).ok().contains("attempts that did not complete: none"));
+    assert_eq!(run(&db, &["show", &done.to_string(), "--json"]).json()["attempts"], serde_json::json!([]));
+}
+
 #[test]
 fn exhausted_lists_unacknowledged_exhaustions_per_queue() {
     let (_dir, db, queue) = new_db();
