@@ -54,6 +54,35 @@ fn prune_expecting_a_different_count_deletes_nothing() {
     assert_eq!(q.prune_expecting(&retention, 2).unwrap().deleted(), 2);
 }
 
+/// A settle and the record of its attempt are one transaction: where the record cannot be
+/// written (a hostile trigger refuses it, the table is gone), the settle fails and changes
+/// nothing, and so does a reap, which leaves the lease for a later pass. A completion writes
+/// no record, so it goes on.
+#[test]
+fn a_settle_or_reap_whose_record_cannot_be_written_changes_nothing() {
+    for tamper in [
+        "CREATE TRIGGER hostile_abort_record BEFORE INSERT ON fenceq_attempts BEGIN SELECT RAISE(ABORT, 'no'); END;",
+        "DROP TABLE fenceq_attempts;",
+    ] {
+        let q = temp_queue();
+        q.add("settled");
+        q.add("reaped");
+        let settled = q.take("w");
+        q.take("w");
+        Connection::open(q.path()).unwrap().execute_batch(tamper).unwrap();
+        let before = snapshot(&q.path());
+        assert!(q.retry(&settled.token(), Duration::ZERO, "502").is_err(), "{tamper}");
+        assert!(q.exhaust(&settled.token(), "gave up").is_err(), "{tamper}");
+        assert!(q.park(&settled.token(), Duration::from_secs(60), "approval").is_err(), "{tamper}");
+        assert_eq!(snapshot(&q.path()), before, "{tamper}: the settles changed nothing");
+        q.complete(&settled.token()).unwrap();
+        let before = snapshot(&q.path());
+        q.advance(LEASE);
+        assert!(q.reap().is_err(), "{tamper}");
+        assert_eq!(snapshot(&q.path()), before, "{tamper}: the reap changed nothing");
+    }
+}
+
 #[test]
 fn acknowledge_all_counts_and_acknowledges_in_one_transaction() {
     let q = temp_queue();

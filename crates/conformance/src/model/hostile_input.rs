@@ -464,6 +464,8 @@ pub const TAMPERS: &[&str] = &[
     "PRAGMA encoding = 'UTF-16le';",
     "CREATE TABLE hostile_pad (x); INSERT INTO hostile_pad VALUES (zeroblob(100000));",
     "PRAGMA foreign_keys = ON; CREATE TABLE hostile_child (job INTEGER REFERENCES fenceq_jobs(id)); INSERT INTO hostile_child SELECT id FROM fenceq_jobs;",
+    "DROP TABLE fenceq_attempts;",
+    "CREATE TRIGGER hostile_abort_record BEFORE INSERT ON fenceq_attempts BEGIN SELECT RAISE(ABORT, 'no'); END;",
 ];
 
 fn hostile_tampered_file(data: &[u8]) {
