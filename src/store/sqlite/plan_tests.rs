@@ -378,3 +378,21 @@ fn settled_counts_move_through_their_primary_key() {
         }
     }
 }
+
+/// The history of attempts is read, numbered and pruned through its primary key (job, seq):
+/// a job's records newest first without a sort, the next number at the end of the job's
+/// range, and a pruned job's records as that range.
+#[test]
+fn the_history_of_attempts_is_read_numbered_and_pruned_through_its_key() {
+    let conn = migrated();
+    let steps = plan(&conn, ATTEMPTS.sql);
+    assert_eq!(steps, ["SEARCH fenceq_attempts USING PRIMARY KEY (job_id=?)"], "{steps:?}");
+    for statement in [RECORD_ATTEMPT, RECORD_EXPIRED_LEASE] {
+        let steps = plan(&conn, statement.sql);
+        assert!(steps.iter().any(|s| s == "SEARCH fenceq_jobs USING INTEGER PRIMARY KEY (rowid=?)"), "{steps:?}");
+        assert!(steps.iter().any(|s| s.contains("SEARCH a USING PRIMARY KEY (job_id=?)")), "{steps:?}");
+        assert!(!steps.iter().any(|s| s.starts_with("SCAN") || s.contains("TEMP B-TREE")), "{steps:?}");
+    }
+    let steps = plan(&conn, FORGET_ATTEMPTS.sql);
+    assert_eq!(steps, ["SEARCH fenceq_attempts USING PRIMARY KEY (job_id=?)"], "{steps:?}");
+}
