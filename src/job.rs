@@ -16,12 +16,38 @@ impl fmt::Display for JobId {
 }
 
 /// The unique id of one claim: generated for every successful claim and stored on the row.
+///
+/// A UUID in the time-ordered layout of RFC 9562's version 7: the claim's instant (ms since
+/// the epoch, on the store's clock) in its first 48 bits, then 74 random bits. The record of an
+/// attempt that did not complete takes its start from there ([`AttemptRecord::started_at`]),
+/// so that a claim stores nothing more than its id. An instant outside what 48 bits hold (before
+/// the epoch, say, on a test's clock) gets a random (version 4) id, as does every claim of a
+/// build before schema 19.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ClaimId(pub Uuid);
 
 impl ClaimId {
-    pub(crate) fn generate() -> Self {
-        ClaimId(Uuid::new_v4())
+    /// A fresh claim id for a claim at `now` (ms since the epoch).
+    pub(crate) fn generate_at(now: i64) -> Self {
+        let random = Uuid::new_v4();
+        match u64::try_from(now) {
+            Ok(ms) if ms < 1 << 48 => {
+                let mut bytes = *random.as_bytes();
+                bytes[..6].copy_from_slice(&ms.to_be_bytes()[2..]);
+                bytes[6] = 0x70 | (bytes[6] & 0x0f);
+                ClaimId(Uuid::from_bytes(bytes))
+            }
+            _ => ClaimId(random),
+        }
+    }
+
+    /// The claim's instant, when the id carries one (a version 7 id, as this build issues).
+    pub(crate) fn instant(&self) -> Option<i64> {
+        (self.0.get_version_num() == 7).then(|| {
+            let mut ms = [0u8; 8];
+            ms[2..].copy_from_slice(&self.0.as_bytes()[..6]);
+            i64::from_be_bytes(ms)
+        })
     }
 
     pub(crate) fn from_blob(bytes: &[u8]) -> Self {
@@ -739,8 +765,9 @@ pub struct AttemptRecord {
     /// The worker that held the claim.
     pub worker: Option<String>,
     /// The claim's instant, ms since the epoch (the store's clock, as
-    /// [`Claimed::claimed_at`]). `None` for an attempt claimed before the database had the
-    /// history (schema 19), or, during a rolling upgrade, by a process of an older build.
+    /// [`Claimed::claimed_at`]), which its claim id carries ([`ClaimId`]). `None` for an
+    /// attempt claimed by a build before schema 19 (before the upgrade, or during a rolling
+    /// upgrade by a process of an older build), whose claim ids carry no instant.
     pub started_at: Option<i64>,
     /// When the settle or reap that ended it ran, ms since the epoch (the store's clock).
     pub ended_at: i64,
@@ -754,6 +781,21 @@ pub struct AttemptRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_claim_id_carries_its_instant_and_stays_random() {
+        for now in [0, 1, 1_700_000_000_123, (1 << 48) - 1] {
+            let (a, b) = (ClaimId::generate_at(now), ClaimId::generate_at(now));
+            assert_ne!(a, b, "at {now}");
+            assert_eq!((a.instant(), a.0.get_version_num()), (Some(now), 7), "at {now}");
+            assert_eq!(a.0.get_variant(), uuid::Variant::RFC4122);
+        }
+        for now in [-1, 1 << 48, i64::MAX, i64::MIN] {
+            let id = ClaimId::generate_at(now);
+            assert_eq!((id.instant(), id.0.get_version_num()), (None, 4), "at {now}");
+        }
+        assert_eq!(ClaimId(Uuid::new_v4()).instant(), None, "an older build's random id carries none");
+    }
 
     #[test]
     fn attempt_outcome_round_trips() {

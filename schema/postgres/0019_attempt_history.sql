@@ -3,11 +3,29 @@
 -- park, a lease that ran out and was reaped or reclaimed, a park whose deadline passed), written
 -- by the statement of the settle, reap or claim that ended the attempt (a settle runs as one
 -- statement in autocommit: the record is a data-modifying CTE of that statement). A completion
--- writes none.
---
--- The claim's instant, stored by every claim from this version on: a record's start. (The row
--- kept only the last heartbeat, which a renewal moves.) NULL for a job claimed before.
-ALTER TABLE fenceq_jobs ADD COLUMN claimed_at BIGINT;
+-- writes none, and nothing is added to the jobs table: a record's start is the claim's instant,
+-- which the claim id carries from this version on.
+
+-- A claim id for a claim at `p_now` (ms): a UUID of RFC 9562's version 7, the instant in its
+-- first 48 bits, then 74 random bits (as the SQLite store's `ClaimId::generate_at`); a random
+-- one (version 4) for an instant that 48 bits do not hold. A single expression, so the
+-- planner inlines it into the claim's statement.
+CREATE OR REPLACE FUNCTION fenceq_claim_id(p_now BIGINT) RETURNS UUID
+LANGUAGE sql VOLATILE AS $$
+    SELECT CASE WHEN p_now >= 0 AND p_now < 281474976710656
+                THEN encode(set_byte(overlay(uuid_send(gen_random_uuid()) PLACING substring(int8send(p_now) FROM 3)
+                                             FROM 1 FOR 6),
+                                     6, 112 + floor(random() * 16)::int), 'hex')::uuid
+                ELSE gen_random_uuid() END
+$$;
+
+-- The instant a claim id carries (`fenceq_claim_id`), NULL for one that carries none (a random
+-- id, as every build before this version issued).
+CREATE OR REPLACE FUNCTION fenceq_claim_instant(p_claim UUID) RETURNS BIGINT
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN get_byte(uuid_send(p_claim), 6) >> 4 = 7
+                THEN ('x' || encode(substring(uuid_send(p_claim) FROM 1 FOR 6), 'hex'))::bit(48)::bigint END
+$$;
 
 -- Keyed by (job, seq), `seq` drawn from the table's own sequence: it rises with every record,
 -- so the key orders a job's records as they were written, and is the index of "this job's
@@ -35,11 +53,12 @@ CREATE TABLE fenceq_attempts (
 );
 
 -- The claims, as 0016 (`fenceq_claim`), 0009 (`fenceq_claim_limited`) and 0015
--- (`fenceq_claim_grouped`) wrote them, with two changes: each claimed row stores the claim's
--- instant (`claimed_at`), and the claim of a running job whose lease ran out records the
+-- (`fenceq_claim_grouped`) wrote them, with two changes: each claim id carries the claim's
+-- instant (`fenceq_claim_id`), and the claim of a running job whose lease ran out records the
 -- attempt it takes over (`lost`: `lease_expired`, ended at the claim's instant), from the
--- row's version the claim locked, before its update. The same arguments and results: a
--- process of the build before keeps calling them, and records and stores as they now do.
+-- row's version the claim locked, before its update (the grouped claim, whose candidates are
+-- read without locks, locks its chosen rows first). The same arguments and results: a process
+-- of the build before keeps calling them, and its claims record as this build's do.
 
 CREATE OR REPLACE FUNCTION fenceq_claim(p_queue TEXT, p_now BIGINT, p_limit BIGINT, p_worker TEXT, p_lease_ms BIGINT)
 RETURNS TABLE (id BIGINT, queue TEXT, key TEXT, payload BYTEA, priority INTEGER, run_at BIGINT,
@@ -71,7 +90,7 @@ BEGIN
         LIMIT  p_limit
         FOR UPDATE SKIP LOCKED
     ), expired AS (
-        SELECT j.id, j.priority, j.run_at, j.attempt, j.claim_id, j.worker, j.claimed_at
+        SELECT j.id, j.priority, j.run_at, j.attempt, j.claim_id, j.worker
         FROM   fenceq_jobs AS j
         WHERE  (SELECT claimable FROM queue_open)
           AND  j.queue = p_queue AND j.state = 'running' AND j.lease_until <= (SELECT now FROM clock)
@@ -87,15 +106,14 @@ BEGIN
         LIMIT  p_limit
     ), lost AS (
         INSERT INTO fenceq_attempts (job_id, attempt, claim_id, outcome, worker, started_at, ended_at, error)
-        SELECT e.id, e.attempt, e.claim_id, 'lease_expired', e.worker, e.claimed_at, (SELECT now FROM clock),
+        SELECT e.id, e.attempt, e.claim_id, 'lease_expired', e.worker, fenceq_claim_instant(e.claim_id), (SELECT now FROM clock),
                'lease expired (worker ' || e.worker || ')'
         FROM   expired AS e
         WHERE  e.id = ANY (ARRAY(SELECT due.id FROM due))
     )
     UPDATE fenceq_jobs AS j
-    SET    state = 'running', attempt = j.attempt + 1, claim_id = gen_random_uuid(), worker = p_worker,
-           lease_until = clock.now + p_lease_ms, heartbeat_at = clock.now, claimed_at = clock.now,
-           wait_until = NULL
+    SET    state = 'running', attempt = j.attempt + 1, claim_id = fenceq_claim_id(clock.now), worker = p_worker,
+           lease_until = clock.now + p_lease_ms, heartbeat_at = clock.now, wait_until = NULL
     FROM   clock
     WHERE  j.id = ANY (ARRAY(SELECT due.id FROM due))
     RETURNING j.id, j.queue, j.key, j.payload, j.priority, j.run_at, j.attempt, j.max_attempts,
@@ -155,7 +173,7 @@ BEGIN
         LIMIT  allowed
         FOR UPDATE SKIP LOCKED
     ), expired AS (
-        SELECT j.id, j.priority, j.run_at, j.attempt, j.claim_id, j.worker, j.claimed_at
+        SELECT j.id, j.priority, j.run_at, j.attempt, j.claim_id, j.worker
         FROM   fenceq_jobs AS j
         WHERE  j.queue = p_queue AND j.state = 'running' AND j.lease_until <= now_ms
           AND  j.attempt < j.max_attempts
@@ -170,8 +188,8 @@ BEGIN
         LIMIT  allowed
     ), claimed AS (
         UPDATE fenceq_jobs AS j
-        SET    state = 'running', attempt = j.attempt + 1, claim_id = gen_random_uuid(), worker = p_worker,
-               lease_until = leased, heartbeat_at = now_ms, claimed_at = now_ms, wait_until = NULL
+        SET    state = 'running', attempt = j.attempt + 1, claim_id = fenceq_claim_id(now_ms), worker = p_worker,
+               lease_until = leased, heartbeat_at = now_ms, wait_until = NULL
         FROM   due
         WHERE  j.id = due.id
           AND  NOT EXISTS (SELECT 1 FROM fenceq_queues AS q WHERE q.queue = p_queue AND q.paused_at IS NOT NULL)
@@ -180,7 +198,7 @@ BEGIN
                   j.lease_until, j.last_error, j.claim_id, j.group_name
     ), lost AS (
         INSERT INTO fenceq_attempts (job_id, attempt, claim_id, outcome, worker, started_at, ended_at, error)
-        SELECT e.id, e.attempt, e.claim_id, 'lease_expired', e.worker, e.claimed_at, now_ms,
+        SELECT e.id, e.attempt, e.claim_id, 'lease_expired', e.worker, fenceq_claim_instant(e.claim_id), now_ms,
                'lease expired (worker ' || e.worker || ')'
         FROM   expired AS e
         WHERE  e.id IN (SELECT c.id FROM claimed AS c)
@@ -299,15 +317,14 @@ BEGIN
         PERFORM 1 FROM fenceq_jobs AS j WHERE j.id = ANY(chosen) ORDER BY j.id FOR UPDATE;
         RETURN QUERY
         WITH expired AS (
-            SELECT j.id, j.attempt, j.claim_id, j.worker, j.claimed_at
+            SELECT j.id, j.attempt, j.claim_id, j.worker
             FROM   fenceq_jobs AS j
             WHERE  j.id = ANY(chosen) AND j.state = 'running' AND j.lease_until <= now_ms
               AND  j.attempt < j.max_attempts
         ), claimed AS (
             UPDATE fenceq_jobs AS j
-            SET    state = 'running', attempt = j.attempt + 1, claim_id = gen_random_uuid(),
-                   worker = p_worker, lease_until = leased, heartbeat_at = now_ms, claimed_at = now_ms,
-                   wait_until = NULL
+            SET    state = 'running', attempt = j.attempt + 1, claim_id = fenceq_claim_id(now_ms),
+                   worker = p_worker, lease_until = leased, heartbeat_at = now_ms, wait_until = NULL
             WHERE  j.id = ANY(chosen)
               AND  ((j.state = 'pending' AND NOT j.group_held AND j.run_at <= now_ms)
                     OR (j.state = 'running' AND j.lease_until <= now_ms AND j.attempt < j.max_attempts))
@@ -315,7 +332,7 @@ BEGIN
                       j.lease_until, j.last_error, j.claim_id, j.group_name
         ), lost AS (
             INSERT INTO fenceq_attempts (job_id, attempt, claim_id, outcome, worker, started_at, ended_at, error)
-            SELECT e.id, e.attempt, e.claim_id, 'lease_expired', e.worker, e.claimed_at, now_ms,
+            SELECT e.id, e.attempt, e.claim_id, 'lease_expired', e.worker, fenceq_claim_instant(e.claim_id), now_ms,
                    'lease expired (worker ' || e.worker || ')'
             FROM   expired AS e
             WHERE  e.id IN (SELECT c.id FROM claimed AS c)

@@ -1,11 +1,11 @@
 -- The history of a job's attempts: one record for every attempt that did not complete (a
 -- retry, a snooze or a provider's back-off, an exhaustion, an unknown outcome, a park, a lease
 -- that ran out and was reaped or reclaimed, a park whose deadline passed), written in the
--- transaction of the settle, reap or claim that ended the attempt. A completion writes none.
---
--- The claim's instant, stored by every claim from this version on: a record's start. (The row
--- kept only the last heartbeat, which a renewal moves.) NULL for a job claimed before.
-ALTER TABLE fenceq_jobs ADD COLUMN claimed_at INTEGER;
+-- transaction of the settle, reap or claim that ended the attempt. A completion writes none,
+-- and nothing is added to the jobs table: a record's start is the claim's instant, which the
+-- claim id of this version carries (a UUID of version 7: its first 48 bits are the instant in
+-- ms), so a claim stores nothing more than it did. An attempt claimed before (a version 4 id)
+-- is recorded without its start.
 
 -- Keyed by (job, seq): `seq` numbers a job's records 1, 2, 3... in the order they were written
 -- (the next is the job's largest plus one, read through this key under the writer's lock), so

@@ -118,9 +118,10 @@ pub(crate) fn pool_threads() -> std::sync::Arc<scheduled_thread_pool::ScheduledT
 /// that changes the row or one beside it: the settles of the exact live claim (retry, snooze
 /// or back-off, every exhaustion, unknown, park), the reaps ([`Store::reap_expired`],
 /// [`Store::reap_waiting`]) and a claim that takes over an expired lease ([`Store::claim`]).
-/// The record carries the row's attempt, claim id, worker and claim instant (every claim
-/// stores its instant), the outcome, the transition's `now` as its end, and the error text
-/// the transition stored as `last_error`. A guard that fails records nothing; a completion
+/// The record carries the row's attempt, claim id and worker, the claim's instant as its
+/// start (which every claim id carries: [`ClaimId`] is a UUID of version 7, its first 48 bits
+/// the instant; a store generates its claim ids so), the outcome, the transition's `now` as
+/// its end, and the error text the transition stored as `last_error`. A guard that fails records nothing; a completion
 /// and a release ([`Store::release_if_owned`]) record nothing; the prunes delete a deleted
 /// job's records with it, and nothing else deletes one.
 ///
@@ -323,9 +324,9 @@ pub trait Store: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// ([`Store::back_off_queue_of`]) ends after `now`; both checks are part of the claim's
     /// own read. A queue with limits ([`Store::set_limits`]) is claimed by the limited
     /// claim's steps (`store::limits`; on PostgreSQL the same steps in the schema's
-    /// functions), which hand out nothing that would break one. Each claimed row stores the
-    /// claim's instant (`now`), and the claim of a running job records the attempt it takes
-    /// over ([`AttemptOutcome::LeaseExpired`], ended at `now`).
+    /// functions), which hand out nothing that would break one. Each claim id carries the
+    /// claim's instant (`now`, see [`ClaimId`]), and the claim of a running job records the
+    /// attempt it takes over ([`AttemptOutcome::LeaseExpired`], ended at `now`).
     fn claim(tx: &Self::Tx, request: ClaimRequest<'_>) -> Result<Claims>;
 
     /// [`Store::claim`] judged by the store's clock read afresh ([`Store::fresh_now`]), each

@@ -744,7 +744,6 @@ fn eight_processes_opening_an_old_schema_at_once_all_succeed_with_one_schema_and
             "fenceq_jobs.decision",
             "fenceq_queues.queue",
             "fenceq_schedules.next_tick",
-            "fenceq_jobs.claimed_at",
             "fenceq_attempts.outcome",
         ] {
             let found = got.0.iter().filter(|l| l.starts_with(&format!("column {column} "))).count();

@@ -708,7 +708,7 @@ fn schema_13_counts_the_settled_rows_written_before_it_and_every_settle_after() 
         "DROP TABLE fenceq_settled_counts;
          DROP FUNCTION fenceq_claim_grouped; DROP FUNCTION fenceq_group_opens_at; DROP FUNCTION fenceq_claim;
          DROP FUNCTION fenceq_stats;
-         DROP TABLE fenceq_attempts; ALTER TABLE fenceq_jobs DROP COLUMN claimed_at;
+         DROP TABLE fenceq_attempts;
          DELETE FROM fenceq_schema_version WHERE version >= 13",
     )
     .unwrap();

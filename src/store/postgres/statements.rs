@@ -85,18 +85,19 @@ macro_rules! unless_held_elsewhere {
 }
 
 /// What a transition that ends an attempt returns first (`moved`), for its record
-/// (`records_attempt!`): the row's id, attempt, claim id, worker and claim instant, which no
-/// such transition changes, and the error text it stored as `last_error`.
+/// (`records_attempt!`): the row's id, attempt, claim id and worker, which no such transition
+/// changes, and the error text it stored as `last_error`.
 macro_rules! attempt_returned {
     () => {
-        "id, attempt, claim_id, worker, claimed_at, last_error"
+        "id, attempt, claim_id, worker, last_error"
     };
 }
 
 /// The history of attempts (`fenceq_attempts`, schema 19): a transition that ends an attempt
 /// other than by completing it (`$moved`, an `UPDATE` whose `RETURNING` starts with
 /// `attempt_returned!`) and, in the same statement, the record of each attempt it ended, with
-/// `$outcome` (an SQL expression), ended at `$now` (a parameter). A settle runs as one
+/// `$outcome` (an SQL expression), started at the instant its claim id carries
+/// (`fenceq_claim_instant`, schema 19), ended at `$now` (a parameter). A settle runs as one
 /// statement in autocommit, so the record is a data-modifying CTE of that statement, not a
 /// statement beside it. The statement returns `$returning` of every moved row.
 macro_rules! records_attempt {
@@ -109,7 +110,7 @@ macro_rules! records_attempt {
         INSERT INTO fenceq_attempts (job_id, attempt, claim_id, outcome, worker, started_at, ended_at, error)
         SELECT id, attempt, claim_id, ",
             $outcome,
-            ", worker, claimed_at, ",
+            ", worker, fenceq_claim_instant(claim_id), ",
             $now,
             ", last_error FROM moved)
     SELECT ",
@@ -682,13 +683,14 @@ stmt! {
            group_release_due = (j.group_name IS NOT NULL AND j.attempt >= j.max_attempts)
     FROM   expired
     WHERE  j.id = expired.id AND j.state = 'running' AND j.lease_until <= $1
-    RETURNING j.id, j.attempt, j.claim_id, j.worker, j.claimed_at, j.last_error,
+    RETURNING j.id, j.attempt, j.claim_id, j.worker, j.last_error,
               j.state, CASE WHEN j.attempt < j.max_attempts THEN ",
         wake_listeners!("j.queue"),
         " END AS woke, j.queue, j.group_name, j.group_release_due
     ), recorded AS (
         INSERT INTO fenceq_attempts (job_id, attempt, claim_id, outcome, worker, started_at, ended_at, error)
-        SELECT id, attempt, claim_id, 'lease_expired', worker, claimed_at, $1, last_error FROM moved)
+        SELECT id, attempt, claim_id, 'lease_expired', worker, fenceq_claim_instant(claim_id), $1, last_error
+        FROM   moved)
     SELECT state, woke, queue, group_name, group_release_due FROM moved"
     );
 
@@ -710,11 +712,12 @@ stmt! {
            group_release_due = (j.group_name IS NOT NULL)
     FROM   expired
     WHERE  j.id = expired.id AND j.state = 'waiting' AND j.wait_until <= $1
-    RETURNING j.id, j.attempt, j.claim_id, j.worker, j.claimed_at, j.last_error,
+    RETURNING j.id, j.attempt, j.claim_id, j.worker, j.last_error,
               j.queue, j.group_name, j.group_release_due
     ), recorded AS (
         INSERT INTO fenceq_attempts (job_id, attempt, claim_id, outcome, worker, started_at, ended_at, error)
-        SELECT id, attempt, claim_id, 'wait_expired', worker, claimed_at, $1, last_error FROM moved)
+        SELECT id, attempt, claim_id, 'wait_expired', worker, fenceq_claim_instant(claim_id), $1, last_error
+        FROM   moved)
     SELECT queue, group_name, group_release_due FROM moved";
 
     /// Returns how many rows it deleted (`n`). The deleted jobs' records of attempts go in

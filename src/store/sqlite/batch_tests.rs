@@ -85,7 +85,7 @@ fn a_batched_completion_writes_only_where_the_exact_token_owns_a_live_lease() {
     assert_eq!(again[0].token.id, expired.id, "the expired job is reclaimed first");
     let reclaim = again[0].token;
     // The reclaim's job and attempt with a stranger's claim id.
-    let stale = ClaimToken { claim_id: ClaimId::generate(), ..reclaim };
+    let stale = ClaimToken { claim_id: ClaimId::generate_at(0), ..reclaim };
     let mut tokens: Vec<ClaimToken> = owners.iter().map(|c| c.token).collect();
     tokens.insert(3, expired);
     tokens.insert(7, tokens[2]); // a repeat

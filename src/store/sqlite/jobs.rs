@@ -387,7 +387,7 @@ impl Store for SqliteStore {
                     row.get::<_, String>(0)?,
                     row.get::<_, String>(1)?,
                     row.get::<_, Option<String>>(2)?,
-                    JobId(row.get(3)?),
+                    (JobId(row.get(3)?), claim_instant(row, 4)?),
                 ))
             })
             .sql(REAP_EXPIRED)?;
@@ -405,8 +405,8 @@ impl Store for SqliteStore {
             }
         }
         drop(stmt);
-        for id in reaped {
-            record_attempt(tx, id, AttemptOutcome::LeaseExpired, now)?;
+        for (id, started) in reaped {
+            record_attempt(tx, id, AttemptOutcome::LeaseExpired, now, started)?;
         }
         release_groups(tx, groups)?;
         Ok((requeued, exhausted))
@@ -414,17 +414,17 @@ impl Store for SqliteStore {
 
     fn reap_waiting(tx: &Connection, batch: Batch) -> Result<u64> {
         let Batch { until: now, limit } = batch;
-        let rows: Vec<(String, Option<String>, i64)> = on(tx, REAP_WAITING, |s| {
+        let rows: Vec<(String, Option<String>, JobId, Option<i64>)> = on(tx, REAP_WAITING, |s| {
             s.query_map(named_params! { ":now": now, ":limit": limit }, |row| {
-                Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+                Ok((row.get(0)?, row.get(1)?, JobId(row.get(2)?), claim_instant(row, 3)?))
             })?
             .collect::<rusqlite::Result<_>>()
         })?;
         let exhausted = rows.len() as u64;
-        for (_, _, id) in &rows {
-            record_attempt(tx, JobId(*id), AttemptOutcome::WaitExpired, now)?;
+        for (_, _, id, started) in &rows {
+            record_attempt(tx, *id, AttemptOutcome::WaitExpired, now, *started)?;
         }
-        release_groups(tx, rows.into_iter().filter_map(|(queue, group, _)| group.map(|g| (queue, g))).collect())?;
+        release_groups(tx, rows.into_iter().filter_map(|(queue, group, _, _)| group.map(|g| (queue, g))).collect())?;
         Ok(exhausted)
     }
 
@@ -746,10 +746,15 @@ impl ClaimSteps for SqliteStore {
         })
     }
 
-    /// `RECORD_EXPIRED_LEASE` for each job, before `claim_ids` claims it.
+    /// `RECORD_EXPIRED_LEASE` for each job, before `claim_ids` claims it, started at the
+    /// instant its current claim id carries (read first: a claim takes over an expired lease
+    /// rarely, and its selection reads no claim id).
     fn record_expired_leases(tx: &Connection, ids: &[JobId], now: i64) -> Result<()> {
-        for id in ids {
-            on(tx, RECORD_EXPIRED_LEASE, |s| s.execute(named_params! { ":id": id.0, ":now": now }))?;
+        for &id in ids {
+            let started = Self::identity(tx, id)?.and_then(|row| row.claim_id).and_then(|c| c.instant());
+            on(tx, RECORD_EXPIRED_LEASE, |s| {
+                s.execute(named_params! { ":id": id.0, ":now": now, ":started": started })
+            })?;
         }
         Ok(())
     }
@@ -764,7 +769,7 @@ impl ClaimSteps for SqliteStore {
         let ClaimRequest { worker, now, lease_until, .. } = request;
         let mut claimed = Vec::with_capacity(ids.len());
         for &id in ids {
-            let claim_id = ClaimId::generate();
+            let claim_id = ClaimId::generate_at(now);
             on(tx, CLAIM_UPDATE, |s| {
                 s.execute(rusqlite::params![id.0, claim_id.0.as_bytes().as_slice(), worker, now, lease_until])
             })?;
@@ -1065,16 +1070,22 @@ fn insert_rows(tx: &Connection, rows: &[NewRow<'_>]) -> Result<Option<Vec<JobId>
 /// nothing when the settle changed nothing.
 fn recording(tx: &Connection, claim: TokenAt<'_>, outcome: AttemptOutcome, changed: bool) -> Result<bool> {
     if changed {
-        record_attempt(tx, claim.token.id, outcome, claim.now)?;
+        record_attempt(tx, claim.token.id, outcome, claim.now, claim.token.claim_id.instant())?;
     }
     Ok(changed)
 }
 
-/// `RECORD_ATTEMPT`: the record of the attempt of job `id` that a transition at `now` just
-/// ended with `outcome`.
-fn record_attempt(tx: &Connection, id: JobId, outcome: AttemptOutcome, now: i64) -> Result<()> {
+/// `RECORD_ATTEMPT`: the record of the attempt of job `id`, started at `started`, that a
+/// transition at `now` just ended with `outcome`.
+fn record_attempt(tx: &Connection, id: JobId, outcome: AttemptOutcome, now: i64, started: Option<i64>) -> Result<()> {
     let outcome = outcome.as_str();
-    on(tx, RECORD_ATTEMPT, |s| s.execute(named_params! { ":id": id.0, ":outcome": outcome, ":now": now })).map(drop)
+    let params = named_params! { ":id": id.0, ":outcome": outcome, ":now": now, ":started": started };
+    on(tx, RECORD_ATTEMPT, |s| s.execute(params)).map(drop)
+}
+
+/// The instant of the claim whose id is in column `index` (`ClaimId::instant`).
+fn claim_instant(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<i64>> {
+    Ok(row.get::<_, Option<Vec<u8>>>(index)?.and_then(|blob| ClaimId::from_blob(&blob).instant()))
 }
 
 /// An attempt's outcome from its name in column `index`.
@@ -1109,7 +1120,7 @@ fn claimed_row(row: &Row<'_>, id: JobId, claim_id: ClaimId) -> rusqlite::Result<
 /// `ClaimSteps::claim_ids` for two jobs or more: each gets a fresh claim id, bound beside its id.
 fn claim_in_pieces(tx: &Connection, ids: &[JobId], request: ClaimRequest<'_>) -> Result<Vec<Claimed>> {
     let ClaimRequest { worker, now, lease_until, .. } = request;
-    let chosen: Vec<(JobId, ClaimId)> = ids.iter().map(|&id| (id, ClaimId::generate())).collect();
+    let chosen: Vec<(JobId, ClaimId)> = ids.iter().map(|&id| (id, ClaimId::generate_at(now))).collect();
     let mut by_id = std::collections::HashMap::with_capacity(ids.len());
     in_pieces(
         tx,

@@ -181,7 +181,7 @@ pub(crate) fn claim_rows(rows: usize) -> crate::store::Stmt {
                 list_drives!(),
                 "
     SET    state = 'running', attempt = attempt + 1, claim_id = t.column2, worker = ?1,
-           lease_until = ?3, heartbeat_at = ?2, claimed_at = ?2, wait_until = NULL
+           lease_until = ?3, heartbeat_at = ?2, wait_until = NULL
     FROM   (VALUES {}) AS t
     WHERE  fenceq_jobs.id = +t.column1
     RETURNING queue, key, payload, priority, attempt, max_attempts, lease_until, last_error, group_name, id, claim_id"
@@ -308,7 +308,7 @@ stmt! {
     CLAIM_UPDATE = "
     UPDATE fenceq_jobs
     SET    state = 'running', attempt = attempt + 1, claim_id = ?2, worker = ?3,
-           lease_until = ?5, heartbeat_at = ?4, claimed_at = ?4, wait_until = NULL
+           lease_until = ?5, heartbeat_at = ?4, wait_until = NULL
     WHERE  id = ?1";
 
     /// The data a claim hands out, read right after `CLAIM_UPDATE` in the same transaction.
@@ -508,7 +508,7 @@ stmt! {
                   WHERE  state = 'running' AND lease_until <= :now
                   ORDER  BY id LIMIT :limit)
       AND  state = 'running' AND lease_until <= :now
-    RETURNING state, queue, group_name, id";
+    RETURNING state, queue, group_name, id, claim_id";
 
     /// Parked jobs whose deadline passed are exhausted (never reclaimed). `INDEXED BY` as in
     /// `REAP_EXPIRED`.
@@ -521,7 +521,7 @@ stmt! {
                   WHERE  state = 'waiting' AND wait_until <= :now
                   ORDER  BY id LIMIT :limit)
       AND  state = 'waiting' AND wait_until <= :now
-    RETURNING queue, group_name, id";
+    RETURNING queue, group_name, id, claim_id";
 
     /// Returns each deleted row's id (for `RAISE_ID_FLOOR` and `FORGET_ATTEMPTS`), queue and
     /// state (for `UNCOUNT_SETTLED`).
@@ -1055,25 +1055,27 @@ stmt! {
 stmt! {
     /// The record of the attempt that a transition of job `:id` just ended with `:outcome` at
     /// `:now` (a settle of the exact live claim, the reaper's take-over of an expired lease or a
-    /// passed deadline): its attempt, claim id, worker and claim instant as the row holds them
-    /// (no such transition changes them), and its error as the transition stored it in
-    /// `last_error` (each of them stores the attempt's error, reason or evidence there, cut to
+    /// passed deadline): its attempt, claim id and worker as the row holds them (no such
+    /// transition changes them), its start `:started` (the claim's instant, which the claim id
+    /// carries: `ClaimId::instant`), and its error as the transition stored it in `last_error`
+    /// (each of them stores the attempt's error, reason or evidence there, cut to
     /// `MAX_ERROR_LEN` above the seam). Numbered after the job's latest record, found at the end
     /// of the job's range of the primary key.
     RECORD_ATTEMPT = "
     INSERT INTO fenceq_attempts (job_id, seq, attempt, claim_id, outcome, worker, started_at, ended_at, error)
     SELECT id, coalesce((SELECT max(a.seq) FROM fenceq_attempts AS a WHERE a.job_id = :id), 0) + 1,
-           attempt, claim_id, :outcome, worker, claimed_at, :now, last_error
+           attempt, claim_id, :outcome, worker, :started, :now, last_error
     FROM   fenceq_jobs
     WHERE  id = :id";
 
     /// The record of the attempt a claim at `:now` takes over from job `:id`, whose lease ran out
-    /// (`lapsed` in the claim's selection): run before the claim's update, while the row still
-    /// holds the attempt, in the claim's transaction, with the reaper's text for the same end.
+    /// (`lapsed` in the claim's selection), started at `:started`: run before the claim's
+    /// update, while the row still holds the attempt, in the claim's transaction, with the
+    /// reaper's text for the same end.
     RECORD_EXPIRED_LEASE = "
     INSERT INTO fenceq_attempts (job_id, seq, attempt, claim_id, outcome, worker, started_at, ended_at, error)
     SELECT id, coalesce((SELECT max(a.seq) FROM fenceq_attempts AS a WHERE a.job_id = :id), 0) + 1,
-           attempt, claim_id, 'lease_expired', worker, claimed_at, :now, 'lease expired (worker ' || worker || ')'
+           attempt, claim_id, 'lease_expired', worker, :started, :now, 'lease expired (worker ' || worker || ')'
     FROM   fenceq_jobs
     WHERE  id = :id AND state = 'running' AND lease_until <= :now";
 
