@@ -21,6 +21,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use crate::support;
+use crate::support::Proxy;
 
 const LEASE: Duration = Duration::from_secs(600);
 
@@ -649,79 +650,6 @@ fn a_url_whose_connect_timeout_means_forever_is_still_bounded() {
         let err = result.expect_err("the server never answers");
         assert!(matches!(err, Error::Unavailable { .. }) && err.is_retryable(), "{value}: {}", chain(&err));
         assert!(took < bound + Duration::from_secs(10), "connect_timeout={value} took {took:?}");
-    }
-}
-
-/// A TCP proxy in front of the test server, which the test can take down (every connection
-/// cut, the port refusing new ones) and bring back on the same port: an outage of the server
-/// as the queue sees it, without stopping the server other tests use.
-struct Proxy {
-    port: u16,
-    upstream: std::net::SocketAddr,
-    up: Arc<std::sync::atomic::AtomicBool>,
-    open: Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
-    accept: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Proxy {
-    fn new(url: &str) -> Proxy {
-        let hostport = url.split_once('@').unwrap().1.split('/').next().unwrap();
-        let upstream = std::net::ToSocketAddrs::to_socket_addrs(hostport).unwrap().next().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut proxy = Proxy { port, upstream, up: Arc::default(), open: Arc::default(), accept: None };
-        proxy.start();
-        proxy
-    }
-
-    /// The test server's URL with the proxy's port.
-    fn url(&self, url: &str) -> String {
-        let (head, rest) = url.split_once('@').unwrap();
-        let (_, path) = rest.split_once('/').unwrap();
-        format!("{head}@127.0.0.1:{}/{path}", self.port)
-    }
-
-    fn start(&mut self) {
-        let listener = std::net::TcpListener::bind(("127.0.0.1", self.port)).expect("the proxy's port again");
-        listener.set_nonblocking(true).unwrap();
-        self.up.store(true, Ordering::SeqCst);
-        let (up, open, upstream) = (self.up.clone(), self.open.clone(), self.upstream);
-        self.accept = Some(std::thread::spawn(move || {
-            while up.load(Ordering::SeqCst) {
-                let Ok((client, _)) = listener.accept() else {
-                    std::thread::sleep(Duration::from_millis(5));
-                    continue;
-                };
-                client.set_nonblocking(false).unwrap();
-                let Ok(server) = std::net::TcpStream::connect(upstream) else { continue };
-                let mut open = open.lock().unwrap();
-                open.push(client.try_clone().unwrap());
-                open.push(server.try_clone().unwrap());
-                for (mut from, mut to) in [(client.try_clone().unwrap(), server.try_clone().unwrap()), (server, client)]
-                {
-                    std::thread::spawn(move || {
-                        let _ = std::io::copy(&mut from, &mut to);
-                        let _ = to.shutdown(std::net::Shutdown::Both);
-                    });
-                }
-            }
-        }));
-    }
-
-    /// Cuts every connection and stops listening (new connections are refused).
-    fn down(&mut self) {
-        self.up.store(false, Ordering::SeqCst);
-        if let Some(accept) = self.accept.take() {
-            accept.join().unwrap();
-        }
-        for stream in self.open.lock().unwrap().drain(..) {
-            let _ = stream.shutdown(std::net::Shutdown::Both);
-        }
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.down();
     }
 }
 

@@ -16,7 +16,10 @@ use fenceq::diesel::sql_types::{BigInt, Integer, Text, Uuid as SqlUuid};
 use fenceq::diesel::{sql_query, Connection, PgConnection, QueryableByName, RunQueryDsl};
 use fenceq::{ClaimToken, PostgresStore, Queue};
 use std::io::{BufRead, BufReader};
+use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -378,5 +381,81 @@ impl ScriptedServer {
 impl Drop for ScriptedServer {
     fn drop(&mut self) {
         let _ = Command::new(&self.script).arg("stop").env(self.dir_var, &self.dir).output();
+    }
+}
+
+/// A TCP proxy on a loopback port of its own in front of a database server, which a test
+/// takes down (every connection cut, the port refusing new ones) and brings back on the same
+/// port: an outage or a failover of the server as a dashboard started through it sees it,
+/// without stopping the server other tests use.
+pub struct Proxy {
+    port: u16,
+    upstream: std::net::SocketAddr,
+    up: Arc<AtomicBool>,
+    open: Arc<Mutex<Vec<TcpStream>>>,
+    accept: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Proxy {
+    /// A proxy to the server of `url` (`postgres://USER@HOST:PORT/DB`), up.
+    pub fn new(url: &str) -> Proxy {
+        let hostport = url.split_once('@').expect("USER@HOST").1.split('/').next().unwrap();
+        let upstream = std::net::ToSocketAddrs::to_socket_addrs(hostport).unwrap().next().unwrap();
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut proxy = Proxy { port, upstream, up: Arc::default(), open: Arc::default(), accept: None };
+        proxy.start();
+        proxy
+    }
+
+    /// `url` with the proxy's address in place of the server's.
+    pub fn url(&self, url: &str) -> String {
+        let (head, rest) = url.split_once('@').unwrap();
+        let (_, path) = rest.split_once('/').unwrap();
+        format!("{head}@127.0.0.1:{}/{path}", self.port)
+    }
+
+    /// Listens again (on the same port) and passes new connections on.
+    pub fn start(&mut self) {
+        let listener = TcpListener::bind(("127.0.0.1", self.port)).expect("the proxy's port again");
+        listener.set_nonblocking(true).unwrap();
+        self.up.store(true, Ordering::SeqCst);
+        let (up, open, upstream) = (self.up.clone(), self.open.clone(), self.upstream);
+        self.accept = Some(std::thread::spawn(move || {
+            while up.load(Ordering::SeqCst) {
+                let Ok((client, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                client.set_nonblocking(false).unwrap();
+                let Ok(server) = TcpStream::connect(upstream) else { continue };
+                let mut open = open.lock().unwrap();
+                open.push(client.try_clone().unwrap());
+                open.push(server.try_clone().unwrap());
+                for (mut from, mut to) in [(client.try_clone().unwrap(), server.try_clone().unwrap()), (server, client)]
+                {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        }));
+    }
+
+    /// Cuts every connection and stops listening (new connections are refused).
+    pub fn down(&mut self) {
+        self.up.store(false, Ordering::SeqCst);
+        if let Some(accept) = self.accept.take() {
+            accept.join().unwrap();
+        }
+        for stream in self.open.lock().unwrap().drain(..) {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.down();
     }
 }

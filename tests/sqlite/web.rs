@@ -1298,7 +1298,7 @@ fn an_action_while_another_connection_holds_the_write_lock_is_503_and_changes_no
 #[cfg(feature = "postgres")]
 #[test]
 fn while_postgres_cannot_be_reached_the_pages_answer_503_and_work_again_after() {
-    use crate::web_support::Proxy;
+    use crate::pg_support::Proxy;
     let Some(scratch) = pg_support::Scratch::new() else { return };
     let queue = scratch.open();
     let f = fixture(&queue);

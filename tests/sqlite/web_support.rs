@@ -13,8 +13,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// How long a server or chromedriver may take to start, and a request to be answered.
@@ -294,84 +293,6 @@ pub fn serve_page(html: String) -> u16 {
     port
 }
 
-// ------------------------------------------------------------------------------- an outage
-
-/// A TCP proxy on a loopback port of its own in front of a database server, which a test
-/// takes down (every connection cut, the port refusing new ones) and brings back on the same
-/// port: an outage or a failover of the server as a dashboard started through it sees it,
-/// without stopping the server other tests use.
-pub struct Proxy {
-    port: u16,
-    upstream: std::net::SocketAddr,
-    up: Arc<AtomicBool>,
-    open: Arc<Mutex<Vec<TcpStream>>>,
-    accept: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Proxy {
-    /// A proxy to the server of `url` (`postgres://USER@HOST:PORT/DB`), up.
-    pub fn new(url: &str) -> Proxy {
-        let hostport = url.split_once('@').expect("USER@HOST").1.split('/').next().unwrap();
-        let upstream = std::net::ToSocketAddrs::to_socket_addrs(hostport).unwrap().next().unwrap();
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut proxy = Proxy { port, upstream, up: Arc::default(), open: Arc::default(), accept: None };
-        proxy.start();
-        proxy
-    }
-
-    /// `url` with the proxy's address in place of the server's.
-    pub fn url(&self, url: &str) -> String {
-        let (head, rest) = url.split_once('@').unwrap();
-        let (_, path) = rest.split_once('/').unwrap();
-        format!("{head}@127.0.0.1:{}/{path}", self.port)
-    }
-
-    /// Listens again (on the same port) and passes new connections on.
-    pub fn start(&mut self) {
-        let listener = TcpListener::bind(("127.0.0.1", self.port)).expect("the proxy's port again");
-        listener.set_nonblocking(true).unwrap();
-        self.up.store(true, Ordering::SeqCst);
-        let (up, open, upstream) = (self.up.clone(), self.open.clone(), self.upstream);
-        self.accept = Some(std::thread::spawn(move || {
-            while up.load(Ordering::SeqCst) {
-                let Ok((client, _)) = listener.accept() else {
-                    std::thread::sleep(Duration::from_millis(5));
-                    continue;
-                };
-                client.set_nonblocking(false).unwrap();
-                let Ok(server) = TcpStream::connect(upstream) else { continue };
-                let mut open = open.lock().unwrap();
-                open.push(client.try_clone().unwrap());
-                open.push(server.try_clone().unwrap());
-                for (mut from, mut to) in [(client.try_clone().unwrap(), server.try_clone().unwrap()), (server, client)]
-                {
-                    std::thread::spawn(move || {
-                        let _ = std::io::copy(&mut from, &mut to);
-                        let _ = to.shutdown(std::net::Shutdown::Both);
-                    });
-                }
-            }
-        }));
-    }
-
-    /// Cuts every connection and stops listening (new connections are refused).
-    pub fn down(&mut self) {
-        self.up.store(false, Ordering::SeqCst);
-        if let Some(accept) = self.accept.take() {
-            accept.join().unwrap();
-        }
-        for stream in self.open.lock().unwrap().drain(..) {
-            let _ = stream.shutdown(std::net::Shutdown::Both);
-        }
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.down();
-    }
-}
-
 // ------------------------------------------------------------------------------- WebDriver
 
 /// A program on PATH.
@@ -578,19 +499,7 @@ impl Browser {
 
     /// Waits (bounded) until the page's text contains `text`; returns the page's text.
     pub fn wait_for_text(&self, text: &str) -> String {
-        let started = Instant::now();
-        loop {
-            let body = self.try_text("body").unwrap_or_default();
-            if body.contains(text) {
-                return body;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "the page never came to contain {text:?} on {}: {body:?}",
-                self.url()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        self.wait_for_text_within(text, Duration::from_secs(10))
     }
 
     /// Waits at most `bound` until the page's text contains `text`, the page left as it is
