@@ -7,7 +7,6 @@
 
 use super::attempt::{Attempt, Lease, Outcome, DROPPED, HANDED_BACK, STARTED};
 use super::counters::bump;
-use super::settle::SettleRules;
 use super::shared::Shared;
 use crate::job::{ClaimToken, Claimed};
 use crate::queue::settle::Settled;
@@ -130,7 +129,7 @@ fn release_late<S: Store>(shared: &Shared<S>, token: &ClaimToken) {
 fn work<S: Store>(shared: &Shared<S>, claimed: Claimed, lease: Arc<Lease>) -> Finished {
     let id = claimed.token.id;
     let token = claimed.token;
-    let mut attempt = Attempt { claimed, lease, queue: shared.queue.clone(), rules: SettleRules::of(shared) };
+    let mut attempt = Attempt { claimed, lease, queue: shared.queue.clone(), rules: shared.rules };
     let outcome = run_handler(shared, &mut attempt);
     if attempt.lease.settled.load(Ordering::SeqCst) {
         let (settled_as, settled) =

@@ -23,6 +23,7 @@ use super::dispatch::{dispatch, run_rounds, DispatchChannels, RoundRequest, Roun
 use super::execute::{run_worker, Finished};
 use super::heartbeat::heartbeat;
 use super::prefetch::Prefetch;
+use super::settle::SettleRules;
 use super::shared::{PoolSettings, Shared};
 use crate::error::Result;
 use crate::job::{ClaimToken, Claimed, JobId, JobState};
@@ -82,7 +83,7 @@ impl<S: Store> WorkerPool<S> {
             queue: settings.queue.clone(),
             queue_name: settings.queue_name.clone(),
             lease: settings.lease,
-            retry_policy: settings.retry_policy,
+            rules: SettleRules { retry_policy: settings.retry_policy, max_snoozes: settings.max_snoozes },
             handler,
             counters: Counters::default(),
             in_flight: Mutex::new(HashMap::new()),
@@ -90,7 +91,6 @@ impl<S: Store> WorkerPool<S> {
             rounds: Mutex::new(0),
             round_done: parking_lot::Condvar::new(),
             poll_interval: settings.poll_interval,
-            max_snoozes: settings.max_snoozes,
             max_start_delay_ms: settings.max_start_delay.map(crate::clock::duration_ms),
             backoff_until: AtomicI64::new(0),
         });

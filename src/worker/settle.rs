@@ -282,7 +282,7 @@ fn settles<S: Store>(shared: &Shared<S>, batch: &[(ClaimToken, Outcome)]) -> Vec
 }
 
 fn settle_of<S: Store>(shared: &Shared<S>, token: &ClaimToken, outcome: &Outcome) -> Settle {
-    SettleRules::of(shared).settle_of(token, outcome)
+    shared.rules.settle_of(token, outcome)
 }
 
 /// What a pool's outcomes settle with beyond their own values: its retry policy (for a
@@ -295,34 +295,29 @@ pub(crate) struct SettleRules {
 }
 
 impl SettleRules {
-    pub(super) fn of<S: Store>(shared: &Shared<S>) -> SettleRules {
-        SettleRules { retry_policy: shared.retry_policy, max_snoozes: shared.max_snoozes }
-    }
-
     /// How the engine settles `outcome` of `token`'s attempt.
     pub(crate) fn settle_of(&self, token: &ClaimToken, outcome: &Outcome) -> Settle {
-        settle_by(self, token, outcome)
-    }
-}
-
-fn settle_by(rules: &SettleRules, token: &ClaimToken, outcome: &Outcome) -> Settle {
-    match outcome {
-        Outcome::Complete => Settle::Complete,
-        Outcome::Retry { after, error } => Settle::Retry {
-            delay: after.unwrap_or_else(|| rules.retry_policy.next_delay(token.attempt)),
-            error: error.clone(),
-        },
-        Outcome::Exhaust(error) => Settle::Exhaust(error.clone()),
-        Outcome::Unknown(evidence) => Settle::Unknown(evidence.clone()),
-        Outcome::Park { until, reason } => match crate::validate::check_park_timeout(*until) {
-            Ok(()) => Settle::Park { timeout: *until, reason: reason.clone() },
-            // A park the store would refuse would leave the job running until its lease ran
-            // out, then run it again: a person sees an exhaustion that says why instead.
-            Err(refused) => Settle::Exhaust(format!("the handler parked the job ({reason}), but {refused}")),
-        },
-        Outcome::Snooze(delay) => snooze_of(rules, *delay, BackoffScope::Job, format!("snoozed for {delay:?}")),
-        Outcome::RetryAfter { delay, scope } => {
-            snooze_of(rules, *delay, *scope, format!("the provider asked to retry after {delay:?} ({scope} back-off)"))
+        match outcome {
+            Outcome::Complete => Settle::Complete,
+            Outcome::Retry { after, error } => Settle::Retry {
+                delay: after.unwrap_or_else(|| self.retry_policy.next_delay(token.attempt)),
+                error: error.clone(),
+            },
+            Outcome::Exhaust(error) => Settle::Exhaust(error.clone()),
+            Outcome::Unknown(evidence) => Settle::Unknown(evidence.clone()),
+            Outcome::Park { until, reason } => match crate::validate::check_park_timeout(*until) {
+                Ok(()) => Settle::Park { timeout: *until, reason: reason.clone() },
+                // A park the store would refuse would leave the job running until its lease ran
+                // out, then run it again: a person sees an exhaustion that says why instead.
+                Err(refused) => Settle::Exhaust(format!("the handler parked the job ({reason}), but {refused}")),
+            },
+            Outcome::Snooze(delay) => snooze_of(self, *delay, BackoffScope::Job, format!("snoozed for {delay:?}")),
+            Outcome::RetryAfter { delay, scope } => snooze_of(
+                self,
+                *delay,
+                *scope,
+                format!("the provider asked to retry after {delay:?} ({scope} back-off)"),
+            ),
         }
     }
 }

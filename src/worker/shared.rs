@@ -7,6 +7,7 @@
 
 use super::attempt::{Attempt, Lease, Outcome};
 use super::counters::Counters;
+use super::settle::SettleRules;
 use crate::job::{ClaimToken, RetryPolicy};
 use crate::queue::Queue;
 use crate::store::Store;
@@ -41,7 +42,8 @@ pub(super) struct Shared<S: Store> {
     pub(super) queue: Queue<S>,
     pub(super) queue_name: String,
     pub(super) lease: Duration,
-    pub(super) retry_policy: RetryPolicy,
+    /// What its outcomes settle with: the retry policy and the cap of snoozes per job.
+    pub(super) rules: SettleRules,
     pub(super) handler: Handler<S>,
     pub(super) counters: Counters,
     /// Claimed and not yet settled, by claim: the pool may hold a new claim of a job whose
@@ -54,8 +56,6 @@ pub(super) struct Shared<S: Store> {
     pub(super) rounds: Mutex<u64>,
     pub(super) round_done: parking_lot::Condvar,
     pub(super) poll_interval: Duration,
-    /// The cap of snoozes per job its outcomes settle with.
-    pub(super) max_snoozes: u32,
     /// The longest a claimed job may wait for its handler (ms), if bounded.
     pub(super) max_start_delay_ms: Option<i64>,
     /// The latest end (ms, the queue's clock) of a queue back-off this pool's outcomes
